@@ -1,0 +1,48 @@
+# gpuhost — the two commands a newcomer needs: `make demo` and `make test`.
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X main.version=$(VERSION)
+BIN      := bin/gpuhost
+# cgo is on by default: go-nvml needs it for the real driver, and -race needs it.
+export CGO_ENABLED ?= 1
+
+.PHONY: all build demo test test-short vet fmt bench fuzz install uninstall clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) .
+
+## demo: the main job on the embedded default (simulated GPU and backends; no GPU, root or systemd)
+demo: build
+	./$(BIN) demo
+
+## test: vet, gofmt check, and the whole suite with the race detector
+test: vet
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+vet:
+	$(GO) vet ./...
+	CGO_ENABLED=0 $(GO) vet ./nvml/
+
+## bench: switch overhead against the bare systemd work (needs root for the private systemd)
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 5x -count 1 -timeout 20m ./appliance/...
+
+## fuzz: a short run of every fuzz target
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list 'Fuzz.*' $$pkg | grep ^Fuzz); do \
+	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 10s $$pkg || exit 1; \
+	  done; done
+
+install: build
+	sudo ./scripts/install.sh $(BIN)
+
+uninstall:
+	sudo ./scripts/uninstall.sh
+
+clean:
+	rm -rf bin

@@ -1,0 +1,495 @@
+package appliance
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"gpuhost/units"
+)
+
+// DefaultConfigPath is where a packaged install keeps its configuration.
+const DefaultConfigPath = "/etc/gpuhost/gpuhost.yaml"
+
+// ExampleConfig is the commented example shipped in the repository; `gpuhost
+// units install` copies it to DefaultConfigPath when none exists.
+//
+//go:embed gpuhost.example.yaml
+var ExampleConfig []byte
+
+// Config is the whole gpuhost.yaml. Every field has a yaml key; unknown keys
+// are load errors so that a typo never silently falls back to a default.
+type Config struct {
+	Listen      string `yaml:"listen"`
+	StateDir    string `yaml:"state_dir"`
+	APITokenEnv string `yaml:"api_token_env"`
+	// APITokenFile is read at start; it wins over APITokenEnv when both are set.
+	APITokenFile   string                    `yaml:"api_token_file"`
+	GPU            GPUConfig                 `yaml:"gpu"`
+	Systemd        SystemdConfig             `yaml:"systemd"`
+	Backends       BackendsConfig            `yaml:"backends"`
+	Switch         SwitchConfig              `yaml:"switch"`
+	DefaultProfile string                    `yaml:"default_profile"`
+	Policy         *units.Policy             `yaml:"policy"`
+	Profiles       map[string]*units.Profile `yaml:"profiles"`
+
+	// path is the file this config came from, for messages.
+	path string
+}
+
+// GPUConfig selects the GPU facts source and the VRAM-release rules.
+type GPUConfig struct {
+	Backend string `yaml:"backend"` // nvml | sim
+	SimDir  string `yaml:"sim_dir"`
+	// IdleBaselineMiB is the used memory with no backend running; 0 means
+	// "measure it at start-up when no backend runs".
+	IdleBaselineMiB uint64 `yaml:"idle_baseline_mib"`
+	// ReleaseToleranceMiB is how far above the baseline used memory may stay
+	// and still count as released (drivers keep a little for contexts).
+	ReleaseToleranceMiB uint64   `yaml:"release_tolerance_mib"`
+	ReleaseTimeout      Duration `yaml:"release_timeout"`
+}
+
+// SystemdConfig says how to reach systemd and where unit files go.
+type SystemdConfig struct {
+	// Socket empty means the system bus; otherwise a private systemd socket
+	// such as /run/systemd/private (used by the tests' private systemd).
+	Socket  string `yaml:"socket"`
+	UnitDir string `yaml:"unit_dir"`
+	// Runner "systemd" (default) or "process" (the demo's in-process runner).
+	Runner string `yaml:"runner"`
+}
+
+// BackendsConfig names the two backend units. Exactly these two kinds exist.
+type BackendsConfig struct {
+	VLLM   BackendConfig `yaml:"vllm"`
+	Ollama BackendConfig `yaml:"ollama"`
+}
+
+// BackendConfig is one backend unit: rendered by gpuhost or adopted.
+type BackendConfig struct {
+	Unit  string   `yaml:"unit"`
+	Adopt bool     `yaml:"adopt"`
+	Exec  []string `yaml:"exec"`
+	// Simulated marks Exec as `gpuhost simulate …`: the profile's sim options
+	// are appended to the arguments.
+	Simulated bool   `yaml:"simulated"`
+	User      string `yaml:"user"`
+}
+
+// SwitchConfig tunes the switch state machine.
+type SwitchConfig struct {
+	ReadyTimeout Duration `yaml:"ready_timeout"`
+	StopTimeout  Duration `yaml:"stop_timeout"`
+	// Rollback to the previous profile when the new one fails to start.
+	Rollback *bool `yaml:"rollback"`
+	// RestoreOnBoot switches to the last wanted profile when the daemon
+	// starts and no backend runs.
+	RestoreOnBoot *bool `yaml:"restore_on_boot"`
+}
+
+// Duration is a time.Duration that reads "1.5s" style strings from YAML.
+type Duration time.Duration
+
+// UnmarshalYAML accepts Go duration strings, so the config reads like the docs.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("want a duration such as \"90s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("invalid duration %q (want e.g. \"90s\", \"15m\")", s)
+	}
+	if v < 0 {
+		return fmt.Errorf("duration %q is negative", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the Go duration form back.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// D returns the standard library value.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// ConfigError lists every problem of one config file, each naming its key.
+type ConfigError struct {
+	File     string
+	Problems []string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("config %s: %s", e.File, strings.Join(e.Problems, "; "))
+}
+
+// LoadConfig reads, decodes, defaults and validates a config file.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return ParseConfig(path, data)
+}
+
+// ParseConfig is LoadConfig on bytes; name is used in messages.
+func ParseConfig(name string, data []byte) (*Config, error) {
+	cerr := &ConfigError{File: name}
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		cerr.Problems = append(cerr.Problems, "invalid YAML: "+strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, cerr
+	}
+	if len(root.Content) == 0 {
+		cerr.Problems = append(cerr.Problems, "file is empty")
+		return nil, cerr
+	}
+	lines := map[int]string{}
+	walkKeys(root.Content[0], reflect.TypeOf(Config{}), "", lines, &cerr.Problems)
+	if len(cerr.Problems) > 0 {
+		return nil, cerr
+	}
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		cerr.Problems = append(cerr.Problems, describeDecodeError(err, lines)...)
+		return nil, cerr
+	}
+	c.path = name
+	c.applyDefaults()
+	cerr.Problems = append(cerr.Problems, c.validate()...)
+	if len(cerr.Problems) > 0 {
+		return nil, cerr
+	}
+	return &c, nil
+}
+
+// walkKeys checks every mapping key against the struct it decodes into,
+// records the key path of each line (to translate decoder errors) and
+// reports unknown keys by their full path.
+func walkKeys(n *yaml.Node, t reflect.Type, path string, lines map[int]string, problems *[]string) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if path != "" {
+		if _, ok := lines[n.Line]; !ok {
+			lines[n.Line] = path
+		}
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			return // type error: the decoder reports it with the line
+		}
+		fields := map[string]reflect.Type{}
+		var names []string
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			tag := strings.Split(f.Tag.Get("yaml"), ",")[0]
+			if tag == "" || tag == "-" || !f.IsExported() {
+				continue
+			}
+			fields[tag] = f.Type
+			names = append(names, tag)
+		}
+		sort.Strings(names)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := joinKey(path, k.Value)
+			lines[k.Line] = p
+			ft, ok := fields[k.Value]
+			if !ok {
+				*problems = append(*problems, fmt.Sprintf("%s (line %d): unknown key (known keys here: %s)", p, k.Line, strings.Join(names, ", ")))
+				continue
+			}
+			walkKeys(v, ft, p, lines, problems)
+		}
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := joinKey(path, k.Value)
+			lines[k.Line] = p
+			walkKeys(v, t.Elem(), p, lines, problems)
+		}
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			return
+		}
+		for i, v := range n.Content {
+			walkKeys(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i), lines, problems)
+		}
+	}
+}
+
+func joinKey(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+var lineRE = regexp.MustCompile(`line (\d+): (.*)`)
+
+// describeDecodeError turns yaml.v3's "line N: cannot unmarshal …" into
+// messages that start with the key path.
+func describeDecodeError(err error, lines map[int]string) []string {
+	var te *yaml.TypeError
+	msgs := []string{err.Error()}
+	if errors.As(err, &te) {
+		msgs = te.Errors
+	}
+	out := make([]string, 0, len(msgs))
+	for _, m := range msgs {
+		m = strings.TrimPrefix(m, "yaml: ")
+		if sm := lineRE.FindStringSubmatch(m); sm != nil {
+			ln, _ := strconv.Atoi(sm[1])
+			if key, ok := lines[ln]; ok {
+				out = append(out, fmt.Sprintf("%s (line %d): %s", key, ln, sm[2]))
+				continue
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func (c *Config) applyDefaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.StateDir == "" {
+		c.StateDir = "/var/lib/gpuhost"
+	}
+	if c.APITokenEnv == "" {
+		c.APITokenEnv = "GPUHOST_API_TOKEN"
+	}
+	if c.GPU.Backend == "" {
+		c.GPU.Backend = "nvml"
+	}
+	if c.GPU.SimDir == "" {
+		c.GPU.SimDir = filepath.Join(c.StateDir, "simgpu")
+	}
+	if c.GPU.ReleaseToleranceMiB == 0 {
+		c.GPU.ReleaseToleranceMiB = 512
+	}
+	if c.GPU.ReleaseTimeout == 0 {
+		c.GPU.ReleaseTimeout = Duration(60 * time.Second)
+	}
+	if c.Systemd.UnitDir == "" {
+		c.Systemd.UnitDir = "/etc/systemd/system"
+	}
+	if c.Systemd.Runner == "" {
+		c.Systemd.Runner = "systemd"
+	}
+	if c.Backends.VLLM.Unit == "" {
+		c.Backends.VLLM.Unit = "gpuhost-vllm.service"
+	}
+	if c.Backends.Ollama.Unit == "" {
+		c.Backends.Ollama.Unit = "gpuhost-ollama.service"
+	}
+	if len(c.Backends.VLLM.Exec) == 0 {
+		c.Backends.VLLM.Exec = []string{"/usr/local/bin/vllm"}
+	}
+	if len(c.Backends.Ollama.Exec) == 0 {
+		c.Backends.Ollama.Exec = []string{"/usr/local/bin/ollama"}
+	}
+	if c.Switch.ReadyTimeout == 0 {
+		c.Switch.ReadyTimeout = Duration(15 * time.Minute)
+	}
+	if c.Switch.StopTimeout == 0 {
+		c.Switch.StopTimeout = Duration(90 * time.Second)
+	}
+	t := true
+	if c.Switch.Rollback == nil {
+		c.Switch.Rollback = &t
+	}
+	if c.Switch.RestoreOnBoot == nil {
+		c.Switch.RestoreOnBoot = &t
+	}
+	if c.Policy == nil {
+		p := units.DefaultPolicy()
+		c.Policy = &p
+	}
+	for name, p := range c.Profiles {
+		if p == nil {
+			continue
+		}
+		p.Name = name
+		if p.ServedName == "" {
+			p.ServedName = p.Model
+		}
+	}
+}
+
+var profileNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+func (c *Config) validate() []string {
+	var ps []string
+	add := func(key, format string, args ...any) {
+		ps = append(ps, key+": "+fmt.Sprintf(format, args...))
+	}
+	host, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		add("listen", "%q is not host:port: %v", c.Listen, err)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		add("listen", "port %q is not a number in 0..65535", port)
+	} else if host != "" && net.ParseIP(host) == nil && host != "localhost" {
+		add("listen", "host %q must be an IP address or localhost", host)
+	}
+	if !filepath.IsAbs(c.StateDir) {
+		add("state_dir", "%q must be an absolute path", c.StateDir)
+	}
+	switch c.GPU.Backend {
+	case "nvml", "sim":
+	default:
+		add("gpu.backend", "%q is not one of nvml, sim", c.GPU.Backend)
+	}
+	if c.GPU.Backend == "sim" && !filepath.IsAbs(c.GPU.SimDir) {
+		add("gpu.sim_dir", "%q must be an absolute path", c.GPU.SimDir)
+	}
+	switch c.Systemd.Runner {
+	case "systemd", "process":
+	default:
+		add("systemd.runner", "%q is not one of systemd, process", c.Systemd.Runner)
+	}
+	if c.Systemd.Socket != "" && !filepath.IsAbs(c.Systemd.Socket) {
+		add("systemd.socket", "%q must be an absolute path", c.Systemd.Socket)
+	}
+	for _, b := range []struct {
+		key string
+		cfg BackendConfig
+	}{{"backends.vllm", c.Backends.VLLM}, {"backends.ollama", c.Backends.Ollama}} {
+		if !strings.HasSuffix(b.cfg.Unit, ".service") || strings.ContainsAny(b.cfg.Unit, "/ \t") {
+			add(b.key+".unit", "%q must be a unit name ending in .service", b.cfg.Unit)
+		}
+		if !filepath.IsAbs(b.cfg.Exec[0]) {
+			add(b.key+".exec[0]", "%q must be an absolute path (systemd runs it without a shell)", b.cfg.Exec[0])
+		}
+	}
+	if c.Backends.VLLM.Unit == c.Backends.Ollama.Unit {
+		add("backends.ollama.unit", "%q is the same unit as backends.vllm.unit", c.Backends.Ollama.Unit)
+	}
+	if len(c.Profiles) == 0 {
+		add("profiles", "at least one profile is needed")
+	}
+	names := make([]string, 0, len(c.Profiles))
+	for name := range c.Profiles {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		p := c.Profiles[name]
+		key := "profiles." + name
+		if p == nil {
+			add(key, "profile is empty")
+			continue
+		}
+		if !profileNameRE.MatchString(name) {
+			add(key, "profile name must be lower-case letters, digits, '.', '_' or '-' (max 63)")
+		}
+		for _, fe := range p.Validate() {
+			add(key+"."+fe.Key, "%s", fe.Msg)
+		}
+	}
+	if c.DefaultProfile != "" {
+		if _, ok := c.Profiles[c.DefaultProfile]; !ok {
+			add("default_profile", "%q is not a profile (profiles: %s)", c.DefaultProfile, strings.Join(names, ", "))
+		}
+	}
+	if c.Switch.ReadyTimeout.D() < time.Second {
+		add("switch.ready_timeout", "%s is too short (at least 1s)", c.Switch.ReadyTimeout.D())
+	}
+	return ps
+}
+
+// ProfileNames returns the profile names sorted, for messages and listings.
+func (c *Config) ProfileNames() []string {
+	names := make([]string, 0, len(c.Profiles))
+	for n := range c.Profiles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// BackendFor returns the backend unit config of a backend kind.
+func (c *Config) BackendFor(b units.Backend) BackendConfig {
+	if b == units.Ollama {
+		return c.Backends.Ollama
+	}
+	return c.Backends.VLLM
+}
+
+// BackendUnits returns the two backend units in a fixed order (vllm, ollama)
+// as the pure units package describes them.
+func (c *Config) BackendUnits() []units.BackendUnit {
+	mk := func(b units.Backend, bc BackendConfig, other string) units.BackendUnit {
+		return units.BackendUnit{
+			Backend:   b,
+			Name:      bc.Unit,
+			Adopt:     bc.Adopt,
+			Exec:      bc.Exec,
+			EnvFile:   c.EnvFilePath(bc.Unit),
+			User:      bc.User,
+			Conflicts: []string{other},
+		}
+	}
+	return []units.BackendUnit{
+		mk(units.VLLM, c.Backends.VLLM, c.Backends.Ollama.Unit),
+		mk(units.Ollama, c.Backends.Ollama, c.Backends.VLLM.Unit),
+	}
+}
+
+// EnvFilePath is where gpuhost writes the per-switch environment of a unit.
+func (c *Config) EnvFilePath(unit string) string {
+	return filepath.Join(c.StateDir, "backends", strings.TrimSuffix(unit, ".service")+".env")
+}
+
+// Path is the file the config was loaded from.
+func (c *Config) Path() string { return c.path }
+
+// IsLoopback reports whether the listen address only accepts local clients.
+func (c *Config) IsLoopback() bool {
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// APIToken reads the bearer token at call time (never cached in logs). It
+// returns "" with no error when none is configured.
+func (c *Config) APIToken() (string, error) {
+	if c.APITokenFile != "" {
+		b, err := os.ReadFile(c.APITokenFile)
+		if err != nil {
+			return "", fmt.Errorf("read api_token_file: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	return strings.TrimSpace(os.Getenv(c.APITokenEnv)), nil
+}

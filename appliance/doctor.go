@@ -1,0 +1,285 @@
+package appliance
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"gpuhost/nvml"
+	"gpuhost/systemd"
+	"gpuhost/units"
+)
+
+// MinDriverMajor is the oldest driver that runs the CUDA 13 builds of recent
+// vLLM wheels (CUDA 13 needs ≥ 580). On the reference box 535 → 610 made
+// prefill 3.5× faster.
+const MinDriverMajor = 580
+
+// DoctorCheck is one finding of `gpuhost doctor`: stable id, severity, the
+// measured value in the message, and what to do about it.
+type DoctorCheck struct {
+	ID       string         `json:"id"`
+	Severity units.Severity `json:"severity"`
+	Profile  string         `json:"profile,omitempty"`
+	Message  string         `json:"message"`
+	Fix      string         `json:"fix,omitempty"`
+	Value    string         `json:"value,omitempty"`
+}
+
+// DoctorReport is the whole run; Exit is the CLI's exit status.
+type DoctorReport struct {
+	Checks []DoctorCheck `json:"checks"`
+	Worst  string        `json:"worst"`
+	Exit   int           `json:"exit"`
+	TookMS float64       `json:"took_ms"`
+}
+
+// Doctor runs every check it can; a component that cannot be reached turns
+// into a failing check rather than an error, so the report is always whole.
+type Doctor struct {
+	Cfg   *Config
+	GPU   GPU   // nil: NVML unavailable (GPUErr says why)
+	Units Units // nil: systemd unreachable (UnitsErr says why)
+
+	GPUErr   error
+	UnitsErr error
+	Profile  string // only this profile ("" = all)
+}
+
+// Run executes the checks.
+func (d *Doctor) Run(ctx context.Context) DoctorReport {
+	t0 := time.Now()
+	var checks []DoctorCheck
+	add := func(c DoctorCheck) { checks = append(checks, c) }
+
+	// GPU and driver.
+	var dev nvml.Device
+	haveGPU := false
+	if d.GPU == nil {
+		add(DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityFail, Message: "NVML not reachable: " + errText(d.GPUErr),
+			Fix: "install the NVIDIA driver (libnvidia-ml.so.1) and check `nvidia-smi`; gpuhost must be built with cgo"})
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		s, err := d.GPU.Snapshot(cctx)
+		cancel()
+		if err != nil {
+			add(DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityFail, Message: "NVML query failed: " + err.Error(), Fix: "check `nvidia-smi`"})
+		} else if dv, ok := s.Device0(); !ok {
+			add(DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityFail, Message: "NVML reports no GPU", Fix: "check `nvidia-smi -L`"})
+		} else {
+			dev, haveGPU = dv, true
+			add(DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityOK, Value: s.Backend,
+				Message: fmt.Sprintf("%s via %s: %s, %d MiB, %.0f GB/s", dev.Name, s.Backend, dev.UUID, dev.MemoryTotalMiB, dev.BandwidthGBs)})
+			add(driverCheck(s.DriverVersion, s.CUDADriverVersion))
+		}
+	}
+
+	// Profiles: the known-good settings rules.
+	facts := units.GPUFacts{}
+	if haveGPU {
+		facts = units.GPUFacts{TotalMiB: dev.MemoryTotalMiB, Name: dev.Name}
+	}
+	for _, name := range d.Cfg.ProfileNames() {
+		if d.Profile != "" && name != d.Profile {
+			continue
+		}
+		p := d.Cfg.Profiles[name]
+		for _, c := range units.ProfileChecks(*p, facts, *d.Cfg.Policy) {
+			add(DoctorCheck{ID: c.ID, Severity: c.Severity, Profile: name, Message: c.Message, Fix: c.Fix, Value: c.Value})
+		}
+	}
+
+	// Units: Conflicts both ways, exclusivity, drift, foreign GPU processes.
+	var bs []backendState
+	if d.Units == nil {
+		add(DoctorCheck{ID: "units.systemd", Severity: units.SeverityFail, Message: "systemd not reachable: " + errText(d.UnitsErr),
+			Fix: "run as root on a systemd host, or set systemd.socket in the config"})
+	} else {
+		sup := &Supervisor{cfg: d.Cfg, units: d.Units}
+		var err error
+		bs, err = sup.backends(ctx)
+		if err != nil {
+			add(DoctorCheck{ID: "units.systemd", Severity: units.SeverityFail, Message: err.Error(), Fix: "check `systemctl status`"})
+		} else {
+			checks = append(checks, unitChecks(d.Cfg, bs)...)
+			if haveGPU {
+				checks = append(checks, foreignProcessCheck(dev, bs))
+			}
+			checks = append(checks, d.endpointCheck(ctx, bs))
+		}
+	}
+	rep := DoctorReport{Checks: checks, Worst: string(units.SeverityOK), TookMS: float64(time.Since(t0).Microseconds()) / 1000}
+	for _, c := range checks {
+		switch c.Severity {
+		case units.SeverityFail:
+			rep.Worst, rep.Exit = string(units.SeverityFail), 2
+		case units.SeverityWarn:
+			if rep.Exit < 1 {
+				rep.Worst, rep.Exit = string(units.SeverityWarn), 1
+			}
+		}
+	}
+	return rep
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "not configured"
+	}
+	return err.Error()
+}
+
+func driverCheck(version, cuda string) DoctorCheck {
+	c := DoctorCheck{ID: "gpu.driver", Value: version}
+	major, err := nvml.DriverMajor(version)
+	switch {
+	case err != nil:
+		c.Severity, c.Message = units.SeverityFail, fmt.Sprintf("cannot read driver version %q: %v", version, err)
+		c.Fix = "check `nvidia-smi`"
+	case major < MinDriverMajor:
+		c.Severity = units.SeverityFail
+		c.Message = fmt.Sprintf("driver %s (CUDA %s) is older than %d: CUDA 13 builds of vLLM will not start", version, cuda, MinDriverMajor)
+		c.Fix = fmt.Sprintf("install driver ≥ %d (on the reference box 535 → 610 made prefill 3.5× and decode 24%% faster)", MinDriverMajor)
+	default:
+		c.Severity = units.SeverityOK
+		c.Message = fmt.Sprintf("driver %s, CUDA %s (≥ %d)", version, cuda, MinDriverMajor)
+	}
+	return c
+}
+
+func unitChecks(cfg *Config, bs []backendState) []DoctorCheck {
+	var out []DoctorCheck
+	// Conflicts= both ways.
+	for i, b := range bs {
+		other := bs[1-i].unit
+		c := DoctorCheck{ID: "units.conflicts", Value: strings.Join(b.status.Conflicts, " ")}
+		switch {
+		case b.status.LoadState != "" && b.status.LoadState != "loaded":
+			c.Severity = units.SeverityFail
+			c.Message = fmt.Sprintf("%s is %s", b.unit, b.status.LoadState)
+			c.Fix = "run `gpuhost units install` (or `--adopt` for existing units)"
+		case slices.Contains(b.status.Conflicts, other):
+			c.Severity = units.SeverityOK
+			c.Message = fmt.Sprintf("%s has Conflicts=%s", b.unit, other)
+		default:
+			c.Severity = units.SeverityFail
+			c.Message = fmt.Sprintf("%s lacks Conflicts=%s (has %q): `systemctl start` could run both backends", b.unit, other, c.Value)
+			c.Fix = "run `gpuhost units install` (adopted units get a 10-gpuhost.conf drop-in)"
+		}
+		out = append(out, c)
+	}
+	// At most one backend active.
+	var active []string
+	for _, b := range bs {
+		if b.status.Active() {
+			active = append(active, fmt.Sprintf("%s (%s)", b.unit, b.status.ActiveState))
+		}
+	}
+	ex := DoctorCheck{ID: "units.exclusive", Value: fmt.Sprint(len(active))}
+	if len(active) > 1 {
+		ex.Severity, ex.Message = units.SeverityFail, "more than one backend active: "+strings.Join(active, ", ")
+		ex.Fix = "stop one of them: `gpuhost switch PROFILE`"
+	} else {
+		ex.Severity, ex.Message = units.SeverityOK, fmt.Sprintf("%d backend active %v", len(active), active)
+	}
+	out = append(out, ex)
+	// Drift: live flags of the running vLLM unit against its profile.
+	for _, b := range bs {
+		if !b.status.Active() || b.backend != units.VLLM || b.status.MainPID <= 0 {
+			continue
+		}
+		dc := DoctorCheck{ID: "units.drift", Profile: b.profile}
+		p, ok := cfg.Profiles[b.profile]
+		argv, err := systemd.CmdlineOf(b.status.MainPID)
+		switch {
+		case !ok:
+			dc.Severity = units.SeverityWarn
+			dc.Message = fmt.Sprintf("%s runs profile %q which is not in the config", b.unit, b.profile)
+			dc.Fix = "switch to a configured profile"
+		case err != nil:
+			dc.Severity, dc.Message = units.SeverityWarn, fmt.Sprintf("cannot read the command line of %s (pid %d): %v", b.unit, b.status.MainPID, err)
+		default:
+			live, perr := units.ParseVLLMArgv(argv)
+			if perr != nil {
+				dc.Severity, dc.Message = units.SeverityWarn, fmt.Sprintf("cannot parse the command line of %s: %v", b.unit, perr)
+				break
+			}
+			diffs := units.Drift(*p, live)
+			if len(diffs) == 0 {
+				dc.Severity, dc.Message = units.SeverityOK, fmt.Sprintf("%s (pid %d) runs with the flags of profile %s", b.unit, b.status.MainPID, p.Name)
+				break
+			}
+			var ds []string
+			for _, df := range diffs {
+				ds = append(ds, fmt.Sprintf("%s: want %s, live %s", df.Flag, df.Want, df.Live))
+			}
+			dc.Severity = units.SeverityWarn
+			dc.Message = fmt.Sprintf("%s runs with flags that differ from profile %s: %s", b.unit, p.Name, strings.Join(ds, "; "))
+			dc.Fix = "`gpuhost switch " + p.Name + "` restarts it with the profile's flags"
+		}
+		out = append(out, dc)
+	}
+	return out
+}
+
+func foreignProcessCheck(dev nvml.Device, bs []backendState) DoctorCheck {
+	var active []backendState
+	for _, b := range bs {
+		if b.status.Active() {
+			active = append(active, b)
+		}
+	}
+	var foreign []string
+	for _, p := range dev.Processes {
+		if !belongsTo(p.PID, active) {
+			foreign = append(foreign, fmt.Sprintf("pid %d (%s) %d MiB", p.PID, p.Name, p.UsedMiB))
+		}
+	}
+	sort.Strings(foreign)
+	c := DoctorCheck{ID: "gpu.foreign_processes", Value: fmt.Sprint(len(foreign))}
+	if len(foreign) > 0 {
+		c.Severity = units.SeverityFail
+		c.Message = "GPU memory held by processes outside the backend units: " + strings.Join(foreign, ", ")
+		c.Fix = "stop them; gpuhost must be the only user of the GPU"
+	} else {
+		c.Severity = units.SeverityOK
+		c.Message = fmt.Sprintf("%d GPU processes, all in the active backend unit", len(dev.Processes))
+	}
+	return c
+}
+
+func (d *Doctor) endpointCheck(ctx context.Context, bs []backendState) DoctorCheck {
+	c := DoctorCheck{ID: "endpoint.health"}
+	var act *backendState
+	for i := range bs {
+		if bs[i].status.ActiveState == "active" {
+			act = &bs[i]
+		}
+	}
+	if act == nil {
+		c.Severity, c.Message = units.SeverityOK, "no backend active; nothing to check"
+		return c
+	}
+	p, ok := d.Cfg.Profiles[act.profile]
+	if !ok {
+		c.Severity = units.SeverityWarn
+		c.Message = fmt.Sprintf("%s is active with unknown profile %q", act.unit, act.profile)
+		return c
+	}
+	c.Profile = p.Name
+	sup := &Supervisor{cfg: d.Cfg, gpu: d.GPU, client: newBackendClient()}
+	r := &switchRun{s: sup, target: p}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if msg, _, err := r.verify(cctx, p); err != nil {
+		c.Severity = units.SeverityFail
+		c.Message = fmt.Sprintf("%s (profile %s) is not serving correctly: %v", act.unit, p.Name, err)
+		c.Fix = "see `journalctl -u " + act.unit + "`; `gpuhost switch " + p.Name + "` restarts it"
+	} else {
+		c.Severity, c.Message = units.SeverityOK, msg
+	}
+	return c
+}

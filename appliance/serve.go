@@ -1,0 +1,311 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+
+	"gpuhost/appliance/procunits"
+	"gpuhost/nvml"
+	"gpuhost/systemd"
+)
+
+// unavailableGPU stands in when NVML cannot be opened: every snapshot
+// returns the reason, so the daemon stays up and the doctor shows why.
+type unavailableGPU struct{ err error }
+
+func (u unavailableGPU) Snapshot(context.Context) (nvml.Snapshot, error) {
+	return nvml.Snapshot{}, u.err
+}
+
+// OpenGPU opens the configured GPU facts source. The error is also returned
+// so that callers can report it; the GPU value is usable either way.
+func OpenGPU(cfg *Config) (GPU, func(), error) {
+	if cfg.GPU.Backend == "sim" {
+		s := nvml.NewSim(nvml.SimConfig{Dir: cfg.GPU.SimDir})
+		return s, func() { s.Close() }, nil
+	}
+	n, err := nvml.Open()
+	if err != nil {
+		err = fmt.Errorf("open NVML (gpu.backend: nvml): %w", err)
+		return unavailableGPU{err}, func() {}, err
+	}
+	return n, func() { n.Close() }, nil
+}
+
+// OpenUnits connects to the configured unit runner: systemd over D-Bus (the
+// system bus or a private socket), or the demo's process runner.
+func OpenUnits(ctx context.Context, cfg *Config) (Units, JournalFunc, func(), error) {
+	if cfg.Systemd.Runner == "process" {
+		r := procunits.New(processSpecs(cfg)...)
+		return r, r.Journal, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			r.StopAll(ctx)
+		}, nil
+	}
+	ru := &reconnectingUnits{cfg: cfg}
+	if _, err := ru.conn(ctx); err != nil {
+		return ru, systemd.JournalTail, ru.Close, err
+	}
+	return ru, systemd.JournalTail, ru.Close, nil
+}
+
+func processSpecs(cfg *Config) []procunits.Spec {
+	var specs []procunits.Spec
+	for _, bu := range cfg.BackendUnits() {
+		specs = append(specs, procunits.Spec{
+			Name: bu.Name, Exec: bu.Exec, EnvFile: bu.EnvFile, Conflicts: bu.Conflicts,
+			StopTimeout: cfg.Switch.StopTimeout.D(), LogDir: cfg.StateDir + "/logs",
+		})
+	}
+	return specs
+}
+
+// reconnectingUnits keeps the daemon up while D-Bus is unreachable: every
+// call (re)connects on demand and fails with the reason naming the socket,
+// and subscriptions survive a systemd restart.
+type reconnectingUnits struct {
+	cfg *Config
+	mu  sync.Mutex
+	m   *systemd.Manager
+}
+
+func (r *reconnectingUnits) conn(ctx context.Context) (*systemd.Manager, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m != nil {
+		return r.m, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var m *systemd.Manager
+	var err error
+	if r.cfg.Systemd.Socket == "" {
+		m, err = systemd.ConnectSystem(ctx)
+	} else {
+		m, err = systemd.ConnectPrivate(ctx, r.cfg.Systemd.Socket)
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.m = m
+	return m, nil
+}
+
+// drop forgets a connection that failed so the next call reconnects.
+func (r *reconnectingUnits) drop(m *systemd.Manager, err error) {
+	if err == nil || !isConnError(err) {
+		return
+	}
+	r.mu.Lock()
+	if r.m == m {
+		r.m = nil
+		m.Close()
+	}
+	r.mu.Unlock()
+}
+
+func isConnError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed)
+}
+
+func (r *reconnectingUnits) Start(ctx context.Context, unit string) error {
+	m, err := r.conn(ctx)
+	if err != nil {
+		return err
+	}
+	err = m.Start(ctx, unit)
+	r.drop(m, err)
+	return err
+}
+
+func (r *reconnectingUnits) Stop(ctx context.Context, unit string) error {
+	m, err := r.conn(ctx)
+	if err != nil {
+		return err
+	}
+	err = m.Stop(ctx, unit)
+	r.drop(m, err)
+	return err
+}
+
+func (r *reconnectingUnits) Unit(ctx context.Context, unit string) (systemd.UnitStatus, error) {
+	m, err := r.conn(ctx)
+	if err != nil {
+		return systemd.UnitStatus{}, err
+	}
+	st, err := m.Unit(ctx, unit)
+	r.drop(m, err)
+	return st, err
+}
+
+// Subscribe forwards events from the current connection and resubscribes
+// (after a pause) when it ends before ctx does.
+func (r *reconnectingUnits) Subscribe(ctx context.Context, names ...string) (<-chan systemd.UnitEvent, error) {
+	out := make(chan systemd.UnitEvent, 64)
+	go func() {
+		defer close(out)
+		for ctx.Err() == nil {
+			m, err := r.conn(ctx)
+			var in <-chan systemd.UnitEvent
+			if err == nil {
+				in, err = m.Subscribe(ctx, names...)
+			}
+			if err != nil {
+				slog.Warn("systemd unreachable; retrying", "socket", r.cfg.Systemd.Socket, "err", err)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(2 * time.Second):
+				}
+				continue
+			}
+			for ev := range in {
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+			}
+			// The subscription ended without ctx ending: the bus went away.
+			r.mu.Lock()
+			if r.m == m {
+				r.m = nil
+				m.Close()
+			}
+			r.mu.Unlock()
+			// Tell the Supervisor to re-read, since events may have been lost.
+			select {
+			case out <- systemd.UnitEvent{Unit: names[0], At: time.Now()}:
+			default:
+			}
+		}
+	}()
+	return out, nil
+}
+
+func (r *reconnectingUnits) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m != nil {
+		r.m.Close()
+		r.m = nil
+	}
+}
+
+// Serve is the daemon: the one place that wires config, GPU, units,
+// Supervisor, HTTP API and systemd notification together. It returns when
+// ctx ends (SIGTERM) or the listener fails.
+func Serve(ctx context.Context, cfg *Config, log *slog.Logger, ready func(addr string)) error {
+	gpu, closeGPU, gerr := OpenGPU(cfg)
+	defer closeGPU()
+	if gerr != nil {
+		log.Error("GPU facts unavailable; serving anyway, switches will fail at the VRAM check", "err", gerr)
+	}
+	u, journal, closeUnits, uerr := OpenUnits(ctx, cfg)
+	defer closeUnits()
+	if uerr != nil {
+		log.Error("systemd unreachable; serving anyway and retrying", "socket", cfg.Systemd.Socket, "err", uerr)
+	}
+	sup := NewSupervisor(cfg, gpu, u, journal, log)
+	defer sup.Close()
+	doctor := func(ctx context.Context, profile string) DoctorReport {
+		d := &Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile}
+		if gerr != nil {
+			d.GPU, d.GPUErr = nil, gerr
+		}
+		return d.Run(ctx)
+	}
+	api, err := NewAPI(sup, doctor, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s (listen): %w", cfg.Listen, err)
+	}
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(ln) }()
+
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	go func() {
+		if err := sup.Run(runCtx); err != nil {
+			errc <- fmt.Errorf("supervisor: %w", err)
+		}
+	}()
+	addr := ln.Addr().String()
+	log.Info("gpuhost serving", "addr", addr, "gpu", cfg.GPU.Backend, "runner", cfg.Systemd.Runner, "profiles", len(cfg.Profiles))
+	if ready != nil {
+		ready(addr)
+	}
+	go notifySystemd(runCtx, sup, log)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutCtx)
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	return serveErr
+}
+
+// notifySystemd sends READY=1, keeps the watchdog fed at half its interval
+// and keeps STATUS= current (one line, e.g. "active: qwen3-coder (vllm) ·
+// 18.4/24.0 GiB"). Without NOTIFY_SOCKET every call is a no-op.
+func notifySystemd(ctx context.Context, sup *Supervisor, log *slog.Logger) {
+	status := func() string {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		var snapPtr *nvml.Snapshot
+		if snap, err := sup.snapshot(sctx); err == nil {
+			snapPtr = &snap
+		}
+		return StatusLine(sup.State(), snapPtr)
+	}
+	if sent, err := daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS="+status()); err != nil {
+		log.Warn("sd_notify READY failed", "err", err)
+	} else if !sent {
+		return // not under systemd Type=notify
+	}
+	interval, _ := daemon.SdWatchdogEnabled(false)
+	var wd <-chan time.Time
+	if interval > 0 {
+		t := time.NewTicker(interval / 2)
+		defer t.Stop()
+		wd = t.C
+	}
+	evs, _, cancel := sup.Subscribe(sup.LastSeq())
+	defer cancel()
+	refresh := time.NewTicker(30 * time.Second)
+	defer refresh.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-wd:
+			_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
+		case <-evs:
+			_, _ = daemon.SdNotify(false, "STATUS="+status())
+		case <-refresh.C:
+			_, _ = daemon.SdNotify(false, "STATUS="+status())
+		}
+	}
+}

@@ -1,0 +1,1006 @@
+package appliance
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"gpuhost/internal/atomicfile"
+	"gpuhost/nvml"
+	"gpuhost/systemd"
+	"gpuhost/units"
+)
+
+// GPU is what the Supervisor needs to know about the card: memory and the
+// processes holding it. nvml.NVML and nvml.Sim satisfy it.
+type GPU interface {
+	Snapshot(ctx context.Context) (nvml.Snapshot, error)
+}
+
+// Units is the unit control the Supervisor drives. systemd.Manager satisfies
+// it on a real box; the demo's process runner satisfies it without systemd.
+type Units interface {
+	Start(ctx context.Context, unit string) error
+	Stop(ctx context.Context, unit string) error
+	Unit(ctx context.Context, unit string) (systemd.UnitStatus, error)
+	Subscribe(ctx context.Context, units ...string) (<-chan systemd.UnitEvent, error)
+}
+
+// JournalFunc returns the last n log lines of a unit, attached to a failed
+// start so the operator sees why the backend died without opening a shell.
+type JournalFunc func(ctx context.Context, unit string, n int) ([]string, error)
+
+// Phase is the Supervisor's coarse state.
+type Phase string
+
+// Phases of the state machine.
+const (
+	PhaseIdle      Phase = "idle"
+	PhaseSwitching Phase = "switching"
+	PhaseActive    Phase = "active"
+	PhaseFailed    Phase = "failed"
+)
+
+// State is derived from systemd and NVML (and, during a switch, from the
+// switch itself); only LastWanted is persisted.
+type State struct {
+	Phase      Phase         `json:"phase"`
+	Profile    string        `json:"profile,omitempty"`
+	Backend    units.Backend `json:"backend,omitempty"`
+	Unit       string        `json:"unit,omitempty"`
+	Target     string        `json:"target,omitempty"`
+	Step       string        `json:"step,omitempty"`
+	SwitchID   string        `json:"switch_id,omitempty"`
+	Error      string        `json:"error,omitempty"`
+	LastError  string        `json:"last_error,omitempty"`
+	Since      time.Time     `json:"since"`
+	LastWanted string        `json:"last_wanted,omitempty"`
+}
+
+// ErrUnknownProfile is returned (wrapped) for a profile name not in the config.
+var ErrUnknownProfile = errors.New("unknown profile")
+
+// BusyError answers a switch request while another switch runs. We answer
+// rather than queue or coalesce: the caller sees exactly what is happening
+// and may retry; a silently replaced switch is worse for an operator.
+type BusyError struct {
+	Target   string
+	SwitchID string
+	Step     string
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("a switch to %q is already running (id %s, step %s)", e.Target, e.SwitchID, e.Step)
+}
+
+// DoctorError refuses a switch whose profile fails the settings checks.
+type DoctorError struct {
+	Profile string
+	Checks  []units.Check
+}
+
+func (e *DoctorError) Error() string {
+	var msgs []string
+	for _, c := range e.Checks {
+		msgs = append(msgs, c.ID+": "+c.Message)
+	}
+	return fmt.Sprintf("profile %q fails doctor checks (use force to override): %s", e.Profile, strings.Join(msgs, "; "))
+}
+
+// SwitchOptions modify a switch request.
+type SwitchOptions struct {
+	// Force skips the profile's failing doctor checks.
+	Force bool
+}
+
+// Supervisor owns the GPU: it is the only writer of backend unit state and
+// guarantees that at most one backend runs, with the old one's VRAM released
+// before the next starts.
+type Supervisor struct {
+	cfg     *Config
+	gpu     GPU
+	units   Units
+	journal JournalFunc
+	client  *http.Client
+	log     *slog.Logger
+	bus     *eventBus
+
+	baseCtx context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+
+	switchMu sync.Mutex // held for the whole duration of a switch
+
+	mu       sync.Mutex
+	state    State
+	baseline uint64
+	current  *switchRun
+}
+
+// NewSupervisor wires the Supervisor; it does nothing until Run.
+func NewSupervisor(cfg *Config, gpu GPU, u Units, journal JournalFunc, log *slog.Logger) *Supervisor {
+	if log == nil {
+		log = slog.Default()
+	}
+	if journal == nil {
+		journal = func(context.Context, string, int) ([]string, error) { return nil, nil }
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Supervisor{
+		cfg:     cfg,
+		gpu:     gpu,
+		units:   u,
+		journal: journal,
+		client:  newBackendClient(),
+		log:     log,
+		bus:     newEventBus(log),
+		baseCtx: ctx,
+		cancel:  cancel,
+		state:   State{Phase: PhaseIdle, Since: time.Now()},
+	}
+	s.baseline = cfg.GPU.IdleBaselineMiB
+	s.state.LastWanted = s.readLastWanted()
+	return s
+}
+
+// Config returns the configuration the Supervisor runs with.
+func (s *Supervisor) Config() *Config { return s.cfg }
+
+// State returns a copy of the current state.
+func (s *Supervisor) State() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state
+}
+
+// Subscribe streams events after seq since (0: only the buffered ones
+// still in memory, then live ones).
+func (s *Supervisor) Subscribe(since uint64) (<-chan Event, []Event, func()) {
+	return s.bus.subscribe(since)
+}
+
+// LastSeq is the sequence number of the newest event.
+func (s *Supervisor) LastSeq() uint64 { return s.bus.lastSeq() }
+
+// Run reconciles from systemd + NVML, restores the last wanted profile when
+// nothing runs, and then follows unit events until ctx ends.
+func (s *Supervisor) Run(ctx context.Context) error {
+	defer s.cancel()
+	evs, err := s.units.Subscribe(ctx, s.cfg.Backends.VLLM.Unit, s.cfg.Backends.Ollama.Unit)
+	if err != nil {
+		return fmt.Errorf("subscribe to backend unit changes: %w", err)
+	}
+	s.measureBaseline(ctx)
+	st := s.Reconcile(ctx)
+	s.restore(ctx, st)
+	for {
+		select {
+		case <-ctx.Done():
+			s.wg.Wait()
+			return nil
+		case ev, ok := <-evs:
+			if !ok {
+				if ctx.Err() != nil {
+					s.wg.Wait()
+					return nil
+				}
+				return errors.New("unit event subscription ended")
+			}
+			s.bus.publish(Event{Kind: "unit", Message: fmt.Sprintf("%s is %s (%s)", ev.Unit, ev.ActiveState, ev.SubState),
+				Detail: map[string]any{"unit": ev.Unit, "active_state": ev.ActiveState, "sub_state": ev.SubState}})
+			if !s.isSwitching() {
+				s.Reconcile(ctx)
+			}
+		}
+	}
+}
+
+// Close cancels running switches' background context and waits for them.
+func (s *Supervisor) Close() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+func (s *Supervisor) isSwitching() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.current != nil
+}
+
+// restore decides what to do at start-up: systemd is the truth; the last
+// wanted profile only fills the gap when nothing runs, or finishes a switch
+// that a crash interrupted after the target unit was started.
+func (s *Supervisor) restore(ctx context.Context, st State) {
+	if !*s.cfg.Switch.RestoreOnBoot {
+		return
+	}
+	want := st.LastWanted
+	if want != "" {
+		if _, ok := s.cfg.Profiles[want]; !ok {
+			s.log.Warn("last wanted profile is no longer in the config; using default_profile", "profile", want, "default_profile", s.cfg.DefaultProfile)
+			want = ""
+		}
+	}
+	if want == "" {
+		want = s.cfg.DefaultProfile
+	}
+	switch {
+	case st.Phase == PhaseIdle && want != "":
+		s.bus.publish(Event{Kind: "reconcile", Profile: want, Message: "no backend runs; restoring " + want})
+	case st.Phase == PhaseFailed && want != "":
+		s.bus.publish(Event{Kind: "reconcile", Profile: want, Message: "inconsistent backends at start-up (" + st.Error + "); converging on " + want})
+	case st.Phase == PhaseActive && st.Profile == want:
+		// Possibly started by us before a crash and not ready yet: the switch
+		// sees the unit running with the right profile and only waits.
+		s.bus.publish(Event{Kind: "reconcile", Profile: want, Message: "backend of " + want + " already runs; checking readiness"})
+	default:
+		return
+	}
+	if _, _, err := s.Switch(ctx, want, SwitchOptions{Force: true}); err != nil {
+		s.log.Error("restore last wanted profile", "profile", want, "err", err)
+	}
+}
+
+// measureBaseline sets the idle VRAM baseline when the config leaves it to
+// us: used memory minus what GPU processes hold, i.e. what the driver keeps
+// for itself, which stays put when backends come and go.
+func (s *Supervisor) measureBaseline(ctx context.Context) {
+	if s.cfg.GPU.IdleBaselineMiB != 0 {
+		return
+	}
+	snap, err := s.snapshot(ctx)
+	if err != nil {
+		s.log.Warn("cannot measure idle VRAM baseline", "err", err)
+		return
+	}
+	d, ok := snap.Device0()
+	if !ok {
+		return
+	}
+	var procs uint64
+	for _, p := range d.Processes {
+		procs += p.UsedMiB
+	}
+	base := uint64(0)
+	if d.MemoryUsedMiB > procs {
+		base = d.MemoryUsedMiB - procs
+	}
+	s.mu.Lock()
+	s.baseline = base
+	s.mu.Unlock()
+	s.log.Info("idle VRAM baseline", "mib", base, "used_mib", d.MemoryUsedMiB, "process_mib", procs)
+}
+
+func (s *Supervisor) snapshot(ctx context.Context) (nvml.Snapshot, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return s.gpu.Snapshot(ctx)
+}
+
+// backendState is what systemd says about one backend unit.
+type backendState struct {
+	backend units.Backend
+	unit    string
+	status  systemd.UnitStatus
+	profile string // from the process environment or the env file
+}
+
+func (s *Supervisor) backends(ctx context.Context) ([]backendState, error) {
+	var out []backendState
+	for _, b := range []units.Backend{units.VLLM, units.Ollama} {
+		name := s.cfg.BackendFor(b).Unit
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := s.units.Unit(cctx, name)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("read state of %s: %w", name, err)
+		}
+		bs := backendState{backend: b, unit: name, status: st}
+		if st.Active() {
+			bs.profile = s.profileOf(st)
+		}
+		out = append(out, bs)
+	}
+	return out, nil
+}
+
+// profileOf tells which profile a running unit was started with: the
+// GPUHOST_PROFILE variable in its main process's environment (the truth),
+// else the env file we wrote (what it will run after a restart).
+func (s *Supervisor) profileOf(st systemd.UnitStatus) string {
+	if st.MainPID > 0 {
+		if env, err := os.ReadFile("/proc/" + strconv.Itoa(st.MainPID) + "/environ"); err == nil {
+			for _, kv := range bytes.Split(env, []byte{0}) {
+				if v, ok := bytes.CutPrefix(kv, []byte("GPUHOST_PROFILE=")); ok {
+					return string(v)
+				}
+			}
+		}
+	}
+	data, err := os.ReadFile(s.cfg.EnvFilePath(st.Name))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "GPUHOST_PROFILE="); ok {
+			return strings.Trim(v, `"'`)
+		}
+	}
+	return ""
+}
+
+// Reconcile derives the state from systemd when no switch runs.
+func (s *Supervisor) Reconcile(ctx context.Context) State {
+	bs, err := s.backends(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.current != nil {
+		return s.state
+	}
+	prev := s.state
+	next := State{Phase: PhaseIdle, LastWanted: prev.LastWanted, LastError: prev.LastError, Since: prev.Since}
+	if err != nil {
+		next.Phase = PhaseFailed
+		next.Error = err.Error()
+	} else {
+		var active []backendState
+		for _, b := range bs {
+			if b.status.Active() {
+				active = append(active, b)
+			}
+		}
+		switch len(active) {
+		case 0:
+		case 1:
+			a := active[0]
+			next.Phase = PhaseActive
+			next.Profile, next.Backend, next.Unit = a.profile, a.backend, a.unit
+			if a.status.ActiveState != "active" {
+				next.Step = a.status.ActiveState
+			}
+		default:
+			next.Phase = PhaseFailed
+			next.Error = fmt.Sprintf("two backends active at once: %s (%s) and %s (%s)",
+				active[0].unit, active[0].status.ActiveState, active[1].unit, active[1].status.ActiveState)
+		}
+	}
+	if next.Phase != prev.Phase || next.Profile != prev.Profile || next.Unit != prev.Unit || next.Error != prev.Error {
+		next.Since = time.Now()
+		// The bus never takes s.mu, so publishing under it keeps the order
+		// of state events equal to the order of state changes.
+		s.bus.publish(Event{Kind: "state", Profile: next.Profile, Message: describeState(next),
+			Detail: map[string]any{"phase": next.Phase, "unit": next.Unit}})
+	}
+	s.state = next
+	return next
+}
+
+func describeState(st State) string {
+	switch st.Phase {
+	case PhaseActive:
+		return fmt.Sprintf("active: %s (%s)", st.Profile, st.Unit)
+	case PhaseFailed:
+		return "failed: " + st.Error
+	case PhaseSwitching:
+		return fmt.Sprintf("switching to %s: %s", st.Target, st.Step)
+	}
+	return "idle: no backend runs"
+}
+
+// Switch starts a switch to profile and returns at once with its id and a
+// channel that receives its result. The switch runs detached from ctx (an
+// HTTP client going away must not leave the GPU half-switched); ctx only
+// bounds the synchronous checks.
+func (s *Supervisor) Switch(ctx context.Context, profile string, opts SwitchOptions) (string, <-chan error, error) {
+	p, ok := s.cfg.Profiles[profile]
+	if !ok {
+		return "", nil, fmt.Errorf("%w %q (profiles: %s)", ErrUnknownProfile, profile, strings.Join(s.cfg.ProfileNames(), ", "))
+	}
+	if !opts.Force {
+		if failing := s.failingChecks(ctx, p); len(failing) > 0 {
+			return "", nil, &DoctorError{Profile: profile, Checks: failing}
+		}
+	}
+	if !s.switchMu.TryLock() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		be := &BusyError{Target: s.state.Target, Step: s.state.Step}
+		if s.current != nil {
+			be.SwitchID = s.current.id
+		}
+		return "", nil, be
+	}
+	r := &switchRun{s: s, id: newID(), target: p, opts: opts, started: time.Now()}
+	s.mu.Lock()
+	r.prev = s.state.Profile
+	if s.state.Phase != PhaseActive {
+		r.prev = ""
+	}
+	s.current = r
+	s.state.Phase, s.state.Target, s.state.SwitchID, s.state.Step, s.state.Error = PhaseSwitching, profile, r.id, "starting", ""
+	s.state.Since = time.Now()
+	s.state.LastWanted = profile
+	s.mu.Unlock()
+	if err := s.writeLastWanted(profile); err != nil {
+		s.log.Error("persist last wanted profile", "err", err)
+	}
+	done := make(chan error, 1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.switchMu.Unlock()
+		err := r.run(s.baseCtx)
+		s.mu.Lock()
+		s.current = nil
+		s.mu.Unlock()
+		done <- err
+	}()
+	return r.id, done, nil
+}
+
+// failingChecks runs the pure profile checks against the GPU's size.
+func (s *Supervisor) failingChecks(ctx context.Context, p *units.Profile) []units.Check {
+	facts := units.GPUFacts{}
+	if snap, err := s.snapshot(ctx); err == nil {
+		if d, ok := snap.Device0(); ok {
+			facts = units.GPUFacts{TotalMiB: d.MemoryTotalMiB, Name: d.Name}
+		}
+	}
+	var out []units.Check
+	for _, c := range units.ProfileChecks(*p, facts, *s.cfg.Policy) {
+		if c.Severity == units.SeverityFail {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// newBackendClient talks to the backends on loopback: no proxy from the
+// environment, no kept-alive connections to a backend that is being replaced.
+func newBackendClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+}
+
+func newID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+type lastWantedFile struct {
+	Profile string    `json:"last_wanted_profile"`
+	At      time.Time `json:"at"`
+}
+
+func (s *Supervisor) statePath() string { return filepath.Join(s.cfg.StateDir, "state.json") }
+
+func (s *Supervisor) readLastWanted() string {
+	data, err := os.ReadFile(s.statePath())
+	if err != nil {
+		return ""
+	}
+	var f lastWantedFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		s.log.Warn("ignoring unreadable state file", "file", s.statePath(), "err", err)
+		return ""
+	}
+	return f.Profile
+}
+
+func (s *Supervisor) writeLastWanted(p string) error {
+	data, _ := json.Marshal(lastWantedFile{Profile: p, At: time.Now().UTC()})
+	return atomicfile.Write(s.statePath(), append(data, '\n'), 0o644)
+}
+
+// switchRun is one switch in flight.
+type switchRun struct {
+	s        *Supervisor
+	id       string
+	target   *units.Profile
+	prev     string
+	opts     SwitchOptions
+	started  time.Time
+	rollback bool
+}
+
+// stepError carries the journal tail of a failed step.
+type stepError struct {
+	err     error
+	journal []string
+}
+
+func (e *stepError) Error() string { return e.err.Error() }
+func (e *stepError) Unwrap() error { return e.err }
+
+func (r *switchRun) event(e Event) {
+	e.SwitchID = r.id
+	if e.Profile == "" {
+		e.Profile = r.target.Name
+	}
+	r.s.bus.publish(e)
+}
+
+// step runs fn as a named step, with started/done/failed events and timing.
+func (r *switchRun) step(ctx context.Context, name string, fn func(ctx context.Context) (string, map[string]any, error)) error {
+	if r.rollback {
+		name = "rollback." + name
+	}
+	r.s.mu.Lock()
+	r.s.state.Step = name
+	r.s.mu.Unlock()
+	r.event(Event{Kind: "step", Step: name, Status: "started"})
+	t0 := time.Now()
+	msg, detail, err := fn(ctx)
+	dur := float64(time.Since(t0).Microseconds()) / 1000
+	if err != nil {
+		e := Event{Kind: "step", Step: name, Status: "failed", DurationMS: dur, Message: err.Error(), Detail: detail}
+		var se *stepError
+		if errors.As(err, &se) {
+			e.Journal = se.journal
+		}
+		r.event(e)
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	r.event(Event{Kind: "step", Step: name, Status: "done", DurationMS: dur, Message: msg, Detail: detail})
+	return nil
+}
+
+func (r *switchRun) run(ctx context.Context) error {
+	s := r.s
+	r.event(Event{Kind: "switch", Status: "started", Message: fmt.Sprintf("switch to %s (%s) requested", r.target.Name, r.target.Backend)})
+	err := r.sequence(ctx, r.target)
+	if err == nil {
+		total := float64(time.Since(r.started).Microseconds()) / 1000
+		r.event(Event{Kind: "switch", Status: "done", DurationMS: total, Message: fmt.Sprintf("%s is active", r.target.Name)})
+		s.finish(r.target, "")
+		return nil
+	}
+	failMsg := fmt.Sprintf("switch to %s failed: %v", r.target.Name, err)
+	if *s.cfg.Switch.Rollback && r.prev != "" && r.prev != r.target.Name {
+		prev := s.cfg.Profiles[r.prev]
+		r.rollback = true
+		r.event(Event{Kind: "switch", Status: "info", Profile: prev.Name, Message: "rolling back to " + prev.Name})
+		if rerr := r.sequence(ctx, prev); rerr == nil {
+			_ = s.writeLastWanted(prev.Name)
+			s.mu.Lock()
+			s.state.LastWanted = prev.Name
+			s.mu.Unlock()
+			msg := failMsg + "; rolled back to " + prev.Name
+			r.event(Event{Kind: "switch", Status: "failed", Message: msg})
+			s.finish(prev, msg)
+			return errors.New(msg)
+		} else {
+			failMsg += fmt.Sprintf("; rollback to %s failed too: %v", prev.Name, rerr)
+		}
+	}
+	r.event(Event{Kind: "switch", Status: "failed", Message: failMsg})
+	s.mu.Lock()
+	s.state = State{Phase: PhaseFailed, Error: failMsg, LastError: failMsg, Since: time.Now(), LastWanted: s.state.LastWanted}
+	s.mu.Unlock()
+	return errors.New(failMsg)
+}
+
+func (s *Supervisor) finish(p *units.Profile, lastErr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state = State{
+		Phase: PhaseActive, Profile: p.Name, Backend: p.Backend, Unit: s.cfg.BackendFor(p.Backend).Unit,
+		Since: time.Now(), LastWanted: s.state.LastWanted, LastError: lastErr,
+	}
+	if lastErr == "" {
+		s.state.LastError = ""
+	}
+}
+
+// sequence is the switch proper: stop what is in the way, wait for the VRAM,
+// configure and start the target, wait until it answers, load, verify.
+func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
+	s := r.s
+	targetUnit := s.cfg.BackendFor(p.Backend).Unit
+	bs, err := s.backends(ctx)
+	if err != nil {
+		return err
+	}
+	// Already running the right profile (a no-op switch, or a restart after
+	// a crash mid-switch): only make sure it is ready.
+	var toStop []backendState
+	alreadyRunning := false
+	for _, b := range bs {
+		if !b.status.Active() {
+			continue
+		}
+		if b.unit == targetUnit && b.profile == p.Name && b.status.ActiveState != "deactivating" {
+			alreadyRunning = true
+			continue
+		}
+		toStop = append(toStop, b)
+	}
+
+	if len(toStop) > 0 {
+		if err := r.step(ctx, "stop", func(ctx context.Context) (string, map[string]any, error) {
+			var names []string
+			for _, b := range toStop {
+				cctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.StopTimeout.D())
+				err := s.units.Stop(cctx, b.unit)
+				cancel()
+				if err != nil {
+					return "", nil, fmt.Errorf("stop %s: %w", b.unit, err)
+				}
+				names = append(names, b.unit)
+			}
+			return "stopped " + strings.Join(names, ", "), nil, nil
+		}); err != nil {
+			return err
+		}
+	}
+	if !alreadyRunning {
+		if err := r.step(ctx, "vram_release", func(ctx context.Context) (string, map[string]any, error) {
+			return r.waitVRAMReleased(ctx, toStop)
+		}); err != nil {
+			return err
+		}
+		if err := r.step(ctx, "configure", func(ctx context.Context) (string, map[string]any, error) {
+			path := s.cfg.EnvFilePath(targetUnit)
+			bc := s.cfg.BackendFor(p.Backend)
+			if err := atomicfile.Write(path, []byte(units.EnvFile(*p, bc.Simulated)), 0o644); err != nil {
+				return "", nil, err
+			}
+			return "wrote " + path, map[string]any{"args": units.BackendArgs(*p, bc.Simulated)}, nil
+		}); err != nil {
+			return err
+		}
+		if err := r.step(ctx, "start", func(ctx context.Context) (string, map[string]any, error) {
+			cctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.ReadyTimeout.D())
+			defer cancel()
+			if err := s.units.Start(cctx, targetUnit); err != nil {
+				return "", nil, &stepError{err: fmt.Errorf("start %s: %w", targetUnit, err), journal: r.journalTail(targetUnit)}
+			}
+			return "started " + targetUnit, nil, nil
+		}); err != nil {
+			r.cleanup(targetUnit)
+			return err
+		}
+	}
+	if err := r.step(ctx, "ready", func(ctx context.Context) (string, map[string]any, error) {
+		return r.waitReady(ctx, p, targetUnit)
+	}); err != nil {
+		r.cleanup(targetUnit)
+		return err
+	}
+	if p.Backend == units.Ollama {
+		if err := r.step(ctx, "load_model", func(ctx context.Context) (string, map[string]any, error) {
+			return r.loadOllamaModel(ctx, p)
+		}); err != nil {
+			r.cleanup(targetUnit)
+			return err
+		}
+	}
+	if err := r.step(ctx, "verify", func(ctx context.Context) (string, map[string]any, error) {
+		return r.verify(ctx, p)
+	}); err != nil {
+		r.cleanup(targetUnit)
+		return err
+	}
+	return nil
+}
+
+// cleanup stops a unit whose start failed, so it cannot keep VRAM that the
+// rollback needs.
+func (r *switchRun) cleanup(unit string) {
+	ctx, cancel := context.WithTimeout(r.s.baseCtx, r.s.cfg.Switch.StopTimeout.D())
+	defer cancel()
+	if err := r.s.units.Stop(ctx, unit); err != nil {
+		r.s.log.Error("stop failed backend", "unit", unit, "err", err)
+	}
+}
+
+func (r *switchRun) journalTail(unit string) []string {
+	ctx, cancel := context.WithTimeout(r.s.baseCtx, 5*time.Second)
+	defer cancel()
+	lines, err := r.s.journal(ctx, unit, 20)
+	if err != nil {
+		return []string{"(journal unavailable: " + err.Error() + ")"}
+	}
+	return lines
+}
+
+// poller yields an adaptive schedule: the first check comes at once, then
+// the gap grows from 5 ms to a cap, so fast events are seen within
+// milliseconds and slow ones (a model load of minutes) cost few requests.
+type poller struct {
+	next, max time.Duration
+}
+
+func newPoller(max time.Duration) *poller { return &poller{next: 5 * time.Millisecond, max: max} }
+
+func (p *poller) wait(ctx context.Context) error {
+	t := time.NewTimer(p.next)
+	defer t.Stop()
+	p.next = min(p.next*3/2, p.max)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// waitVRAMReleased waits until NVML shows used memory back near the idle
+// baseline and no GPU process from a stopped unit.
+func (r *switchRun) waitVRAMReleased(ctx context.Context, stopped []backendState) (string, map[string]any, error) {
+	s := r.s
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.GPU.ReleaseTimeout.D())
+	defer cancel()
+	s.mu.Lock()
+	baseline := s.baseline
+	s.mu.Unlock()
+	limit := baseline + s.cfg.GPU.ReleaseToleranceMiB
+	pl := newPoller(200 * time.Millisecond)
+	var last nvml.Device
+	var lastErr error
+	var holders []nvml.Process
+	for {
+		snap, err := s.snapshot(ctx)
+		if err == nil {
+			if d, ok := snap.Device0(); ok {
+				last = d
+				holders = holders[:0]
+				for _, proc := range d.Processes {
+					if belongsTo(proc.PID, stopped) {
+						holders = append(holders, proc)
+					}
+				}
+				if d.MemoryUsedMiB <= limit && len(holders) == 0 {
+					return fmt.Sprintf("VRAM released: %d MiB used of %d (baseline %d)", d.MemoryUsedMiB, d.MemoryTotalMiB, baseline),
+						map[string]any{"used_mib": d.MemoryUsedMiB, "total_mib": d.MemoryTotalMiB, "baseline_mib": baseline}, nil
+				}
+			} else {
+				return "no GPU device reported; nothing to wait for", nil, nil
+			}
+		} else {
+			lastErr = err
+		}
+		if werr := pl.wait(ctx); werr != nil {
+			detail := map[string]any{"used_mib": last.MemoryUsedMiB, "limit_mib": limit, "baseline_mib": baseline}
+			var hs []string
+			for _, h := range holders {
+				hs = append(hs, fmt.Sprintf("pid %d (%s) %d MiB", h.PID, h.Name, h.UsedMiB))
+			}
+			msg := fmt.Sprintf("VRAM not released within %s: %d MiB used, want ≤ %d (baseline %d + tolerance %d)",
+				s.cfg.GPU.ReleaseTimeout.D(), last.MemoryUsedMiB, limit, baseline, s.cfg.GPU.ReleaseToleranceMiB)
+			if len(hs) > 0 {
+				msg += "; still held by " + strings.Join(hs, ", ")
+			} else if len(last.Processes) > 0 {
+				var others []string
+				for _, p := range last.Processes {
+					others = append(others, fmt.Sprintf("pid %d (%s) %d MiB", p.PID, p.Name, p.UsedMiB))
+				}
+				msg += "; GPU processes: " + strings.Join(others, ", ")
+			}
+			if lastErr != nil {
+				msg += "; last NVML error: " + lastErr.Error()
+			}
+			return "", detail, errors.New(msg)
+		}
+	}
+}
+
+// belongsTo reports whether pid runs in the cgroup of one of the units (or
+// is its main process, for runners without cgroups).
+func belongsTo(pid int, bs []backendState) bool {
+	if len(bs) == 0 {
+		return false
+	}
+	cg := cgroupOf(pid)
+	for _, b := range bs {
+		if pid == b.status.MainPID {
+			return true
+		}
+		if b.status.ControlGroup != "" && cg != "" && (cg == b.status.ControlGroup || strings.HasPrefix(cg, b.status.ControlGroup+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// cgroupOf reads the unified-hierarchy cgroup path of a process.
+func cgroupOf(pid int) string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			return rest
+		}
+	}
+	return ""
+}
+
+func (r *switchRun) baseURL(p *units.Profile) string {
+	return "http://127.0.0.1:" + strconv.Itoa(p.Port)
+}
+
+// waitReady polls the backend's health endpoint on the adaptive schedule and
+// watches the unit, so a backend that dies while loading fails the switch at
+// once (with its journal) instead of at the ready timeout.
+func (r *switchRun) waitReady(ctx context.Context, p *units.Profile, unit string) (string, map[string]any, error) {
+	s := r.s
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.ReadyTimeout.D())
+	defer cancel()
+	url := r.baseURL(p) + "/health"
+	if p.Backend == units.Ollama {
+		url = r.baseURL(p) + "/api/version"
+	}
+	pl := newPoller(250 * time.Millisecond)
+	polls := 0
+	for {
+		polls++
+		if code, err := r.get(ctx, url, time.Second); err == nil && code == http.StatusOK {
+			return fmt.Sprintf("%s answered after %d polls", url, polls), map[string]any{"polls": polls}, nil
+		}
+		st, err := s.units.Unit(ctx, unit)
+		if err == nil && !st.Active() {
+			return "", nil, &stepError{
+				err:     fmt.Errorf("%s stopped while loading (state %s, result %s)", unit, st.ActiveState, st.Result),
+				journal: r.journalTail(unit),
+			}
+		}
+		if werr := pl.wait(ctx); werr != nil {
+			return "", map[string]any{"polls": polls}, &stepError{
+				err:     fmt.Errorf("%s not ready within %s (%d polls of %s)", unit, s.cfg.Switch.ReadyTimeout.D(), polls, url),
+				journal: r.journalTail(unit),
+			}
+		}
+	}
+}
+
+func (r *switchRun) get(ctx context.Context, url string, timeout time.Duration) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := r.s.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+func (r *switchRun) getJSON(ctx context.Context, url string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := r.s.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(v); err != nil {
+		return fmt.Errorf("GET %s: decode: %w", url, err)
+	}
+	return nil
+}
+
+// loadOllamaModel asks Ollama to load the model now (an empty generate
+// request), so the first client request does not pay the load time.
+func (r *switchRun) loadOllamaModel(ctx context.Context, p *units.Profile) (string, map[string]any, error) {
+	keep := p.Ollama.KeepAlive
+	if keep == "" {
+		keep = "-1"
+	}
+	var keepAlive any = keep
+	if n, err := strconv.Atoi(keep); err == nil {
+		keepAlive = n
+	}
+	body, _ := json.Marshal(map[string]any{"model": p.Model, "keep_alive": keepAlive, "stream": false})
+	ctx, cancel := context.WithTimeout(ctx, r.s.cfg.Switch.ReadyTimeout.D())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.baseURL(p)+"/api/generate", bytes.NewReader(body))
+	if err != nil {
+		return "", nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := r.s.client.Do(req)
+	if err != nil {
+		return "", nil, fmt.Errorf("load %s: %w", p.Model, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return "", nil, fmt.Errorf("load %s: status %d: %s", p.Model, resp.StatusCode, strings.TrimSpace(string(data)))
+	}
+	var out struct {
+		LoadDuration int64 `json:"load_duration"`
+	}
+	_ = json.Unmarshal(data, &out)
+	return fmt.Sprintf("loaded %s (load_duration %s)", p.Model, time.Duration(out.LoadDuration)),
+		map[string]any{"load_duration_ns": out.LoadDuration}, nil
+}
+
+// verify checks that the backend serves the profile's name and reports the
+// VRAM it now holds.
+func (r *switchRun) verify(ctx context.Context, p *units.Profile) (string, map[string]any, error) {
+	detail := map[string]any{}
+	switch p.Backend {
+	case units.VLLM:
+		var models struct {
+			Data []struct {
+				ID          string `json:"id"`
+				MaxModelLen int    `json:"max_model_len"`
+			} `json:"data"`
+		}
+		if err := r.getJSON(ctx, r.baseURL(p)+"/v1/models", &models); err != nil {
+			return "", nil, err
+		}
+		var ids []string
+		found := false
+		for _, m := range models.Data {
+			ids = append(ids, m.ID)
+			if m.ID == p.ServedName {
+				found = true
+				detail["max_model_len"] = m.MaxModelLen
+			}
+		}
+		if !found {
+			return "", detail, fmt.Errorf("backend serves %v, not the profile's served_name %q", ids, p.ServedName)
+		}
+	case units.Ollama:
+		var ps struct {
+			Models []struct {
+				Name     string `json:"name"`
+				Model    string `json:"model"`
+				SizeVRAM int64  `json:"size_vram"`
+			} `json:"models"`
+		}
+		if err := r.getJSON(ctx, r.baseURL(p)+"/api/ps", &ps); err != nil {
+			return "", nil, err
+		}
+		found := false
+		var names []string
+		for _, m := range ps.Models {
+			names = append(names, m.Name)
+			if m.Name == p.Model || m.Model == p.Model {
+				found = true
+				detail["size_vram"] = m.SizeVRAM
+			}
+		}
+		if !found {
+			return "", detail, fmt.Errorf("ollama has %v loaded, not %q", names, p.Model)
+		}
+	}
+	msg := "serving " + p.ServedName
+	if r.s.gpu == nil {
+		return msg, detail, nil
+	}
+	if snap, err := r.s.snapshot(ctx); err == nil {
+		if d, ok := snap.Device0(); ok {
+			detail["used_mib"], detail["total_mib"] = d.MemoryUsedMiB, d.MemoryTotalMiB
+			msg += fmt.Sprintf(" · VRAM %.1f/%.1f GiB", float64(d.MemoryUsedMiB)/1024, float64(d.MemoryTotalMiB)/1024)
+		}
+	}
+	return msg, detail, nil
+}

@@ -1,0 +1,430 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"gpuhost/appliance"
+	"gpuhost/simulator"
+	"gpuhost/units"
+)
+
+func loadConfig(cmd *cobra.Command) (*appliance.Config, error) {
+	path, _ := cmd.Flags().GetString("config")
+	if path == "" {
+		path = appliance.DefaultConfigPath
+	}
+	return appliance.LoadConfig(path)
+}
+
+func newServeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "serve",
+		Short: "Run the daemon (systemd Type=notify service)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(cmd)
+			if err != nil {
+				return err
+			}
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			return appliance.Serve(cmd.Context(), cfg, log, nil)
+		},
+	}
+}
+
+func newDemoCmd() *cobra.Command {
+	var listen, stateDir string
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run gpuhost on the embedded default: simulated GPU and backends, no root, no systemd",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(cmd)
+			if err != nil {
+				return err
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find the gpuhost binary for the simulator: %w", err)
+			}
+			if stateDir == "" {
+				base, err := os.UserCacheDir()
+				if err != nil {
+					base = os.TempDir()
+				}
+				stateDir = filepath.Join(base, "gpuhost-demo")
+			}
+			if stateDir, err = filepath.Abs(stateDir); err != nil {
+				return err
+			}
+			cfg, err := appliance.DemoConfig(self, stateDir, listen)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			return appliance.Serve(cmd.Context(), cfg, log, func(addr string) {
+				base := "http://" + addr
+				fmt.Fprintf(out, `
+gpuhost demo — simulated RTX 4090 (24 GB), simulator backends, state in %s
+
+  API status   %s/api/status
+  events (SSE) %s/api/events
+  profiles     %s/api/profiles
+
+Try, in another terminal:
+  gpuhost switch llama3-8b --url %s      # watch VRAM being released and re-allocated
+  curl -s %s/api/status | python3 -m json.tool
+
+Stop with Ctrl-C.
+
+`, stateDir, base, base, base, base, base)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "address to serve the API on")
+	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory (default: user cache dir/gpuhost-demo)")
+	return cmd
+}
+
+// apiClient returns a client for --url, or for the config's listen address.
+func apiClient(cmd *cobra.Command) (*appliance.Client, error) {
+	url, _ := cmd.Flags().GetString("url")
+	tokenEnv := "GPUHOST_API_TOKEN"
+	if url == "" {
+		cfg, err := loadConfig(cmd)
+		if err != nil {
+			return nil, fmt.Errorf("no --url given and %w", err)
+		}
+		host, port, _ := net.SplitHostPort(cfg.Listen)
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = "127.0.0.1"
+		}
+		url = "http://" + net.JoinHostPort(host, port)
+		tokenEnv = cfg.APITokenEnv
+	}
+	return appliance.NewClient(url, os.Getenv(tokenEnv)), nil
+}
+
+func newStatusCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the active profile, GPU memory and backend units (from the daemon, else read locally)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 20*time.Second)
+			defer cancel()
+			st, err := fetchStatus(ctx, cmd)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), st)
+			}
+			printStatus(cmd.OutOrStdout(), st)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().String("url", "", "daemon API base URL (default: from the config's listen)")
+	return cmd
+}
+
+// fetchStatus asks the daemon; when none answers it reads GPU and units
+// directly, so `gpuhost status` also works before the daemon is installed.
+func fetchStatus(ctx context.Context, cmd *cobra.Command) (appliance.Status, error) {
+	c, cerr := apiClient(cmd)
+	if cerr == nil {
+		st, err := c.Status(ctx)
+		if err == nil {
+			return st, nil
+		}
+		var re *appliance.RemoteError
+		if errors.As(err, &re) {
+			return st, err
+		}
+		if url, _ := cmd.Flags().GetString("url"); url != "" {
+			return st, err
+		}
+	}
+	cfg, err := loadConfig(cmd)
+	if err != nil {
+		return appliance.Status{}, err
+	}
+	gpu, closeGPU, _ := appliance.OpenGPU(cfg)
+	defer closeGPU()
+	u, _, closeUnits, _ := appliance.OpenUnits(ctx, cfg)
+	defer closeUnits()
+	sup := appliance.NewSupervisor(cfg, gpu, u, nil, nil)
+	defer sup.Close()
+	sup.Reconcile(ctx)
+	return sup.Status(ctx), nil
+}
+
+func printStatus(w io.Writer, st appliance.Status) {
+	fmt.Fprintf(w, "state:   %s\n", appliance.StatusLine(st.State, st.GPU))
+	if st.State.LastError != "" {
+		fmt.Fprintf(w, "last error: %s\n", st.State.LastError)
+	}
+	if st.GPU != nil {
+		for _, d := range st.GPU.Devices {
+			fmt.Fprintf(w, "gpu %d:   %s · driver %s · CUDA %s · %d/%d MiB · %d%% · %d °C · %.0f W · %.0f GB/s\n",
+				d.Index, d.Name, st.GPU.DriverVersion, st.GPU.CUDADriverVersion, d.MemoryUsedMiB, d.MemoryTotalMiB,
+				d.UtilizationGPU, d.TemperatureC, d.PowerW, d.BandwidthGBs)
+			for _, p := range d.Processes {
+				fmt.Fprintf(w, "         pid %d %s %d MiB\n", p.PID, p.Name, p.UsedMiB)
+			}
+		}
+	} else if st.GPUError != "" {
+		fmt.Fprintf(w, "gpu:     unavailable: %s\n", st.GPUError)
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "UNIT\tSTATE\tPID\tRESULT")
+	for _, u := range st.Units {
+		fmt.Fprintf(tw, "%s\t%s (%s)\t%d\t%s\n", u.Name, u.ActiveState, u.SubState, u.MainPID, u.Result)
+	}
+	tw.Flush()
+	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROFILE\tBACKEND\tSERVED NAME\tPORT\tACTIVE")
+	for _, p := range st.Profiles {
+		mark := ""
+		if p.Active {
+			mark = "*"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", p.Name, p.Backend, p.ServedName, p.Port, mark)
+	}
+	tw.Flush()
+}
+
+func newSwitchCmd() *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "switch PROFILE",
+		Short: "Switch the GPU to a profile and follow each step live",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			return c.SwitchAndFollow(cmd.Context(), appliance.SwitchRequest{Profile: args[0], Force: force}, func(e appliance.Event) {
+				fmt.Fprintln(out, appliance.FormatEvent(e))
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "switch even if the profile fails doctor checks")
+	cmd.Flags().String("url", "", "daemon API base URL (default: from the config's listen)")
+	return cmd
+}
+
+func newDoctorCmd() *cobra.Command {
+	var asJSON bool
+	var profile string
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Check driver, settings, units and endpoint; exit 0 ok, 1 warnings, 2 failures",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
+			defer cancel()
+			var rep appliance.DoctorReport
+			if url, _ := cmd.Flags().GetString("url"); url != "" {
+				c, err := apiClient(cmd)
+				if err != nil {
+					return err
+				}
+				if rep, err = c.Doctor(ctx, profile); err != nil {
+					return err
+				}
+			} else {
+				cfg, err := loadConfig(cmd)
+				if err != nil {
+					return err
+				}
+				if profile != "" {
+					if _, ok := cfg.Profiles[profile]; !ok {
+						return fmt.Errorf("--profile %q: no such profile (profiles: %s)", profile, strings.Join(cfg.ProfileNames(), ", "))
+					}
+				}
+				d := &appliance.Doctor{Cfg: cfg, Profile: profile}
+				gpu, closeGPU, gerr := appliance.OpenGPU(cfg)
+				defer closeGPU()
+				if gerr != nil {
+					d.GPUErr = gerr
+				} else {
+					d.GPU = gpu
+				}
+				u, _, closeUnits, uerr := appliance.OpenUnits(ctx, cfg)
+				defer closeUnits()
+				if uerr != nil {
+					d.UnitsErr = uerr
+				} else {
+					d.Units = u
+				}
+				rep = d.Run(ctx)
+			}
+			if asJSON {
+				if err := writeJSON(cmd.OutOrStdout(), rep); err != nil {
+					return err
+				}
+			} else {
+				printDoctor(cmd.OutOrStdout(), rep)
+			}
+			if rep.Exit != 0 {
+				return exitError{rep.Exit}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&profile, "profile", "", "check only this profile")
+	cmd.Flags().String("url", "", "ask a running daemon instead of checking locally")
+	return cmd
+}
+
+func printDoctor(w io.Writer, rep appliance.DoctorReport) {
+	for _, c := range rep.Checks {
+		mark := map[units.Severity]string{units.SeverityOK: "ok  ", units.SeverityWarn: "WARN", units.SeverityFail: "FAIL"}[c.Severity]
+		id := c.ID
+		if c.Profile != "" {
+			id += "[" + c.Profile + "]"
+		}
+		fmt.Fprintf(w, "%s %-40s %s\n", mark, id, c.Message)
+		if c.Fix != "" && c.Severity != units.SeverityOK {
+			fmt.Fprintf(w, "     fix: %s\n", c.Fix)
+		}
+	}
+	fmt.Fprintf(w, "worst: %s\n", rep.Worst)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newSimulateCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "simulate vllm|ollama [serve] [MODEL] [flags]",
+		Short: "Run an inference-server simulator that speaks the vLLM or Ollama HTTP API",
+		Long: `Simulates vLLM or Ollama for the demo and the tests: the same HTTP API, paced
+prefill and decode, and simulated GPU memory claimed while loaded.
+
+Simulator flags: --port, --host, --model (repeatable for ollama), --served-name,
+--load-time, --prefill-tps, --decode-tps, --vram-mib, --sim-dir.
+For vllm every vLLM serve flag is accepted too (--gpu-memory-utilization,
+--max-num-seqs, --served-model-name, …), so a profile's argv runs unchanged.
+For ollama the address also comes from OLLAMA_HOST.`,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+				return cmd.Help()
+			}
+			opts, err := simulateOptions(args[0], args[1:])
+			if err != nil {
+				return err
+			}
+			log, err := newLogger(cmd)
+			if err != nil {
+				return err
+			}
+			opts.Logger = log.With("sim", string(opts.Flavor))
+			return simulator.Run(cmd.Context(), opts)
+		},
+	}
+}
+
+// simulateOptions reads the simulator's own flags and, for vllm, the vLLM
+// serve words, from one argv.
+func simulateOptions(flavor string, args []string) (simulator.Options, error) {
+	opts := simulator.Options{Flavor: simulator.Flavor(flavor)}
+	switch opts.Flavor {
+	case simulator.FlavorVLLM:
+		if err := opts.ApplyVLLMArgv(args); err != nil {
+			return opts, err
+		}
+	case simulator.FlavorOllama:
+		if h := os.Getenv("OLLAMA_HOST"); h != "" {
+			host, port, err := net.SplitHostPort(strings.TrimPrefix(h, "http://"))
+			if err != nil {
+				return opts, fmt.Errorf("OLLAMA_HOST=%q: want host:port: %w", h, err)
+			}
+			n, err := strconv.Atoi(port)
+			if err != nil {
+				return opts, fmt.Errorf("OLLAMA_HOST=%q: port is not a number", h)
+			}
+			opts.Host, opts.Port = host, n
+		}
+	default:
+		return opts, fmt.Errorf("simulate %q: want vllm or ollama", flavor)
+	}
+	fs := pflag.NewFlagSet("simulate", pflag.ContinueOnError)
+	fs.ParseErrorsAllowlist.UnknownFlags = true
+	fs.SetOutput(io.Discard)
+	port := fs.Int("port", 0, "")
+	host := fs.String("host", "", "")
+	models := fs.StringArray("model", nil, "")
+	served := fs.String("served-name", "", "")
+	load := fs.Duration("load-time", 0, "")
+	prefill := fs.Float64("prefill-tps", 0, "")
+	decode := fs.Float64("decode-tps", 0, "")
+	vram := fs.Int("vram-mib", 0, "")
+	fs.StringVar(&opts.SimDir, "sim-dir", "", "")
+	if err := fs.Parse(args); err != nil {
+		return opts, fmt.Errorf("simulate %s: %w", flavor, err)
+	}
+	if *port != 0 {
+		opts.Port = *port
+	}
+	if *host != "" {
+		opts.Host = *host
+	}
+	if len(*models) > 0 {
+		if opts.Flavor == simulator.FlavorOllama {
+			opts.Models = append(opts.Models, *models...)
+		} else {
+			opts.Model = (*models)[0]
+		}
+	}
+	if *served != "" {
+		opts.ServedName = *served
+	}
+	if fs.Changed("load-time") {
+		opts.LoadTime = *load
+	}
+	if *prefill != 0 {
+		opts.PrefillTPS = *prefill
+	}
+	if *decode != 0 {
+		opts.DecodeTPS = *decode
+	}
+	if *vram != 0 {
+		opts.VRAMMiB = *vram
+	}
+	if v := os.Getenv("OLLAMA_CONTEXT_LENGTH"); v != "" && opts.Flavor == simulator.FlavorOllama {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return opts, fmt.Errorf("OLLAMA_CONTEXT_LENGTH=%q: want a positive number of tokens", v)
+		}
+		opts.MaxModelLen = n
+	}
+	return opts, nil
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"gpuhost/appliance"
+	"gpuhost/internal/atomicfile"
+	"gpuhost/systemd"
+	"gpuhost/units"
+)
+
+// unitFile is one file gpuhost renders for systemd, relative to the unit dir.
+type unitFile struct {
+	Path    string
+	Content string
+}
+
+// renderUnits returns gpuhost.service plus, per backend, either our own
+// unit file or, for an adopted unit, the drop-in that adds Conflicts=.
+func renderUnits(cfg *appliance.Config, binary, configPath string, adopt bool) []unitFile {
+	files := []unitFile{{Path: "gpuhost.service", Content: units.RenderDaemonUnit(units.DaemonUnit{Binary: binary, Config: configPath, WatchdogSec: 30})}}
+	for _, bu := range cfg.BackendUnits() {
+		if adopt || bu.Adopt {
+			p, c := units.RenderAdoptDropIn(bu)
+			files = append(files, unitFile{Path: p, Content: c})
+			continue
+		}
+		files = append(files, unitFile{Path: bu.Name, Content: units.RenderBackendUnit(bu)})
+	}
+	return files
+}
+
+func newUnitsCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "units", Short: "Render or install gpuhost's systemd units"}
+	var dir, binary string
+	var adopt bool
+	render := &cobra.Command{
+		Use:   "render",
+		Short: "Print the unit files (or write them into --dir)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, path, err := configForUnits(cmd)
+			if err != nil {
+				return err
+			}
+			files := renderUnits(cfg, binary, path, adopt)
+			if dir == "" {
+				for _, f := range files {
+					fmt.Fprintf(cmd.OutOrStdout(), "# ===== %s =====\n%s\n", f.Path, f.Content)
+				}
+				return nil
+			}
+			return writeUnitFiles(dir, files)
+		},
+	}
+	render.Flags().StringVar(&dir, "dir", "", "write the files into this directory instead of printing them")
+	install := &cobra.Command{
+		Use:   "install",
+		Short: "Install config (if none), units or drop-ins, daemon-reload, enable --now gpuhost",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			path, _ := cmd.Flags().GetString("config")
+			if path == "" {
+				path = appliance.DefaultConfigPath
+			}
+			if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+				if err := atomicfile.Write(path, appliance.ExampleConfig, 0o640); err != nil {
+					return fmt.Errorf("install example config: %w", err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "installed example config %s (edit the profiles, then `systemctl restart gpuhost`)\n", path)
+			}
+			cfg, err := appliance.LoadConfig(path)
+			if err != nil {
+				return err
+			}
+			files := renderUnits(cfg, binary, path, adopt)
+			if err := writeUnitFiles(cfg.Systemd.UnitDir, files); err != nil {
+				return err
+			}
+			for _, f := range files {
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", filepath.Join(cfg.Systemd.UnitDir, f.Path))
+			}
+			noStart, _ := cmd.Flags().GetBool("no-start")
+			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
+			defer cancel()
+			var m *systemd.Manager
+			if cfg.Systemd.Socket == "" {
+				m, err = systemd.ConnectSystem(ctx)
+			} else {
+				m, err = systemd.ConnectPrivate(ctx, cfg.Systemd.Socket)
+			}
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			if err := m.Reload(ctx); err != nil {
+				return err
+			}
+			if err := m.EnableUnitFiles(ctx, []string{"gpuhost.service"}, false); err != nil {
+				return err
+			}
+			if noStart {
+				fmt.Fprintln(cmd.OutOrStdout(), "enabled gpuhost.service")
+				return nil
+			}
+			if err := m.Start(ctx, "gpuhost.service"); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "enabled and started gpuhost.service; follow it with `journalctl -fu gpuhost`")
+			return nil
+		},
+	}
+	install.Flags().Bool("no-start", false, "enable but do not start gpuhost.service")
+	for _, c := range []*cobra.Command{render, install} {
+		c.Flags().BoolVar(&adopt, "adopt", false, "adopt the existing backend units: only add a Conflicts= drop-in")
+		c.Flags().StringVar(&binary, "binary", "/usr/local/bin/gpuhost", "path of the installed gpuhost binary")
+	}
+	cmd.AddCommand(render, install)
+	return cmd
+}
+
+// configForUnits loads --config, or the example config when none exists
+// yet (rendering should work before installing).
+func configForUnits(cmd *cobra.Command) (*appliance.Config, string, error) {
+	path, _ := cmd.Flags().GetString("config")
+	if path == "" {
+		path = appliance.DefaultConfigPath
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			cfg, err := appliance.ParseConfig("example config", appliance.ExampleConfig)
+			return cfg, path, err
+		}
+	}
+	cfg, err := appliance.LoadConfig(path)
+	return cfg, path, err
+}
+
+func writeUnitFiles(dir string, files []unitFile) error {
+	for _, f := range files {
+		if err := atomicfile.Write(filepath.Join(dir, f.Path), []byte(f.Content), 0o644); err != nil {
+			return fmt.Errorf("install unit: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,55 @@
+package atomicfile
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestWriteReplacesAndLeavesNoTemp(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "sub", "state.json")
+	for _, content := range []string{"first", "second, longer content"} {
+		if err := Write(p, []byte(content), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(p)
+		if err != nil || string(got) != content {
+			t.Fatalf("read back %q, %v; want %q", got, err, content)
+		}
+	}
+	st, _ := os.Stat(p)
+	if st.Mode().Perm() != 0o640 {
+		t.Errorf("mode %v, want 0640", st.Mode().Perm())
+	}
+	entries, _ := os.ReadDir(filepath.Dir(p))
+	if len(entries) != 1 {
+		t.Errorf("directory holds %d entries, want only the file (no temp files left)", len(entries))
+	}
+}
+
+func TestWriteFailureKeepsOldContent(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	if err := Write(p, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A directory in the way of the rename makes the write fail.
+	bad := filepath.Join(dir, "isdir")
+	if err := os.MkdirAll(filepath.Join(bad, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(bad, []byte("new"), 0o644); err == nil {
+		t.Fatal("want an error when the target is a non-empty directory")
+	}
+	got, _ := os.ReadFile(p)
+	if string(got) != "old" {
+		t.Fatalf("unrelated file changed: %q", got)
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.Name() != "f" && e.Name() != "isdir" {
+			t.Errorf("left behind %s", e.Name())
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package nvml
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Defaults of the simulated GPU: the reference box's RTX 4090 on the driver
+// that gpuhost's settings rules are written for.
+const (
+	DefaultSimName          = "NVIDIA GeForce RTX 4090"
+	DefaultSimTotalMiB      = 24564
+	DefaultSimBaselineMiB   = 18
+	DefaultSimDriverVersion = "610.43.02"
+	DefaultSimCUDAVersion   = "13.0"
+	// SimUUID is the simulated GPU's fixed UUID, recognisably fake.
+	SimUUID = "GPU-5a1f4090-0000-4000-8000-000000000000"
+
+	simBusWidthBits   = 384
+	simMaxMemClockMHz = 10501
+	simIdleSMClock    = 210
+	simBusySMClock    = 2520
+	simIdleMemClock   = 405
+	simPowerLimitW    = 450
+	simIdlePowerW     = 17
+	simLoadPowerW     = 300 // added at full memory load
+	simIdleTempC      = 33
+	simLoadTempC      = 37 // added at full memory load
+)
+
+// SimConfig describes the simulated GPU. Zero fields take the defaults
+// above, so SimConfig{Dir: d} is the reference RTX 4090.
+type SimConfig struct {
+	// Dir holds the claims (see WriteClaim) of the simulated processes.
+	// Empty means none: the GPU stays idle.
+	Dir string
+	// TotalMiB is the GPU's memory (default 24564).
+	TotalMiB uint64
+	// BaselineMiB is what an idle GPU shows as used (default 18).
+	BaselineMiB uint64
+	// DriverVersion (default "610.43.02"), CUDAVersion (default "13.0") and
+	// Name (default "NVIDIA GeForce RTX 4090") are reported as given, so
+	// tests can simulate an old driver.
+	DriverVersion, CUDAVersion, Name string
+}
+
+// Sim is a simulated single GPU for the demo and for tests of everything
+// above this package: it behaves like NVML on an RTX 4090 whose processes
+// are the live claims in its Dir. Its figures are deterministic functions of
+// the claimed memory. It is safe for concurrent use.
+type Sim struct {
+	cfg    SimConfig
+	mu     sync.Mutex
+	closed bool
+}
+
+// NewSim returns a simulated GPU; zero fields of cfg take the defaults.
+func NewSim(cfg SimConfig) *Sim {
+	if cfg.TotalMiB == 0 {
+		cfg.TotalMiB = DefaultSimTotalMiB
+	}
+	if cfg.BaselineMiB == 0 {
+		cfg.BaselineMiB = DefaultSimBaselineMiB
+	}
+	if cfg.DriverVersion == "" {
+		cfg.DriverVersion = DefaultSimDriverVersion
+	}
+	if cfg.CUDAVersion == "" {
+		cfg.CUDAVersion = DefaultSimCUDAVersion
+	}
+	if cfg.Name == "" {
+		cfg.Name = DefaultSimName
+	}
+	return &Sim{cfg: cfg}
+}
+
+// Snapshot reads the live claims and derives the GPU's state from them:
+// used memory is the idle baseline plus the claims (capped at the total),
+// the processes are the claimants, and utilisation, power, temperature and
+// clocks rise with the claimed share of memory. Claims of dead processes
+// are removed on the way (see ReadClaims).
+func (s *Sim) Snapshot(ctx context.Context) (Snapshot, error) {
+	if s == nil {
+		return Snapshot{}, fmt.Errorf("simulated GPU snapshot: %w", ErrUnavailable)
+	}
+	if err := ctx.Err(); err != nil {
+		return Snapshot{}, fmt.Errorf("simulated GPU snapshot: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Snapshot{}, fmt.Errorf("simulated GPU snapshot: %w", ErrClosed)
+	}
+	taken := time.Now()
+	var claims []Claim
+	if s.cfg.Dir != "" {
+		var err error
+		if claims, err = ReadClaims(s.cfg.Dir); err != nil {
+			return Snapshot{}, fmt.Errorf("simulated GPU snapshot: %w", err)
+		}
+	}
+
+	cfg := s.cfg
+	var claimed uint64
+	procs := make([]Process, 0, len(claims))
+	for _, c := range claims {
+		claimed = satAdd(claimed, c.MiB)
+		name := c.Name
+		if name == "" {
+			name = procComm(c.PID)
+		}
+		procs = append(procs, Process{PID: c.PID, UsedMiB: c.MiB, Name: name})
+	}
+	used := min(satAdd(cfg.BaselineMiB, claimed), cfg.TotalMiB)
+
+	// load is the claimed share of the memory an idle GPU leaves free.
+	load := 0.0
+	if room := cfg.TotalMiB - min(cfg.BaselineMiB, cfg.TotalMiB); room > 0 {
+		load = math.Min(1, float64(claimed)/float64(room))
+	}
+	d := Device{
+		Index:          0,
+		Name:           cfg.Name,
+		UUID:           SimUUID,
+		MemoryTotalMiB: cfg.TotalMiB,
+		MemoryUsedMiB:  used,
+		MemoryFreeMiB:  cfg.TotalMiB - used,
+		TemperatureC:   simIdleTempC + int(math.Round(simLoadTempC*load)),
+		PowerW:         math.Round((simIdlePowerW+simLoadPowerW*load)*100) / 100,
+		PowerLimitW:    simPowerLimitW,
+		SMClockMHz:     simIdleSMClock,
+		MemClockMHz:    simIdleMemClock,
+		MaxMemClockMHz: simMaxMemClockMHz,
+		BusWidthBits:   simBusWidthBits,
+		BandwidthGBs:   Bandwidth(simMaxMemClockMHz, simBusWidthBits),
+		Processes:      procs,
+	}
+	if len(claims) > 0 {
+		// A process holding the GPU keeps it out of its idle state.
+		d.UtilizationGPU = 5 + int(math.Round(90*load))
+		d.UtilizationMemory = 2 + int(math.Round(60*load))
+		d.SMClockMHz = simBusySMClock
+		d.MemClockMHz = simMaxMemClockMHz
+	}
+	return Snapshot{
+		Backend:           "sim",
+		DriverVersion:     cfg.DriverVersion,
+		CUDADriverVersion: cfg.CUDAVersion,
+		Devices:           []Device{d},
+		TakenAt:           taken,
+	}, nil
+}
+
+// Close ends the simulator's use; later Snapshots fail with ErrClosed, as
+// with the real backend. Claims are left alone: they belong to their
+// processes.
+func (s *Sim) Close() error {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}
+
+// satAdd adds without wrapping, so absurd claims saturate instead of making
+// a full GPU look empty.
+func satAdd(a, b uint64) uint64 {
+	if a > math.MaxUint64-b {
+		return math.MaxUint64
+	}
+	return a + b
+}

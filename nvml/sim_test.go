@@ -1,0 +1,267 @@
+package nvml
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"syscall"
+	"testing"
+)
+
+// Both backends must fit the interface consumers define over them.
+var (
+	_ interface {
+		Snapshot(context.Context) (Snapshot, error)
+		Close() error
+	} = (*Sim)(nil)
+	_ interface {
+		Snapshot(context.Context) (Snapshot, error)
+		Close() error
+	} = (*NVML)(nil)
+)
+
+func simSnap(t *testing.T, s *Sim) Device {
+	t.Helper()
+	snap, err := s.Snapshot(context.Background())
+	if err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	d, ok := snap.Device0()
+	if !ok || len(snap.Devices) != 1 {
+		t.Fatalf("simulated GPU has %d devices; want 1", len(snap.Devices))
+	}
+	return d
+}
+
+func TestSimDefaults(t *testing.T) {
+	s := NewSim(SimConfig{Dir: t.TempDir()})
+	snap, err := s.Snapshot(context.Background())
+	if err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	if snap.Backend != "sim" || snap.DriverVersion != "610.43.02" || snap.CUDADriverVersion != "13.0" || snap.TakenAt.IsZero() {
+		t.Errorf("header = %q %q %q %v; want sim 610.43.02 13.0 and a time", snap.Backend, snap.DriverVersion, snap.CUDADriverVersion, snap.TakenAt)
+	}
+	if major, err := DriverMajor(snap.DriverVersion); err != nil || major != 610 {
+		t.Errorf("DriverMajor(sim driver) = %d, %v; want 610", major, err)
+	}
+	want := Device{
+		Index: 0, Name: "NVIDIA GeForce RTX 4090", UUID: SimUUID,
+		MemoryTotalMiB: 24564, MemoryUsedMiB: 18, MemoryFreeMiB: 24546,
+		TemperatureC: simIdleTempC, PowerW: simIdlePowerW, PowerLimitW: 450,
+		SMClockMHz: simIdleSMClock, MemClockMHz: simIdleMemClock, MaxMemClockMHz: 10501, BusWidthBits: 384,
+		BandwidthGBs: 1008.096,
+		Processes:    []Process{},
+	}
+	if got := snap.Devices[0]; !reflect.DeepEqual(got, want) {
+		t.Fatalf("idle device =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+func TestSimConfigOverrides(t *testing.T) {
+	tests := []struct {
+		name                      string
+		cfg                       SimConfig
+		wantTotal, wantUsed       uint64
+		wantName, wantDrv, wantCU string
+	}{
+		{name: "old driver", cfg: SimConfig{DriverVersion: "535.183.01", CUDAVersion: "12.2"},
+			wantTotal: 24564, wantUsed: 18, wantName: DefaultSimName, wantDrv: "535.183.01", wantCU: "12.2"},
+		{name: "3090", cfg: SimConfig{Name: "NVIDIA GeForce RTX 3090", TotalMiB: 24576, BaselineMiB: 300},
+			wantTotal: 24576, wantUsed: 300, wantName: "NVIDIA GeForce RTX 3090", wantDrv: DefaultSimDriverVersion, wantCU: DefaultSimCUDAVersion},
+		{name: "baseline above total is capped", cfg: SimConfig{TotalMiB: 100, BaselineMiB: 500},
+			wantTotal: 100, wantUsed: 100, wantName: DefaultSimName, wantDrv: DefaultSimDriverVersion, wantCU: DefaultSimCUDAVersion},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			snap, err := NewSim(tt.cfg).Snapshot(context.Background())
+			if err != nil {
+				t.Fatalf("Snapshot: %v", err)
+			}
+			d := snap.Devices[0]
+			if d.MemoryTotalMiB != tt.wantTotal || d.MemoryUsedMiB != tt.wantUsed || d.MemoryFreeMiB != tt.wantTotal-tt.wantUsed ||
+				d.Name != tt.wantName || snap.DriverVersion != tt.wantDrv || snap.CUDADriverVersion != tt.wantCU {
+				t.Fatalf("got %s %s %s total %d used %d free %d; want %s %s %s total %d used %d",
+					d.Name, snap.DriverVersion, snap.CUDADriverVersion, d.MemoryTotalMiB, d.MemoryUsedMiB, d.MemoryFreeMiB,
+					tt.wantName, tt.wantDrv, tt.wantCU, tt.wantTotal, tt.wantUsed)
+			}
+		})
+	}
+}
+
+// TestSimFollowsRealProcess claims memory for a real child process and kills
+// it with SIGKILL, as a crashing inference server would die. Memory must
+// come back while the child is still a zombie (the driver frees memory at
+// exit, not at reaping) and after it is reaped, and the stale claim file
+// must be gone.
+func TestSimFollowsRealProcess(t *testing.T) {
+	for _, reapFirst := range []bool{false, true} {
+		name := "zombie"
+		if reapFirst {
+			name = "reaped"
+		}
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := NewSim(SimConfig{Dir: dir})
+			child := startSleeper(t)
+			pid := child.Process.Pid
+			if err := WriteClaim(dir, Claim{PID: pid, MiB: 20000, Name: "vllm-sim"}); err != nil {
+				t.Fatal(err)
+			}
+
+			d := simSnap(t, s)
+			if d.MemoryUsedMiB != 18+20000 || d.MemoryFreeMiB != 24564-18-20000 {
+				t.Fatalf("with claim: used %d free %d MiB; want 20018 and 4546", d.MemoryUsedMiB, d.MemoryFreeMiB)
+			}
+			if want := []Process{{PID: pid, UsedMiB: 20000, Name: "vllm-sim"}}; !reflect.DeepEqual(d.Processes, want) {
+				t.Fatalf("processes = %+v; want %+v", d.Processes, want)
+			}
+			if d.UtilizationGPU == 0 || d.PowerW <= simIdlePowerW || d.TemperatureC <= simIdleTempC || d.SMClockMHz != simBusySMClock {
+				t.Fatalf("busy GPU looks idle: %+v", d)
+			}
+
+			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			if reapFirst {
+				_ = child.Wait() // "signal: killed"
+			} else {
+				waitFor(t, "child to become a zombie", func() bool { return isZombie(pid) })
+			}
+			d = simSnap(t, s)
+			if d.MemoryUsedMiB != 18 || len(d.Processes) != 0 || d.UtilizationGPU != 0 {
+				t.Fatalf("after SIGKILL: used %d MiB, processes %+v, util %d; want baseline 18, none, 0",
+					d.MemoryUsedMiB, d.Processes, d.UtilizationGPU)
+			}
+			if _, err := os.Stat(claimPath(dir, pid)); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("stale claim file still there: %v", err)
+			}
+			if !reapFirst {
+				if !isZombie(pid) {
+					t.Fatal("the test meant to check a zombie, but the child is no longer one")
+				}
+				_ = child.Wait()
+			}
+		})
+	}
+}
+
+func TestSimProcessNameFallsBackToComm(t *testing.T) {
+	dir := t.TempDir()
+	child := startSleeper(t)
+	if err := WriteClaim(dir, Claim{PID: child.Process.Pid, MiB: 1}); err != nil {
+		t.Fatal(err)
+	}
+	d := simSnap(t, NewSim(SimConfig{Dir: dir}))
+	if len(d.Processes) != 1 || d.Processes[0].Name != "sleep" {
+		t.Fatalf("processes = %+v; want one named sleep", d.Processes)
+	}
+}
+
+// TestSimLoadIsMonotonic: more claimed memory never makes the GPU look less
+// busy, and the same claims always give the same figures.
+func TestSimLoadIsMonotonic(t *testing.T) {
+	dir := t.TempDir()
+	s := NewSim(SimConfig{Dir: dir})
+	self := os.Getpid()
+	var prev Device
+	for i, m := range []uint64{1, 1000, 8000, 16000, 24546, 30000, math.MaxUint64} {
+		if err := WriteClaim(dir, Claim{PID: self, MiB: m, Name: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		d := simSnap(t, s)
+		if again := simSnap(t, s); !reflect.DeepEqual(d, again) {
+			t.Fatalf("claim %d MiB: two snapshots differ:\n%+v\n%+v", m, d, again)
+		}
+		if d.MemoryUsedMiB > d.MemoryTotalMiB || d.MemoryUsedMiB+d.MemoryFreeMiB != d.MemoryTotalMiB {
+			t.Fatalf("claim %d MiB: used %d + free %d != total %d", m, d.MemoryUsedMiB, d.MemoryFreeMiB, d.MemoryTotalMiB)
+		}
+		if d.UtilizationGPU > 100 || d.UtilizationMemory > 100 || d.PowerW > d.PowerLimitW {
+			t.Fatalf("claim %d MiB: implausible %+v", m, d)
+		}
+		if i > 0 && (d.MemoryUsedMiB < prev.MemoryUsedMiB || d.UtilizationGPU < prev.UtilizationGPU ||
+			d.UtilizationMemory < prev.UtilizationMemory || d.PowerW < prev.PowerW || d.TemperatureC < prev.TemperatureC) {
+			t.Fatalf("claim %d MiB looks less busy than the smaller claim:\n%+v\nbefore:\n%+v", m, d, prev)
+		}
+		prev = d
+	}
+	if prev.MemoryUsedMiB != 24564 || prev.UtilizationGPU != 95 || prev.TemperatureC != simIdleTempC+simLoadTempC {
+		t.Fatalf("full GPU = used %d util %d temp %d; want 24564, 95, %d", prev.MemoryUsedMiB, prev.UtilizationGPU, prev.TemperatureC, simIdleTempC+simLoadTempC)
+	}
+}
+
+func TestSimSumsClaims(t *testing.T) {
+	dir := t.TempDir()
+	a, b := startSleeper(t), startSleeper(t)
+	for _, c := range []Claim{{PID: a.Process.Pid, MiB: 1000, Name: "a"}, {PID: b.Process.Pid, MiB: 2500, Name: "b"}} {
+		if err := WriteClaim(dir, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := simSnap(t, NewSim(SimConfig{Dir: dir, BaselineMiB: 100}))
+	if d.MemoryUsedMiB != 3600 || len(d.Processes) != 2 {
+		t.Fatalf("used %d MiB with processes %+v; want 3600 and two", d.MemoryUsedMiB, d.Processes)
+	}
+}
+
+func TestSimErrors(t *testing.T) {
+	t.Run("cancelled context", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := NewSim(SimConfig{}).Snapshot(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Snapshot = %v; want context.Canceled", err)
+		}
+	})
+	t.Run("closed", func(t *testing.T) {
+		s := NewSim(SimConfig{})
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Snapshot(context.Background()); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Snapshot after Close = %v; want ErrClosed", err)
+		}
+	})
+	t.Run("claims dir is a file", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "claims")
+		if err := os.WriteFile(file, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := NewSim(SimConfig{Dir: file}).Snapshot(context.Background())
+		if err == nil || !errors.Is(err, syscall.ENOTDIR) {
+			t.Fatalf("Snapshot = %v; want an ENOTDIR error naming the dir", err)
+		}
+	})
+	t.Run("missing dir is idle", func(t *testing.T) {
+		d := simSnap(t, NewSim(SimConfig{Dir: filepath.Join(t.TempDir(), "not-yet")}))
+		if d.MemoryUsedMiB != DefaultSimBaselineMiB {
+			t.Fatalf("used %d; want baseline", d.MemoryUsedMiB)
+		}
+	})
+	t.Run("nil sim", func(t *testing.T) {
+		var s *Sim
+		if _, err := s.Snapshot(context.Background()); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Snapshot on nil = %v", err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestSatAdd(t *testing.T) {
+	tests := []struct{ a, b, want uint64 }{
+		{1, 2, 3}, {math.MaxUint64, 1, math.MaxUint64}, {math.MaxUint64 - 1, 1, math.MaxUint64}, {0, 0, 0},
+	}
+	for _, tt := range tests {
+		if got := satAdd(tt.a, tt.b); got != tt.want {
+			t.Errorf("satAdd(%d, %d) = %d; want %d", tt.a, tt.b, got, tt.want)
+		}
+	}
+}
+
+// pidString is a helper for claim file names in tests.
+func pidString(pid int) string { return strconv.Itoa(pid) }

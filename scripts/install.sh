@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install gpuhost on a systemd box: binary, example config (only if none),
+# units (or drop-ins with --adopt), daemon-reload, enable --now gpuhost.
+# Usage: sudo scripts/install.sh [path/to/gpuhost] [--adopt]
+set -euo pipefail
+bin="bin/gpuhost"
+adopt=()
+for a in "$@"; do
+  case "$a" in
+    --adopt) adopt=(--adopt) ;;
+    *) bin="$a" ;;
+  esac
+done
+if [ "$(id -u)" -ne 0 ]; then echo "install.sh: run as root (sudo)" >&2; exit 1; fi
+if [ ! -x "$bin" ]; then
+  echo "install.sh: $bin not found; building it" >&2
+  make build
+  bin="bin/gpuhost"
+fi
+install -D -m 0755 "$bin" /usr/local/bin/gpuhost.new
+mv -f /usr/local/bin/gpuhost.new /usr/local/bin/gpuhost   # atomic replace of a running binary
+install -d -m 0750 /etc/gpuhost /var/lib/gpuhost
+/usr/local/bin/gpuhost units install --config /etc/gpuhost/gpuhost.yaml --binary /usr/local/bin/gpuhost "${adopt[@]}"
+/usr/local/bin/gpuhost doctor --config /etc/gpuhost/gpuhost.yaml || true

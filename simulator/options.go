@@ -1,0 +1,280 @@
+// Package simulator is a stand-in for the inference servers gpuhost
+// supervises (vLLM and Ollama). It speaks enough of their real HTTP APIs for
+// real clients (OpenAI SDKs, the Ollama CLI, gpuhost's own proxy, bench and
+// health checks) and behaves like them where gpuhost cares: it is only
+// reachable once its "engine" is loaded, it paces tokens at a configurable
+// prefill and decode rate, it queues requests beyond its concurrency limit,
+// and it claims simulated GPU memory (see gpuhost/nvml claims) while a model
+// is loaded, so the simulated GPU's used memory follows what really runs.
+//
+// The demo and the tests run it as the ExecStart of the backend systemd units
+// (`gpuhost simulate vllm|ollama …`), so switching models exercises the same
+// unit control, VRAM-release waits and readiness polling as a real box.
+//
+// Pacing model: a request's time to first token is the model load time (Ollama
+// only, when the model is not loaded) plus prompt tokens / PrefillTPS; after
+// that each sequence emits one token every 1/DecodeTPS. Concurrent sequences
+// do not slow each other down (decode on a GPU is memory-bandwidth bound and a
+// small batch costs about the same per step as one sequence); instead at most
+// MaxNumSeqs run at once and the rest wait in a FIFO-ish queue, counted in
+// vllm:num_requests_waiting.
+package simulator
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"time"
+)
+
+// Flavor selects which inference server the simulator imitates.
+type Flavor string
+
+const (
+	// FlavorVLLM imitates `vllm serve` (OpenAI-compatible server, vLLM extras,
+	// Prometheus metrics, listens only after the engine is loaded).
+	FlavorVLLM Flavor = "vllm"
+	// FlavorOllama imitates `ollama serve` (native /api, OpenAI-compatible /v1,
+	// listens at once, loads models on demand and unloads them after keep_alive).
+	FlavorOllama Flavor = "ollama"
+)
+
+// Defaults that mirror the real servers or the reference box (RTX 4090).
+const (
+	defaultHost          = "127.0.0.1"
+	defaultVLLMPort      = 8000
+	defaultOllamaPort    = 11434
+	defaultPrefillTPS    = 2500
+	defaultDecodeTPS     = 150
+	defaultVLLMVRAM      = 20000
+	defaultOllamaVRAM    = 6000
+	defaultVLLMMaxLen    = 32768
+	defaultOllamaCtx     = 4096
+	defaultVLLMSeqs      = 256
+	defaultOllamaSeqs    = 1
+	defaultNaturalTokens = 64
+	defaultKeepAlive     = 5 * time.Minute
+	defaultVLLMVersion   = "0.11.0"
+	defaultOllamaVersion = "0.17.4"
+	// referenceGPUMiB is the total memory of the reference box's RTX 4090;
+	// --gpu-memory-utilization is a fraction of the whole card.
+	referenceGPUMiB = 24564
+	// defaultGPUMemoryUtilization is vLLM's own default, reported in
+	// vllm:cache_config_info when no flag was given.
+	defaultGPUMemoryUtilization = 0.9
+)
+
+// Options configures one simulated server. Zero values mean "the default of the
+// imitated server"; Run fills them in (see each field).
+type Options struct {
+	// Flavor is the server to imitate; required.
+	Flavor Flavor
+	// Host is the interface to listen on; default 127.0.0.1.
+	Host string
+	// Port is the TCP port; default 8000 (vLLM) or 11434 (Ollama).
+	Port int
+	// Addr, when set, is the listen address ("host:port") and overrides Host and
+	// Port. Tests use "127.0.0.1:0" and learn the bound port through Ready.
+	Addr string
+	// Model is the vLLM model id (`vllm serve MODEL`) or an Ollama tag that is
+	// "pulled". Required for vLLM.
+	Model string
+	// Models are further Ollama tags that are "pulled" (Ollama only).
+	Models []string
+	// ServedName is vLLM's --served-model-name; default Model.
+	ServedName string
+	// LoadTime is, for vLLM, the engine start-up time before the HTTP server
+	// listens (real vLLM binds only after the weights are loaded); for Ollama,
+	// the time a request for an unloaded model spends loading it.
+	LoadTime time.Duration
+	// PrefillTPS is the prompt processing rate in tokens/s; default 2500.
+	PrefillTPS float64
+	// DecodeTPS is the per-sequence generation rate in tokens/s; default 150.
+	DecodeTPS float64
+	// NaturalTokens is how many tokens a reply has when nothing caps it (the
+	// point where the simulated model "emits EOS"); default 64.
+	NaturalTokens int
+	// VRAMMiB is the simulated GPU memory claimed while a model is loaded.
+	// Default for vLLM: GPUMemoryUtilization × 24564 (the reference RTX 4090)
+	// when the utilisation is set, else 20000; for Ollama: 6000 per model.
+	VRAMMiB int
+	// GPUMemoryUtilization is vLLM's --gpu-memory-utilization (0 < x ≤ 1).
+	GPUMemoryUtilization float64
+	// MaxModelLen is vLLM's --max-model-len (default 32768) or Ollama's default
+	// num_ctx (default 4096).
+	MaxModelLen int
+	// MaxNumSeqs is how many requests generate at once; the rest wait.
+	// Default 256 (vLLM --max-num-seqs) or 1 (OLLAMA_NUM_PARALLEL).
+	MaxNumSeqs int
+	// KeepAlive is Ollama's default keep_alive (OLLAMA_KEEP_ALIVE); default 5m,
+	// negative keeps models loaded forever.
+	KeepAlive time.Duration
+	// EnableAutoToolChoice is vLLM's --enable-auto-tool-choice. Without it a
+	// request with tool_choice "auto" (the default when tools are sent) is
+	// refused with vLLM's 400, as the real server does.
+	EnableAutoToolChoice bool
+	// ToolCallParser is vLLM's --tool-call-parser; vLLM refuses to start with
+	// --enable-auto-tool-choice but no parser, and so does Run.
+	ToolCallParser string
+	// Quantization is vLLM's --quantization (recorded, shown in logs).
+	Quantization string
+	// KVCacheDType is vLLM's --kv-cache-dtype (reported in cache_config_info).
+	KVCacheDType string
+	// SimDir is the simulated GPU's claims directory; empty means no claim.
+	SimDir string
+	// Version is the reported server version; default 0.11.0 (vLLM) or 0.17.4
+	// (Ollama).
+	Version string
+	// Logger receives start-up, access and load/unload logs; default
+	// slog.Default().
+	Logger *slog.Logger
+	// Ready, when set, is called once with the bound address ("host:port")
+	// when the server starts accepting connections, e.g. to send sd_notify
+	// READY=1 or to let a test learn an ephemeral port.
+	Ready func(addr string)
+}
+
+// withDefaults returns a copy of o with defaults filled in, or an error naming
+// the first invalid field.
+func (o Options) withDefaults() (Options, error) {
+	switch o.Flavor {
+	case FlavorVLLM, FlavorOllama:
+	case "":
+		return o, errors.New("simulator options: flavor is required (vllm or ollama)")
+	default:
+		return o, fmt.Errorf("simulator options: unknown flavor %q (want vllm or ollama)", o.Flavor)
+	}
+	vllm := o.Flavor == FlavorVLLM
+	if o.Host == "" {
+		o.Host = defaultHost
+	}
+	if o.Port == 0 {
+		o.Port = pick(vllm, defaultVLLMPort, defaultOllamaPort)
+	}
+	if o.Port < 0 || o.Port > 65535 {
+		return o, fmt.Errorf("simulator options: port %d out of range 1-65535", o.Port)
+	}
+	o.Model = strings.TrimSpace(o.Model)
+	if vllm && o.Model == "" {
+		return o, errors.New("simulator options: vllm needs a model (vllm serve MODEL)")
+	}
+	if !vllm {
+		var tags []string
+		seen := map[string]bool{}
+		for _, m := range append([]string{o.Model}, o.Models...) {
+			m = strings.TrimSpace(m)
+			if m == "" {
+				continue
+			}
+			t := normalizeTag(m)
+			if !seen[t] {
+				seen[t] = true
+				tags = append(tags, t)
+			}
+		}
+		o.Models = tags
+		if len(tags) > 0 {
+			o.Model = tags[0]
+		}
+	}
+	if o.ServedName == "" {
+		o.ServedName = o.Model
+	}
+	if o.LoadTime < 0 {
+		return o, fmt.Errorf("simulator options: negative load time %s", o.LoadTime)
+	}
+	if err := positiveRate("prefill rate", &o.PrefillTPS, defaultPrefillTPS); err != nil {
+		return o, err
+	}
+	if err := positiveRate("decode rate", &o.DecodeTPS, defaultDecodeTPS); err != nil {
+		return o, err
+	}
+	if o.NaturalTokens == 0 {
+		o.NaturalTokens = defaultNaturalTokens
+	}
+	if o.NaturalTokens < 0 {
+		return o, fmt.Errorf("simulator options: natural reply length %d must be positive", o.NaturalTokens)
+	}
+	if o.GPUMemoryUtilization != 0 && !(o.GPUMemoryUtilization > 0 && o.GPUMemoryUtilization <= 1) {
+		return o, fmt.Errorf("simulator options: gpu memory utilization %v must be in (0, 1]", o.GPUMemoryUtilization)
+	}
+	if o.VRAMMiB == 0 {
+		switch {
+		case !vllm:
+			o.VRAMMiB = defaultOllamaVRAM
+		case o.GPUMemoryUtilization > 0:
+			o.VRAMMiB = int(math.Round(o.GPUMemoryUtilization * referenceGPUMiB))
+		default:
+			o.VRAMMiB = defaultVLLMVRAM
+		}
+	}
+	if o.VRAMMiB < 0 {
+		return o, fmt.Errorf("simulator options: negative VRAM claim %d MiB", o.VRAMMiB)
+	}
+	if o.MaxModelLen == 0 {
+		o.MaxModelLen = pick(vllm, defaultVLLMMaxLen, defaultOllamaCtx)
+	}
+	if o.MaxModelLen < 0 {
+		return o, fmt.Errorf("simulator options: max model length %d must be positive", o.MaxModelLen)
+	}
+	if o.MaxNumSeqs == 0 {
+		o.MaxNumSeqs = pick(vllm, defaultVLLMSeqs, defaultOllamaSeqs)
+	}
+	if o.MaxNumSeqs < 0 {
+		return o, fmt.Errorf("simulator options: max num seqs %d must be positive", o.MaxNumSeqs)
+	}
+	if o.KeepAlive == 0 {
+		o.KeepAlive = defaultKeepAlive
+	}
+	if vllm && o.EnableAutoToolChoice && o.ToolCallParser == "" {
+		// vLLM's own start-up check (cli_args.validate_parsed_serve_args).
+		return o, errors.New("simulator options: --enable-auto-tool-choice requires --tool-call-parser")
+	}
+	if o.Version == "" {
+		o.Version = pickS(vllm, defaultVLLMVersion, defaultOllamaVersion)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
+}
+
+func positiveRate(what string, v *float64, def float64) error {
+	if *v == 0 {
+		*v = def
+	}
+	if math.IsNaN(*v) || math.IsInf(*v, 0) || *v <= 0 {
+		return fmt.Errorf("simulator options: %s %v tokens/s must be a positive number", what, *v)
+	}
+	return nil
+}
+
+func pick(cond bool, a, b int) int {
+	if cond {
+		return a
+	}
+	return b
+}
+
+func pickS(cond bool, a, b string) string {
+	if cond {
+		return a
+	}
+	return b
+}
+
+// normalizeTag gives an Ollama model name its implicit ":latest" tag, the way
+// Ollama resolves "qwen3" to "qwen3:latest".
+func normalizeTag(name string) string {
+	name = strings.TrimSpace(name)
+	if name == "" {
+		return ""
+	}
+	slash := strings.LastIndexByte(name, '/')
+	if !strings.Contains(name[slash+1:], ":") {
+		return name + ":latest"
+	}
+	return name
+}

@@ -1,0 +1,328 @@
+package units
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Environment variable names in the file gpuhost writes per switch. The backend
+// unit references GPUHOST_ARGS in its ExecStart; the others are read by the
+// backend (Ollama) or are there for the operator (`systemctl show -p Environment`).
+const (
+	EnvProfile       = "GPUHOST_PROFILE"
+	EnvArgs          = "GPUHOST_ARGS"
+	EnvOllamaHost    = "OLLAMA_HOST"
+	EnvOllamaKeep    = "OLLAMA_KEEP_ALIVE"
+	EnvOllamaContext = "OLLAMA_CONTEXT_LENGTH"
+)
+
+// VLLMArgs is the vLLM argv (after the program) for a profile:
+//
+//	serve MODEL [--gpu-memory-utilization U] [--max-num-seqs N] [--max-model-len N]
+//	  [--enable-auto-tool-choice] [--tool-call-parser P] [--quantization Q]
+//	  [--kv-cache-dtype D] --served-model-name SERVED [--port PORT] EXTRA...
+//
+// Zero and empty fields are omitted so vLLM's own default applies; floats use
+// the shortest exact decimal form so ParseVLLMArgv reads back the same value.
+func VLLMArgs(p Profile) []string {
+	f := p.VLLM
+	a := []string{"serve", p.Model}
+	if f.GPUMemoryUtilization != 0 {
+		a = append(a, "--gpu-memory-utilization", strconv.FormatFloat(f.GPUMemoryUtilization, 'f', -1, 64))
+	}
+	if f.MaxNumSeqs != 0 {
+		a = append(a, "--max-num-seqs", strconv.Itoa(f.MaxNumSeqs))
+	}
+	if f.MaxModelLen != 0 {
+		a = append(a, "--max-model-len", strconv.Itoa(f.MaxModelLen))
+	}
+	if f.EnableAutoToolChoice {
+		a = append(a, "--enable-auto-tool-choice")
+	}
+	if f.ToolCallParser != "" {
+		a = append(a, "--tool-call-parser", f.ToolCallParser)
+	}
+	if f.Quantization != "" {
+		a = append(a, "--quantization", f.Quantization)
+	}
+	if f.KVCacheDtype != "" {
+		a = append(a, "--kv-cache-dtype", f.KVCacheDtype)
+	}
+	if s := p.ServedModelName(); s != "" {
+		a = append(a, "--served-model-name", s)
+	}
+	if p.Port != 0 {
+		a = append(a, "--port", strconv.Itoa(p.Port))
+	}
+	return append(a, f.ExtraArgs...)
+}
+
+// Simulator flag names, shared with `gpuhost simulate`. Drift ignores them in
+// a live argv because they are not vLLM settings.
+const (
+	SimFlagLoadTime   = "--load-time"
+	SimFlagPrefillTPS = "--prefill-tps"
+	SimFlagDecodeTPS  = "--decode-tps"
+	SimFlagVRAMMiB    = "--vram-mib"
+	SimFlagModel      = "--model"
+)
+
+// SimArgs are the extra flags for `gpuhost simulate` taken from p.Sim; zero
+// values are omitted so the simulator's defaults apply. For an Ollama profile
+// it adds `--model MODEL` so the simulated Ollama has that model "pulled".
+func SimArgs(p Profile) []string {
+	var a []string
+	if p.Sim.LoadTime != "" {
+		a = append(a, SimFlagLoadTime, p.Sim.LoadTime)
+	}
+	if p.Sim.PrefillTPS != 0 {
+		a = append(a, SimFlagPrefillTPS, strconv.FormatFloat(p.Sim.PrefillTPS, 'f', -1, 64))
+	}
+	if p.Sim.DecodeTPS != 0 {
+		a = append(a, SimFlagDecodeTPS, strconv.FormatFloat(p.Sim.DecodeTPS, 'f', -1, 64))
+	}
+	if p.Sim.VRAMMiB != 0 {
+		a = append(a, SimFlagVRAMMiB, strconv.Itoa(p.Sim.VRAMMiB))
+	}
+	if p.Backend == Ollama && p.Model != "" {
+		a = append(a, SimFlagModel, p.Model)
+	}
+	return a
+}
+
+// BackendArgs is what goes into GPUHOST_ARGS: the arguments after the unit's
+// Exec prefix. For vLLM that is VLLMArgs; Ollama takes its settings from the
+// environment, so its argv is just `serve`. With simulated set, SimArgs are
+// appended for `gpuhost simulate`.
+func BackendArgs(p Profile, simulated bool) []string {
+	var a []string
+	switch p.Backend {
+	case VLLM:
+		a = VLLMArgs(p)
+	case Ollama:
+		a = []string{"serve"}
+	default:
+		return nil
+	}
+	if simulated {
+		a = append(a, SimArgs(p)...)
+	}
+	return a
+}
+
+// EnvFile renders the systemd EnvironmentFile for the backend unit: the
+// profile name, GPUHOST_ARGS (BackendArgs joined by single spaces, split again
+// by systemd at `$GPUHOST_ARGS`) and, for Ollama, its OLLAMA_* settings. Values
+// are quoted per systemd's EnvironmentFile rules where needed; ParseEnvFile
+// reads them back exactly.
+func EnvFile(p Profile, simulated bool) string {
+	var b strings.Builder
+	b.WriteString("# Written by gpuhost on every switch; edits are overwritten. Profiles live in the gpuhost config.\n")
+	line := func(k, v string) {
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(envQuote(v))
+		b.WriteByte('\n')
+	}
+	line(EnvProfile, p.Name)
+	line(EnvArgs, strings.Join(BackendArgs(p, simulated), " "))
+	if p.Backend == Ollama {
+		line(EnvOllamaHost, "127.0.0.1:"+strconv.Itoa(p.Port))
+		line(EnvOllamaKeep, p.Ollama.EffectiveKeepAlive())
+		if p.Ollama.NumCtx > 0 {
+			line(EnvOllamaContext, strconv.Itoa(p.Ollama.NumCtx))
+		}
+	}
+	return b.String()
+}
+
+// envQuote returns v as written after `KEY=` in an EnvironmentFile: bare when
+// it is made of characters that are never special, double-quoted with `"`,
+// `\`, “`” and `$` escaped otherwise.
+func envQuote(v string) string {
+	if v != "" && strings.IndexFunc(v, func(r rune) bool { return !plainRune(r) }) < 0 {
+		return v
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range v {
+		switch r {
+		case '"', '\\', '`', '$':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// plainRune reports characters that need no quoting in an EnvironmentFile
+// value or an ExecStart word.
+func plainRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
+		strings.ContainsRune("_-./:@+,=", r)
+}
+
+// ParseEnvFile reads an EnvironmentFile the way systemd does (env-file.c):
+// `#`/`;` comment lines, bare values with backslash escapes and trimmed
+// trailing whitespace, '…' verbatim, "…" with \" \\ \` \$ escapes, quoted
+// values spanning lines, backslash-newline continuation. Assignments with an
+// invalid name or invalid UTF-8, and lines without '=', are ignored, as systemd
+// ignores them. Later assignments win. It never fails; doctor uses it to read
+// which profile the file on disk describes.
+func ParseEnvFile(text string) map[string]string {
+	const (
+		preKey = iota
+		inKey
+		preValue
+		inValue
+		valueEscape
+		singleQuote
+		doubleQuote
+		doubleQuoteEscape
+		comment
+		commentEscape
+	)
+	out := map[string]string{}
+	var key, val []byte
+	keyWS, valWS := -1, -1 // start of trailing whitespace, -1 = none
+	commit := func() {
+		k := key
+		if keyWS >= 0 {
+			k = k[:keyWS]
+		}
+		v := val
+		if valWS >= 0 {
+			v = v[:valWS]
+		}
+		if envNameValid(string(k)) && utf8.Valid(v) {
+			out[string(k)] = string(v)
+		}
+		key, val = key[:0], val[:0]
+		keyWS, valWS = -1, -1
+	}
+	isNL := func(c byte) bool { return c == '\n' || c == '\r' }
+	isWS := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+	state := preKey
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		switch state {
+		case preKey:
+			if c == '#' || c == ';' {
+				state = comment
+			} else if !isWS(c) {
+				state = inKey
+				keyWS = -1
+				key = append(key, c)
+			}
+		case inKey:
+			switch {
+			case isNL(c):
+				state = preKey
+				key = key[:0]
+			case c == '=':
+				state = preValue
+				valWS = -1
+			default:
+				if !isWS(c) {
+					keyWS = -1
+				} else if keyWS < 0 {
+					keyWS = len(key)
+				}
+				key = append(key, c)
+			}
+		case preValue:
+			switch {
+			case isNL(c):
+				state = preKey
+				commit()
+			case c == '\'':
+				state = singleQuote
+			case c == '"':
+				state = doubleQuote
+			case c == '\\':
+				state = valueEscape
+			case !isWS(c):
+				state = inValue
+				val = append(val, c)
+			}
+		case inValue:
+			switch {
+			case isNL(c):
+				state = preKey
+				commit()
+			case c == '\\':
+				state = valueEscape
+				valWS = -1
+			default:
+				if !isWS(c) {
+					valWS = -1
+				} else if valWS < 0 {
+					valWS = len(val)
+				}
+				val = append(val, c)
+			}
+		case valueEscape:
+			state = inValue
+			if !isNL(c) {
+				val = append(val, c)
+			}
+		case singleQuote:
+			if c == '\'' {
+				state = preValue
+			} else {
+				val = append(val, c)
+			}
+		case doubleQuote:
+			switch c {
+			case '"':
+				state = preValue
+			case '\\':
+				state = doubleQuoteEscape
+			default:
+				val = append(val, c)
+			}
+		case doubleQuoteEscape:
+			state = doubleQuote
+			switch {
+			case c == '"' || c == '\\' || c == '`' || c == '$':
+				val = append(val, c)
+			case c != '\n':
+				val = append(val, '\\', c)
+			}
+		case comment:
+			if c == '\\' {
+				state = commentEscape
+			} else if isNL(c) {
+				state = preKey
+			}
+		case commentEscape:
+			if isNL(c) {
+				state = preKey
+			} else {
+				state = comment
+			}
+		}
+	}
+	switch state {
+	case preValue, inValue, valueEscape, singleQuote, doubleQuote, doubleQuoteEscape:
+		commit()
+	}
+	return out
+}
+
+// envNameValid mirrors systemd's env_name_is_valid: a non-empty name of
+// letters, digits and '_', not starting with a digit.
+func envNameValid(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
