@@ -23,6 +23,7 @@ type library interface {
 	SystemGetCudaDriverVersion() (int, gonvml.Return)
 	DeviceGetCount() (int, gonvml.Return)
 	DeviceGetHandleByIndex(index int) (gonvml.Device, gonvml.Return)
+	Extensions() gonvml.ExtendedInterface
 }
 
 // device is the part of go-nvml's nvml.Device that gpuhost reads.
@@ -54,6 +55,12 @@ type NVML struct {
 	mu     sync.Mutex
 	lib    library
 	closed bool
+	// hasBusWidth records whether the loaded libnvidia-ml exports
+	// nvmlDeviceGetMemoryBusWidth, which older drivers may lack (the other
+	// functions gpuhost calls are far older). go-nvml binds symbols lazily,
+	// so calling a missing one would abort the process instead of
+	// returning an error.
+	hasBusWidth bool
 }
 
 // Open initialises NVML. When that fails (no driver, no libnvidia-ml, no
@@ -71,8 +78,15 @@ func newWithLib(lib library) (*NVML, error) {
 		// Not even Shutdown: nothing may touch NVML after a failed Init.
 		return nil, fmt.Errorf("open NVML: init: %w: %w%s", ErrUnavailable, returnError{ret}, initHint(ret))
 	}
-	return &NVML{lib: lib}, nil
+	n := &NVML{lib: lib}
+	if ext := lib.Extensions(); ext != nil {
+		n.hasBusWidth = ext.LookupSymbol(busWidthSymbol) == nil
+	}
+	return n, nil
 }
+
+// busWidthSymbol is looked up before use, see NVML.hasBusWidth.
+const busWidthSymbol = "nvmlDeviceGetMemoryBusWidth"
 
 // initHint tells the operator the usual cause of an Init failure.
 func initHint(ret gonvml.Return) string {
@@ -148,7 +162,7 @@ func (n *NVML) Snapshot(ctx context.Context) (Snapshot, error) {
 		if h == nil {
 			return Snapshot{}, fmt.Errorf("NVML snapshot: get handle of device %d: NVML returned no handle", i)
 		}
-		d, err := readDevice(i, h)
+		d, err := readDevice(i, h, n.hasBusWidth)
 		if err != nil {
 			return Snapshot{}, fmt.Errorf("NVML snapshot: %w", err)
 		}
@@ -158,7 +172,7 @@ func (n *NVML) Snapshot(ctx context.Context) (Snapshot, error) {
 }
 
 // readDevice reads one GPU's facts; see Snapshot for which are required.
-func readDevice(index int, h device) (Device, error) {
+func readDevice(index int, h device, hasBusWidth bool) (Device, error) {
 	d := Device{Index: index}
 	var ret gonvml.Return
 
@@ -194,6 +208,8 @@ func readDevice(index int, h device) (Device, error) {
 	} else {
 		d.FactErrors["utilization_memory"] = d.FactErrors["utilization_gpu"]
 	}
+	// GetTemperature is deprecated in NVML 13 but, unlike GetTemperatureV,
+	// exists in every driver gpuhost may meet (535 included).
 	if t, ret := h.GetTemperature(gonvml.TEMPERATURE_GPU); ok("temperature_c", ret) {
 		d.TemperatureC = int(t)
 	}
@@ -212,7 +228,9 @@ func readDevice(index int, h device) (Device, error) {
 	if c, ret := h.GetMaxClockInfo(gonvml.CLOCK_MEM); ok("max_mem_clock_mhz", ret) {
 		d.MaxMemClockMHz = int(c)
 	}
-	if w, ret := h.GetMemoryBusWidth(); ok("bus_width_bits", ret) {
+	if !hasBusWidth {
+		ok("bus_width_bits", gonvml.ERROR_FUNCTION_NOT_FOUND)
+	} else if w, ret := h.GetMemoryBusWidth(); ok("bus_width_bits", ret) {
 		d.BusWidthBits = int(w)
 	}
 	d.BandwidthGBs = Bandwidth(d.MaxMemClockMHz, d.BusWidthBits)

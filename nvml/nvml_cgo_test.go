@@ -39,6 +39,9 @@ func new4090s(n int) *fakeGPU {
 		SystemGetDriverVersionFunc:     func() (string, gonvml.Return) { return "610.43.02", gonvml.SUCCESS },
 		SystemGetCudaDriverVersionFunc: func() (int, gonvml.Return) { return 13000, gonvml.SUCCESS },
 		DeviceGetCountFunc:             func() (int, gonvml.Return) { return len(f.devs), gonvml.SUCCESS },
+		ExtensionsFunc: func() gonvml.ExtendedInterface {
+			return &mock.ExtendedInterface{LookupSymbolFunc: func(string) error { return nil }}
+		},
 		DeviceGetHandleByIndexFunc: func(i int) (gonvml.Device, gonvml.Return) {
 			if i < 0 || i >= len(f.devs) {
 				return nil, gonvml.ERROR_INVALID_ARGUMENT
@@ -318,6 +321,36 @@ func TestNVMLOptionalFactsNotSupported(t *testing.T) {
 				t.Fatalf("device =\n%+v\nwant\n%+v", got, want)
 			}
 		})
+	}
+}
+
+// TestNVMLOldDriverWithoutBusWidth: a libnvidia-ml without
+// nvmlDeviceGetMemoryBusWidth must not be called for it (go-nvml would abort
+// the process); the bus width is reported missing instead.
+func TestNVMLOldDriverWithoutBusWidth(t *testing.T) {
+	f := new4090s(1)
+	ext := &mock.ExtendedInterface{LookupSymbolFunc: func(sym string) error {
+		if sym == "nvmlDeviceGetMemoryBusWidth" {
+			return errors.New("symbol not found")
+		}
+		return nil
+	}}
+	f.lib.ExtensionsFunc = func() gonvml.ExtendedInterface { return ext }
+	snap, err := mustOpen(t, f).Snapshot(context.Background())
+	if err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	want := want4090()
+	want.BusWidthBits, want.BandwidthGBs = 0, 0
+	want.FactErrors = map[string]string{"bus_width_bits": gonvml.ErrorString(gonvml.ERROR_FUNCTION_NOT_FOUND)}
+	if got := snap.Devices[0]; !reflect.DeepEqual(got, want) {
+		t.Fatalf("device =\n%+v\nwant\n%+v", got, want)
+	}
+	if got := len(f.devs[0].GetMemoryBusWidthCalls()); got != 0 {
+		t.Fatalf("GetMemoryBusWidth called %d times on a driver without it", got)
+	}
+	if got := len(ext.LookupSymbolCalls()); got != 1 {
+		t.Fatalf("LookupSymbol called %d times; want once, at Open", got)
 	}
 }
 
