@@ -352,13 +352,33 @@ For ollama the address also comes from OLLAMA_HOST.`,
 	}
 }
 
+// simFlags are the simulator's own flags that take a value; they are taken
+// out before the rest is read as `vllm serve` words.
+var simFlags = map[string]bool{"--sim-dir": true, "--load-time": true, "--prefill-tps": true,
+	"--decode-tps": true, "--vram-mib": true, "--served-name": true, "--model": true}
+
+func withoutSimFlags(args []string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		name, _, hasValue := strings.Cut(args[i], "=")
+		if simFlags[name] {
+			if !hasValue {
+				i++ // skip the value word
+			}
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
+}
+
 // simulateOptions reads the simulator's own flags and, for vllm, the vLLM
 // serve words, from one argv.
 func simulateOptions(flavor string, args []string) (simulator.Options, error) {
 	opts := simulator.Options{Flavor: simulator.Flavor(flavor)}
 	switch opts.Flavor {
 	case simulator.FlavorVLLM:
-		if err := opts.ApplyVLLMArgv(args); err != nil {
+		if err := opts.ApplyVLLMArgv(withoutSimFlags(args)); err != nil {
 			return opts, err
 		}
 	case simulator.FlavorOllama:

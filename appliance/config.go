@@ -107,14 +107,14 @@ type Duration time.Duration
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	var s string
 	if err := n.Decode(&s); err != nil {
-		return fmt.Errorf("want a duration such as \"90s\": %w", err)
+		return fmt.Errorf("line %d: want a duration such as \"90s\"", n.Line)
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("invalid duration %q (want e.g. \"90s\", \"15m\")", s)
+		return fmt.Errorf("line %d: invalid duration %q (want e.g. \"90s\", \"15m\")", n.Line, s)
 	}
 	if v < 0 {
-		return fmt.Errorf("duration %q is negative", s)
+		return fmt.Errorf("line %d: duration %q is negative", n.Line, s)
 	}
 	*d = Duration(v)
 	return nil
@@ -158,7 +158,7 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 		return nil, cerr
 	}
 	lines := map[int]string{}
-	walkKeys(root.Content[0], reflect.TypeOf(Config{}), "", lines, &cerr.Problems)
+	walkKeys(root.Content[0], reflect.TypeOf(Config{}), "", 0, lines, &cerr.Problems)
 	if len(cerr.Problems) > 0 {
 		return nil, cerr
 	}
@@ -181,7 +181,10 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 // walkKeys checks every mapping key against the struct it decodes into,
 // records the key path of each line (to translate decoder errors) and
 // reports unknown keys by their full path.
-func walkKeys(n *yaml.Node, t reflect.Type, path string, lines map[int]string, problems *[]string) {
+func walkKeys(n *yaml.Node, t reflect.Type, path string, depth int, lines map[int]string, problems *[]string) {
+	if depth > 32 {
+		return // deeper than any config key; aliases can make cycles
+	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -219,7 +222,7 @@ func walkKeys(n *yaml.Node, t reflect.Type, path string, lines map[int]string, p
 				*problems = append(*problems, fmt.Sprintf("%s (line %d): unknown key (known keys here: %s)", p, k.Line, strings.Join(names, ", ")))
 				continue
 			}
-			walkKeys(v, ft, p, lines, problems)
+			walkKeys(v, ft, p, depth+1, lines, problems)
 		}
 	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
@@ -229,14 +232,14 @@ func walkKeys(n *yaml.Node, t reflect.Type, path string, lines map[int]string, p
 			k, v := n.Content[i], n.Content[i+1]
 			p := joinKey(path, k.Value)
 			lines[k.Line] = p
-			walkKeys(v, t.Elem(), p, lines, problems)
+			walkKeys(v, t.Elem(), p, depth+1, lines, problems)
 		}
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
 			return
 		}
 		for i, v := range n.Content {
-			walkKeys(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i), lines, problems)
+			walkKeys(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i), depth+1, lines, problems)
 		}
 	}
 }
@@ -319,12 +322,11 @@ func (c *Config) applyDefaults() {
 	if c.Switch.StopTimeout == 0 {
 		c.Switch.StopTimeout = Duration(90 * time.Second)
 	}
-	t := true
 	if c.Switch.Rollback == nil {
-		c.Switch.Rollback = &t
+		c.Switch.Rollback = ptr(true)
 	}
 	if c.Switch.RestoreOnBoot == nil {
-		c.Switch.RestoreOnBoot = &t
+		c.Switch.RestoreOnBoot = ptr(true)
 	}
 	if c.Policy == nil {
 		p := units.DefaultPolicy()
@@ -493,3 +495,5 @@ func (c *Config) APIToken() (string, error) {
 	}
 	return strings.TrimSpace(os.Getenv(c.APITokenEnv)), nil
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -128,6 +128,9 @@ type Supervisor struct {
 	state    State
 	baseline uint64
 	current  *switchRun
+	// gen counts switch starts and ends; a reconciliation whose reads
+	// straddle one is stale and dropped.
+	gen uint64
 }
 
 // NewSupervisor wires the Supervisor; it does nothing until Run.
@@ -344,10 +347,13 @@ func (s *Supervisor) profileOf(st systemd.UnitStatus) string {
 
 // Reconcile derives the state from systemd when no switch runs.
 func (s *Supervisor) Reconcile(ctx context.Context) State {
+	s.mu.Lock()
+	gen := s.gen
+	s.mu.Unlock()
 	bs, err := s.backends(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.current != nil {
+	if s.current != nil || s.gen != gen {
 		return s.state
 	}
 	prev := s.state
@@ -430,6 +436,7 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts SwitchOpti
 		r.prev = ""
 	}
 	s.current = r
+	s.gen++
 	s.state.Phase, s.state.Target, s.state.SwitchID, s.state.Step, s.state.Error = PhaseSwitching, profile, r.id, "starting", ""
 	s.state.Since = time.Now()
 	s.state.LastWanted = profile
@@ -445,6 +452,7 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts SwitchOpti
 		err := r.run(s.baseCtx)
 		s.mu.Lock()
 		s.current = nil
+		s.gen++
 		s.mu.Unlock()
 		done <- err
 	}()
@@ -564,8 +572,9 @@ func (r *switchRun) run(ctx context.Context) error {
 	err := r.sequence(ctx, r.target)
 	if err == nil {
 		total := float64(time.Since(r.started).Microseconds()) / 1000
-		r.event(Event{Kind: "switch", Status: "done", DurationMS: total, Message: fmt.Sprintf("%s is active", r.target.Name)})
+		// State first, then the event: whoever reacts to the event sees it.
 		s.finish(r.target, "")
+		r.event(Event{Kind: "switch", Status: "done", DurationMS: total, Message: fmt.Sprintf("%s is active", r.target.Name)})
 		return nil
 	}
 	failMsg := fmt.Sprintf("switch to %s failed: %v", r.target.Name, err)
@@ -579,17 +588,17 @@ func (r *switchRun) run(ctx context.Context) error {
 			s.state.LastWanted = prev.Name
 			s.mu.Unlock()
 			msg := failMsg + "; rolled back to " + prev.Name
-			r.event(Event{Kind: "switch", Status: "failed", Message: msg})
 			s.finish(prev, msg)
+			r.event(Event{Kind: "switch", Status: "failed", Message: msg})
 			return errors.New(msg)
 		} else {
 			failMsg += fmt.Sprintf("; rollback to %s failed too: %v", prev.Name, rerr)
 		}
 	}
-	r.event(Event{Kind: "switch", Status: "failed", Message: failMsg})
 	s.mu.Lock()
 	s.state = State{Phase: PhaseFailed, Error: failMsg, LastError: failMsg, Since: time.Now(), LastWanted: s.state.LastWanted}
 	s.mu.Unlock()
+	r.event(Event{Kind: "switch", Status: "failed", Message: failMsg})
 	return errors.New(failMsg)
 }
 

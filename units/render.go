@@ -231,8 +231,8 @@ func RenderDaemonUnit(d DaemonUnit) string {
 	w("# Deliberately not set:")
 	w("#   PrivateDevices=, DevicePolicy=, DeviceAllow=: NVML opens /dev/nvidiactl, /dev/nvidia0 and")
 	w("#     /dev/nvidia-uvm.")
-	w("#   ProtectClock=: it implies DeviceAllow=char-rtc r, which on systemd < 252 switches on the")
-	w("#     device allow-list and hides /dev/nvidia* (systemd issue 18142).")
+	w("#   ProtectClock=: it implies DeviceAllow=char-rtc r, which on systemd without the fix for")
+	w("#     issue 18142 (v252) switches on the device allow-list and hides /dev/nvidia*.")
 	w("#   ProtectProc=invisible, ProcSubset=pid: gpuhost reads /proc/<pid>/cmdline of backend")
 	w("#     processes owned by other users, and NVML reads /proc/driver/nvidia.")
 	w("#   MemoryDenyWriteExecute=, SystemCallFilter=: not verified against the closed NVIDIA")
@@ -315,6 +315,9 @@ func QuoteExecWord(w string) string {
 // only by systemd. It fails on an unterminated quote, a bad escape, a NUL,
 // or a second command after a lone ';'.
 func SplitExecStart(value string) ([]string, error) {
+	if strings.ContainsRune(value, 0) {
+		return nil, fmt.Errorf("splitting ExecStart %q: contains a NUL byte", value)
+	}
 	var words []string
 	s := value
 	for {

@@ -1,0 +1,153 @@
+package appliance
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestExampleAndDemoConfigsLoad(t *testing.T) {
+	cfg, err := ParseConfig("gpuhost.example.yaml", ExampleConfig)
+	if err != nil {
+		t.Fatalf("example config: %v", err)
+	}
+	if got := cfg.ProfileNames(); strings.Join(got, ",") != "gemma3-27b,llama3-8b,qwen3-coder" {
+		t.Errorf("example profiles = %v", got)
+	}
+	q := cfg.Profiles["qwen3-coder"]
+	if q.VLLM.GPUMemoryUtilization != 0.92 || q.VLLM.MaxNumSeqs != 32 || q.VLLM.ToolCallParser != "qwen3_xml" || !q.VLLM.EnableAutoToolChoice {
+		t.Errorf("qwen3-coder profile lost its known-good flags: %+v", q.VLLM)
+	}
+	if cfg.Listen != "127.0.0.1:8080" || !cfg.IsLoopback() {
+		t.Errorf("listen = %q", cfg.Listen)
+	}
+	d, err := DemoConfig("/usr/local/bin/gpuhost", "/var/lib/x", "127.0.0.1:9999")
+	if err != nil {
+		t.Fatalf("demo config: %v", err)
+	}
+	if d.Systemd.Runner != "process" || d.GPU.Backend != "sim" || d.Backends.VLLM.Exec[0] != "/usr/local/bin/gpuhost" || !d.Backends.VLLM.Simulated {
+		t.Errorf("demo config wiring wrong: %+v %+v", d.Systemd, d.Backends.VLLM)
+	}
+	if d.GPU.SimDir != "/var/lib/x/simgpu" {
+		t.Errorf("sim dir = %q", d.GPU.SimDir)
+	}
+}
+
+const minimal = `
+state_dir: /var/lib/gpuhost
+profiles:
+  p1:
+    backend: vllm
+    model: org/model
+    port: 8000
+`
+
+func TestConfigErrorsNameTheKey(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want []string // substrings that must all appear
+	}{
+		{"unknown top-level key", minimal + "listn: 1.2.3.4:80\n", []string{"listn (line", "unknown key", "known keys here:"}},
+		{"unknown nested key", minimal + "    vllm:\n      gpu_memory_utilisation: 0.9\n", []string{"profiles.p1.vllm.gpu_memory_utilisation", "unknown key"}},
+		{"wrong type", minimal + "    vllm:\n      max_num_seqs: many\n", []string{"profiles.p1.vllm.max_num_seqs (line", "cannot unmarshal"}},
+		{"bad duration", minimal + "switch:\n  ready_timeout: soon\n", []string{"switch.ready_timeout", "invalid duration"}},
+		{"bad backend", minimal + "gpu:\n  backend: cuda\n", []string{"gpu.backend", `"cuda"`}},
+		{"bad listen", minimal + "listen: nowhere\n", []string{"listen:", "host:port"}},
+		{"bad profile value", strings.Replace(minimal, "port: 8000", "port: 70000", 1), []string{"profiles.p1.port"}},
+		{"bad utilisation", minimal + "    vllm:\n      gpu_memory_utilization: 1.5\n", []string{"profiles.p1.vllm.gpu_memory_utilization"}},
+		{"unknown default profile", minimal + "default_profile: nope\n", []string{"default_profile", `"nope"`, "p1"}},
+		{"no profiles", "state_dir: /x\n", []string{"profiles: at least one profile"}},
+		{"relative exec", minimal + "backends:\n  vllm:\n    exec: [vllm]\n", []string{"backends.vllm.exec[0]", "absolute"}},
+		{"same unit twice", minimal + "backends:\n  vllm:\n    unit: a.service\n  ollama:\n    unit: a.service\n", []string{"backends.ollama.unit", "same unit"}},
+		{"invalid yaml", "profiles: [\n", []string{"invalid YAML"}},
+		{"empty file", "", []string{"file is empty"}},
+		{"bad profile name", strings.Replace(minimal, "p1:", "P 1:", 1), []string{"profiles.P 1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig("test.yaml", []byte(tt.yaml))
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "config test.yaml: ") {
+				t.Errorf("error does not name the file: %s", msg)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q lacks %q", msg, w)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	cfg, err := ParseConfig("m.yaml", []byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Profiles["p1"]
+	if p.Name != "p1" || p.ServedName != "org/model" {
+		t.Errorf("profile defaults: name %q served %q", p.Name, p.ServedName)
+	}
+	if cfg.Backends.VLLM.Unit != "gpuhost-vllm.service" || cfg.Backends.Ollama.Unit != "gpuhost-ollama.service" {
+		t.Errorf("unit defaults: %q %q", cfg.Backends.VLLM.Unit, cfg.Backends.Ollama.Unit)
+	}
+	if !*cfg.Switch.Rollback || cfg.Policy == nil {
+		t.Error("rollback should default on and the policy to the default table")
+	}
+	bus := cfg.BackendUnits()
+	if bus[0].Conflicts[0] != "gpuhost-ollama.service" || bus[1].Conflicts[0] != "gpuhost-vllm.service" {
+		t.Errorf("conflicts not both ways: %+v", bus)
+	}
+	if got := cfg.EnvFilePath("gpuhost-vllm.service"); got != "/var/lib/gpuhost/backends/gpuhost-vllm.env" {
+		t.Errorf("env file path %q", got)
+	}
+}
+
+func TestLoadConfigMissingFileNamesIt(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "nope.yaml")
+	_, err := LoadConfig(p)
+	if err == nil || !strings.Contains(err.Error(), p) {
+		t.Fatalf("want error naming %s, got %v", p, err)
+	}
+}
+
+func TestAPITokenFileWins(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "tok")
+	if err := os.WriteFile(f, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GPUHOST_TEST_TOKEN", "from-env")
+	cfg, err := ParseConfig("t", []byte(minimal+"api_token_env: GPUHOST_TEST_TOKEN\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, _ := cfg.APIToken(); tok != "from-env" {
+		t.Errorf("token from env = %q", tok)
+	}
+	cfg.APITokenFile = f
+	if tok, _ := cfg.APIToken(); tok != "s3cret" {
+		t.Errorf("token from file = %q", tok)
+	}
+}
+
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(minimal))
+	f.Add(ExampleConfig)
+	f.Add([]byte("profiles: {a: {backend: ollama, model: x, port: 1}}\nlisten: ':0'\n"))
+	f.Add([]byte("a: &x [*x]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := ParseConfig("fuzz.yaml", data)
+		if err == nil && cfg == nil {
+			t.Fatal("nil config without error")
+		}
+		if err != nil && cfg != nil {
+			t.Fatal("config and error both returned")
+		}
+	})
+}

@@ -1,0 +1,347 @@
+package appliance
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"gpuhost/systemd"
+	"gpuhost/systemd/systemdtest"
+	"gpuhost/units"
+)
+
+// e2e is gpuhost deployed into a private systemd: the rendered backend
+// units and gpuhost.service (Type=notify, watchdog, Restart=on-failure),
+// the daemon reached over loopback HTTP from outside.
+type e2e struct {
+	sd      *systemdtest.Systemd
+	cfg     *Config
+	cfgPath string
+	client  *Client
+	base    string
+}
+
+func startE2E(t testing.TB, vllmLoad string) *e2e {
+	t.Helper()
+	bin := gpuhostBinary(t)
+	state := t.TempDir()
+	listenPort := freePort(t)
+	yaml := testConfigYAML(bin, state, "systemd", "/run/systemd/private", freePort(t), freePort(t), vllmLoad)
+	yaml = strings.Replace(yaml, "listen: 127.0.0.1:0", "listen: 127.0.0.1:"+strconv.Itoa(listenPort), 1)
+	cfgPath := filepath.Join(state, "gpuhost.yaml")
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unitFiles := map[string]string{}
+	for _, bu := range cfg.BackendUnits() {
+		unitFiles[bu.Name] = units.RenderBackendUnit(bu)
+	}
+	unitFiles["gpuhost.service"] = units.RenderDaemonUnit(units.DaemonUnit{
+		Binary: bin, Config: cfgPath, WatchdogSec: 10, ReadWritePaths: []string{state},
+	})
+	sd := systemdtest.Start(t, systemdtest.Options{Units: unitFiles, Keep: []string{filepath.Dir(bin), state}})
+	// The test's files live under the host's /tmp, bound into the private
+	// systemd's /tmp: the daemon must see that /tmp, and must not create
+	// /var/lib/gpuhost or /etc/gpuhost on the host.
+	dropIn := "[Service]\nPrivateTmp=no\nStateDirectory=\nConfigurationDirectory=\n"
+	if err := os.MkdirAll(filepath.Join(sd.UnitDir, "gpuhost.service.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sd.UnitDir, "gpuhost.service.d", "test.conf"), []byte(dropIn), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if out, err := sd.Systemctl(ctx, "daemon-reload"); err != nil {
+		t.Fatalf("daemon-reload: %v %s", err, out)
+	}
+	// Type=notify: this returns once gpuhost sent READY=1.
+	if out, err := sd.Systemctl(ctx, "start", "gpuhost.service"); err != nil {
+		st, _ := sd.Systemctl(ctx, "status", "--no-pager", "gpuhost.service")
+		t.Fatalf("start gpuhost.service: %v %s\n%s", err, out, st)
+	}
+	base := "http://127.0.0.1:" + strconv.Itoa(listenPort)
+	return &e2e{sd: sd, cfg: cfg, cfgPath: cfgPath, client: NewClient(base, ""), base: base}
+}
+
+func (e *e2e) switchTo(t testing.TB, profile string) []Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var evs []Event
+	if err := e.client.SwitchAndFollow(ctx, SwitchRequest{Profile: profile}, func(ev Event) { evs = append(evs, ev) }); err != nil {
+		t.Fatalf("switch to %s: %v%s", profile, err, describe(evs))
+	}
+	return evs
+}
+
+func (e *e2e) isActive(t testing.TB, unit string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, _ := e.sd.Systemctl(ctx, "is-active", unit) // non-zero exit for inactive
+	return strings.TrimSpace(out)
+}
+
+func (e *e2e) waitState(t testing.TB, what string, timeout time.Duration, ok func(Status) bool) Status {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last Status
+	var lastErr error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		last, lastErr = e.client.Status(ctx)
+		cancel()
+		if lastErr == nil && ok(last) {
+			return last
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s not reached within %s: last state %+v, err %v", what, timeout, last.State, lastErr)
+	return last
+}
+
+// sampler runs inside the private systemd's PID namespace (the private bus
+// refuses peers outside it) and reads both backend units' states at 50 Hz.
+type sampler struct {
+	cmd *exec.Cmd
+	out *bufio.Scanner
+}
+
+type samplerReport struct {
+	Samples int     `json:"samples"`
+	Both    int     `json:"both"`
+	Seconds float64 `json:"seconds"`
+	Errors  int     `json:"errors"`
+	First   string  `json:"first_violation"`
+}
+
+func startSampler(t testing.TB, e *e2e) *sampler {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := e.sd.Command(context.Background(), exe, "-test.run=^TestSamplerChild$", "-test.v")
+	cmd.Env = append(os.Environ(), "GPUHOST_SAMPLER=1",
+		"GPUHOST_SAMPLER_UNITS="+e.cfg.Backends.VLLM.Unit+","+e.cfg.Backends.Ollama.Unit)
+	stdin, _ := cmd.StdinPipe()
+	_ = stdin
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &sampler{cmd: cmd, out: bufio.NewScanner(stdout)}
+	// Wait for the child to be connected and sampling.
+	for s.out.Scan() {
+		if strings.HasPrefix(s.out.Text(), "SAMPLER READY") {
+			return s
+		}
+	}
+	t.Fatalf("sampler did not start: %v", s.out.Err())
+	return nil
+}
+
+func (s *sampler) stop(t testing.TB) samplerReport {
+	t.Helper()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	var rep samplerReport
+	found := false
+	for s.out.Scan() {
+		if j, ok := strings.CutPrefix(s.out.Text(), "SAMPLER REPORT "); ok {
+			if err := json.Unmarshal([]byte(j), &rep); err != nil {
+				t.Fatal(err)
+			}
+			found = true
+		}
+	}
+	_ = s.cmd.Wait()
+	if !found {
+		t.Fatal("sampler printed no report")
+	}
+	return rep
+}
+
+// TestSamplerChild is the sampler's body; it only runs when re-executed by
+// startSampler inside the private systemd.
+func TestSamplerChild(t *testing.T) {
+	if os.Getenv("GPUHOST_SAMPLER") != "1" {
+		t.Skip("helper process for the end-to-end tests")
+	}
+	names := strings.Split(os.Getenv("GPUHOST_SAMPLER_UNITS"), ",")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, err := systemd.ConnectPrivate(ctx, "/run/systemd/private")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	sig := make(chan os.Signal, 1)
+	signalNotify(sig)
+	fmt.Println("SAMPLER READY")
+	rep := samplerReport{}
+	t0 := time.Now()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-sig:
+			rep.Seconds = time.Since(t0).Seconds()
+			b, _ := json.Marshal(rep)
+			fmt.Println("SAMPLER REPORT " + string(b))
+			return
+		case <-tick.C:
+		}
+		var active []string
+		for _, n := range names {
+			st, err := m.Unit(ctx, n)
+			if err != nil {
+				rep.Errors++
+				continue
+			}
+			if st.Active() {
+				active = append(active, n+"="+st.ActiveState)
+			}
+		}
+		rep.Samples++
+		if len(active) > 1 {
+			rep.Both++
+			if rep.First == "" {
+				rep.First = strings.Join(active, " ")
+			}
+		}
+	}
+}
+
+func TestSystemdEndToEnd(t *testing.T) {
+	e := startE2E(t, "1500ms")
+
+	t.Run("rendered units conflict", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		// Without gpuhost's help: systemd's Conflicts= alone.
+		if out, err := e.sd.Systemctl(ctx, "start", e.cfg.Backends.Ollama.Unit); err != nil {
+			t.Fatalf("%v %s", err, out)
+		}
+		if out, err := e.sd.Systemctl(ctx, "start", e.cfg.Backends.VLLM.Unit); err != nil {
+			t.Fatalf("%v %s", err, out)
+		}
+		if got := e.isActive(t, e.cfg.Backends.Ollama.Unit); got != "inactive" {
+			t.Errorf("starting the vLLM unit left the Ollama unit %q", got)
+		}
+		if got := e.isActive(t, e.cfg.Backends.VLLM.Unit); got != "active" {
+			t.Errorf("vLLM unit is %q", got)
+		}
+		if out, err := e.sd.Systemctl(ctx, "stop", e.cfg.Backends.VLLM.Unit); err != nil {
+			t.Fatalf("%v %s", err, out)
+		}
+	})
+
+	t.Run("switch vllm-ollama-vllm never runs two backends", func(t *testing.T) {
+		s := startSampler(t, e)
+		for _, p := range []string{"coder", "llama", "coder"} {
+			evs := e.switchTo(t, p)
+			if _, ok := stepEvent(evs, "verify", "done"); !ok {
+				t.Errorf("switch to %s has no verify step:%s", p, describe(evs))
+			}
+		}
+		rep := s.stop(t)
+		t.Logf("sampler: %d samples in %.1f s (%.0f Hz), %d errors", rep.Samples, rep.Seconds, float64(rep.Samples)/rep.Seconds, rep.Errors)
+		if rep.Both != 0 {
+			t.Errorf("sampler saw two backends active %d times, first: %s", rep.Both, rep.First)
+		}
+		if hz := float64(rep.Samples) / rep.Seconds; hz < 20 {
+			t.Errorf("sampler ran at %.1f Hz, need ≥ 20", hz)
+		}
+		if rep.Errors > 0 {
+			t.Errorf("sampler had %d D-Bus errors", rep.Errors)
+		}
+		st := e.waitState(t, "coder active", 10*time.Second, func(s Status) bool { return s.State.Phase == PhaseActive && s.State.Profile == "coder" })
+		if d, ok := st.GPU.Device0(); !ok || d.MemoryUsedMiB < 22000 {
+			t.Errorf("GPU after switching to vLLM at 0.92: %+v", st.GPU)
+		}
+	})
+
+	t.Run("reconcile after a hand-started backend", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if out, err := e.sd.Systemctl(ctx, "start", e.cfg.Backends.Ollama.Unit); err != nil {
+			t.Fatalf("%v %s", err, out)
+		}
+		e.waitState(t, "state follows the hand-started Ollama unit", 10*time.Second, func(s Status) bool {
+			return s.State.Phase == PhaseActive && s.State.Unit == e.cfg.Backends.Ollama.Unit && s.State.Profile == "llama"
+		})
+		if got := e.isActive(t, e.cfg.Backends.VLLM.Unit); got != "inactive" {
+			t.Errorf("vLLM unit %q after the Ollama unit was started by hand", got)
+		}
+		if out, err := e.sd.Systemctl(ctx, "stop", e.cfg.Backends.Ollama.Unit); err != nil {
+			t.Fatalf("%v %s", err, out)
+		}
+		e.waitState(t, "idle after the hand stop", 10*time.Second, func(s Status) bool { return s.State.Phase == PhaseIdle })
+	})
+
+	t.Run("kill -9 mid-switch converges", func(t *testing.T) {
+		s := startSampler(t, e)
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		acc, err := e.client.Switch(ctx, SwitchRequest{Profile: "coder"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Kill the daemon while the vLLM simulator is loading (1.5 s).
+		err = e.client.Events(ctx, acc.Events, func(ev Event) bool {
+			return !(ev.Kind == "step" && ev.Step == "ready" && ev.Status == "started")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := e.sd.Systemctl(ctx, "kill", "--signal=SIGKILL", "gpuhost.service"); err != nil {
+			t.Fatalf("%v %s", err, out)
+		}
+		// systemd restarts it (Restart=on-failure); it reconciles and
+		// finishes what was wanted.
+		st := e.waitState(t, "converged on coder after kill -9", 45*time.Second, func(s Status) bool {
+			return s.State.Phase == PhaseActive && s.State.Profile == "coder" && s.State.Step == ""
+		})
+		n := 0
+		for _, u := range st.Units {
+			if u.Active() {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d backends active after convergence: %+v", n, st.Units)
+		}
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/v1/models", e.cfg.Profiles["coder"].Port))
+		if err != nil {
+			t.Fatalf("backend not serving after convergence: %v", err)
+		}
+		resp.Body.Close()
+		out, _ := e.sd.Systemctl(ctx, "show", "-p", "NRestarts", "gpuhost.service")
+		if strings.TrimSpace(out) == "NRestarts=0" {
+			t.Errorf("gpuhost.service was not restarted by systemd: %s", out)
+		}
+		rep := s.stop(t)
+		if rep.Both != 0 {
+			t.Errorf("two backends active during the crash recovery: %s", rep.First)
+		}
+	})
+}
