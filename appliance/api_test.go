@@ -1,0 +1,181 @@
+package appliance
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func newAPIServer(t *testing.T, f *procFixture) *httptest.Server {
+	t.Helper()
+	doctor := func(ctx context.Context, profile string) DoctorReport {
+		return (&Doctor{Cfg: f.cfg, GPU: f.gpu, Units: f.sup.units, Profile: profile}).Run(ctx)
+	}
+	e, err := NewAPI(f.sup, doctor, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestAPIErrorsAreJSONWithTheRightStatus(t *testing.T) {
+	f := newProcFixture(t, "10ms")
+	srv := newAPIServer(t, f)
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		detail                   string
+	}{
+		{"unknown profile", "POST", "/api/switch", `{"profile":"nope"}`, 404, "coder, coder-greedy, llama"},
+		{"bad json", "POST", "/api/switch", `{"profile":`, 400, "body must be JSON"},
+		{"unknown field", "POST", "/api/switch", `{"profil":"coder"}`, 400, "unknown field"},
+		{"missing profile", "POST", "/api/switch", `{}`, 400, "missing \"profile\""},
+		{"doctor failure", "POST", "/api/switch", `{"profile":"coder-greedy"}`, 422, "profile.gpu_memory_utilization"},
+		{"doctor unknown profile", "GET", "/api/doctor?profile=x", "", 404, "no profile \"x\""},
+		{"no such route", "GET", "/api/nothing", "", 404, "Not Found"},
+		{"bad since", "GET", "/api/events?since=abc", "", 400, "since="},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, srv.URL+tt.path, strings.NewReader(tt.body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var ae APIError
+			if err := json.NewDecoder(resp.Body).Decode(&ae); err != nil {
+				t.Fatalf("answer is not JSON: %v", err)
+			}
+			if resp.StatusCode != tt.status || ae.Error == "" || !strings.Contains(ae.Detail, tt.detail) {
+				t.Errorf("got %d %+v, want %d with detail containing %q", resp.StatusCode, ae, tt.status, tt.detail)
+			}
+		})
+	}
+}
+
+func TestAPISwitchStatusAndEvents(t *testing.T) {
+	f := newProcFixture(t, "300ms")
+	srv := newAPIServer(t, f)
+	c := NewClient(srv.URL, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	var lines []string
+	if err := c.SwitchAndFollow(ctx, SwitchRequest{Profile: "coder"}, func(e Event) { lines = append(lines, FormatEvent(e)) }); err != nil {
+		t.Fatal(err)
+	}
+	out := strings.Join(lines, "\n")
+	for _, w := range []string{"vram_release", "ready", "verify", "serving qwen3-coder", "coder is active"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("switch output lacks %q:\n%s", w, out)
+		}
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State.Phase != PhaseActive || st.State.Profile != "coder" || st.GPU == nil || len(st.Units) != 2 {
+		t.Fatalf("status = %+v", st)
+	}
+	active := 0
+	for _, p := range st.Profiles {
+		if p.Active {
+			active++
+			if p.Name != "coder" || p.Args[0] != "serve" {
+				t.Errorf("active profile listed as %+v", p)
+			}
+		}
+	}
+	if active != 1 {
+		t.Errorf("%d profiles marked active", active)
+	}
+
+	// A switch while one runs answers 409 naming the running one.
+	acc, err := c.Switch(ctx, SwitchRequest{Profile: "llama"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Switch(ctx, SwitchRequest{Profile: "coder"})
+	var re *RemoteError
+	if !asRemote(err, &re) || re.Status != http.StatusConflict || !strings.Contains(re.Detail, `"llama"`) {
+		t.Errorf("concurrent switch: %v", err)
+	}
+	// Events replay from "since": the whole switch is there even though we
+	// subscribe after it started.
+	done := false
+	_ = c.Events(ctx, acc.Events, func(e Event) bool {
+		if e.SwitchID == acc.SwitchID && e.Kind == "switch" && e.Status == "done" {
+			done = true
+			return false
+		}
+		return true
+	})
+	if !done {
+		t.Fatal("did not see the llama switch finish on the event stream")
+	}
+
+	rep, err := c.Doctor(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, ch := range rep.Checks {
+		ids[ch.ID+"/"+ch.Profile] = string(ch.Severity)
+	}
+	if ids["units.exclusive/"] != "ok" || ids["endpoint.health/llama"] != "ok" || ids["profile.gpu_memory_utilization/coder-greedy"] != "fail" {
+		t.Errorf("doctor over the API: %v", ids)
+	}
+	if rep.Exit != 2 {
+		t.Errorf("doctor exit = %d, want 2 (coder-greedy fails)", rep.Exit)
+	}
+}
+
+func asRemote(err error, re **RemoteError) bool {
+	r, ok := err.(*RemoteError)
+	if ok {
+		*re = r
+	}
+	return ok
+}
+
+func TestAPIRequiresTokenBeyondLoopback(t *testing.T) {
+	f := newProcFixture(t, "10ms")
+	f.cfg.Listen = "0.0.0.0:0"
+	t.Setenv(f.cfg.APITokenEnv, "")
+	if _, err := NewAPI(f.sup, nil, slog.Default()); err == nil || !strings.Contains(err.Error(), "GPUHOST_API_TOKEN") {
+		t.Fatalf("no token on a public listen address must be refused, got %v", err)
+	}
+	t.Setenv(f.cfg.APITokenEnv, "tok-123")
+	srv := newAPIServer(t, f)
+	for _, tc := range []struct {
+		auth string
+		want int
+	}{{"", 401}, {"Bearer wrong", 401}, {"Basic tok-123", 401}, {"Bearer tok-123", 200}} {
+		req, _ := http.NewRequest("GET", srv.URL+"/api/profiles", nil)
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("Authorization %q: %d, want %d", tc.auth, resp.StatusCode, tc.want)
+		}
+		if strings.Contains(string(body), "tok-123") {
+			t.Error("the token leaked into an answer")
+		}
+	}
+}
