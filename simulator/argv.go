@@ -12,47 +12,47 @@ import (
 // value when the next word does not start with "-", which keeps the
 // positional model from being swallowed by a flag the simulator ignores.
 var vllmBoolFlags = map[string]bool{
-	"--trust-remote-code":                  true,
-	"--enforce-eager":                      true,
-	"--headless":                           true,
-	"--async-scheduling":                   true,
-	"--skip-tokenizer-init":                true,
-	"--return-tokens-as-token-ids":         true,
-	"--use-tqdm-on-load":                   true,
-	"--fully-sharded-loras":                true,
-	"--calculate-kv-scales":                true,
-	"--served-model-name-as-root":          true,
-	"--show-hidden-metrics":                true,
-	"--worker-use-ray":                     true,
-	"--ray-workers-use-nsight":             true,
-	"--multi-step-stream-outputs":          true,
-	"--allow-credentials":                  true,
-	"--disable-fastapi-docs":               true,
-	"--enable-auto-tool-choice":            true,
-	"--enable-prompt-tokens-details":       true,
-	"--enable-server-load-tracking":        true,
-	"--enable-force-include-usage":         true,
-	"--enable-request-id-headers":          true,
-	"--enable-tokenizer-info-endpoint":     true,
-	"--enable-log-outputs":                 true,
-	"--enable-log-requests":                true,
-	"--disable-log-requests":               true,
-	"--disable-log-stats":                  true,
-	"--disable-uvicorn-access-log":         true,
-	"--disable-frontend-multiprocessing":   true,
-	"--enable-ssl-refresh":                 true,
-	"--enable-sleep-mode":                  true,
-	"--enable-expert-parallel":             true,
-	"--enable-eplb":                        true,
-	"--enable-lora":                        true,
-	"--enable-chunked-prefill":             true,
-	"--enable-prefix-caching":              true,
-	"--disable-custom-all-reduce":          true,
-	"--disable-sliding-window":             true,
-	"--disable-cascade-attn":               true,
-	"--disable-async-output-proc":          true,
-	"--enable-reasoning":                   true,
-	"--enable-lora-bias":                   true,
+	"--trust-remote-code":                       true,
+	"--enforce-eager":                           true,
+	"--headless":                                true,
+	"--async-scheduling":                        true,
+	"--skip-tokenizer-init":                     true,
+	"--return-tokens-as-token-ids":              true,
+	"--use-tqdm-on-load":                        true,
+	"--fully-sharded-loras":                     true,
+	"--calculate-kv-scales":                     true,
+	"--served-model-name-as-root":               true,
+	"--show-hidden-metrics":                     true,
+	"--worker-use-ray":                          true,
+	"--ray-workers-use-nsight":                  true,
+	"--multi-step-stream-outputs":               true,
+	"--allow-credentials":                       true,
+	"--disable-fastapi-docs":                    true,
+	"--enable-auto-tool-choice":                 true,
+	"--enable-prompt-tokens-details":            true,
+	"--enable-server-load-tracking":             true,
+	"--enable-force-include-usage":              true,
+	"--enable-request-id-headers":               true,
+	"--enable-tokenizer-info-endpoint":          true,
+	"--enable-log-outputs":                      true,
+	"--enable-log-requests":                     true,
+	"--disable-log-requests":                    true,
+	"--disable-log-stats":                       true,
+	"--disable-uvicorn-access-log":              true,
+	"--disable-frontend-multiprocessing":        true,
+	"--enable-ssl-refresh":                      true,
+	"--enable-sleep-mode":                       true,
+	"--enable-expert-parallel":                  true,
+	"--enable-eplb":                             true,
+	"--enable-lora":                             true,
+	"--enable-chunked-prefill":                  true,
+	"--enable-prefix-caching":                   true,
+	"--disable-custom-all-reduce":               true,
+	"--disable-sliding-window":                  true,
+	"--disable-cascade-attn":                    true,
+	"--disable-async-output-proc":               true,
+	"--enable-reasoning":                        true,
+	"--enable-lora-bias":                        true,
 	"--enable-multimodal-encoder-data-parallel": true,
 }
 
@@ -72,7 +72,8 @@ var vllmShortValueFlags = map[string]string{
 // context length, concurrency, tool calling).
 //
 // Accepted: an optional leading "serve", the positional model (or --model),
-// --served-model-name, --host, --port, --gpu-memory-utilization,
+// --served-model-name (one or more names, as vLLM's nargs="+": words after it
+// up to the next flag are further names, not the model), --host, --port, --gpu-memory-utilization,
 // --max-num-seqs, --max-model-len (with vLLM's k/K/m/M suffixes),
 // --enable-auto-tool-choice, --tool-call-parser, --quantization/-q and
 // --kv-cache-dtype, each also as --flag=value. Any other flag is ignored
@@ -136,6 +137,13 @@ func (o *Options) ApplyVLLMArgv(args []string) error {
 			}
 			i++
 			value = args[i]
+			if name == "--served-model-name" {
+				// nargs="+": every following word up to the next flag is a name.
+				for i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+					i++
+					o.ServedNameAliases = append(o.ServedNameAliases, args[i])
+				}
+			}
 		}
 		if err := o.setVLLMFlag(name, value); err != nil {
 			return err

@@ -56,7 +56,7 @@ type genPlan struct {
 // "length" when the cap cut it short.
 func planTokens(natural, maxTokens, minTokens int, ignoreEOS bool) (int, string) {
 	want := max(natural, minTokens)
-	if ignoreEOS {
+	if ignoreEOS && maxTokens >= 0 { // without a cap, EOS still ends the reply
 		want = math.MaxInt
 	}
 	if maxTokens >= 0 && want >= maxTokens {

@@ -1,23 +1,3 @@
-// Package simulator is a stand-in for the inference servers gpuhost
-// supervises (vLLM and Ollama). It speaks enough of their real HTTP APIs for
-// real clients (OpenAI SDKs, the Ollama CLI, gpuhost's own proxy, bench and
-// health checks) and behaves like them where gpuhost cares: it is only
-// reachable once its "engine" is loaded, it paces tokens at a configurable
-// prefill and decode rate, it queues requests beyond its concurrency limit,
-// and it claims simulated GPU memory (see gpuhost/nvml claims) while a model
-// is loaded, so the simulated GPU's used memory follows what really runs.
-//
-// The demo and the tests run it as the ExecStart of the backend systemd units
-// (`gpuhost simulate vllm|ollama …`), so switching models exercises the same
-// unit control, VRAM-release waits and readiness polling as a real box.
-//
-// Pacing model: a request's time to first token is the model load time (Ollama
-// only, when the model is not loaded) plus prompt tokens / PrefillTPS; after
-// that each sequence emits one token every 1/DecodeTPS. Concurrent sequences
-// do not slow each other down (decode on a GPU is memory-bandwidth bound and a
-// small batch costs about the same per step as one sequence); instead at most
-// MaxNumSeqs run at once and the rest wait in a FIFO-ish queue, counted in
-// vllm:num_requests_waiting.
 package simulator
 
 import (
@@ -85,6 +65,9 @@ type Options struct {
 	Models []string
 	// ServedName is vLLM's --served-model-name; default Model.
 	ServedName string
+	// ServedNameAliases are further --served-model-name values; vLLM answers
+	// to each of them and lists each in /v1/models.
+	ServedNameAliases []string
 	// LoadTime is, for vLLM, the engine start-up time before the HTTP server
 	// listens (real vLLM binds only after the weights are loaded); for Ollama,
 	// the time a request for an unloaded model spends loading it.

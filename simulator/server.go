@@ -64,6 +64,9 @@ func (s *server) generate(ctx context.Context, job genJob, emit func(i int) erro
 	start := time.Now()
 	release, err := s.slots.acquire(ctx)
 	if err != nil {
+		if s.metrics != nil { // gave up while queued: vLLM counts an abort
+			s.metrics.finished("abort", 0, time.Since(start))
+		}
 		return res, err
 	}
 	defer release()
@@ -97,7 +100,10 @@ func (s *server) generate(ctx context.Context, job genJob, emit func(i int) erro
 	if s.metrics != nil {
 		reason := "abort"
 		if err == nil {
-			reason = job.finish
+			reason = "stop" // vLLM's finished_reason has stop, length, abort
+			if job.finish == "length" {
+				reason = "length"
+			}
 		}
 		kv := st.emitted
 		if prefilled {

@@ -16,7 +16,7 @@ import (
 // markers such as <|im_start|> are single special tokens. /tokenize and every
 // usage.prompt_tokens count come from this one function, so they agree.
 const (
-	maxWordRunes  = 8
+	maxWordRunes  = 10
 	maxDigitRunes = 3
 	// vocabSize is Qwen2/3's regular vocabulary; special tokens follow it.
 	vocabSize = 151643

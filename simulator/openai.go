@@ -1,0 +1,439 @@
+package simulator
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// OpenAI-compatible endpoints, served by both flavours with each server's
+// small differences: vLLM sends a role-only first chunk and puts
+// finish_reason on the last token's chunk, reports stop_reason and a numeric
+// error code; Ollama repeats the role in every delta, ends with an empty
+// delta carrying finish_reason, and adds system_fingerprint "fp_ollama".
+
+type oaiUsage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+}
+
+func usageOf(prompt, completion int) *oaiUsage {
+	return &oaiUsage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
+}
+
+type oaiFunctionDelta struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
+}
+
+type oaiToolCallDelta struct {
+	Index    int              `json:"index"`
+	ID       string           `json:"id,omitempty"`
+	Type     string           `json:"type,omitempty"`
+	Function oaiFunctionDelta `json:"function"`
+}
+
+type oaiDelta struct {
+	Role      string             `json:"role,omitempty"`
+	Content   *string            `json:"content,omitempty"`
+	ToolCalls []oaiToolCallDelta `json:"tool_calls,omitempty"`
+}
+
+type oaiChunkChoice struct {
+	Index        int             `json:"index"`
+	Delta        *oaiDelta       `json:"delta,omitempty"`
+	Text         *string         `json:"text,omitempty"`
+	Logprobs     any             `json:"logprobs"`
+	FinishReason *string         `json:"finish_reason"`
+	StopReason   json.RawMessage `json:"stop_reason,omitempty"`
+}
+
+type oaiChunk struct {
+	ID                string           `json:"id"`
+	Object            string           `json:"object"`
+	Created           int64            `json:"created"`
+	Model             string           `json:"model"`
+	SystemFingerprint string           `json:"system_fingerprint,omitempty"`
+	Choices           []oaiChunkChoice `json:"choices"`
+	Usage             *oaiUsage        `json:"usage,omitempty"`
+}
+
+var jsonNull = json.RawMessage("null")
+
+// openAIJob is a validated completion or chat request ready to run.
+type openAIJob struct {
+	chat         bool
+	model        string // reported model name
+	stream       bool
+	usageFinal   bool
+	usageAlways  bool
+	job          genJob
+	finish       string
+	toolCall     *forcedToolCall
+	toolCallToks []string
+}
+
+func (s *server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
+	body, e := readBody(w, r)
+	if e != nil {
+		writeOpenAIError(w, s.opts.Flavor, e)
+		return
+	}
+	job, e := s.prepareChat(body)
+	if e != nil {
+		writeOpenAIError(w, s.opts.Flavor, e)
+		return
+	}
+	s.runOpenAI(w, r, job)
+}
+
+func (s *server) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	body, e := readBody(w, r)
+	if e != nil {
+		writeOpenAIError(w, s.opts.Flavor, e)
+		return
+	}
+	job, e := s.prepareCompletion(body)
+	if e != nil {
+		writeOpenAIError(w, s.opts.Flavor, e)
+		return
+	}
+	s.runOpenAI(w, r, job)
+}
+
+// prepareChat validates a chat body and plans its generation.
+func (s *server) prepareChat(body []byte) (*openAIJob, *apiError) {
+	req, e := decodeChatRequest(body)
+	if e != nil {
+		return nil, e
+	}
+	name, tag, e := s.resolveModel(req.Model)
+	if e != nil {
+		return nil, e
+	}
+	msgs, e := chatMessages(req.Messages)
+	if e != nil {
+		return nil, e
+	}
+	tc := toolChoice{Mode: "none"}
+	if s.opts.Flavor == FlavorVLLM {
+		// Ollama's /v1 ignores tool_choice; vLLM enforces it.
+		if tc, e = decodeToolChoice(req.ToolChoice, req.Tools); e != nil {
+			return nil, e
+		}
+		if tc.Mode == "auto" && !s.opts.EnableAutoToolChoice {
+			return nil, badRequest("\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set")
+		}
+	}
+	addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
+	promptTokens := len(tokenize(renderChat(msgs, compactTools(req.Tools), addGen)))
+	maxTok, param := req.maxTokensOf()
+	j := &openAIJob{chat: true, model: name, stream: req.Stream}
+	j.usageFinal, j.usageAlways = includeUsage(req.StreamOptions)
+	limit, promptTokens, e := s.tokenBudget(promptTokens, maxTok, param)
+	if e != nil {
+		return nil, e
+	}
+	j.job = genJob{tag: tag, keepAlive: s.opts.KeepAlive, promptTokens: promptTokens}
+	if call := planToolCall(tc, req.Tools); call != nil {
+		j.toolCall = call
+		j.toolCallToks = tokenize(call.Arguments)
+		j.job.tokens, j.finish = len(j.toolCallToks), call.Finish
+		if limit >= 0 && limit < len(j.toolCallToks) {
+			j.job.tokens, j.finish = limit, "length"
+		}
+	} else {
+		j.job.tokens, j.finish = planTokens(s.opts.NaturalTokens, limit, req.MinTokens, req.IgnoreEOS)
+	}
+	j.job.finish = j.finish
+	return j, nil
+}
+
+// prepareCompletion validates a text completion body and plans it.
+func (s *server) prepareCompletion(body []byte) (*openAIJob, *apiError) {
+	req, e := decodeCompletionRequest(body)
+	if e != nil {
+		return nil, e
+	}
+	name, tag, e := s.resolveModel(req.Model)
+	if e != nil {
+		return nil, e
+	}
+	_, promptTokens, e := completionPrompt(req.Prompt)
+	if e != nil {
+		return nil, e
+	}
+	if promptTokens == 0 && s.opts.Flavor == FlavorVLLM {
+		return nil, badRequest("The decoder prompt cannot be empty")
+	}
+	j := &openAIJob{model: name, stream: req.Stream}
+	j.usageFinal, j.usageAlways = includeUsage(req.StreamOptions)
+	limit, promptTokens, e := s.tokenBudget(promptTokens, req.MaxTokens, "max_tokens")
+	if e != nil {
+		return nil, e
+	}
+	j.job = genJob{tag: tag, keepAlive: s.opts.KeepAlive, promptTokens: promptTokens}
+	j.job.tokens, j.finish = planTokens(s.opts.NaturalTokens, limit, req.MinTokens, req.IgnoreEOS)
+	j.job.finish = j.finish
+	return j, nil
+}
+
+// resolveModel maps the request's model to the reported name and, for
+// Ollama, the tag to load.
+func (s *server) resolveModel(model string) (name, tag string, e *apiError) {
+	if s.opts.Flavor == FlavorVLLM {
+		if model == "" || model == s.opts.ServedName {
+			return s.opts.ServedName, "", nil
+		}
+		for _, a := range s.opts.ServedNameAliases {
+			if model == a {
+				return a, "", nil
+			}
+		}
+		return "", "", notFound("The model `%s` does not exist.", model)
+	}
+	if strings.TrimSpace(model) == "" {
+		return "", "", badRequest("model is required")
+	}
+	t := normalizeTag(model)
+	for _, m := range s.opts.Models {
+		if m == t {
+			return model, t, nil
+		}
+	}
+	return "", "", notFound("model '%s' not found", model)
+}
+
+// tokenBudget checks the prompt against the context and returns the token
+// cap (-1 = none) and the prompt length to use. vLLM refuses prompts and
+// budgets that do not fit, with its own messages; Ollama truncates the prompt
+// to num_ctx and treats max_tokens as num_predict.
+func (s *server) tokenBudget(promptTokens int, maxTok *int, param string) (limit, prompt int, e *apiError) {
+	ctxLen := s.opts.MaxModelLen
+	if s.opts.Flavor == FlavorOllama {
+		if promptTokens > ctxLen {
+			s.log.Warn("truncating input prompt", "limit", ctxLen, "prompt", promptTokens)
+			promptTokens = ctxLen
+		}
+		if maxTok == nil || *maxTok < 0 {
+			return -1, promptTokens, nil
+		}
+		return *maxTok, promptTokens, nil
+	}
+	if promptTokens >= ctxLen {
+		return 0, 0, badRequest("This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.", ctxLen, promptTokens)
+	}
+	if maxTok == nil {
+		return ctxLen - promptTokens, promptTokens, nil
+	}
+	if *maxTok < 1 {
+		return 0, 0, badRequest("%s must be at least 1, got %d.", param, *maxTok)
+	}
+	if promptTokens+*maxTok > ctxLen {
+		return 0, 0, badRequest("'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
+			*maxTok, ctxLen, promptTokens, *maxTok, ctxLen, promptTokens)
+	}
+	return *maxTok, promptTokens, nil
+}
+
+// runOpenAI generates and writes the response, streamed or whole.
+func (s *server) runOpenAI(w http.ResponseWriter, r *http.Request, j *openAIJob) {
+	vllm := s.opts.Flavor == FlavorVLLM
+	id := randomID(pickS(j.chat, "chatcmpl-", "cmpl-"))
+	object := pickS(j.chat, "chat.completion", "text_completion")
+	created := time.Now().Unix()
+	fingerprint := pickS(vllm, "", "fp_ollama")
+	var text strings.Builder
+	var stream *streamWriter
+	if j.stream {
+		stream = newStream(w, true)
+		if j.chat {
+			object = "chat.completion.chunk"
+		}
+	}
+	chunk := func(c oaiChunkChoice, emitted int) oaiChunk {
+		if vllm {
+			c.StopReason = jsonNull
+		}
+		ch := oaiChunk{ID: id, Object: object, Created: created, Model: j.model,
+			SystemFingerprint: fingerprint, Choices: []oaiChunkChoice{c}}
+		if j.usageAlways {
+			ch.Usage = usageOf(j.job.promptTokens, emitted)
+		}
+		return ch
+	}
+	finish := j.finish
+	emit := func(i int) error {
+		last := i == j.job.tokens-1
+		var tok string
+		if j.toolCall != nil {
+			tok = j.toolCallToks[i]
+		} else {
+			tok = replyToken(i)
+		}
+		text.WriteString(tok)
+		if stream == nil {
+			return nil
+		}
+		var fr *string
+		if last && vllm {
+			fr = &finish
+		}
+		if !j.chat {
+			return stream.send(chunk(oaiChunkChoice{Text: &tok, FinishReason: fr}, i+1))
+		}
+		if i == 0 && vllm {
+			empty := ""
+			if err := stream.send(chunk(oaiChunkChoice{Delta: &oaiDelta{Role: "assistant", Content: &empty}}, 0)); err != nil {
+				return err
+			}
+		}
+		d := &oaiDelta{}
+		if !vllm {
+			d.Role = "assistant"
+		}
+		if j.toolCall != nil {
+			tc := oaiToolCallDelta{Function: oaiFunctionDelta{Arguments: tok}}
+			if i == 0 {
+				tc.ID, tc.Type, tc.Function.Name = toolCallID(id), "function", j.toolCall.Name
+			}
+			d.ToolCalls = []oaiToolCallDelta{tc}
+		} else {
+			d.Content = &tok
+		}
+		return stream.send(chunk(oaiChunkChoice{Delta: d, FinishReason: fr}, i+1))
+	}
+	res, err := s.generate(r.Context(), j.job, emit)
+	if err != nil {
+		s.log.Debug("generation ended early", "id", id, "emitted", res.emitted, "err", err)
+		return
+	}
+	if stream == nil {
+		s.writeOpenAIWhole(w, j, id, created, fingerprint, text.String(), res.emitted)
+		return
+	}
+	// A final chunk carries finish_reason when no token chunk did: always for
+	// Ollama, and for vLLM when nothing was generated.
+	if !vllm || res.emitted == 0 {
+		empty := ""
+		if vllm && j.chat { // the role chunk goes with the first token
+			if err := stream.send(chunk(oaiChunkChoice{Delta: &oaiDelta{Role: "assistant", Content: &empty}}, 0)); err != nil {
+				return
+			}
+		}
+		c := oaiChunkChoice{FinishReason: &finish}
+		if j.chat {
+			c.Delta = &oaiDelta{Content: &empty}
+			if !vllm {
+				c.Delta.Role = "assistant"
+			}
+		} else {
+			c.Text = &empty
+		}
+		if err := stream.send(chunk(c, res.emitted)); err != nil {
+			return
+		}
+	}
+	if j.usageFinal {
+		u := oaiChunk{ID: id, Object: object, Created: created, Model: j.model,
+			SystemFingerprint: fingerprint, Choices: []oaiChunkChoice{}, Usage: usageOf(j.job.promptTokens, res.emitted)}
+		if err := stream.send(u); err != nil {
+			return
+		}
+	}
+	_ = stream.done()
+}
+
+func toolCallID(requestID string) string {
+	return "chatcmpl-tool-" + strings.TrimPrefix(requestID, "chatcmpl-")
+}
+
+// writeOpenAIWhole writes a non-streamed completion or chat completion.
+func (s *server) writeOpenAIWhole(w http.ResponseWriter, j *openAIJob, id string, created int64, fingerprint, text string, emitted int) {
+	vllm := s.opts.Flavor == FlavorVLLM
+	choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": j.finish}
+	if vllm {
+		choice["stop_reason"] = nil
+	}
+	if j.chat {
+		msg := map[string]any{"role": "assistant", "content": text}
+		if vllm {
+			msg["tool_calls"] = []any{}
+			msg["reasoning_content"] = nil
+		}
+		if j.toolCall != nil {
+			msg["content"] = nil
+			msg["tool_calls"] = []any{map[string]any{
+				"id":   toolCallID(id),
+				"type": "function",
+				"function": map[string]any{
+					"name":      j.toolCall.Name,
+					"arguments": text,
+				},
+			}}
+		}
+		choice["message"] = msg
+	} else {
+		choice["text"] = text
+	}
+	resp := map[string]any{
+		"id":      id,
+		"object":  pickS(j.chat, "chat.completion", "text_completion"),
+		"created": created,
+		"model":   j.model,
+		"choices": []any{choice},
+		"usage":   usageOf(j.job.promptTokens, emitted),
+	}
+	if fingerprint != "" {
+		resp["system_fingerprint"] = fingerprint
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// handleOpenAIModels lists the models as GET /v1/models does.
+func (s *server) handleOpenAIModels(w http.ResponseWriter, _ *http.Request) {
+	var data []any
+	if s.opts.Flavor == FlavorVLLM {
+		for _, name := range append([]string{s.opts.ServedName}, s.opts.ServedNameAliases...) {
+			data = append(data, s.vllmModelCard(name))
+		}
+	} else {
+		for _, m := range s.opts.Models {
+			data = append(data, map[string]any{"id": m, "object": "model", "created": s.created, "owned_by": "library"})
+		}
+	}
+	if data == nil {
+		data = []any{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+// vllmModelCard is vLLM's ModelCard for one served name.
+func (s *server) vllmModelCard(name string) map[string]any {
+	return map[string]any{
+		"id":            name,
+		"object":        "model",
+		"created":       s.created,
+		"owned_by":      "vllm",
+		"root":          s.opts.Model,
+		"parent":        nil,
+		"max_model_len": s.opts.MaxModelLen,
+		"permission": []any{map[string]any{
+			"id":                   fmt.Sprintf("modelperm-%032x", s.created),
+			"object":               "model_permission",
+			"created":              s.created,
+			"allow_create_engine":  false,
+			"allow_sampling":       true,
+			"allow_logprobs":       true,
+			"allow_search_indices": false,
+			"allow_view":           true,
+			"allow_fine_tuning":    false,
+			"organization":         "*",
+			"group":                nil,
+			"is_blocking":          false,
+		}},
+	}
+}
