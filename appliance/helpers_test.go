@@ -6,12 +6,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -169,5 +167,3 @@ func startSleeper(t testing.TB) *exec.Cmd {
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	return cmd
 }
-
-func signalNotify(c chan os.Signal) { signal.Notify(c, syscall.SIGTERM, syscall.SIGINT) }

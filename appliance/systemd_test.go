@@ -5,13 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -38,6 +38,9 @@ func startE2E(t testing.TB, vllmLoad string) *e2e {
 	listenPort := freePort(t)
 	yaml := testConfigYAML(bin, state, "systemd", "/run/systemd/private", freePort(t), freePort(t), vllmLoad)
 	yaml = strings.Replace(yaml, "listen: 127.0.0.1:0", "listen: 127.0.0.1:"+strconv.Itoa(listenPort), 1)
+	// Nothing is wanted at first boot; after a switch, the last wanted
+	// profile is what a restart restores.
+	yaml = strings.Replace(yaml, "default_profile: coder\n", "", 1)
 	cfgPath := filepath.Join(state, "gpuhost.yaml")
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
@@ -118,8 +121,9 @@ func (e *e2e) waitState(t testing.TB, what string, timeout time.Duration, ok fun
 // sampler runs inside the private systemd's PID namespace (the private bus
 // refuses peers outside it) and reads both backend units' states at 50 Hz.
 type sampler struct {
-	cmd *exec.Cmd
-	out *bufio.Scanner
+	cmd   *exec.Cmd
+	out   *bufio.Scanner
+	stdin io.WriteCloser
 }
 
 type samplerReport struct {
@@ -139,8 +143,12 @@ func startSampler(t testing.TB, e *e2e) *sampler {
 	cmd := e.sd.Command(context.Background(), exe, "-test.run=^TestSamplerChild$", "-test.v")
 	cmd.Env = append(os.Environ(), "GPUHOST_SAMPLER=1",
 		"GPUHOST_SAMPLER_UNITS="+e.cfg.Backends.VLLM.Unit+","+e.cfg.Backends.Ollama.Unit)
-	stdin, _ := cmd.StdinPipe()
-	_ = stdin
+	// nsenter does not forward signals to the process it forks, so the
+	// sampler stops when its stdin closes.
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +157,7 @@ func startSampler(t testing.TB, e *e2e) *sampler {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &sampler{cmd: cmd, out: bufio.NewScanner(stdout)}
+	s := &sampler{cmd: cmd, out: bufio.NewScanner(stdout), stdin: stdin}
 	// Wait for the child to be connected and sampling.
 	for s.out.Scan() {
 		if strings.HasPrefix(s.out.Text(), "SAMPLER READY") {
@@ -162,7 +170,7 @@ func startSampler(t testing.TB, e *e2e) *sampler {
 
 func (s *sampler) stop(t testing.TB) samplerReport {
 	t.Helper()
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	_ = s.stdin.Close()
 	var rep samplerReport
 	found := false
 	for s.out.Scan() {
@@ -194,8 +202,11 @@ func TestSamplerChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	sig := make(chan os.Signal, 1)
-	signalNotify(sig)
+	stop := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin) // returns when the test closes stdin
+		close(stop)
+	}()
 	fmt.Println("SAMPLER READY")
 	rep := samplerReport{}
 	t0 := time.Now()
@@ -203,7 +214,7 @@ func TestSamplerChild(t *testing.T) {
 	defer tick.Stop()
 	for {
 		select {
-		case <-sig:
+		case <-stop:
 			rep.Seconds = time.Since(t0).Seconds()
 			b, _ := json.Marshal(rep)
 			fmt.Println("SAMPLER REPORT " + string(b))
@@ -237,7 +248,18 @@ func TestSystemdEndToEnd(t *testing.T) {
 	t.Run("rendered units conflict", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		// Without gpuhost's help: systemd's Conflicts= alone.
+		// Without gpuhost's help: systemd's Conflicts= alone. The units
+		// read the environment files gpuhost would have written.
+		for _, p := range []string{"coder", "llama"} {
+			prof := e.cfg.Profiles[p]
+			unit := e.cfg.BackendFor(prof.Backend).Unit
+			if err := os.MkdirAll(filepath.Dir(e.cfg.EnvFilePath(unit)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(e.cfg.EnvFilePath(unit), []byte(units.EnvFile(*prof, true)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if out, err := e.sd.Systemctl(ctx, "start", e.cfg.Backends.Ollama.Unit); err != nil {
 			t.Fatalf("%v %s", err, out)
 		}
