@@ -727,13 +727,21 @@ func (r *switchRun) journalTail(unit string) []string {
 }
 
 // poller yields an adaptive schedule: the first check comes at once, then
-// the gap grows from 5 ms to a cap, so fast events are seen within
-// milliseconds and slow ones (a model load of minutes) cost few requests.
+// the gap grows from 2 ms by half each time up to a cap, so fast events are
+// seen within milliseconds. The cap bounds how late a slow event (a model
+// load of minutes) is noticed; at 20 ms a health poll costs the backend 50
+// refused connects or tiny GETs a second, which is nothing next to a load.
 type poller struct {
 	next, max time.Duration
 }
 
-func newPoller(max time.Duration) *poller { return &poller{next: 5 * time.Millisecond, max: max} }
+func newPoller(max time.Duration) *poller { return &poller{next: 2 * time.Millisecond, max: max} }
+
+// Poll caps: how late at most a ready backend or released VRAM is seen.
+const (
+	readyPollCap   = 20 * time.Millisecond
+	releasePollCap = 20 * time.Millisecond
+)
 
 func (p *poller) wait(ctx context.Context) error {
 	t := time.NewTimer(p.next)
@@ -757,7 +765,7 @@ func (r *switchRun) waitVRAMReleased(ctx context.Context, stopped []backendState
 	baseline := s.baseline
 	s.mu.Unlock()
 	limit := baseline + s.cfg.GPU.ReleaseToleranceMiB
-	pl := newPoller(200 * time.Millisecond)
+	pl := newPoller(releasePollCap)
 	var last nvml.Device
 	var lastErr error
 	var holders []nvml.Process
@@ -854,7 +862,7 @@ func (r *switchRun) waitReady(ctx context.Context, p *units.Profile, unit string
 	if p.Backend == units.Ollama {
 		url = r.baseURL(p) + "/api/version"
 	}
-	pl := newPoller(250 * time.Millisecond)
+	pl := newPoller(readyPollCap)
 	polls := 0
 	for {
 		polls++
