@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"gpuhost/systemd"
+	"gpuhost/units"
 )
 
 // Spec describes one unit for the runner.
@@ -328,41 +329,16 @@ func commandLine(s Spec) ([]string, []string, error) {
 	argv := append([]string(nil), s.Exec...)
 	var env []string
 	if s.EnvFile != "" {
-		vars, err := ReadEnvFile(s.EnvFile)
+		// Like EnvironmentFile=-path: a missing file is no error.
+		data, err := os.ReadFile(s.EnvFile)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("read environment file of %s: %w", s.Name, err)
 		}
+		vars := units.ParseEnvFile(string(data))
 		for k, v := range vars {
 			env = append(env, k+"="+v)
 		}
 		argv = append(argv, strings.Fields(vars["GPUHOST_ARGS"])...)
 	}
 	return argv, env, nil
-}
-
-// ReadEnvFile parses a systemd EnvironmentFile: KEY=VALUE lines, # and ;
-// comments, values optionally in single or double quotes.
-func ReadEnvFile(path string) (map[string]string, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read environment file: %w", err)
-	}
-	vars := map[string]string{}
-	for i, line := range strings.Split(string(data), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' || line[0] == ';' {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		if !ok {
-			return nil, fmt.Errorf("environment file %s line %d: no '=' in %q", path, i+1, line)
-		}
-		v = strings.TrimSpace(v)
-		if len(v) >= 2 && (v[0] == '"' && v[len(v)-1] == '"' || v[0] == '\'' && v[len(v)-1] == '\'') {
-			v = v[1 : len(v)-1]
-			v = strings.ReplaceAll(v, `\"`, `"`)
-		}
-		vars[strings.TrimSpace(k)] = v
-	}
-	return vars, nil
 }
