@@ -1,0 +1,239 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"gpuhost/appliance"
+	"gpuhost/nvml"
+	"gpuhost/simulator"
+)
+
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gpuhost-cli-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "gpuhost")
+	if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build gpuhost: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func gpuhost(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binPath, args...).CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestSimulateOptionsFromUnitArgv(t *testing.T) {
+	t.Setenv("OLLAMA_HOST", "")
+	tests := []struct {
+		name   string
+		flavor string
+		args   []string
+		check  func(o simulator.Options) bool
+	}{
+		{"vllm argv with sim flags first", "vllm",
+			[]string{"--sim-dir", "/x", "serve", "Qwen/Q", "--gpu-memory-utilization", "0.92", "--port", "8001", "--load-time", "1.5s", "--served-model-name", "q"},
+			func(o simulator.Options) bool {
+				return o.Model == "Qwen/Q" && o.GPUMemoryUtilization == 0.92 && o.Port == 8001 && o.LoadTime == 1500*time.Millisecond && o.SimDir == "/x" && o.ServedName == "q"
+			}},
+		{"= forms", "vllm", []string{"serve", "M", "--load-time=10ms", "--decode-tps=99", "--max-num-seqs=4"},
+			func(o simulator.Options) bool { return o.LoadTime == 10*time.Millisecond && o.DecodeTPS == 99 && o.MaxNumSeqs == 4 }},
+		{"ollama models", "ollama", []string{"serve", "--model", "llama3.1:8b", "--vram-mib", "6200", "--port", "18434"},
+			func(o simulator.Options) bool {
+				return reflect.DeepEqual(o.Models, []string{"llama3.1:8b"}) && o.VRAMMiB == 6200 && o.Port == 18434
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := simulateOptions(tt.flavor, tt.args)
+			if err != nil || !tt.check(o) {
+				t.Errorf("options = %+v, err %v", o, err)
+			}
+		})
+	}
+	t.Setenv("OLLAMA_HOST", "127.0.0.1:19999")
+	if o, err := simulateOptions("ollama", []string{"serve"}); err != nil || o.Port != 19999 {
+		t.Errorf("OLLAMA_HOST not honoured: %+v %v", o, err)
+	}
+	for _, bad := range []struct {
+		flavor string
+		args   []string
+		want   string
+	}{
+		{"llama.cpp", nil, `want vllm or ollama`},
+		{"vllm", []string{"serve", "M", "--load-time", "soon"}, "load-time"},
+		{"vllm", []string{"serve", "M", "--max-num-seqs", "many"}, "--max-num-seqs"},
+	} {
+		if _, err := simulateOptions(bad.flavor, bad.args); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("simulate %s %v: err %v, want it to name %q", bad.flavor, bad.args, err, bad.want)
+		}
+	}
+}
+
+func FuzzSimulateOptions(f *testing.F) {
+	f.Add("vllm", "--sim-dir /x serve M --port 8000 --load-time 1s")
+	f.Add("ollama", "serve --model a:b --vram-mib 10")
+	f.Add("vllm", "--model= --served-name")
+	f.Fuzz(func(t *testing.T, flavor, argv string) {
+		_, _ = simulateOptions(flavor, strings.Fields(argv)) // must not panic
+	})
+}
+
+func TestBadConfigNamesKeyAndExits2(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("profiles:\n  a:\n    backend: vllm\n    model: m\n    port: 8000\n    vllm:\n      max_num_seq: 4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := gpuhost(t, "serve", "--config", bad)
+	if code != 2 || !strings.Contains(out, bad) || !strings.Contains(out, "profiles.a.vllm.max_num_seq") {
+		t.Errorf("exit %d, output %q", code, out)
+	}
+	out, code = gpuhost(t, "doctor", "--config", filepath.Join(t.TempDir(), "none.yaml"))
+	if code != 2 || !strings.Contains(out, "none.yaml") {
+		t.Errorf("missing config: exit %d, %q", code, out)
+	}
+}
+
+func TestUnitsRender(t *testing.T) {
+	out, code := gpuhost(t, "units", "render", "--config", "appliance/gpuhost.example.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	for _, w := range []string{"# ===== gpuhost.service =====", "Type=notify", "WatchdogSec=", "# ===== gpuhost-vllm.service =====",
+		"Conflicts=gpuhost-ollama.service", "Conflicts=gpuhost-vllm.service", "$GPUHOST_ARGS"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("render lacks %q", w)
+		}
+	}
+	dir := t.TempDir()
+	out, code = gpuhost(t, "units", "render", "--adopt", "--config", "appliance/gpuhost.example.yaml", "--dir", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	drop, err := os.ReadFile(filepath.Join(dir, "gpuhost-ollama.service.d", "10-gpuhost.conf"))
+	if err != nil || !strings.Contains(string(drop), "Conflicts=gpuhost-vllm.service") {
+		t.Errorf("adopt drop-in: %q %v", drop, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "gpuhost-ollama.service")); err == nil {
+		t.Error("adopt mode must not write a unit file over the operator's")
+	}
+}
+
+// TestDemo runs `gpuhost demo` as a user would: it comes up on the
+// embedded default, a switch from the CLI shows VRAM released and taken
+// again, and Ctrl-C leaves no backend behind.
+func TestDemo(t *testing.T) {
+	addr := freeAddr(t)
+	state := t.TempDir()
+	cmd := exec.Command(binPath, "demo", "--listen", addr, "--state-dir", state)
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(stdout)
+	var banner []string
+	for sc.Scan() {
+		banner = append(banner, sc.Text())
+		if strings.Contains(sc.Text(), "Stop with Ctrl-C") {
+			break
+		}
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	text := strings.Join(banner, "\n")
+	url := "http://" + addr
+	if !strings.Contains(text, url+"/api/status") || !strings.Contains(text, "gpuhost switch llama3-8b --url "+url) {
+		t.Fatalf("banner lacks URLs or example commands:\n%s", text)
+	}
+	// The demo restores its default profile.
+	c := appliance.NewClient(url, "")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := c.Status(context.Background())
+		if err == nil && st.State.Phase == appliance.PhaseActive && st.State.Profile == "qwen3-coder" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("demo did not activate qwen3-coder: %+v %v", st.State, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	out, code := gpuhost(t, "switch", "llama3-8b", "--url", url)
+	if code != 0 {
+		t.Fatalf("switch exit %d:\n%s", code, out)
+	}
+	for _, w := range []string{"stop", "VRAM released: 18 MiB used of 24564", "load_model", "VRAM 6.1/24.0 GiB", "llama3-8b is active"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("switch output lacks %q:\n%s", w, out)
+		}
+	}
+	out, code = gpuhost(t, "status", "--json", "--url", url)
+	var st appliance.Status
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.State.Profile != "llama3-8b" {
+		t.Errorf("status --json: exit %d %s", code, out)
+	}
+	out, code = gpuhost(t, "switch", "nope", "--url", url)
+	if code != 2 || !strings.Contains(out, "gemma3-27b, llama3-8b, qwen3-coder") {
+		t.Errorf("unknown profile: exit %d %s", code, out)
+	}
+	out, code = gpuhost(t, "doctor", "--url", url, "--json")
+	var rep appliance.DoctorReport
+	if json.Unmarshal([]byte(out), &rep) != nil || code != rep.Exit {
+		t.Errorf("doctor: exit %d, report %s", code, out)
+	}
+
+	// Ctrl-C: the demo stops its backends; their VRAM claims go away.
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("demo exit after SIGINT: %v", err)
+	}
+	claims, err := nvml.ReadClaims(filepath.Join(state, "simgpu"))
+	if err != nil || len(claims) != 0 {
+		t.Errorf("backends left after the demo ended: %+v %v", claims, err)
+	}
+}
