@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"gpuhost/appliance/procunits"
 	"gpuhost/nvml"
@@ -136,7 +137,18 @@ func TestDoctorChecksPassAndFail(t *testing.T) {
 	if err := f.sup.units.Start(ctx, f.cfg.Backends.VLLM.Unit); err != nil {
 		t.Fatal(err)
 	}
-	rep = run(good())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rep = run(good())
+		if c, _ := checkByID(rep, "endpoint.health", "coder"); c.Severity == units.SeverityOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			lines, _ := f.sup.journal(ctx, f.cfg.Backends.VLLM.Unit, 20)
+			t.Fatalf("hand-started vLLM never became healthy: %+v\n%s", rep.Checks, strings.Join(lines, "\n"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	c, _ := checkByID(rep, "units.drift", "coder")
 	if c.Severity != units.SeverityWarn || !strings.Contains(c.Message, "max-num-seqs") || !strings.Contains(c.Message, "64") {
 		t.Errorf("units.drift after a hand edit: %+v", c)

@@ -549,7 +549,7 @@ func (r *switchRun) step(ctx context.Context, name string, fn func(ctx context.C
 	r.s.mu.Lock()
 	r.s.state.Step = name
 	r.s.mu.Unlock()
-	r.event(Event{Kind: "step", Step: name, Status: "started"})
+	r.event(Event{Kind: "step", Step: name, Status: "started", Message: name + " started"})
 	t0 := time.Now()
 	msg, detail, err := fn(ctx)
 	dur := float64(time.Since(t0).Microseconds()) / 1000
@@ -638,7 +638,13 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 		toStop = append(toStop, b)
 	}
 
+	var heldBefore uint64
 	if len(toStop) > 0 {
+		if snap, err := s.snapshot(ctx); err == nil {
+			if d, ok := snap.Device0(); ok {
+				heldBefore = d.MemoryUsedMiB
+			}
+		}
 		if err := r.step(ctx, "stop", func(ctx context.Context) (string, map[string]any, error) {
 			var names []string
 			for _, b := range toStop {
@@ -657,7 +663,7 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 	}
 	if !alreadyRunning {
 		if err := r.step(ctx, "vram_release", func(ctx context.Context) (string, map[string]any, error) {
-			return r.waitVRAMReleased(ctx, toStop)
+			return r.waitVRAMReleased(ctx, toStop, heldBefore)
 		}); err != nil {
 			return err
 		}
@@ -757,7 +763,7 @@ func (p *poller) wait(ctx context.Context) error {
 
 // waitVRAMReleased waits until NVML shows used memory back near the idle
 // baseline and no GPU process from a stopped unit.
-func (r *switchRun) waitVRAMReleased(ctx context.Context, stopped []backendState) (string, map[string]any, error) {
+func (r *switchRun) waitVRAMReleased(ctx context.Context, stopped []backendState, heldBefore uint64) (string, map[string]any, error) {
 	s := r.s
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.GPU.ReleaseTimeout.D())
 	defer cancel()
@@ -781,8 +787,11 @@ func (r *switchRun) waitVRAMReleased(ctx context.Context, stopped []backendState
 					}
 				}
 				if d.MemoryUsedMiB <= limit && len(holders) == 0 {
-					return fmt.Sprintf("VRAM released: %d MiB used of %d (baseline %d)", d.MemoryUsedMiB, d.MemoryTotalMiB, baseline),
-						map[string]any{"used_mib": d.MemoryUsedMiB, "total_mib": d.MemoryTotalMiB, "baseline_mib": baseline}, nil
+					msg := fmt.Sprintf("VRAM released: %d MiB used of %d (baseline %d)", d.MemoryUsedMiB, d.MemoryTotalMiB, baseline)
+					if heldBefore > d.MemoryUsedMiB {
+						msg += fmt.Sprintf(", %d MiB freed", heldBefore-d.MemoryUsedMiB)
+					}
+					return msg, map[string]any{"used_mib": d.MemoryUsedMiB, "total_mib": d.MemoryTotalMiB, "baseline_mib": baseline}, nil
 				}
 			} else {
 				return "no GPU device reported; nothing to wait for", nil, nil
@@ -951,11 +960,10 @@ func (r *switchRun) loadOllamaModel(ctx context.Context, p *units.Profile) (stri
 		return "", nil, fmt.Errorf("load %s: status %d: %s", p.Model, resp.StatusCode, strings.TrimSpace(string(data)))
 	}
 	var out struct {
-		LoadDuration int64 `json:"load_duration"`
+		DoneReason string `json:"done_reason"`
 	}
 	_ = json.Unmarshal(data, &out)
-	return fmt.Sprintf("loaded %s (load_duration %s)", p.Model, time.Duration(out.LoadDuration)),
-		map[string]any{"load_duration_ns": out.LoadDuration}, nil
+	return fmt.Sprintf("loaded %s (done_reason %q)", p.Model, out.DoneReason), nil, nil
 }
 
 // verify checks that the backend serves the profile's name and reports the
