@@ -44,7 +44,7 @@ func newServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return appliance.Serve(cmd.Context(), cfg, log, nil)
+			return serve(cmd.Context(), cfg, log, nil)
 		},
 	}
 }
@@ -79,7 +79,7 @@ func newDemoCmd() *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			return appliance.Serve(cmd.Context(), cfg, log, func(addr string) {
+			return serve(cmd.Context(), cfg, log, func(addr string) {
 				base := "http://" + addr
 				fmt.Fprintf(out, `
 gpuhost demo — simulated RTX 4090 (24 GB), simulator backends, state in %s

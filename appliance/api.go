@@ -34,6 +34,8 @@ type Status struct {
 	GPUError string               `json:"gpu_error,omitempty"`
 	Units    []systemd.UnitStatus `json:"units"`
 	Profiles []ProfileInfo        `json:"profiles"`
+	// LastSwitch is the most recent finished switch, if any.
+	LastSwitch *SwitchSummary `json:"last_switch,omitempty"`
 }
 
 // ProfileInfo is a profile as listed to clients.
@@ -66,7 +68,7 @@ func (s *Supervisor) Profiles() []ProfileInfo {
 // Status gathers state, GPU and units; a failing component shows as an
 // error field, never as a failed request.
 func (s *Supervisor) Status(ctx context.Context) Status {
-	out := Status{State: s.State(), Profiles: s.Profiles(), Units: []systemd.UnitStatus{}}
+	out := Status{State: s.State(), Profiles: s.Profiles(), Units: []systemd.UnitStatus{}, LastSwitch: s.LastSwitch()}
 	if snap, err := s.snapshot(ctx); err != nil {
 		out.GPUError = err.Error()
 	} else {

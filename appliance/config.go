@@ -44,6 +44,10 @@ type Config struct {
 	DefaultProfile string                    `yaml:"default_profile"`
 	Policy         *units.Policy             `yaml:"policy"`
 	Profiles       map[string]*units.Profile `yaml:"profiles"`
+	Proxy          ProxyConfig               `yaml:"proxy"`
+	Panel          PanelConfig               `yaml:"panel"`
+	Telegram       TelegramConfig            `yaml:"telegram"`
+	Metrics        MetricsConfig             `yaml:"metrics"`
 
 	// path is the file this config came from, for messages.
 	path string
@@ -98,6 +102,39 @@ type SwitchConfig struct {
 	// RestoreOnBoot switches to the last wanted profile when the daemon
 	// starts and no backend runs.
 	RestoreOnBoot *bool `yaml:"restore_on_boot"`
+}
+
+// ProxyConfig tunes the OpenAI-compatible /v1 endpoint.
+type ProxyConfig struct {
+	Disabled bool `yaml:"disabled"`
+	// AutoSwitch lets a request for another profile's model trigger a
+	// switch (and be held until it is done); off, such a request gets 404.
+	AutoSwitch bool `yaml:"auto_switch"`
+	// HoldTimeout is how long a request is held during a switch before it
+	// gets 503 with Retry-After.
+	HoldTimeout  Duration `yaml:"hold_timeout"`
+	MaxBodyBytes int64    `yaml:"max_body_bytes"`
+}
+
+// PanelConfig controls the web panel.
+type PanelConfig struct {
+	Disabled bool `yaml:"disabled"`
+}
+
+// TelegramConfig controls the Telegram bot. The token is read at start from
+// TokenFile or the environment variable TokenEnv, never from this file.
+type TelegramConfig struct {
+	Enabled   bool   `yaml:"enabled"`
+	TokenEnv  string `yaml:"token_env"`
+	TokenFile string `yaml:"token_file"`
+	// APIURL is the Bot API server (tests point it at a fake).
+	APIURL      string `yaml:"api_url"`
+	AllowGroups bool   `yaml:"allow_groups"`
+}
+
+// MetricsConfig controls the Prometheus endpoint.
+type MetricsConfig struct {
+	Disabled bool `yaml:"disabled"`
 }
 
 // Duration is a time.Duration that reads "1.5s" style strings from YAML.
@@ -328,6 +365,18 @@ func (c *Config) applyDefaults() {
 	if c.Switch.RestoreOnBoot == nil {
 		c.Switch.RestoreOnBoot = ptr(true)
 	}
+	if c.Proxy.HoldTimeout == 0 {
+		c.Proxy.HoldTimeout = Duration(10 * time.Minute)
+	}
+	if c.Proxy.MaxBodyBytes == 0 {
+		c.Proxy.MaxBodyBytes = 32 << 20
+	}
+	if c.Telegram.TokenEnv == "" {
+		c.Telegram.TokenEnv = "GPUHOST_TELEGRAM_TOKEN"
+	}
+	if c.Telegram.APIURL == "" {
+		c.Telegram.APIURL = "https://api.telegram.org"
+	}
 	if c.Policy == nil {
 		p := units.DefaultPolicy()
 		c.Policy = &p
@@ -417,6 +466,12 @@ func (c *Config) validate() []string {
 		if _, ok := c.Profiles[c.DefaultProfile]; !ok {
 			add("default_profile", "%q is not a profile (profiles: %s)", c.DefaultProfile, strings.Join(names, ", "))
 		}
+	}
+	if c.Proxy.MaxBodyBytes < 1024 {
+		add("proxy.max_body_bytes", "%d is too small (at least 1024)", c.Proxy.MaxBodyBytes)
+	}
+	if c.Telegram.APIURL != "" && !strings.HasPrefix(c.Telegram.APIURL, "https://") && !strings.HasPrefix(c.Telegram.APIURL, "http://127.0.0.1") && !strings.HasPrefix(c.Telegram.APIURL, "http://localhost") {
+		add("telegram.api_url", "%q must be https (plain http only on loopback, for tests)", c.Telegram.APIURL)
 	}
 	if c.Switch.ReadyTimeout.D() < time.Second {
 		add("switch.ready_timeout", "%s is too short (at least 1s)", c.Switch.ReadyTimeout.D())

@@ -130,7 +130,65 @@ type Supervisor struct {
 	current  *switchRun
 	// gen counts switch starts and ends; a reconciliation whose reads
 	// straddle one is stale and dropped.
-	gen uint64
+	gen        uint64
+	lastSwitch *SwitchSummary
+	switches   uint64
+}
+
+// SwitchSummary is the outcome of the most recent switch, for the panel,
+// the bot and the metrics.
+type SwitchSummary struct {
+	ID         string    `json:"id"`
+	Profile    string    `json:"profile"`
+	OK         bool      `json:"ok"`
+	Error      string    `json:"error,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
+	DurationMS float64   `json:"duration_ms"`
+}
+
+// LastSwitch returns the most recent finished switch, or nil.
+func (s *Supervisor) LastSwitch() *SwitchSummary {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lastSwitch == nil {
+		return nil
+	}
+	c := *s.lastSwitch
+	return &c
+}
+
+// ErrNoBackend is returned by AwaitActive when nothing runs and no switch
+// is under way, so a held request would wait for nothing.
+var ErrNoBackend = errors.New("no backend is active")
+
+// AwaitActive returns the active profile, waiting while a switch runs (the
+// /v1 proxy holds requests this way instead of rejecting them). It returns
+// ErrNoBackend when idle or failed, and ctx's error when ctx ends first.
+func (s *Supervisor) AwaitActive(ctx context.Context) (*units.Profile, error) {
+	ch, _, cancel := s.bus.subscribe(s.bus.lastSeq())
+	defer cancel()
+	for {
+		st := s.State()
+		switch st.Phase {
+		case PhaseActive:
+			if p, ok := s.cfg.Profiles[st.Profile]; ok && st.Step == "" {
+				return p, nil
+			}
+			if st.Step == "" {
+				return nil, fmt.Errorf("%w: the running backend's profile %q is not in the config", ErrNoBackend, st.Profile)
+			}
+		case PhaseIdle:
+			return nil, ErrNoBackend
+		case PhaseFailed:
+			return nil, fmt.Errorf("%w: %s", ErrNoBackend, st.Error)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-ch:
+		case <-time.After(time.Second): // belt and braces: re-read the state
+		}
+	}
 }
 
 // NewSupervisor wires the Supervisor; it does nothing until Run.
@@ -286,6 +344,9 @@ func (s *Supervisor) measureBaseline(ctx context.Context) {
 	s.mu.Unlock()
 	s.log.Info("idle VRAM baseline", "mib", base, "used_mib", d.MemoryUsedMiB, "process_mib", procs)
 }
+
+// Snapshot reads the GPU with a short timeout.
+func (s *Supervisor) Snapshot(ctx context.Context) (nvml.Snapshot, error) { return s.snapshot(ctx) }
 
 func (s *Supervisor) snapshot(ctx context.Context) (nvml.Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -453,6 +514,12 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts SwitchOpti
 		s.mu.Lock()
 		s.current = nil
 		s.gen++
+		s.switches++
+		s.lastSwitch = &SwitchSummary{ID: r.id, Profile: r.target.Name, OK: err == nil, StartedAt: r.started,
+			DurationMS: float64(time.Since(r.started).Microseconds()) / 1000}
+		if err != nil {
+			s.lastSwitch.Error = err.Error()
+		}
 		s.mu.Unlock()
 		done <- err
 	}()

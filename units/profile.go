@@ -39,15 +39,18 @@ const (
 
 // Profile is one named, switchable model setup (from the YAML config, key `profiles.<name>`).
 type Profile struct {
-	Name       string      `yaml:"-"`
-	Backend    Backend     `yaml:"backend"`
-	Model      string      `yaml:"model"`       // HF repo id for vllm, tag for ollama (e.g. llama3.1:8b)
-	ServedName string      `yaml:"served_name"` // name clients use; default = Model
-	Port       int         `yaml:"port"`
-	VLLM       VLLMFlags   `yaml:"vllm"`
-	Ollama     OllamaOpts  `yaml:"ollama"`
-	Params     ModelParams `yaml:"model_params"` // for the VRAM fit estimate; zero = unknown
-	Sim        SimOpts     `yaml:"sim"`          // only used when the backend exec is the simulator
+	Name       string  `yaml:"-"`
+	Backend    Backend `yaml:"backend"`
+	Model      string  `yaml:"model"`       // HF repo id for vllm, tag for ollama (e.g. llama3.1:8b)
+	ServedName string  `yaml:"served_name"` // name clients use; default = Model
+	// Aliases are further model names clients may use for this profile
+	// (the /v1 proxy maps them to the served name).
+	Aliases []string    `yaml:"aliases"`
+	Port    int         `yaml:"port"`
+	VLLM    VLLMFlags   `yaml:"vllm"`
+	Ollama  OllamaOpts  `yaml:"ollama"`
+	Params  ModelParams `yaml:"model_params"` // for the VRAM fit estimate; zero = unknown
+	Sim     SimOpts     `yaml:"sim"`          // only used when the backend exec is the simulator
 }
 
 // VLLMFlags are the vLLM server flags gpuhost manages. A zero value means
@@ -170,6 +173,11 @@ func (p Profile) Validate() []FieldError {
 	}
 	if p.ServedName != "" {
 		word("served_name", p.ServedName)
+	}
+	for i, a := range p.Aliases {
+		if strings.TrimSpace(a) == "" || strings.ContainsAny(a, " \t\n\"'") {
+			add(fmt.Sprintf("aliases[%d]", i), "%q must be a non-empty name without spaces or quotes", a)
+		}
 	}
 	if p.Port < 1 || p.Port > 65535 {
 		add("port", "must be 1..65535, got %d", p.Port)

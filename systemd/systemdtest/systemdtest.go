@@ -15,9 +15,11 @@
 //     pull in (everything under the vendor *.wants/ and *.requires/ folders,
 //     tmpfiles, udev, sysctl, remount-fs, binfmt, modules-load, sysusers,
 //     firstboot, the shutdown services, ...) masked; system generators masked;
-//   - /proc/sys, /sys (and on cgroup v1 the tmpfs holding the hierarchies)
-//     and /etc/machine-id read-only inside; /dev/console and /dev/kmsg
-//     replaced by a log file in the test's temp dir (Log reads it);
+//   - /proc/sys, /sys and /etc/machine-id read-only inside; on cgroup v1 and
+//     hybrid hosts a private tmpfs at /sys/fs/cgroup (systemd remounts that
+//     tmpfs read-only and adds mount points to it, which on the host's own
+//     tmpfs would change the host); /dev/console and /dev/kmsg replaced by a
+//     log file in the test's temp dir (Log reads it);
 //   - the capabilities that reach the shared kernel (modules, clock, raw I/O,
 //     network admin, syslog, audit, ...) dropped from the bounding set;
 //   - its own cgroup (a fresh leaf below the test process's cgroup), so two
@@ -457,13 +459,29 @@ mount --bind /etc/machine-id /etc/machine-id
 mount -o remount,bind,ro /etc/machine-id
 mount --bind /proc/sys /proc/sys
 mount -o remount,bind,ro /proc/sys
-mount -o remount,bind,ro /sys
-# On cgroup v1/hybrid hosts /sys/fs/cgroup is a tmpfs holding the hierarchies
-# (which stay writable, being mounts of their own); systemd would create
-# symlinks in that shared tmpfs.
+# On cgroup v1/hybrid hosts /sys/fs/cgroup is a tmpfs holding the hierarchies.
+# systemd creates mount points and symlinks in it and then remounts its
+# superblock read-only, which a bind mount would share with the host: give the
+# namespace a tmpfs of its own with the host's hierarchies moved into it.
 if [ "$(findmnt -n -o FSTYPE --mountpoint /sys/fs/cgroup | tail -n 1)" = tmpfs ]; then
-	mount -o remount,bind,ro /sys/fs/cgroup
+	mkdir /run/gpuhost-test/cgroup
+	for m in $(findmnt -n -r -o TARGET -R /sys/fs/cgroup | tail -n +2); do
+		n=${m#/sys/fs/cgroup/}
+		case $n in */*) continue ;; esac
+		mkdir "/run/gpuhost-test/cgroup/$n"
+		mount --rbind "$m" "/run/gpuhost-test/cgroup/$n"
+	done
+	mount -t tmpfs -o mode=0755,nosuid,nodev,noexec,size=4m gpuhost-test-cgroup /sys/fs/cgroup
+	for d in /run/gpuhost-test/cgroup/*; do
+		[ -d "$d" ] || continue
+		mkdir "/sys/fs/cgroup/${d##*/}"
+		mount --move "$d" "/sys/fs/cgroup/${d##*/}"
+		rmdir "$d"
+	done
+	rmdir /run/gpuhost-test/cgroup
+	[ "$(findmnt -n -o SOURCE --mountpoint /sys/fs/cgroup | tail -n 1)" = gpuhost-test-cgroup ] || fail "/sys/fs/cgroup is not the private tmpfs"
 fi
+mount -o remount,bind,ro /sys
 mkdir -p /run/systemd/system-generators /run/systemd/journald.conf.d /run/systemd/system.conf.d
 for g in /usr/local/lib/systemd/system-generators/* /usr/lib/systemd/system-generators/* /lib/systemd/system-generators/*; do
 	if [ -e "$g" ]; then ln -sf /dev/null "/run/systemd/system-generators/${g##*/}"; fi

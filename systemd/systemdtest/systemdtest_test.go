@@ -15,9 +15,10 @@ import (
 	"time"
 )
 
-// hostMountPoints lists the host's mount points, to prove that nothing the
-// harness mounts appears outside.
-func hostMountPoints(t *testing.T) []string {
+// hostMounts lists the host's mounts with their mount and superblock options
+// (a remount of a shared superblock shows in the latter), and what is in
+// /sys/fs/cgroup, to prove that the harness changes neither.
+func hostMounts(t *testing.T) []string {
 	t.Helper()
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
@@ -25,9 +26,16 @@ func hostMountPoints(t *testing.T) []string {
 	}
 	var out []string
 	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 {
-			out = append(out, unescapeMountinfo(f[4])+" "+f[5])
+		if f := strings.Fields(line); len(f) > 6 {
+			out = append(out, unescapeMountinfo(f[4])+" "+f[5]+" "+f[len(f)-1])
 		}
+	}
+	entries, err := os.ReadDir("/sys/fs/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		out = append(out, "/sys/fs/cgroup entry "+e.Name())
 	}
 	slices.Sort(out)
 	return out
@@ -53,7 +61,7 @@ func oldCanary(t *testing.T, dir string) string {
 func TestHarnessProtectsHost(t *testing.T) {
 	tmpCanary := oldCanary(t, "/tmp")
 	varTmpCanary := oldCanary(t, "/var/tmp")
-	mountsBefore := hostMountPoints(t)
+	mountsBefore := hostMounts(t)
 
 	shared := t.TempDir()
 	if err := os.WriteFile(filepath.Join(shared, "in"), []byte("from the host\n"), 0o644); err != nil {
@@ -141,7 +149,7 @@ func TestHarnessProtectsHost(t *testing.T) {
 			t.Errorf("!!! host canary %s vanished: %v", c, err)
 		}
 	}
-	if after := hostMountPoints(t); !reflect.DeepEqual(mountsBefore, after) {
+	if after := hostMounts(t); !reflect.DeepEqual(mountsBefore, after) {
 		t.Errorf("host mount table changed:\nbefore %v\nafter  %v", mountsBefore, after)
 	}
 }

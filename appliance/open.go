@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"sync"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/daemon"
 
 	"gpuhost/appliance/procunits"
 	"gpuhost/nvml"
@@ -200,112 +198,5 @@ func (r *reconnectingUnits) Close() {
 	if r.m != nil {
 		r.m.Close()
 		r.m = nil
-	}
-}
-
-// Serve is the daemon: the one place that wires config, GPU, units,
-// Supervisor, HTTP API and systemd notification together. It returns when
-// ctx ends (SIGTERM) or the listener fails.
-func Serve(ctx context.Context, cfg *Config, log *slog.Logger, ready func(addr string)) error {
-	gpu, closeGPU, gerr := OpenGPU(cfg)
-	defer closeGPU()
-	if gerr != nil {
-		log.Error("GPU facts unavailable; serving anyway, switches will fail at the VRAM check", "err", gerr)
-	}
-	u, journal, closeUnits, uerr := OpenUnits(ctx, cfg)
-	defer closeUnits()
-	if uerr != nil {
-		log.Error("systemd unreachable; serving anyway and retrying", "socket", cfg.Systemd.Socket, "err", uerr)
-	}
-	sup := NewSupervisor(cfg, gpu, u, journal, log)
-	defer sup.Close()
-	doctor := func(ctx context.Context, profile string) DoctorReport {
-		d := &Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile}
-		if gerr != nil {
-			d.GPU, d.GPUErr = nil, gerr
-		}
-		return d.Run(ctx)
-	}
-	api, err := NewAPI(sup, doctor, log)
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s (listen): %w", cfg.Listen, err)
-	}
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
-
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	go func() {
-		if err := sup.Run(runCtx); err != nil {
-			errc <- fmt.Errorf("supervisor: %w", err)
-		}
-	}()
-	addr := ln.Addr().String()
-	log.Info("gpuhost serving", "addr", addr, "gpu", cfg.GPU.Backend, "runner", cfg.Systemd.Runner, "profiles", len(cfg.Profiles))
-	if ready != nil {
-		ready(addr)
-	}
-	go notifySystemd(runCtx, sup, log)
-
-	var serveErr error
-	select {
-	case <-ctx.Done():
-	case serveErr = <-errc:
-	}
-	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
-	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(shutCtx)
-	if errors.Is(serveErr, http.ErrServerClosed) {
-		serveErr = nil
-	}
-	return serveErr
-}
-
-// notifySystemd sends READY=1, keeps the watchdog fed at half its interval
-// and keeps STATUS= current (one line, e.g. "active: qwen3-coder (vllm) ·
-// 18.4/24.0 GiB"). Without NOTIFY_SOCKET every call is a no-op.
-func notifySystemd(ctx context.Context, sup *Supervisor, log *slog.Logger) {
-	status := func() string {
-		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		var snapPtr *nvml.Snapshot
-		if snap, err := sup.snapshot(sctx); err == nil {
-			snapPtr = &snap
-		}
-		return StatusLine(sup.State(), snapPtr)
-	}
-	if sent, err := daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS="+status()); err != nil {
-		log.Warn("sd_notify READY failed", "err", err)
-	} else if !sent {
-		return // not under systemd Type=notify
-	}
-	interval, _ := daemon.SdWatchdogEnabled(false)
-	var wd <-chan time.Time
-	if interval > 0 {
-		t := time.NewTicker(interval / 2)
-		defer t.Stop()
-		wd = t.C
-	}
-	evs, _, cancel := sup.Subscribe(sup.LastSeq())
-	defer cancel()
-	refresh := time.NewTicker(30 * time.Second)
-	defer refresh.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-wd:
-			_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
-		case <-evs:
-			_, _ = daemon.SdNotify(false, "STATUS="+status())
-		case <-refresh.C:
-			_, _ = daemon.SdNotify(false, "STATUS="+status())
-		}
 	}
 }
