@@ -432,33 +432,33 @@ fail() { echo "gpuhost-systemdtest boot: $*" >&2; exit 1; }
 # Nothing mounted below may propagate to the host.
 if grep -q ' shared:' /proc/self/mountinfo; then fail "a mount is still shared with the host"; fi
 for f in $GPUHOST_CGROUP_PROCS; do echo $$ > "$f" || fail "cannot join cgroup $f"; done
-mount -t tmpfs -o mode=0755,nosuid,nodev,size=256m gpuhost-test-run /run
+mount -n -t tmpfs -o mode=0755,nosuid,nodev,size=256m gpuhost-test-run /run
 mkdir -p /run/gpuhost-test/keep
 i=0
 for d in "$@"; do
 	mkdir "/run/gpuhost-test/keep/$i"
-	mount --bind "$d" "/run/gpuhost-test/keep/$i"
+	mount -n --bind "$d" "/run/gpuhost-test/keep/$i"
 	i=$((i+1))
 done
-mount -t tmpfs -o mode=1777,nosuid,nodev,size=1g gpuhost-test-tmp /tmp
-mount -t tmpfs -o mode=1777,nosuid,nodev,size=256m gpuhost-test-vartmp /var/tmp
+mount -n -t tmpfs -o mode=1777,nosuid,nodev,size=1g gpuhost-test-tmp /tmp
+mount -n -t tmpfs -o mode=1777,nosuid,nodev,size=256m gpuhost-test-vartmp /var/tmp
 [ "$(findmnt -n -o SOURCE --mountpoint /tmp | tail -n 1)" = gpuhost-test-tmp ] || fail "/tmp is not the private tmpfs"
 [ "$(findmnt -n -o SOURCE --mountpoint /var/tmp | tail -n 1)" = gpuhost-test-vartmp ] || fail "/var/tmp is not the private tmpfs"
 i=0
 for d in "$@"; do
 	mkdir -p "$d"
-	mount --bind "/run/gpuhost-test/keep/$i" "$d"
-	umount "/run/gpuhost-test/keep/$i"
+	mount -n --bind "/run/gpuhost-test/keep/$i" "$d"
+	umount -n "/run/gpuhost-test/keep/$i"
 	rmdir "/run/gpuhost-test/keep/$i"
 	i=$((i+1))
 done
-mount --bind "$GPUHOST_UNIT_DIR" /etc/systemd/system
-mount --bind "$GPUHOST_LOG" /dev/console
-mount --bind "$GPUHOST_LOG" /dev/kmsg
-mount --bind /etc/machine-id /etc/machine-id
-mount -o remount,bind,ro /etc/machine-id
-mount --bind /proc/sys /proc/sys
-mount -o remount,bind,ro /proc/sys
+mount -n --bind "$GPUHOST_UNIT_DIR" /etc/systemd/system
+mount -n --bind "$GPUHOST_LOG" /dev/console
+mount -n --bind "$GPUHOST_LOG" /dev/kmsg
+mount -n --bind /etc/machine-id /etc/machine-id
+mount -n -o remount,bind,ro /etc/machine-id
+mount -n --bind /proc/sys /proc/sys
+mount -n -o remount,bind,ro /proc/sys
 # On cgroup v1/hybrid hosts /sys/fs/cgroup is a tmpfs holding the hierarchies.
 # systemd creates mount points and symlinks in it and then remounts its
 # superblock read-only, which a bind mount would share with the host: give the
@@ -469,19 +469,19 @@ if [ "$(findmnt -n -o FSTYPE --mountpoint /sys/fs/cgroup | tail -n 1)" = tmpfs ]
 		n=${m#/sys/fs/cgroup/}
 		case $n in */*) continue ;; esac
 		mkdir "/run/gpuhost-test/cgroup/$n"
-		mount --rbind "$m" "/run/gpuhost-test/cgroup/$n"
+		mount -n --rbind "$m" "/run/gpuhost-test/cgroup/$n"
 	done
-	mount -t tmpfs -o mode=0755,nosuid,nodev,noexec,size=4m gpuhost-test-cgroup /sys/fs/cgroup
+	mount -n -t tmpfs -o mode=0755,nosuid,nodev,noexec,size=4m gpuhost-test-cgroup /sys/fs/cgroup
 	for d in /run/gpuhost-test/cgroup/*; do
 		[ -d "$d" ] || continue
 		mkdir "/sys/fs/cgroup/${d##*/}"
-		mount --move "$d" "/sys/fs/cgroup/${d##*/}"
+		mount -n --move "$d" "/sys/fs/cgroup/${d##*/}"
 		rmdir "$d"
 	done
 	rmdir /run/gpuhost-test/cgroup
 	[ "$(findmnt -n -o SOURCE --mountpoint /sys/fs/cgroup | tail -n 1)" = gpuhost-test-cgroup ] || fail "/sys/fs/cgroup is not the private tmpfs"
 fi
-mount -o remount,bind,ro /sys
+mount -n -o remount,bind,ro /sys
 mkdir -p /run/systemd/system-generators /run/systemd/journald.conf.d /run/systemd/system.conf.d
 for g in /usr/local/lib/systemd/system-generators/* /usr/lib/systemd/system-generators/* /lib/systemd/system-generators/*; do
 	if [ -e "$g" ]; then ln -sf /dev/null "/run/systemd/system-generators/${g##*/}"; fi

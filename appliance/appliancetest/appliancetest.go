@@ -1,0 +1,135 @@
+// Package appliancetest runs a real Supervisor for the front-door packages'
+// tests: the process runner with gpuhost's simulator as backends (real
+// processes, real HTTP, simulated GPU memory), no root needed.
+package appliancetest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"gpuhost/appliance"
+	"gpuhost/internal/testbin"
+)
+
+// Options shape the fixture.
+type Options struct {
+	// VLLMLoad is the coder profile's simulated load time (default "10ms").
+	VLLMLoad string
+	// ExtraYAML is appended to the config (top-level keys such as proxy:).
+	ExtraYAML string
+	// Hook may change the parsed config before the Supervisor starts.
+	Hook func(*appliance.Config)
+	// Activate switches to this profile before returning ("" = none).
+	Activate string
+}
+
+// Fixture is a running Supervisor with profiles coder (vLLM, served name
+// qwen3-coder), coder-greedy (fails doctor) and llama (Ollama llama3.1:8b).
+type Fixture struct {
+	Cfg    *appliance.Config
+	Sup    *appliance.Supervisor
+	GPU    appliance.GPU
+	Units  appliance.Units
+	Doctor appliance.DoctorFunc
+	Log    *slog.Logger
+}
+
+// New starts the fixture; everything stops at the end of the test.
+func New(t testing.TB, opts Options) *Fixture {
+	t.Helper()
+	if opts.VLLMLoad == "" {
+		opts.VLLMLoad = "10ms"
+	}
+	bin := testbin.Binary(t)
+	state := t.TempDir()
+	yaml := testbin.ConfigYAML(bin, state, "process", "", testbin.FreePort(t), testbin.FreePort(t), opts.VLLMLoad) + "\n" + opts.ExtraYAML
+	cfg, err := appliance.ParseConfig("appliancetest", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	*cfg.Switch.RestoreOnBoot = false
+	if opts.Hook != nil {
+		opts.Hook(cfg)
+	}
+	gpu, closeGPU, err := appliance.OpenGPU(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, journal, closeUnits, err := appliance.OpenUnits(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.Default()
+	}
+	sup := appliance.NewSupervisor(cfg, gpu, u, journal, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = sup.Run(ctx); close(done) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		sup.Close()
+		closeUnits()
+		closeGPU()
+	})
+	f := &Fixture{Cfg: cfg, Sup: sup, GPU: gpu, Units: u, Log: log}
+	f.Doctor = func(ctx context.Context, profile string) appliance.DoctorReport {
+		return (&appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile}).Run(ctx)
+	}
+	if opts.Activate != "" {
+		if _, err := f.SwitchTo(t, opts.Activate); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+// SwitchTo runs a switch to completion and returns its events.
+func (f *Fixture) SwitchTo(t testing.TB, profile string) ([]appliance.Event, error) {
+	t.Helper()
+	since := f.Sup.LastSeq()
+	id, done, err := f.Sup.Switch(context.Background(), profile, appliance.SwitchOptions{})
+	if err != nil {
+		return nil, err
+	}
+	ch, backlog, cancel := f.Sup.Subscribe(since)
+	defer cancel()
+	var evs []appliance.Event
+	for _, e := range backlog {
+		if e.SwitchID == id {
+			evs = append(evs, e)
+		}
+	}
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("switch to %s did not finish in 60 s", profile)
+	}
+	for {
+		select {
+		case e := <-ch:
+			if e.SwitchID == id {
+				evs = append(evs, e)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	return evs, err
+}
+
+// Describe renders events for failure messages.
+func Describe(evs []appliance.Event) string {
+	var b strings.Builder
+	for _, e := range evs {
+		b.WriteString("\n  " + e.Kind + " " + e.Step + " " + e.Status + " " + e.Message)
+	}
+	return b.String()
+}
