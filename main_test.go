@@ -237,3 +237,55 @@ func TestDemo(t *testing.T) {
 		t.Errorf("backends left after the demo ended: %+v %v", claims, err)
 	}
 }
+
+// TestDaemonStaysUpWithoutDBusAndNVML: D-Bus unreachable and NVML missing
+// are clear errors in the API, and the daemon keeps serving.
+func TestDaemonStaysUpWithoutDBusAndNVML(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	cfg := fmt.Sprintf(`listen: %s
+state_dir: %s
+gpu: {backend: nvml}
+systemd: {socket: %s/no-such-systemd/private}
+profiles:
+  p1: {backend: ollama, model: "llama3.1:8b", port: 18555}
+`, addr, dir, dir)
+	path := filepath.Join(dir, "gpuhost.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binPath, "serve", "--config", path)
+	var logs strings.Builder
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	c := appliance.NewClient("http://"+addr, "")
+	var st appliance.Status
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if st, err = c.Status(context.Background()); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("daemon did not answer: %v\n%s", err, logs.String())
+	}
+	if st.GPU != nil || !strings.Contains(st.GPUError, "NVML") {
+		t.Errorf("status GPU error = %q", st.GPUError)
+	}
+	if st.State.Phase != appliance.PhaseFailed || !strings.Contains(st.State.Error, "no-such-systemd/private") {
+		t.Errorf("state = %+v, want failed naming the socket", st.State)
+	}
+	_, err = c.Switch(context.Background(), appliance.SwitchRequest{Profile: "p1", Force: true, Wait: true})
+	if err == nil || !strings.Contains(err.Error(), "no-such-systemd/private") {
+		t.Errorf("switch without D-Bus: %v", err)
+	}
+	if _, err := c.Status(context.Background()); err != nil {
+		t.Errorf("daemon died after the failed switch: %v", err)
+	}
+	if cmd.ProcessState != nil {
+		t.Error("daemon exited")
+	}
+}

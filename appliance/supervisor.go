@@ -864,6 +864,11 @@ func (r *switchRun) waitVRAMReleased(ctx context.Context, stopped []backendState
 				return "no GPU device reported; nothing to wait for", nil, nil
 			}
 		} else {
+			if errors.Is(err, nvml.ErrUnavailable) {
+				// No NVML at all: waiting cannot help, and starting a backend
+				// without proof that the VRAM is free is what we refuse.
+				return "", nil, fmt.Errorf("cannot verify the VRAM release: %w", err)
+			}
 			lastErr = err
 		}
 		if werr := pl.wait(ctx); werr != nil {

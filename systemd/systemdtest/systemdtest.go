@@ -15,7 +15,8 @@
 //     pull in (everything under the vendor *.wants/ and *.requires/ folders,
 //     tmpfiles, udev, sysctl, remount-fs, binfmt, modules-load, sysusers,
 //     firstboot, the shutdown services, ...) masked; system generators masked;
-//   - /proc/sys, /sys and /etc/machine-id read-only inside; on cgroup v1 and
+//   - /proc/sys, /sys, /dev and /etc/machine-id read-only inside (device
+//     nodes still work; /dev/shm is a private tmpfs); on cgroup v1 and
 //     hybrid hosts a private tmpfs at /sys/fs/cgroup (systemd remounts that
 //     tmpfs read-only and adds mount points to it, which on the host's own
 //     tmpfs would change the host); /dev/console and /dev/kmsg replaced by a
@@ -27,8 +28,8 @@
 //   - a canary file in the host's /tmp, checked on Stop: a failing canary
 //     fails the test loudly.
 //
-// journald runs inside (volatile, in the private /run), so journalctl works
-// for processes that run inside.
+// journald runs inside (volatile, in the private /run; no /dev/log), so
+// journalctl works for processes that run inside.
 //
 // If the test binary is killed before its cleanup runs, unshare dies with it
 // (PR_SET_PDEATHSIG) and takes the namespace along (--kill-child); the empty
@@ -116,7 +117,8 @@ var vendorUnitDirs = []string{"/usr/local/lib/systemd/system", "/usr/lib/systemd
 // in addition to everything under *.wants/, *.requires/ and *.upholds/.
 var maskedPatterns = []string{
 	"systemd-tmpfiles-*", "systemd-udev*", "systemd-remount-fs.service",
-	"systemd-sysctl.service", "systemd-journald-audit.socket", "systemd-journal-flush.service",
+	"systemd-sysctl.service", "systemd-journald-audit.socket", "systemd-journald-dev-log.socket",
+	"systemd-journal-flush.service",
 	"systemd-binfmt.service", "proc-sys-fs-binfmt_misc.*", "systemd-modules-load.service",
 	"systemd-sysusers.service", "systemd-firstboot.service", "systemd-machine-id-commit.service",
 	"systemd-random-seed.service", "systemd-hwdb-update.service", "ldconfig.service",
@@ -135,7 +137,10 @@ var maskedPatterns = []string{
 
 // keptUnits are the units the harness runs inside although boot would mask
 // them: journald, so that journalctl works inside.
-var keptUnits = []string{"systemd-journald.service", "systemd-journald.socket", "systemd-journald-dev-log.socket"}
+// systemd-journald-dev-log.socket stays masked: its Symlinks=/dev/log would
+// create the symlink in the host's /dev. Units' stdout and sd_journal reach
+// journald through systemd-journald.socket; syslog(3) inside is lost.
+var keptUnits = []string{"systemd-journald.service", "systemd-journald.socket"}
 
 // Options describe what the private systemd sees.
 type Options struct {
@@ -324,7 +329,7 @@ func (s *Systemd) writeBaseUnits(units map[string]string) error {
 	}
 	base := map[string]string{
 		Target: "[Unit]\nDescription=gpuhost test target (private systemd)\n" +
-			"Wants=systemd-journald.socket systemd-journald-dev-log.socket\n",
+			"Wants=systemd-journald.socket\n",
 		"sysinit.target": "[Unit]\nDescription=System Initialization (empty in the gpuhost test harness)\nDefaultDependencies=no\n",
 		"basic.target":   "[Unit]\nDescription=Basic System (empty in the gpuhost test harness)\nDefaultDependencies=no\n",
 	}
@@ -429,6 +434,8 @@ func isUnder(p, dir string) bool { return strings.HasPrefix(p, dir+"/") }
 // Arguments: the folders to keep visible under /tmp and /var/tmp.
 const bootScript = `set -eu
 fail() { echo "gpuhost-systemdtest boot: $*" >&2; exit 1; }
+# mount -n: the first mounts run while /run is still the host's, where
+# mount(8) would otherwise keep its utab.
 # Nothing mounted below may propagate to the host.
 if grep -q ' shared:' /proc/self/mountinfo; then fail "a mount is still shared with the host"; fi
 for f in $GPUHOST_CGROUP_PROCS; do echo $$ > "$f" || fail "cannot join cgroup $f"; done
@@ -455,6 +462,11 @@ done
 mount -n --bind "$GPUHOST_UNIT_DIR" /etc/systemd/system
 mount -n --bind "$GPUHOST_LOG" /dev/console
 mount -n --bind "$GPUHOST_LOG" /dev/kmsg
+# /dev is the host's devtmpfs: nothing inside may add entries to it (socket
+# units' Symlinks=, such as journald's /dev/log, would). Device nodes stay
+# usable on a read-only mount; /dev/shm gets a private tmpfs.
+mount -n -t tmpfs -o mode=1777,nosuid,nodev,size=256m gpuhost-test-shm /dev/shm
+mount -n -o remount,bind,ro /dev
 mount -n --bind /etc/machine-id /etc/machine-id
 mount -n -o remount,bind,ro /etc/machine-id
 mount -n --bind /proc/sys /proc/sys

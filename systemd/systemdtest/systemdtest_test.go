@@ -16,8 +16,9 @@ import (
 )
 
 // hostMounts lists the host's mounts with their mount and superblock options
-// (a remount of a shared superblock shows in the latter), and what is in
-// /sys/fs/cgroup, to prove that the harness changes neither.
+// (a remount of a shared superblock shows in the latter), and the entries of
+// the shared folders systemd likes to write to (/sys/fs/cgroup, /dev, /run),
+// to prove that the harness changes none of them.
 func hostMounts(t *testing.T) []string {
 	t.Helper()
 	data, err := os.ReadFile("/proc/self/mountinfo")
@@ -30,12 +31,14 @@ func hostMounts(t *testing.T) []string {
 			out = append(out, unescapeMountinfo(f[4])+" "+f[5]+" "+f[len(f)-1])
 		}
 	}
-	entries, err := os.ReadDir("/sys/fs/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		out = append(out, "/sys/fs/cgroup entry "+e.Name())
+	for _, dir := range []string{"/sys/fs/cgroup", "/dev", "/run", "/run/systemd"} {
+		entries, err := os.ReadDir(dir)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			out = append(out, dir+" entry "+e.Name())
+		}
 	}
 	slices.Sort(out)
 	return out
@@ -294,7 +297,7 @@ func TestMaskedUnitNames(t *testing.T) {
 			t.Errorf("%s is masked", kept)
 		}
 	}
-	for _, unit := range []string{"systemd-tmpfiles-setup.service", "systemd-tmpfiles-clean.timer", "systemd-sysctl.service", "systemd-udevd.service", "systemd-remount-fs.service", "systemd-sysusers.service"} {
+	for _, unit := range []string{"systemd-tmpfiles-setup.service", "systemd-tmpfiles-clean.timer", "systemd-sysctl.service", "systemd-udevd.service", "systemd-remount-fs.service", "systemd-sysusers.service", "systemd-journald-dev-log.socket"} {
 		if _, err := os.Stat(filepath.Join("/lib/systemd/system", unit)); err != nil {
 			continue
 		}
