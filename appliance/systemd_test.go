@@ -260,11 +260,19 @@ func TestSystemdEndToEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if out, err := e.sd.Systemctl(ctx, "start", e.cfg.Backends.Ollama.Unit); err != nil {
-			t.Fatalf("%v %s", err, out)
+		s := startSampler(t, e)
+		for i := 0; i < 3; i++ {
+			if out, err := e.sd.Systemctl(ctx, "start", e.cfg.Backends.Ollama.Unit); err != nil {
+				t.Fatalf("%v %s", err, out)
+			}
+			if out, err := e.sd.Systemctl(ctx, "start", e.cfg.Backends.VLLM.Unit); err != nil {
+				t.Fatalf("%v %s", err, out)
+			}
 		}
-		if out, err := e.sd.Systemctl(ctx, "start", e.cfg.Backends.VLLM.Unit); err != nil {
-			t.Fatalf("%v %s", err, out)
+		// With Conflicts= and After=, systemd finishes the stop of one
+		// before the start of the other returns: never both.
+		if rep := s.stop(t); rep.Both != 0 {
+			t.Errorf("hand starts ran two backends at once %d times, first: %s", rep.Both, rep.First)
 		}
 		if got := e.isActive(t, e.cfg.Backends.Ollama.Unit); got != "inactive" {
 			t.Errorf("starting the vLLM unit left the Ollama unit %q", got)

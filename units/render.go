@@ -85,6 +85,9 @@ func RenderBackendUnit(u BackendUnit) string {
 	if len(u.Conflicts) > 0 {
 		w("# Never two backends on the GPU: starting this unit stops the other, even from a plain `systemctl start`.")
 		w("Conflicts=%s", strings.Join(u.Conflicts, " "))
+		w("# Conflicts= alone does not order the jobs: without After= the start of this unit may")
+		w("# return while the other is still stopping. With it, the other's stop completes first.")
+		w("After=%s", strings.Join(u.Conflicts, " "))
 	}
 	w("# Ordering only: gpuhost starts this unit on demand, and models may be fetched over the network.")
 	w("After=network-online.target")
@@ -118,6 +121,9 @@ func RenderAdoptDropIn(u BackendUnit) (path string, content string) {
 	b.WriteString("[Unit]\n")
 	if len(u.Conflicts) > 0 {
 		fmt.Fprintf(&b, "Conflicts=%s\n", strings.Join(u.Conflicts, " "))
+		// Without ordering, the start could return while the other unit
+		// is still stopping; After= makes the stop complete first.
+		fmt.Fprintf(&b, "After=%s\n", strings.Join(u.Conflicts, " "))
 	}
 	return u.Name + ".d/" + DropInName, b.String()
 }

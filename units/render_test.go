@@ -113,11 +113,14 @@ func TestRenderAdoptDropIn(t *testing.T) {
 		t.Errorf("header must say gpuhost wrote it and the operator's unit is untouched:\n%s", content)
 	}
 	uf := mustParse(t, content)
-	if len(uf.Sections) != 1 || uf.Sections[0].Name != "Unit" || len(uf.Sections[0].Entries) != 1 {
-		t.Fatalf("drop-in must hold [Unit] Conflicts= only, got %+v", uf.Sections)
+	if len(uf.Sections) != 1 || uf.Sections[0].Name != "Unit" || len(uf.Sections[0].Entries) != 2 {
+		t.Fatalf("drop-in must hold [Unit] Conflicts= and After= only, got %+v", uf.Sections)
 	}
 	if got := uf.List("Unit", "Conflicts"); !slices.Equal(got, u.Conflicts) {
 		t.Errorf("Conflicts = %q, want %q", got, u.Conflicts)
+	}
+	if got := uf.List("Unit", "After"); !slices.Equal(got, u.Conflicts) {
+		t.Errorf("After = %q, want %q (ordering makes the stop finish before the start)", got, u.Conflicts)
 	}
 }
 
