@@ -193,7 +193,7 @@ func unitChecks(cfg *Config, bs []backendState) []DoctorCheck {
 		}
 		dc := DoctorCheck{ID: "units.drift", Profile: b.profile}
 		p, ok := cfg.Profiles[b.profile]
-		argv, err := systemd.CmdlineOf(b.status.MainPID)
+		argv, err := cmdlineWithRetry(b.status.MainPID)
 		switch {
 		case !ok:
 			dc.Severity = units.SeverityWarn
@@ -282,4 +282,18 @@ func (d *Doctor) endpointCheck(ctx context.Context, bs []backendState) DoctorChe
 		c.Severity, c.Message = units.SeverityOK, msg
 	}
 	return c
+}
+
+// cmdlineWithRetry reads a process's command line, retrying briefly: right
+// after a start the kernel can show it empty for a moment.
+func cmdlineWithRetry(pid int) ([]string, error) {
+	var err error
+	for i := 0; i < 5; i++ {
+		var argv []string
+		if argv, err = systemd.CmdlineOf(pid); err == nil {
+			return argv, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil, err
 }
