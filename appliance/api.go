@@ -104,6 +104,22 @@ func StatusLine(st State, snap *nvml.Snapshot) string {
 	return b.String()
 }
 
+// AuthenticatedKey is the echo context key through which another front door
+// vouches for a request before NewAPI's bearer check: browsers cannot send a
+// bearer header (an EventSource cannot set headers at all), so the web panel
+// authenticates them with its own cookie sessions. The panel sets the key in
+// an e.Pre middleware (which runs before routing and before every e.Use
+// middleware) for its own routes, which enforce sessions themselves, and for
+// read-only requests that carry a valid session.
+const AuthenticatedKey = "gpuhost.authenticated"
+
+// Authenticated reports whether a front door vouched for the request (see
+// AuthenticatedKey); the bearer check then lets it through.
+func Authenticated(c echo.Context) bool {
+	ok, _ := c.Get(AuthenticatedKey).(bool)
+	return ok
+}
+
 // DoctorFunc runs the doctor for the API (the serve command wires it with
 // the daemon's GPU and unit connections).
 type DoctorFunc func(ctx context.Context, profile string) DoctorReport
@@ -135,6 +151,9 @@ func NewAPI(sup *Supervisor, doctor DoctorFunc, log *slog.Logger) (*echo.Echo, e
 		}
 		e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 			return func(c echo.Context) error {
+				if Authenticated(c) {
+					return next(c)
+				}
 				want, err := cfg.APIToken()
 				if err != nil || want == "" {
 					return c.JSON(http.StatusServiceUnavailable, APIError{Error: "no token", Detail: "the API token is not readable on the server"})

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
 )
 
 // Client is the CLI's view of a running daemon's API.
@@ -207,22 +206,4 @@ func FormatEvent(e Event) string {
 		return fmt.Sprintf("%s ● %s", ts, e.Message)
 	}
 	return fmt.Sprintf("%s · %s", ts, e.Message)
-}
-
-// waitHealthy polls url until it answers 200 or ctx ends (used by the demo
-// and tests to wait for the daemon itself).
-func waitHealthy(ctx context.Context, url string) error {
-	pl := newPoller(100 * time.Millisecond)
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if err := pl.wait(ctx); err != nil {
-			return fmt.Errorf("%s not healthy: %w", url, err)
-		}
-	}
 }
