@@ -431,6 +431,11 @@ func (s *Supervisor) Reconcile(ctx context.Context) State {
 		}
 		switch len(active) {
 		case 0:
+			// A failed switch stays "failed" (with its reason) until the
+			// next switch or until something runs again.
+			if prev.Phase == PhaseFailed && prev.Error != "" && prev.Error == prev.LastError {
+				next.Phase, next.Error = PhaseFailed, prev.Error
+			}
 		case 1:
 			a := active[0]
 			next.Phase = PhaseActive
@@ -509,7 +514,6 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts SwitchOpti
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer s.switchMu.Unlock()
 		err := r.run(s.baseCtx)
 		s.mu.Lock()
 		s.current = nil
@@ -521,6 +525,10 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts SwitchOpti
 			s.lastSwitch.Error = err.Error()
 		}
 		s.mu.Unlock()
+		s.switchMu.Unlock()
+		// Unit events during the switch were not reconciled; catch up so a
+		// backend that died right after verify is not reported active.
+		s.Reconcile(s.baseCtx)
 		done <- err
 	}()
 	return r.id, done, nil
