@@ -12,6 +12,7 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 
 	"gpuhost/appliance"
+	"gpuhost/appliance/metrics"
 	"gpuhost/nvml"
 )
 
@@ -42,6 +43,15 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 	if err != nil {
 		return err
 	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	// The front doors: each can be disabled, and one failing does not stop
+	// the others or the backend (DESIGN.md decision 6).
+	if !cfg.Metrics.Disabled {
+		m := metrics.New(sup, doctor, log.With("component", "metrics"))
+		go m.Run(runCtx)
+		m.Register(api)
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s (listen): %w", cfg.Listen, err)
@@ -50,8 +60,6 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
 	go func() {
 		if err := sup.Run(runCtx); err != nil {
 			errc <- fmt.Errorf("supervisor: %w", err)
