@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"gpuhost/appliance/telegram"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -52,6 +54,14 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(
 		newServeCmd(), newDemoCmd(), newStatusCmd(), newSwitchCmd(), newDoctorCmd(),
 		newUnitsCmd(), newSimulateCmd(), newVersionCmd(),
+		// Pairing is approved on the machine, never in the chat.
+		telegram.NewPairCmd(func(cmd *cobra.Command) (string, error) {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return "", err
+			}
+			return cfg.StateDir, nil
+		}),
 	)
 	return root
 }

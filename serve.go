@@ -13,6 +13,7 @@ import (
 
 	"gpuhost/appliance"
 	"gpuhost/appliance/metrics"
+	"gpuhost/appliance/telegram"
 	"gpuhost/nvml"
 )
 
@@ -51,6 +52,17 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 		m := metrics.New(sup, doctor, log.With("component", "metrics"))
 		go m.Run(runCtx)
 		m.Register(api)
+	}
+	if cfg.Telegram.Enabled {
+		if tb, err := telegram.New(cfg, sup, doctor, log.With("component", "telegram")); err != nil {
+			log.Error("telegram bot not started; the daemon carries on", "err", err)
+		} else {
+			go func() {
+				if err := tb.Run(runCtx); err != nil {
+					log.Error("telegram bot stopped; the daemon carries on", "err", err)
+				}
+			}()
+		}
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -1,0 +1,460 @@
+// Package telegram is gpuhost's Telegram bot: `/gpu status` and `/gpu doctor`
+// for the operator's phone, and notifications when a switch finishes or
+// fails, a backend unit fails or the doctor turns red.
+//
+// Access follows DESIGN decision 1 (rights live in the server): the bot
+// answers only senders on an allowlist kept in the state directory, and only
+// `gpuhost pair approve CODE` on the machine adds to it. A stranger gets a
+// one-time pairing code and nothing else; no chat text can change the
+// allowlist, and the commands are read-only. The bot token (which Telegram
+// puts in every API URL) is scrubbed from every log line and error.
+//
+// The bot long-polls the Bot API with github.com/go-telegram/bot. It is one
+// of the daemon's independent pieces: a failing bot returns an error from
+// Run and leaves the daemon and the inference backend alone.
+package telegram
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-telegram/bot"
+	"github.com/go-telegram/bot/models"
+
+	"gpuhost/appliance"
+	"gpuhost/appliance/telegram/pairing"
+	"gpuhost/units"
+)
+
+// Supervisor is what the bot needs of appliance.Supervisor (which satisfies
+// it): state for the doctor schedule, status for /gpu status, and the event
+// stream for notifications.
+type Supervisor interface {
+	State() appliance.State
+	Status(ctx context.Context) appliance.Status
+	Subscribe(since uint64) (<-chan appliance.Event, []appliance.Event, func())
+	LastSeq() uint64
+}
+
+var _ Supervisor = (*appliance.Supervisor)(nil)
+
+// ErrDisabled is returned by New when telegram.enabled is false, so that the
+// caller can tell "off by config" from a broken setup.
+var ErrDisabled = errors.New("telegram bot disabled (telegram.enabled is false)")
+
+// Bot is the Telegram front door. Build it with New, run it with Run.
+type Bot struct {
+	cfg    *appliance.Config
+	sup    Supervisor
+	doctor appliance.DoctorFunc
+	log    *slog.Logger
+	store  *pairing.Store
+
+	token       string
+	tokenSource string // "environment variable X" or "telegram.token_file /p", for messages
+	apiURL      string
+
+	// Tunables: New sets the production values; this package's tests
+	// shorten them before Run.
+	pollTimeout time.Duration // long-poll length (getUpdates timeout + 1 s)
+	doctorFirst time.Duration // first periodic doctor run after start
+	doctorEvery time.Duration
+	retryMin    time.Duration // getMe retry backoff
+	retryMax    time.Duration
+	sendTimeout time.Duration
+	now         func() time.Time
+	httpClient  *http.Client // Bot API
+	probe       *http.Client // backend endpoint health
+
+	running  atomic.Bool
+	botName  string // our @username without "@", set before polling starts
+	tg       *bot.Bot
+	cancel   context.CancelCauseFunc
+	work     chan struct{} // bounds concurrent status/doctor commands
+	notes    chan string   // notifications waiting to be sent
+	handlers sync.WaitGroup
+}
+
+// New reads the bot token (cfg.Telegram.TokenFile, else the environment
+// variable cfg.Telegram.TokenEnv) and prepares the bot; it makes no network
+// call. A missing or malformed token is an error naming where it was looked
+// for, never containing the token. doctor may be nil (no /gpu doctor, no
+// red-doctor notifications); log nil means slog.Default().
+func New(cfg *appliance.Config, sup Supervisor, doctor appliance.DoctorFunc, log *slog.Logger) (*Bot, error) {
+	if cfg == nil || sup == nil {
+		return nil, errors.New("telegram: New needs a config and a supervisor")
+	}
+	if !cfg.Telegram.Enabled {
+		return nil, ErrDisabled
+	}
+	token, source, err := readToken(cfg.Telegram)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	apiURL := strings.TrimRight(cfg.Telegram.APIURL, "/")
+	if apiURL == "" {
+		apiURL = "https://api.telegram.org"
+	}
+	b := &Bot{
+		cfg: cfg, sup: sup, doctor: doctor,
+		store:       pairing.New(cfg.StateDir),
+		token:       token,
+		tokenSource: source,
+		apiURL:      apiURL,
+		pollTimeout: 60 * time.Second,
+		doctorFirst: time.Minute,
+		doctorEvery: 5 * time.Minute,
+		retryMin:    time.Second,
+		retryMax:    time.Minute,
+		sendTimeout: 15 * time.Second,
+		now:         time.Now,
+		probe:       &http.Client{Timeout: 3 * time.Second},
+		work:        make(chan struct{}, 2),
+		notes:       make(chan string, 32),
+	}
+	b.store.Now = func() time.Time { return b.now() }
+	b.log = slog.New(&redactHandler{h: log.Handler(), redact: b.redact}).With("component", "telegram")
+	return b, nil
+}
+
+var tokenRE = regexp.MustCompile(`^[0-9]{1,20}:[A-Za-z0-9_-]{1,200}$`)
+
+// readToken returns the token and where it came from.
+func readToken(tc appliance.TelegramConfig) (token, source string, err error) {
+	if tc.TokenFile != "" {
+		source = "telegram.token_file " + tc.TokenFile
+		data, err := os.ReadFile(tc.TokenFile)
+		if err != nil {
+			return "", source, fmt.Errorf("read the telegram bot token (telegram.token_file): %w", err)
+		}
+		token = strings.TrimSpace(string(data))
+		if token == "" {
+			return "", source, fmt.Errorf("telegram bot token missing: telegram.token_file %s is empty", tc.TokenFile)
+		}
+	} else {
+		if tc.TokenEnv == "" {
+			return "", "", errors.New("telegram bot token missing: set telegram.token_env (an environment variable name) or telegram.token_file")
+		}
+		source = "environment variable " + tc.TokenEnv
+		token = strings.TrimSpace(os.Getenv(tc.TokenEnv))
+		if token == "" {
+			return "", source, fmt.Errorf("telegram bot token missing: set the environment variable %s (telegram.token_env) or telegram.token_file", tc.TokenEnv)
+		}
+	}
+	if !tokenRE.MatchString(token) {
+		return "", source, fmt.Errorf("telegram bot token from %s is malformed (want the form 123456789:AA…, as @BotFather gives it)", source)
+	}
+	return token, source, nil
+}
+
+// Run connects (retrying while the API is unreachable; a refused token is an
+// error at once), then long-polls until ctx ends, answering commands and
+// sending notifications. It returns nil when ctx ends and an error when the
+// bot cannot work (token refused, now or later); the daemon logs it and
+// carries on without the bot. Run may be called once.
+func (b *Bot) Run(ctx context.Context) error {
+	if !b.running.CompareAndSwap(false, true) {
+		return errors.New("telegram: Run called twice")
+	}
+	since := b.sup.LastSeq() // notify about what happens from now on
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	b.cancel = cancel
+	tg, err := bot.New(b.token,
+		bot.WithSkipGetMe(), // we call getMe ourselves, with retries
+		bot.WithServerURL(b.apiURL),
+		bot.WithHTTPClient(b.pollTimeout, b.httpClientOrDefault()),
+		bot.WithDefaultHandler(b.onUpdate),
+		bot.WithErrorsHandler(b.onLibError),
+		bot.WithDebugHandler(func(string, ...any) {}),
+		bot.WithAllowedUpdates(bot.AllowedUpdates{models.AllowedUpdateMessage}),
+		// One worker, handlers in order: pairing decisions never race, and
+		// slow commands run in their own bounded goroutines.
+		bot.WithNotAsyncHandlers(),
+		bot.WithWorkers(1),
+	)
+	if err != nil {
+		return b.scrub(fmt.Errorf("telegram: create client: %w", err))
+	}
+	me, err := b.connect(ctx, tg)
+	if err != nil || me == nil {
+		return err
+	}
+	b.tg, b.botName = tg, me.Username
+	b.log.Info("telegram bot polling", "bot", "@"+me.Username, "api", b.apiURL, "allow_groups", b.cfg.Telegram.AllowGroups,
+		"allowlist", b.store.AllowlistPath())
+
+	var bg sync.WaitGroup
+	for _, fn := range []func(context.Context){
+		func(ctx context.Context) { b.watchEvents(ctx, since) },
+		b.sendNotes,
+		b.watchDoctor,
+	} {
+		bg.Add(1)
+		go func() { defer bg.Done(); fn(ctx) }()
+	}
+	tg.Start(ctx) // returns when ctx ends (ours, or cancelled by onLibError)
+	cancel(nil)
+	b.handlers.Wait()
+	bg.Wait()
+	var fe *fatalError
+	if errors.As(context.Cause(ctx), &fe) {
+		return fe.err
+	}
+	return nil
+}
+
+func (b *Bot) httpClientOrDefault() *http.Client {
+	if b.httpClient != nil {
+		return b.httpClient
+	}
+	// Longer than the long poll, so a quiet poll is never a client timeout.
+	return &http.Client{Timeout: b.pollTimeout + 15*time.Second}
+}
+
+// connect calls getMe until it succeeds, ctx ends (nil, nil) or Telegram
+// refuses the token (error).
+func (b *Bot) connect(ctx context.Context, tg *bot.Bot) (*models.User, error) {
+	delay := b.retryMin
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		me, err := tg.GetMe(cctx)
+		cancel()
+		if err == nil {
+			return me, nil
+		}
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		err = b.scrub(fmt.Errorf("telegram: getMe at %s: %w", b.apiURL, err))
+		if errors.Is(err, bot.ErrorUnauthorized) || errors.Is(err, bot.ErrorNotFound) {
+			return nil, fmt.Errorf("%w (Telegram refuses the bot token from %s)", err, b.tokenSource)
+		}
+		b.log.Warn("telegram API not reachable; retrying", "err", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, b.retryMax)
+	}
+}
+
+// fatalError ends Run with an error (the token was refused while polling).
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+
+// onLibError receives the library's background errors (getUpdates failures;
+// it retries with backoff by itself). A refused token stops the bot.
+func (b *Bot) onLibError(err error) {
+	err = b.scrub(err)
+	switch {
+	case errors.Is(err, bot.ErrorUnauthorized):
+		b.log.Error("telegram API refuses the bot token; stopping the bot", "err", err, "token_source", b.tokenSource)
+		b.cancel(&fatalError{err: fmt.Errorf("telegram: polling stopped, the bot token from %s was refused: %w", b.tokenSource, err)})
+	case errors.Is(err, bot.ErrorConflict):
+		b.log.Error("telegram API conflict: another process polls with this bot token, or a webhook is set (delete it)", "err", err)
+	default:
+		b.log.Warn("telegram API error; the client retries", "err", err)
+	}
+}
+
+// onUpdate handles one update, in order. It decides access first: only
+// private chats (and groups when allowed) from human senders; allowlisted
+// senders get answers, strangers in private chats get a pairing code, and
+// everyone else gets nothing.
+func (b *Bot) onUpdate(ctx context.Context, tg *bot.Bot, upd *models.Update) {
+	m := upd.Message
+	if m == nil || m.From == nil || m.From.IsBot {
+		return
+	}
+	private := false
+	switch m.Chat.Type {
+	case models.ChatTypePrivate:
+		if m.Chat.ID != m.From.ID {
+			return
+		}
+		private = true
+	case models.ChatTypeGroup, models.ChatTypeSupergroup:
+		if !b.cfg.Telegram.AllowGroups {
+			return
+		}
+	default:
+		return
+	}
+	allowed, err := b.store.Allowed(m.From.ID)
+	if err != nil {
+		b.log.Error("allowlist unreadable; ignoring the message (fail closed)", "user_id", m.From.ID, "err", err)
+		return
+	}
+	if !allowed {
+		if private {
+			b.pair(ctx, tg, m)
+		}
+		return
+	}
+	kind := parseCommand(m.Text, b.botName)
+	switch kind {
+	case cmdOtherBot:
+		return
+	case cmdNone:
+		if !private {
+			return // in groups, only /gpu commands are for us
+		}
+		b.reply(ctx, tg, m.Chat.ID, helpText)
+	case cmdHelp, cmdUnknown:
+		b.reply(ctx, tg, m.Chat.ID, helpText)
+	case cmdStatus, cmdDoctor:
+		select {
+		case b.work <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		b.log.Info("telegram command", "user_id", m.From.ID, "chat_id", m.Chat.ID, "command", kind.String())
+		b.handlers.Add(1)
+		go func() {
+			defer b.handlers.Done()
+			defer func() { <-b.work }()
+			var text string
+			if kind == cmdStatus {
+				text = b.statusText(ctx)
+			} else {
+				text = b.doctorText(ctx)
+			}
+			b.reply(ctx, tg, m.Chat.ID, text)
+		}()
+	}
+}
+
+// pair answers a stranger in a private chat: a code, one reminder, then
+// silence; never anything about the machine, whatever the message says.
+func (b *Bot) pair(ctx context.Context, tg *bot.Bot, m *models.Message) {
+	out, err := b.store.Request(pairing.Sender{UserID: m.From.ID, ChatID: m.Chat.ID, Username: m.From.Username, FirstName: m.From.FirstName})
+	if err != nil {
+		level := slog.LevelError
+		if errors.Is(err, pairing.ErrTooManyPending) {
+			level = slog.LevelWarn
+		}
+		b.log.Log(ctx, level, "pairing request not recorded; not answering", "user_id", m.From.ID, "err", err)
+		return
+	}
+	switch out.Action {
+	case pairing.ActionNewCode:
+		b.log.Info("pairing code sent to an unknown sender; the operator approves with `gpuhost pair list` and `gpuhost pair approve CODE`",
+			"user_id", m.From.ID, "username", pairing.CleanName(m.From.Username))
+		b.reply(ctx, tg, m.Chat.ID, pairingText(out.Code, pairing.CodeTTL))
+	case pairing.ActionRemind:
+		b.reply(ctx, tg, m.Chat.ID, reminderText(out.Code, out.ExpiresAt.Sub(b.now())))
+	default:
+		b.log.Debug("unknown sender already has a code and was reminded; not answering", "user_id", m.From.ID)
+	}
+}
+
+// reply sends plain text (no parse mode: nothing in it is markup).
+func (b *Bot) reply(ctx context.Context, tg *bot.Bot, chatID int64, text string) {
+	sctx, cancel := context.WithTimeout(ctx, b.sendTimeout)
+	defer cancel()
+	if _, err := tg.SendMessage(sctx, &bot.SendMessageParams{ChatID: chatID, Text: truncate(text)}); err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		b.log.Warn("send telegram message", "chat_id", chatID, "err", b.scrub(err))
+	}
+}
+
+// statusText gathers the status and probes the active endpoint.
+func (b *Bot) statusText(ctx context.Context) string {
+	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	st := b.sup.Status(sctx)
+	return formatStatus(st, b.probeEndpoint(sctx, st), b.now())
+}
+
+// probeEndpoint asks the active backend its health endpoint, as the
+// Supervisor does when it waits for readiness.
+func (b *Bot) probeEndpoint(ctx context.Context, st appliance.Status) health {
+	if st.State.Phase != appliance.PhaseActive {
+		return health{}
+	}
+	p, ok := profileInfo(st, st.State.Profile)
+	if !ok || p.Port <= 0 {
+		return health{}
+	}
+	path := "/health"
+	if p.Backend == units.Ollama {
+		path = "/api/version"
+	}
+	u := fmt.Sprintf("http://127.0.0.1:%d%s", p.Port, path)
+	h := health{Checked: true, URL: path}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		h.Detail = err.Error()
+		return h
+	}
+	t0 := time.Now()
+	resp, err := b.probe.Do(req)
+	if err != nil {
+		h.Detail = "unreachable: " + err.Error()
+		return h
+	}
+	resp.Body.Close()
+	h.OK = resp.StatusCode == http.StatusOK
+	h.Detail = fmt.Sprintf("%d in %d ms", resp.StatusCode, time.Since(t0).Milliseconds())
+	return h
+}
+
+func (b *Bot) doctorText(ctx context.Context) string {
+	if b.doctor == nil {
+		return "doctor is not available in this process; run gpuhost doctor on the machine"
+	}
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return formatDoctor(b.doctor(dctx, ""))
+}
+
+// redact removes the token (and its secret half, raw or URL-escaped) from s.
+func (b *Bot) redact(s string) string {
+	if b.token == "" {
+		return s
+	}
+	secrets := []string{b.token, url.PathEscape(b.token), url.QueryEscape(b.token)}
+	if _, secret, ok := strings.Cut(b.token, ":"); ok && len(secret) >= 8 {
+		secrets = append(secrets, secret)
+	}
+	for _, sec := range secrets {
+		s = strings.ReplaceAll(s, sec, "<redacted>")
+	}
+	return s
+}
+
+// scrub returns err with the token removed from its text; errors.Is still
+// sees the sentinels inside (bot.ErrorUnauthorized, context errors), but
+// Unwrap is not offered, so the unredacted text cannot be reached.
+func (b *Bot) scrub(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &scrubbedError{msg: b.redact(err.Error()), inner: err}
+}
+
+type scrubbedError struct {
+	msg   string
+	inner error
+}
+
+func (e *scrubbedError) Error() string        { return e.msg }
+func (e *scrubbedError) Is(target error) bool { return errors.Is(e.inner, target) }
