@@ -76,7 +76,9 @@ func TestSimulateOptionsFromUnitArgv(t *testing.T) {
 				return o.Model == "Qwen/Q" && o.GPUMemoryUtilization == 0.92 && o.Port == 8001 && o.LoadTime == 1500*time.Millisecond && o.SimDir == "/x" && o.ServedName == "q"
 			}},
 		{"= forms", "vllm", []string{"serve", "M", "--load-time=10ms", "--decode-tps=99", "--max-num-seqs=4"},
-			func(o simulator.Options) bool { return o.LoadTime == 10*time.Millisecond && o.DecodeTPS == 99 && o.MaxNumSeqs == 4 }},
+			func(o simulator.Options) bool {
+				return o.LoadTime == 10*time.Millisecond && o.DecodeTPS == 99 && o.MaxNumSeqs == 4
+			}},
 		{"ollama models", "ollama", []string{"serve", "--model", "llama3.1:8b", "--vram-mib", "6200", "--port", "18434"},
 			func(o simulator.Options) bool {
 				return reflect.DeepEqual(o.Models, []string{"llama3.1:8b"}) && o.VRAMMiB == 6200 && o.Port == 18434

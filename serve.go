@@ -13,6 +13,7 @@ import (
 
 	"gpuhost/appliance"
 	"gpuhost/appliance/metrics"
+	"gpuhost/appliance/panel"
 	"gpuhost/appliance/telegram"
 	"gpuhost/nvml"
 )
@@ -52,6 +53,13 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 		m := metrics.New(sup, doctor, log.With("component", "metrics"))
 		go m.Run(runCtx)
 		m.Register(api)
+	}
+	if !cfg.Panel.Disabled {
+		if p, err := panel.New(sup, doctor, cfg, log.With("component", "panel")); err != nil {
+			log.Error("web panel not started; the daemon carries on", "err", err)
+		} else {
+			p.Register(api)
+		}
 	}
 	if cfg.Telegram.Enabled {
 		if tb, err := telegram.New(cfg, sup, doctor, log.With("component", "telegram")); err != nil {

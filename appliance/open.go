@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-
 	"gpuhost/appliance/procunits"
 	"gpuhost/nvml"
 	"gpuhost/systemd"

@@ -1,0 +1,267 @@
+// gpuhost panel: progressive enhancement only. Every page works without
+// this script; with it, the Switch button shows live progress from the
+// daemon's event stream (/api/events) and the dashboard follows changes.
+(() => {
+  'use strict';
+
+  const $ = (sel, root = document) => root.querySelector(sel);
+  const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
+  const csrf = ($('meta[name="csrf-token"]') || {}).content || '';
+
+  // The same words as stepLabels in views.go.
+  const labels = {
+    stop: ['stopping', 'stopped'],
+    vram_release: ['waiting for VRAM release', 'VRAM released'],
+    configure: ['configuring', 'configured'],
+    start: ['starting', 'started'],
+    ready: ['waiting until ready', 'ready'],
+    load_model: ['loading model', 'model loaded'],
+    verify: ['verifying', 'verified'],
+  };
+
+  const fmtDur = (ms) => {
+    if (!(ms > 0)) return '';
+    if (ms < 1) return '<1 ms';
+    if (ms < 1000) return Math.round(ms) + ' ms';
+    if (ms < 120000) return (ms / 1000).toFixed(1) + ' s';
+    return (ms / 60000).toFixed(1) + ' min';
+  };
+  const gib = (mib) => (mib / 1024).toFixed(1);
+  const num = (v) => (typeof v === 'number' && isFinite(v) && v >= 0 ? v : null);
+
+  function stepLabel(step, status, detail, beforeMiB) {
+    let base = step, prefix = '';
+    if (step.startsWith('rollback.')) { base = step.slice(9); prefix = 'rollback: '; }
+    const words = labels[base] || [base, base + ' done'];
+    if (status === 'started') return prefix + words[0];
+    if (status === 'failed') return prefix + words[0] + ' failed';
+    let label = words[1];
+    const d = detail || {};
+    const used = num(d.used_mib);
+    if (base === 'vram_release' && used !== null) {
+      label = beforeMiB >= 0 ? `VRAM released ${gib(beforeMiB)} → ${gib(used)} GiB` : `VRAM released → ${gib(used)} GiB`;
+    } else if (base === 'verify' && used !== null && num(d.total_mib) !== null) {
+      label = `verified · ${gib(used)}/${gib(d.total_mib)} GiB used`;
+    }
+    return prefix + label;
+  }
+
+  function showNotice(message, extra) {
+    const n = $('#notice');
+    if (!n) return;
+    n.replaceChildren();
+    n.className = 'notice notice-error';
+    const p = document.createElement('p');
+    p.textContent = message;
+    n.append(p);
+    if (extra) n.append(extra);
+    n.hidden = false;
+  }
+
+  function setBusy(busy) {
+    $$('form.switch-form button').forEach((b) => { b.disabled = busy; });
+  }
+
+  function markActive(profile) {
+    let backend = '';
+    $$('tr[data-profile]').forEach((tr) => {
+      const on = tr.dataset.profile === profile;
+      tr.classList.toggle('active', on);
+      if (on) backend = tr.dataset.backend || '';
+    });
+    const pill = $('#phase');
+    if (pill) {
+      pill.textContent = backend ? `${profile} · ${backend}` : profile;
+      pill.className = 'pill phase-active';
+    }
+  }
+
+  function stepItem(box, step) {
+    let li = $$('li[data-step]', box).find((el) => el.dataset.step === step);
+    if (!li) {
+      li = document.createElement('li');
+      li.dataset.step = step;
+      const label = document.createElement('span');
+      label.className = 'label';
+      const dur = document.createElement('span');
+      dur.className = 'dur';
+      li.append(label, ' ', dur);
+      $('.steps', box).append(li);
+    }
+    return li;
+  }
+
+  function apply(box, e, beforeMiB) {
+    if (e.kind === 'step') {
+      const li = stepItem(box, e.step);
+      const status = e.status === 'started' ? 'running' : e.status === 'failed' ? 'failed' : 'done';
+      li.className = 'step step-' + status;
+      li.title = e.message || '';
+      $('.label', li).textContent = stepLabel(e.step, e.status, e.detail, beforeMiB);
+      $('.dur', li).textContent = fmtDur(e.duration_ms);
+      if (e.status === 'failed' && e.journal && e.journal.length) {
+        const det = document.createElement('details');
+        const sum = document.createElement('summary');
+        sum.textContent = 'Journal of the failed unit';
+        const pre = document.createElement('pre');
+        pre.textContent = e.journal.join('\n');
+        det.append(sum, pre);
+        box.append(det);
+      }
+    } else if (e.kind === 'switch') {
+      if (e.status === 'info') {
+        const li = document.createElement('li');
+        li.className = 'step step-info';
+        li.dataset.step = 'info';
+        const label = document.createElement('span');
+        label.className = 'label';
+        label.textContent = e.message || '';
+        li.append(label);
+        $('.steps', box).append(li);
+      } else if (e.status === 'done') {
+        const d = fmtDur(e.duration_ms);
+        $('.result', box).textContent = `${e.profile} is active` + (d ? ` (total ${d})` : '');
+        box.classList.add('outcome-done');
+      } else if (e.status === 'failed') {
+        $('.result', box).textContent = e.message || 'switch failed';
+        box.classList.add('outcome-failed');
+      }
+    }
+  }
+
+  // follow streams one switch's events into the progress box until it ends.
+  function follow(box, id, since, beforeMiB) {
+    box.dataset.running = 'true';
+    setBusy(true);
+    const es = new EventSource('/api/events?since=' + encodeURIComponent(since));
+    let finished = false;
+    const onEvent = (ev) => {
+      let e;
+      try { e = JSON.parse(ev.data); } catch (_) { return; }
+      if (!e || e.switch_id !== id) return;
+      box.dataset.since = String(e.seq);
+      apply(box, e, beforeMiB);
+      if (e.kind === 'switch' && (e.status === 'done' || e.status === 'failed')) {
+        finished = true;
+        es.close();
+        box.dataset.running = 'false';
+        setBusy(false);
+        if (e.status === 'done') {
+          markActive(e.profile);
+        } else {
+          // A failed switch may have rolled back: show the true state.
+          setTimeout(() => { location.assign('/profiles?switch=' + encodeURIComponent(id)); }, 2500);
+        }
+      }
+    };
+    es.addEventListener('step', onEvent);
+    es.addEventListener('switch', onEvent);
+    es.onerror = () => {
+      // EventSource reconnects by itself (with Last-Event-ID); when it
+      // gives up, the server-rendered page carries on without it.
+      if (!finished && es.readyState === EventSource.CLOSED) {
+        location.assign('/profiles?switch=' + encodeURIComponent(id));
+      }
+    };
+  }
+
+  function startBox(profile, id, since, beforeMiB) {
+    const box = $('#progress');
+    $('.target', box).textContent = profile;
+    $('.steps', box).replaceChildren();
+    $('.result', box).textContent = '';
+    $$('details', box).forEach((d) => d.remove());
+    box.classList.remove('outcome-done', 'outcome-failed', 'outcome-unknown', 'outcome-');
+    box.dataset.switchId = id;
+    box.dataset.beforeMib = String(beforeMiB);
+    box.hidden = false;
+    return box;
+  }
+
+  async function onSwitch(ev) {
+    ev.preventDefault();
+    const form = ev.currentTarget;
+    const n = $('#notice');
+    if (n) n.hidden = true;
+    setBusy(true);
+    let res, data;
+    try {
+      res = await fetch(form.action, {
+        method: 'POST',
+        body: new URLSearchParams(new FormData(form)),
+        headers: { 'Accept': 'application/json', 'X-CSRF-Token': csrf },
+        credentials: 'same-origin',
+      });
+      data = await res.json();
+    } catch (err) {
+      setBusy(false);
+      showNotice('The switch request failed: ' + err);
+      return;
+    }
+    if (res.status !== 202) {
+      setBusy(false);
+      let extra = null;
+      const force = data.extra && data.extra.force_profile;
+      if (force) {
+        extra = document.createElement('div');
+        const ul = document.createElement('ul');
+        (data.extra.checks || []).forEach((c) => {
+          const li = document.createElement('li');
+          li.textContent = c;
+          ul.append(li);
+        });
+        const btn = document.createElement('button');
+        btn.className = 'danger';
+        btn.type = 'button';
+        btn.textContent = `Switch to ${force} anyway`;
+        btn.addEventListener('click', () => {
+          const f = $$('form.switch-form').find((x) => x.elements.profile && x.elements.profile.value === force);
+          if (!f) return;
+          let inp = f.elements.force;
+          if (!inp) {
+            inp = document.createElement('input');
+            inp.type = 'hidden';
+            inp.name = 'force';
+            f.append(inp);
+          }
+          inp.value = '1';
+          f.requestSubmit();
+        });
+        extra.append(ul, btn);
+      }
+      showNotice(data.detail || data.error || ('HTTP ' + res.status), extra);
+      return;
+    }
+    history.replaceState(null, '', data.location);
+    const box = startBox(data.profile, data.switch_id, data.since, data.before_mib);
+    follow(box, data.switch_id, data.since, data.before_mib);
+  }
+
+  function initProfiles() {
+    $$('form.switch-form').forEach((f) => f.addEventListener('submit', onSwitch));
+    const box = $('#progress');
+    if (box && box.dataset.running === 'true') {
+      follow(box, box.dataset.switchId, box.dataset.since, Number(box.dataset.beforeMib));
+    }
+  }
+
+  // The dashboard reloads itself when the backend state changes.
+  function initDashboard() {
+    const es = new EventSource('/api/events');
+    let timer = null;
+    const soon = () => {
+      if (timer) return;
+      timer = setTimeout(() => { es.close(); location.reload(); }, 400);
+    };
+    es.addEventListener('state', soon);
+    es.addEventListener('switch', soon);
+  }
+
+  document.addEventListener('DOMContentLoaded', () => {
+    const page = document.body.dataset.page;
+    if (page === 'profiles') initProfiles();
+    if (page === 'dashboard') initDashboard();
+    // Tells tests (and curious operators) that the enhancements are live.
+    document.documentElement.dataset.js = 'ready';
+  });
+})();
