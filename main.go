@@ -53,7 +53,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(
 		newServeCmd(), newDemoCmd(), newStatusCmd(), newSwitchCmd(), newDoctorCmd(),
-		newUnitsCmd(), newSimulateCmd(), newVersionCmd(),
+		newUnitsCmd(), newSimulateCmd(), newVersionCmd(), newOpencodeConfigCmd(),
 		// Pairing is approved on the machine, never in the chat.
 		telegram.NewPairCmd(func(cmd *cobra.Command) (string, error) {
 			cfg, err := loadConfig(cmd)

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -217,6 +219,29 @@ func TestDemo(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.State.Profile != "llama3-8b" {
 		t.Errorf("status --json: exit %d %s", code, out)
 	}
+	// The front doors on the same port: /v1 (streamed through to the
+	// active backend), /metrics and the panel.
+	body := `{"model":"llama3.1:8b","stream":true,"stream_options":{"include_usage":true},"max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
+	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(stream), "data: [DONE]") || !strings.Contains(string(stream), `"completion_tokens":8`) {
+		t.Errorf("/v1 stream: %d %s", resp.StatusCode, stream)
+	}
+	for path, want := range map[string]string{"/metrics": "DCGM_FI_DEV_FB_USED", "/": "llama3-8b", "/v1/models": `"llama3.1:8b"`} {
+		resp, err := http.Get(url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), want) {
+			t.Errorf("GET %s: %d, lacks %q", path, resp.StatusCode, want)
+		}
+	}
 	out, code = gpuhost(t, "switch", "nope", "--url", url)
 	if code != 2 || !strings.Contains(out, "gemma3-27b, llama3-8b, qwen3-coder") {
 		t.Errorf("unknown profile: exit %d %s", code, out)
@@ -289,5 +314,34 @@ profiles:
 	}
 	if cmd.ProcessState != nil {
 		t.Error("daemon exited")
+	}
+}
+
+func TestOpencodeConfig(t *testing.T) {
+	out, code := gpuhost(t, "opencode-config", "--config", "appliance/gpuhost.example.yaml", "--url", "http://box:8080")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	var doc struct {
+		Provider map[string]struct {
+			NPM     string `json:"npm"`
+			Options struct {
+				BaseURL string `json:"baseURL"`
+			} `json:"options"`
+			Models map[string]struct {
+				Limit    struct{ Context, Output int } `json:"limit"`
+				ToolCall bool                          `json:"tool_call"`
+			} `json:"models"`
+		} `json:"provider"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	p := doc.Provider["gpuhost"]
+	if p.NPM != "@ai-sdk/openai-compatible" || p.Options.BaseURL != "http://box:8080/v1" {
+		t.Errorf("provider = %+v", p)
+	}
+	if m := p.Models["qwen3-coder"]; m.Limit.Context != 65536 || !m.ToolCall || m.Limit.Output <= 0 {
+		t.Errorf("qwen3-coder model = %+v", m)
 	}
 }

@@ -14,8 +14,10 @@ import (
 	"gpuhost/appliance"
 	"gpuhost/appliance/metrics"
 	"gpuhost/appliance/panel"
+	"gpuhost/appliance/proxy"
 	"gpuhost/appliance/telegram"
 	"gpuhost/nvml"
+	"gpuhost/units"
 )
 
 // Serve is the daemon: the one place that wires config, GPU, units,
@@ -49,11 +51,15 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 	defer stopRun()
 	// The front doors: each can be disabled, and one failing does not stop
 	// the others or the backend (DESIGN.md decision 6).
+	px := proxy.New(sup, cfg.Proxy, func() map[string]*units.Profile { return cfg.Profiles }, log.With("component", "proxy"))
+	defer px.Close()
 	if !cfg.Metrics.Disabled {
 		m := metrics.New(sup, doctor, log.With("component", "metrics"))
 		go m.Run(runCtx)
 		m.Register(api)
+		px.SetObserver(m)
 	}
+	px.Register(api) // no-op when proxy.disabled
 	if !cfg.Panel.Disabled {
 		if p, err := panel.New(sup, doctor, cfg, log.With("component", "panel")); err != nil {
 			log.Error("web panel not started; the daemon carries on", "err", err)

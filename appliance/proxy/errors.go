@@ -1,0 +1,79 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// apiErr is an answer gpuhost gives itself on /v1, written in the OpenAI
+// error shape so that OpenAI SDKs (opencode's included) show the message.
+type apiErr struct {
+	status     int
+	typ        string // OpenAI "type": invalid_request_error, service_unavailable, …
+	code       string // machine-readable reason: model_not_found, hold_timeout, …
+	param      string
+	msg        string
+	retryAfter bool
+	extra      map[string]any
+}
+
+// writeError writes e as {"error":{"message","type","param","code",…extra}}.
+func writeError(w http.ResponseWriter, e *apiErr) {
+	body := map[string]any{}
+	for k, v := range e.extra {
+		body[k] = v
+	}
+	body["message"] = e.msg
+	body["type"] = e.typ
+	body["code"] = e.code
+	if e.param != "" {
+		body["param"] = e.param
+	} else {
+		body["param"] = nil
+	}
+	data, err := json.Marshal(map[string]any{"error": body})
+	if err != nil {
+		// Only our own values get here; a failure is a bug, not input.
+		data = []byte(`{"error":{"message":"internal error encoding an error","type":"internal_error","param":null,"code":"internal"}}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(data)))
+	if e.retryAfter {
+		h.Set("Retry-After", retryAfterSeconds)
+	}
+	w.WriteHeader(e.status)
+	_, _ = w.Write(data)
+}
+
+// badJSON is the 400 for a body that is not a JSON object.
+func badJSON(err error) *apiErr {
+	msg := "request body is not a valid JSON object: " + err.Error()
+	code := "invalid_json"
+	if errors.Is(err, errModelNotString) {
+		msg, code = err.Error(), "invalid_model"
+	}
+	e := &apiErr{status: http.StatusBadRequest, typ: "invalid_request_error", code: code, msg: msg}
+	if code == "invalid_model" {
+		e.param = "model"
+	}
+	return e
+}
+
+// isJSONMediaType accepts application/json and +json types.
+func isJSONMediaType(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
+func itoa64(n int64) string { return strconv.FormatInt(n, 10) }
+
+func newBytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

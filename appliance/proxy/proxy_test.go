@@ -1,0 +1,532 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gpuhost/appliance"
+	"gpuhost/appliance/appliancetest"
+	"gpuhost/appliance/proxy"
+)
+
+// TestStreamPassesThrough: a streamed opencode-style request arrives event
+// by event. When the first content chunk reaches the client, the simulator
+// must still be generating (its own metrics say so), which a buffering proxy
+// cannot achieve; and the body arrives in many reads, not a few.
+func TestStreamPassesThrough(t *testing.T) {
+	e := newEnv(t, appliancetest.Options{Activate: "coder"})
+	const tokens = 1000 // 2 s at the fixture's 500 tok/s
+	body := chatBody(t, "qwen3-coder", true, tokens, map[string]any{"ignore_eos": true})
+	resp := post(t, context.Background(), e.url+"/v1/chat/completions", body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, readAll(resp))
+	}
+	var runningAtFirst, generatedAtFirst float64
+	s := readStream(t, resp, func() {
+		runningAtFirst = metric(t, e.backendURL("coder"), "vllm:num_requests_running", "")
+		generatedAtFirst = metric(t, e.backendURL("coder"), "vllm:generation_tokens_total", "")
+	})
+	if !s.done {
+		t.Fatal("stream ended without [DONE]")
+	}
+	if runningAtFirst != 1 || generatedAtFirst >= tokens {
+		t.Fatalf("at the first chunk the backend had %v requests running and %v of %d tokens generated: the stream was buffered",
+			runningAtFirst, generatedAtFirst, tokens)
+	}
+	if s.reads < 50 {
+		t.Fatalf("%d events arrived in %d reads: the proxy coalesced the stream", len(s.events), s.reads)
+	}
+	if s.usage.Completion != tokens || s.usage.Prompt < 1000 {
+		t.Fatalf("usage chunk %+v, want %d completion tokens and a ~30 KB prompt", s.usage, tokens)
+	}
+	obs := e.obs.waitFor(t, 1)
+	o := obs[0]
+	if o.model != "qwen3-coder" || o.status != 200 || o.prompt != s.usage.Prompt || o.completion != tokens || o.ttfb <= 0 || o.ttfb > o.dur {
+		t.Fatalf("observation %+v, want qwen3-coder 200 with usage %+v", o, s.usage)
+	}
+	recs := e.logs.requests()
+	if len(recs) != 1 || recs[0]["prompt_tokens"] != int64(s.usage.Prompt) || recs[0]["completion_tokens"] != int64(tokens) ||
+		recs[0]["stream"] != true || recs[0]["done"] != true {
+		t.Fatalf("access log %v", recs)
+	}
+	for _, k := range []string{"ttfb_ms", "duration_ms", "status", "model"} {
+		if _, ok := recs[0][k]; !ok {
+			t.Fatalf("access log line lacks %s: %v", k, recs[0])
+		}
+	}
+
+	// Not streamed: usage comes from the body.
+	resp = post(t, context.Background(), e.url+"/v1/chat/completions", chatBody(t, "qwen3-coder", false, 20, nil))
+	var whole struct {
+		Model string `json:"model"`
+		Usage struct {
+			Prompt     int `json:"prompt_tokens"`
+			Completion int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, readAll(resp))
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&whole); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	o = e.obs.waitFor(t, 2)[1]
+	if whole.Usage.Completion != 20 || o.prompt != whole.Usage.Prompt || o.completion != 20 || o.status != 200 {
+		t.Fatalf("non-streamed: body usage %+v, observation %+v", whole.Usage, o)
+	}
+}
+
+// TestHeldDuringSwitch: 32 streamed opencode requests sent while a switch
+// llama → coder runs (1.5 s engine load) are all held, then all complete.
+func TestHeldDuringSwitch(t *testing.T) {
+	e := newEnv(t, appliancetest.Options{Activate: "llama", VLLMLoad: "1500ms"})
+	_, done, err := e.f.Sup.Switch(context.Background(), "coder", appliance.SwitchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := e.f.Sup.State(); st.Phase != appliance.PhaseSwitching {
+		t.Fatalf("state %+v, want switching", st)
+	}
+	const n = 32
+	body := chatBody(t, "qwen3-coder", true, 20, nil)
+	var wg sync.WaitGroup
+	errs := make(chan string, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := doPost(context.Background(), e.url+"/v1/chat/completions", body)
+			if err != nil {
+				errs <- err.Error()
+				return
+			}
+			if resp.StatusCode != http.StatusOK {
+				errs <- resp.Status + ": " + readAll(resp)
+				return
+			}
+			s, err := parseStream(resp, nil)
+			if err != nil || !s.done || s.usage.Completion != 20 || s.model != "qwen3-coder" {
+				errs <- fmt.Sprintf("incomplete stream: done=%v usage=%+v err=%v", s.done, s.usage, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for msg := range errs {
+		t.Error(msg)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("switch: %v", err)
+	}
+	held := 0
+	for _, r := range e.logs.requests() {
+		if _, ok := r["held_ms"]; ok && r["status"] == int64(200) {
+			held++
+		}
+	}
+	// Requests sent after the switch finished would not be held; with a
+	// 1.5 s load, all 32 start well inside it.
+	if held != n {
+		t.Fatalf("%d of %d requests were held; log: %v", held, n, e.logs.requests())
+	}
+}
+
+// TestHoldTimeoutAndIdle: a hold longer than hold_timeout ends in 503 with
+// Retry-After; with no backend at all, 503 says why.
+func TestHoldTimeoutAndIdle(t *testing.T) {
+	e := newEnv(t, appliancetest.Options{VLLMLoad: "3s", Hook: func(c *appliance.Config) {
+		c.Proxy.HoldTimeout = appliance.Duration(300 * time.Millisecond)
+	}})
+	resp := post(t, context.Background(), e.url+"/v1/chat/completions", chatBody(t, "qwen3-coder", true, 5, nil))
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("idle: status %d, want 503", resp.StatusCode)
+	}
+	if ae := decodeError(t, resp); ae.Error.Code != "no_backend" || !strings.Contains(ae.Error.Message, "idle") {
+		t.Fatalf("idle: %+v", ae.Error)
+	}
+	resp = post(t, context.Background(), e.url+"/v1/completions", []byte(`{"prompt":"hi"}`))
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("idle without model: status %d, want 503", resp.StatusCode)
+	}
+	resp.Body.Close()
+
+	_, done, err := e.f.Sup.Switch(context.Background(), "coder", appliance.SwitchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	resp = post(t, context.Background(), e.url+"/v1/chat/completions", chatBody(t, "qwen3-coder", true, 5, nil))
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("held past hold_timeout: status %d Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if ae := decodeError(t, resp); ae.Error.Code != "hold_timeout" {
+		t.Fatalf("hold timeout: %+v", ae.Error)
+	}
+	if time.Since(start) < 300*time.Millisecond {
+		t.Fatal("503 came before hold_timeout: the request was not held")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	resp = post(t, context.Background(), e.url+"/v1/chat/completions", chatBody(t, "qwen3-coder", true, 5, nil))
+	if resp.StatusCode != http.StatusOK || !readStream(t, resp, nil).done {
+		t.Fatalf("after the switch: status %d", resp.StatusCode)
+	}
+	obs := e.obs.waitFor(t, 4)
+	if obs[0].status != 503 || obs[0].model != "qwen3-coder" || obs[1].model != "" || obs[2].status != 503 || obs[2].model != "qwen3-coder" || obs[3].status != 200 {
+		t.Fatalf("observations:%s", describeObs(obs))
+	}
+}
+
+// TestModelsAndRouting: /v1/models, aliases, a model that is not loaded
+// (auto_switch off), unknown models, a missing model.
+func TestModelsAndRouting(t *testing.T) {
+	e := newEnv(t, appliancetest.Options{Activate: "coder", Hook: func(c *appliance.Config) {
+		c.Profiles["coder"].Aliases = []string{"coder-latest", "gpt-4o"}
+		c.Profiles["coder"].VLLM.MaxModelLen = 0 // the live backend's value must be used
+	}})
+
+	var list proxy.ModelList
+	getJSON(t, e.url+"/v1/models", &list)
+	if list.Object != "list" || len(list.Data) != 4 {
+		t.Fatalf("models: %+v", list)
+	}
+	want := []struct{ id, status, aliasOf string }{
+		{"qwen3-coder", "loaded", ""}, {"coder-latest", "loaded", "qwen3-coder"}, {"gpt-4o", "loaded", "qwen3-coder"},
+		{"llama3.1:8b", "not_loaded", ""},
+	}
+	for i, w := range want {
+		m := list.Data[i]
+		if m.ID != w.id || m.Status != w.status || m.AliasOf != w.aliasOf || m.Object != "model" || m.OwnedBy == "" || m.Created == 0 {
+			t.Fatalf("models[%d] = %+v, want %+v", i, m, w)
+		}
+	}
+	if list.Data[0].MaxModelLen != 32768 || list.Data[0].Profile != "coder" || len(list.Data[0].Aliases) != 2 {
+		t.Fatalf("loaded model card %+v, want max_model_len 32768 from the backend", list.Data[0])
+	}
+	var card proxy.ModelCard
+	getJSON(t, e.url+"/v1/models/llama3.1:8b", &card)
+	if card.Status != "not_loaded" || card.Backend != "ollama" {
+		t.Fatalf("GET /v1/models/llama3.1:8b = %+v", card)
+	}
+	resp, err := http.Get(e.url + "/v1/models/nope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 404 {
+		t.Fatalf("unknown model card: %d", resp.StatusCode)
+	}
+	decodeError(t, resp)
+
+	tests := []struct {
+		name       string
+		body       []byte
+		wantStatus int
+		wantCode   string
+	}{
+		{"served name", chatBody(t, "qwen3-coder", false, 3, nil), 200, ""},
+		{"alias", chatBody(t, "coder-latest", false, 3, nil), 200, ""},
+		{"alias streamed", chatBody(t, "gpt-4o", true, 3, nil), 200, ""},
+		{"hugging face id", chatBody(t, "Qwen/Qwen3-Coder-30B-A3B-Instruct", false, 3, nil), 200, ""},
+		{"no model", chatBody(t, "", false, 3, nil), 200, ""},
+		{"null model", []byte(`{"model":null,"messages":[{"role":"user","content":"hi"}],"max_tokens":3}`), 200, ""},
+		{"other profile's model", chatBody(t, "llama3.1:8b", false, 3, nil), 404, "model_not_loaded"},
+		{"unknown model", chatBody(t, "gpt-5", false, 3, nil), 404, "model_not_found"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := post(t, context.Background(), e.url+"/v1/chat/completions", tc.body)
+			if resp.StatusCode != tc.wantStatus {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.wantStatus, readAll(resp))
+			}
+			if tc.wantStatus == 200 {
+				model := ""
+				if strings.Contains(resp.Header.Get("Content-Type"), "event-stream") {
+					s := readStream(t, resp, nil)
+					model = s.model
+				} else {
+					var out struct{ Model string }
+					if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+						t.Fatal(err)
+					}
+					resp.Body.Close()
+					model = out.Model
+				}
+				if model != "qwen3-coder" {
+					t.Fatalf("the backend answered as %q, want the served name", model)
+				}
+				return
+			}
+			ae := decodeError(t, resp)
+			if ae.Error.Code != tc.wantCode || ae.Error.Loaded != "qwen3-coder" || len(ae.Error.Available) != 4 ||
+				!strings.Contains(ae.Error.Message, "llama3.1:8b") || !strings.Contains(ae.Error.Message, "qwen3-coder") {
+				t.Fatalf("error %+v", ae.Error)
+			}
+		})
+	}
+	// Observations carry a configured served name, never the client's text
+	// (aliases, ids and unknown names included).
+	for _, o := range e.obs.all() {
+		if o.model != "qwen3-coder" && o.model != "llama3.1:8b" && o.model != "" {
+			t.Fatalf("observation with model %q", o.model)
+		}
+	}
+}
+
+// TestAutoSwitch: with auto_switch, a request for a model that is not loaded
+// switches (from idle too) and is served; Ollama gets a "model" inserted
+// when the request has none.
+func TestAutoSwitch(t *testing.T) {
+	e := newEnv(t, appliancetest.Options{ExtraYAML: "proxy:\n  auto_switch: true\n"})
+	resp := post(t, context.Background(), e.url+"/v1/chat/completions", chatBody(t, "qwen3-coder", true, 8, nil))
+	if resp.StatusCode != 200 || !readStream(t, resp, nil).done {
+		t.Fatalf("from idle: status %d", resp.StatusCode)
+	}
+	if st := e.f.Sup.State(); st.Profile != "coder" {
+		t.Fatalf("state %+v, want coder active", st)
+	}
+
+	// Several at once for the other model: one switch, all served.
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := doPost(context.Background(), e.url+"/v1/chat/completions",
+				[]byte(`{"model":"llama3.1:8b","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":5}`))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if resp.StatusCode != 200 {
+				t.Errorf("to llama: status %d: %s", resp.StatusCode, readAll(resp))
+				return
+			}
+			if s, err := parseStream(resp, nil); err != nil || !s.done {
+				t.Errorf("to llama: no [DONE] (%v)", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if st := e.f.Sup.State(); st.Profile != "llama" || st.Phase != appliance.PhaseActive {
+		t.Fatalf("state %+v, want llama active", st)
+	}
+	switched := 0
+	for _, r := range e.logs.requests() {
+		if r["switched"] == true {
+			switched++
+		}
+	}
+	if switched != 2 {
+		t.Fatalf("%d requests started a switch, want 2 (one per model): %v", switched, e.logs.requests())
+	}
+	// No model: routed to the active Ollama, which needs one, so it is
+	// inserted.
+	resp = post(t, context.Background(), e.url+"/v1/chat/completions", []byte(`{"messages":[{"role":"user","content":"hi"}],"max_tokens":3}`))
+	if resp.StatusCode != 200 {
+		t.Fatalf("no model on ollama: %d %s", resp.StatusCode, readAll(resp))
+	}
+	resp.Body.Close()
+}
+
+// TestBadRequests: oversized bodies get 413, malformed JSON a JSON 400, and
+// neither hangs.
+func TestBadRequests(t *testing.T) {
+	e := newEnv(t, appliancetest.Options{Activate: "coder", Hook: func(c *appliance.Config) {
+		c.Proxy.MaxBodyBytes = 64 << 10
+	}})
+	big := chatBody(t, "qwen3-coder", false, 3, map[string]any{"pad": strings.Repeat("x", 70<<10)})
+	tests := []struct {
+		name       string
+		body       io.Reader
+		length     int64 // -1 = chunked
+		ctype      string
+		wantStatus int
+		wantCode   string
+	}{
+		{"too big with length", bytes.NewReader(big), int64(len(big)), "application/json", 413, "request_too_large"},
+		{"too big chunked", io.MultiReader(bytes.NewReader(big)), -1, "application/json", 413, "request_too_large"},
+		{"truncated JSON", strings.NewReader(`{"model":"qwen3-coder","messages":[`), 35, "application/json", 400, "invalid_json"},
+		{"not an object", strings.NewReader(`[1,2]`), 5, "application/json", 400, "invalid_json"},
+		{"model not a string", strings.NewReader(`{"model":5,"messages":[]}`), 25, "application/json", 400, "invalid_model"},
+		{"garbage after the object", strings.NewReader(`{"model":"qwen3-coder"}}`), 24, "application/json", 400, "invalid_json"},
+		// Not JSON by its type or its first byte: the backend's own error.
+		{"plain text", strings.NewReader(`hello`), 5, "text/plain", 400, ""},
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, e.url+"/v1/chat/completions", tc.body)
+			req.ContentLength = tc.length
+			req.Header.Set("Content-Type", tc.ctype)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != tc.wantStatus {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.wantStatus, readAll(resp))
+			}
+			ae := decodeError(t, resp)
+			if tc.wantCode != "" && ae.Error.Code != tc.wantCode {
+				t.Fatalf("error %+v, want code %s", ae.Error, tc.wantCode)
+			}
+		})
+	}
+}
+
+// TestClientDisconnectCancelsUpstream: a client that goes away mid-stream
+// ends the generation on the backend (the simulator counts an abort and no
+// request stays running).
+func TestClientDisconnectCancelsUpstream(t *testing.T) {
+	e := newEnv(t, appliancetest.Options{Activate: "coder"})
+	backend := e.backendURL("coder")
+	aborts := metric(t, backend, "vllm:request_success_total", `finished_reason="abort"`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resp := post(t, ctx, e.url+"/v1/chat/completions", chatBody(t, "qwen3-coder", true, 20000, map[string]any{"ignore_eos": true}))
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	buf := make([]byte, 512)
+	if _, err := resp.Body.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if n := metric(t, backend, "vllm:num_requests_running", ""); n != 1 {
+		t.Fatalf("%v requests running, want 1", n)
+	}
+	cancel()
+	resp.Body.Close()
+	eventually(t, "the backend to abort the generation", func() bool {
+		return metric(t, backend, "vllm:num_requests_running", "") == 0 &&
+			metric(t, backend, "vllm:request_success_total", `finished_reason="abort"`) == aborts+1
+	})
+	o := e.obs.waitFor(t, 1)[0]
+	if o.status != 499 || o.model != "qwen3-coder" {
+		t.Fatalf("observation %+v, want 499", o)
+	}
+}
+
+// TestBearerToken: beyond loopback, the API middleware guards /v1 too.
+func TestBearerToken(t *testing.T) {
+	t.Setenv("GPUHOST_PROXY_TEST_TOKEN", "s3cret")
+	e := newEnv(t, appliancetest.Options{Activate: "coder", Hook: func(c *appliance.Config) {
+		c.Listen = "0.0.0.0:0"
+		c.APITokenEnv = "GPUHOST_PROXY_TEST_TOKEN"
+	}})
+	for _, tc := range []struct {
+		method, path, auth string
+		want               int
+	}{
+		{"GET", "/v1/models", "", 401},
+		{"GET", "/v1/models/qwen3-coder", "Bearer wrong", 401},
+		{"POST", "/v1/chat/completions", "", 401},
+		{"POST", "/v1/completions", "Basic s3cret", 401},
+		{"GET", "/v1/models", "Bearer s3cret", 200},
+		{"POST", "/v1/chat/completions", "Bearer s3cret", 200},
+	} {
+		var body io.Reader
+		if tc.method == "POST" {
+			body = bytes.NewReader(chatBody(t, "qwen3-coder", false, 2, nil))
+			if tc.path == "/v1/completions" {
+				body = strings.NewReader(`{"model":"qwen3-coder","prompt":"hi","max_tokens":2}`)
+			}
+		}
+		req, _ := http.NewRequest(tc.method, e.url+tc.path, body)
+		req.Header.Set("Content-Type", "application/json")
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := resp.StatusCode
+		resp.Body.Close()
+		if got != tc.want {
+			t.Errorf("%s %s with %q: %d, want %d", tc.method, tc.path, tc.auth, got, tc.want)
+		}
+	}
+}
+
+func getJSON(t testing.TB, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d", url, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+func readAll(resp *http.Response) string {
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return string(b)
+}
+
+// TestSwitchFailures: a held request whose switch fails (the backend cannot
+// start; the Supervisor rolls back) gets 503 naming the failure; an
+// auto_switch the doctor refuses gets 409; a client that leaves while held
+// is recorded as 499.
+func TestSwitchFailures(t *testing.T) {
+	// The "broken" profile's port is taken, so its backend dies at start.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	e := newEnv(t, appliancetest.Options{Activate: "coder", ExtraYAML: "proxy:\n  auto_switch: true\n", Hook: func(c *appliance.Config) {
+		broken := *c.Profiles["coder"]
+		broken.Name, broken.ServedName, broken.Port = "broken", "broken-model", ln.Addr().(*net.TCPAddr).Port
+		broken.Sim.LoadTime = "200ms"
+		c.Profiles["broken"] = &broken
+		c.Profiles["coder-greedy"].Aliases = []string{"greedy"}
+	}})
+
+	resp := post(t, context.Background(), e.url+"/v1/chat/completions", chatBody(t, "broken-model", true, 5, nil))
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("broken switch: status %d: %s", resp.StatusCode, readAll(resp))
+	}
+	ae := decodeError(t, resp)
+	if ae.Error.Code != "switch_incomplete" || !strings.Contains(ae.Error.Message, "switch to broken failed") {
+		t.Fatalf("broken switch: %+v", ae.Error)
+	}
+	if st := e.f.Sup.State(); st.Profile != "coder" || st.Phase != appliance.PhaseActive {
+		t.Fatalf("state %+v, want the rollback to coder", st)
+	}
+
+	resp = post(t, context.Background(), e.url+"/v1/chat/completions", chatBody(t, "greedy", false, 5, nil))
+	if resp.StatusCode != http.StatusConflict {
+		t.Fatalf("doctor-refused switch: status %d: %s", resp.StatusCode, readAll(resp))
+	}
+	if ae := decodeError(t, resp); ae.Error.Code != "switch_refused" || !strings.Contains(ae.Error.Message, "doctor") {
+		t.Fatalf("doctor-refused switch: %+v", ae.Error)
+	}
+
+	// Leave while held: the switch to llama takes its load time; the client
+	// gives up after 20 ms.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := doPost(ctx, e.url+"/v1/chat/completions", []byte(`{"model":"llama3.1:8b","messages":[{"role":"user","content":"hi"}]}`)); err == nil {
+		t.Fatal("the request was answered within 20 ms; it should have been held")
+	}
+	obs := e.obs.waitFor(t, 3)
+	if o := obs[2]; o.status != 499 || o.model != "llama3.1:8b" || o.ttfb != 0 {
+		t.Fatalf("left while held: observation %+v, want 499 with no byte sent", o)
+	}
+}
