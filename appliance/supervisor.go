@@ -165,6 +165,12 @@ var ErrNoBackend = errors.New("no backend is active")
 // /v1 proxy holds requests this way instead of rejecting them). It returns
 // ErrNoBackend when idle or failed, and ctx's error when ctx ends first.
 func (s *Supervisor) AwaitActive(ctx context.Context) (*units.Profile, error) {
+	// Fast path for the proxy's every request: active and settled.
+	if st := s.State(); st.Phase == PhaseActive && st.Step == "" {
+		if p, ok := s.cfg.Profiles[st.Profile]; ok {
+			return p, nil
+		}
+	}
 	ch, _, cancel := s.bus.subscribe(s.bus.lastSeq())
 	defer cancel()
 	for {
