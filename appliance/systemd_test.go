@@ -221,16 +221,26 @@ func TestSamplerChild(t *testing.T) {
 			return
 		case <-tick.C:
 		}
+		// The two reads are not one atomic snapshot: A may stop and B start
+		// between them. So read A, B, A again: a violation needs A active
+		// both before and after B was seen active.
 		var active []string
-		for _, n := range names {
+		read := func(n string) (string, bool) {
 			st, err := m.Unit(ctx, n)
 			if err != nil {
 				rep.Errors++
-				continue
+				return "", false
 			}
-			if st.Active() {
-				active = append(active, n+"="+st.ActiveState)
-			}
+			return st.ActiveState, st.Active()
+		}
+		a1, aOn1 := read(names[0])
+		b, bOn := read(names[1])
+		a2, aOn2 := read(names[0])
+		if aOn1 && aOn2 {
+			active = append(active, names[0]+"="+a1+"→"+a2)
+		}
+		if bOn {
+			active = append(active, names[1]+"="+b)
 		}
 		rep.Samples++
 		if len(active) > 1 {
@@ -259,6 +269,30 @@ func TestSystemdEndToEnd(t *testing.T) {
 			if err := os.WriteFile(e.cfg.EnvFilePath(unit), []byte(units.EnvFile(*prof, true)), 0o644); err != nil {
 				t.Fatal(err)
 			}
+		}
+		// Real backends take a while to stop (vLLM: seconds). A slow stop
+		// is what makes the ordering matter: without After= the other unit
+		// would start while this one is still deactivating.
+		var dropIns []string
+		for _, u := range []string{e.cfg.Backends.VLLM.Unit, e.cfg.Backends.Ollama.Unit} {
+			d := filepath.Join(e.sd.UnitDir, u+".d")
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			f := filepath.Join(d, "slow-stop.conf")
+			if err := os.WriteFile(f, []byte("[Service]\nExecStop=/bin/sleep 0.3\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			dropIns = append(dropIns, f)
+		}
+		defer func() {
+			for _, f := range dropIns {
+				os.Remove(f)
+			}
+			_, _ = e.sd.Systemctl(context.Background(), "daemon-reload")
+		}()
+		if out, err := e.sd.Systemctl(ctx, "daemon-reload"); err != nil {
+			t.Fatalf("%v %s", err, out)
 		}
 		s := startSampler(t, e)
 		for i := 0; i < 3; i++ {
