@@ -100,15 +100,19 @@ func (r *reconnectingUnits) conn(ctx context.Context) (*systemd.Manager, error) 
 
 // drop forgets a connection that failed so the next call reconnects.
 func (r *reconnectingUnits) drop(m *systemd.Manager, err error) {
-	if err == nil || !isConnError(err) {
-		return
+	if err != nil && isConnError(err) {
+		r.forget(m)
 	}
+}
+
+// forget closes m and clears it, unless another call already replaced it.
+func (r *reconnectingUnits) forget(m *systemd.Manager) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.m == m {
 		r.m = nil
 		m.Close()
 	}
-	r.mu.Unlock()
 }
 
 func isConnError(err error) bool {
@@ -175,12 +179,7 @@ func (r *reconnectingUnits) Subscribe(ctx context.Context, names ...string) (<-c
 				}
 			}
 			// The subscription ended without ctx ending: the bus went away.
-			r.mu.Lock()
-			if r.m == m {
-				r.m = nil
-				m.Close()
-			}
-			r.mu.Unlock()
+			r.forget(m)
 			// Tell the Supervisor to re-read, since events may have been lost.
 			select {
 			case out <- systemd.UnitEvent{Unit: names[0], At: time.Now()}:
