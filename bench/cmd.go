@@ -1,0 +1,504 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"gpuhost/nvml"
+	"gpuhost/units"
+)
+
+// Deps is what the bench commands need from package main.
+type Deps struct {
+	GpuhostVersion string
+	GpuhostCommit  string
+	// Env loads the config-derived environment when a command runs (the
+	// --config flag is parsed by then). An error is tolerated where the
+	// command can do without: `bench run --url …` against any server with
+	// results in --dir or the user's state directory.
+	Env func(cmd *cobra.Command) (Env, error)
+}
+
+// Env is the config-derived environment of the bench commands.
+type Env struct {
+	// StateDir holds results under StateDir/bench.
+	StateDir string
+	// Profiles lets `--profile NAME` supply model_params (roofline) and the
+	// fingerprint for a --url run.
+	Profiles map[string]*units.Profile
+	// Active returns the daemon's managed /v1 as a Target (ServerURL set to
+	// the backend for the extras, APIKey set when the daemon needs one) and
+	// the active profile; nil when unknown.
+	Active func(ctx context.Context) (Target, *units.Profile, error)
+	// GPU gives NVML facts for the fingerprint and the roofline; nil skips
+	// them.
+	GPU func(ctx context.Context) (nvml.Snapshot, error)
+}
+
+// NewCmd returns `gpuhost bench` with run, list, show and compare.
+func NewCmd(deps Deps) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure prefill, decode and serving speed; store, list and compare results",
+		Long: `Measure an OpenAI-compatible endpoint (default: the daemon's /v1 on the active
+profile) the way vLLM's bench serve defines the figures, with repeats, and store one
+JSON result per run under <state_dir>/bench. Compare two results with a significance
+test across repeats.`,
+	}
+	cmd.AddCommand(newRunCmd(deps), newListCmd(deps), newShowCmd(deps), newCompareCmd(deps))
+	return cmd
+}
+
+// loadEnv runs deps.Env, tolerating its failure when tolerate is true.
+func loadEnv(cmd *cobra.Command, deps Deps, tolerate bool) (Env, error) {
+	if deps.Env == nil {
+		return Env{}, nil
+	}
+	env, err := deps.Env(cmd)
+	if err != nil && !tolerate {
+		return env, err
+	}
+	return env, nil
+}
+
+// storeFor picks the results directory: --dir, the config's state dir, or
+// the user's state directory.
+func storeFor(cmd *cobra.Command, env Env) (*Store, error) {
+	// The commands print skipped files themselves; the store stays quiet.
+	quiet := slog.New(slog.DiscardHandler)
+	dir, _ := cmd.Flags().GetString("dir")
+	if dir != "" {
+		return &Store{Dir: dir, Log: quiet}, nil
+	}
+	if env.StateDir != "" {
+		return NewStore(env.StateDir, quiet), nil
+	}
+	base := os.Getenv("XDG_STATE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return nil, errors.New("no results directory: give --dir (no config and no home directory)")
+		}
+		base = filepath.Join(home, ".local", "state")
+	}
+	return NewStore(filepath.Join(base, "gpuhost"), quiet), nil
+}
+
+func addDirFlag(cmd *cobra.Command) {
+	cmd.Flags().String("dir", "", "results directory (default: <state_dir>/bench from the config)")
+}
+
+func newRunCmd(deps Deps) *cobra.Command {
+	var (
+		o                      Options
+		url, serverURL, flavor string
+		model, profile, keyEnv string
+		asJSON, noSave         bool
+		params                 units.ModelParams
+	)
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the benchmark (default: the daemon's /v1 on the active profile)",
+		Example: `  gpuhost bench run
+  gpuhost bench run --repeats 3 --prefill 512,2048 --decode 128 --concurrency 1,8
+  gpuhost bench run --url http://gpu-box:8000 --model Qwen/Qwen3-Coder-30B-A3B-Instruct
+  gpuhost bench run --url http://127.0.0.1:11434 --model llama3.1:8b --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			env, err := loadEnv(cmd, deps, url != "")
+			if err != nil {
+				return fmt.Errorf("no --url given and the config is needed for the daemon's /v1: %w", err)
+			}
+			store, err := storeFor(cmd, env)
+			if err != nil {
+				return err
+			}
+			switch Flavor(flavor) {
+			case "", "auto":
+				o.Target.Flavor = ""
+			case FlavorVLLM, FlavorOllama, FlavorOpenAI:
+				o.Target.Flavor = Flavor(flavor)
+			default:
+				return fmt.Errorf("--flavor %q: want auto, vllm, ollama or openai", flavor)
+			}
+			if url != "" {
+				o.Target.URL, o.Target.ServerURL, o.Target.Model = url, serverURL, model
+				if profile != "" {
+					p, ok := env.Profiles[profile]
+					if !ok {
+						return fmt.Errorf("--profile %q: no such profile in the config", profile)
+					}
+					o.ProfileName, o.Profile = profile, p
+				}
+			} else {
+				if env.Active == nil {
+					return errors.New("no --url given and the daemon's /v1 is unknown: give --url and --model, or --config")
+				}
+				t, p, err := env.Active(ctx)
+				if err != nil {
+					return fmt.Errorf("find the active profile (or give --url): %w", err)
+				}
+				if p == nil {
+					return errors.New("the daemon has no active profile: switch to one first, or give --url")
+				}
+				if o.Target.Flavor != "" {
+					t.Flavor = o.Target.Flavor
+				}
+				if model != "" {
+					t.Model = model
+				}
+				o.Target, o.ProfileName, o.Profile = t, p.Name, p
+			}
+			if keyEnv != "" {
+				key := os.Getenv(keyEnv)
+				if key == "" {
+					return fmt.Errorf("--api-key-env %s: the variable is empty or unset", keyEnv)
+				}
+				o.Target.APIKey = key
+			}
+			o.Params = params
+			o.GPU = env.GPU
+			o.GpuhostVersion, o.GpuhostCommit = deps.GpuhostVersion, deps.GpuhostCommit
+			bar := newBar(cmd.ErrOrStderr(), !asJSON)
+			o.Progress = bar.update
+			r, runErr := Run(ctx, o)
+			bar.finish()
+			var path string
+			if !noSave {
+				var err error
+				if path, err = store.Save(r); err != nil {
+					return errors.Join(runErr, err)
+				}
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(r); err != nil {
+					return err
+				}
+			} else {
+				if err := WriteReport(out, r); err != nil {
+					return err
+				}
+				if path != "" {
+					fmt.Fprintf(out, "\nsaved %s\n", path)
+				}
+			}
+			if r.Status == StatusFailed {
+				if runErr == nil {
+					runErr = errors.New("nothing was measured")
+				}
+				return fmt.Errorf("bench run failed: %w", runErr)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&url, "url", "", "OpenAI-compatible endpoint to measure (vLLM, Ollama or other), with or without /v1")
+	f.StringVar(&serverURL, "server-url", "", "backend root for /version, /tokenize, /metrics, /api/* when --url is a proxy")
+	f.StringVar(&model, "model", "", "model name (default: the only model the server lists)")
+	f.StringVar(&flavor, "flavor", "auto", "server kind: auto (detect via /version or /api/version), vllm, ollama, openai")
+	f.StringVar(&profile, "profile", "", "config profile describing the --url server (model_params for the roofline)")
+	f.StringVar(&keyEnv, "api-key-env", "", "environment variable holding a bearer token for --url")
+	f.IntVar(&o.Repeats, "repeats", DefaultRepeats, "measured repeats of every figure (mean ± stddev; compare needs ≥ 2)")
+	f.IntSliceVar(&o.PrefillTokens, "prefill", DefaultPrefillTokens, "prompt lengths in tokens (capped to the model's context)")
+	f.IntSliceVar(&o.DecodeTokens, "decode", DefaultDecodeTokens, "generated lengths in tokens (forced: ignore_eos/min_tokens, or num_predict on Ollama)")
+	f.IntSliceVar(&o.Concurrency, "concurrency", DefaultConcurrency, "serving sweep concurrencies")
+	f.IntVar(&o.ServingRequests, "serving-requests", 0, "requests per concurrency and repeat (0: max(2×concurrency, 4))")
+	f.IntVar(&o.ServingInputTokens, "serving-input", DefaultServingInputTokens, "serving sweep prompt length in tokens")
+	f.IntVar(&o.ServingOutputTokens, "serving-output", DefaultServingOutputTokens, "serving sweep output length in tokens")
+	f.StringSliceVar(&o.Phases, "phases", AllPhases, "phases to run: prefill, decode, serving")
+	f.DurationVar(&o.RequestTimeout, "request-timeout", DefaultRequestTimeout, "limit for one request")
+	f.Float64Var(&params.TotalParamsB, "params-b", 0, "roofline: total parameters in billions (overrides the profile's model_params)")
+	f.Float64Var(&params.ActiveParamsB, "active-params-b", 0, "roofline: active parameters per token in billions (MoE)")
+	f.Float64Var(&params.WeightBits, "weight-bits", 0, "roofline: bits per weight (4 for INT4/AWQ; default 16)")
+	f.BoolVar(&asJSON, "json", false, "print the result as JSON (no progress bar)")
+	f.BoolVar(&noSave, "no-save", false, "do not store the result")
+	addDirFlag(cmd)
+	return cmd
+}
+
+func newListCmd(deps Deps) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List stored results, oldest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			env, _ := loadEnv(cmd, deps, true)
+			store, err := storeFor(cmd, env)
+			if err != nil {
+				return err
+			}
+			all, warns, err := store.List()
+			if err != nil {
+				return err
+			}
+			for _, w := range warns {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: skipped %s\n", w)
+			}
+			sums := make([]Summary, len(all))
+			for i, r := range all {
+				sums[i] = Summarize(r)
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(ListResponse{Results: sums, Warnings: append([]Warning{}, warns...)})
+			}
+			if len(sums) == 0 {
+				fmt.Fprintf(out, "no results in %s\n", store.Dir)
+				return nil
+			}
+			tw := tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTATUS\tBACKEND\tMODEL\tDRIVER\tPREFILL tok/s\tDECODE tok/s")
+			for _, s := range sums {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Status,
+					strings.TrimSpace(s.Backend+" "+s.BackendVersion), s.Model, orDash(s.Driver),
+					fmtLengths(s.PrefillTokS), fmtLengths(s.DecodeTokS))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	addDirFlag(cmd)
+	return cmd
+}
+
+// fmtLengths prints "512:2390 2048:2380".
+func fmtLengths(m map[int]float64) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]int, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d:%s", k, fmtNum(m[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+func newShowCmd(deps Deps) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show ID|latest",
+		Short: "Show one stored result",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			env, _ := loadEnv(cmd, deps, true)
+			store, err := storeFor(cmd, env)
+			if err != nil {
+				return err
+			}
+			r, err := store.Load(args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(r)
+			}
+			return WriteReport(cmd.OutOrStdout(), r)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the stored JSON")
+	addDirFlag(cmd)
+	return cmd
+}
+
+func newCompareCmd(deps Deps) *cobra.Command {
+	var (
+		asJSON bool
+		alpha  float64
+	)
+	cmd := &cobra.Command{
+		Use:   "compare A B",
+		Short: "Compare two results: per metric both values, delta and significance (Welch's t-test)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !(alpha > 0 && alpha < 1) {
+				return fmt.Errorf("--alpha %v: want a level between 0 and 1, e.g. 0.05", alpha)
+			}
+			env, _ := loadEnv(cmd, deps, true)
+			store, err := storeFor(cmd, env)
+			if err != nil {
+				return err
+			}
+			a, err := store.Load(args[0])
+			if err != nil {
+				return err
+			}
+			b, err := store.Load(args[1])
+			if err != nil {
+				return err
+			}
+			c := Compare(a, b, alpha)
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(c)
+			}
+			return c.WriteText(cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().Float64Var(&alpha, "alpha", DefaultAlpha, "significance level")
+	addDirFlag(cmd)
+	return cmd
+}
+
+// bar is the terminal progress bar; it stays silent when w is not a
+// terminal (or with --json), so logs and pipes get no control codes.
+type bar struct {
+	pb *progressbar.ProgressBar
+	w  io.Writer
+	on bool
+}
+
+func newBar(w io.Writer, want bool) *bar {
+	b := &bar{w: w}
+	if f, ok := w.(*os.File); ok && want && term.IsTerminal(int(f.Fd())) {
+		b.on = true
+	}
+	return b
+}
+
+func (b *bar) update(p Progress) {
+	if !b.on {
+		return
+	}
+	if b.pb == nil {
+		b.pb = progressbar.NewOptions(p.Total,
+			progressbar.OptionSetWriter(b.w),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionSetWidth(30),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionClearOnFinish(),
+			progressbar.OptionShowDescriptionAtLineEnd(),
+		)
+	}
+	if p.Total != b.pb.GetMax() {
+		b.pb.ChangeMax(p.Total)
+	}
+	b.pb.Describe(p.Message)
+	_ = b.pb.Set(p.Done)
+}
+
+func (b *bar) finish() {
+	if b.pb != nil {
+		_ = b.pb.Finish()
+		_ = b.pb.Clear()
+	}
+}
+
+// WriteReport prints a result for people: fingerprint, then each phase as
+// a table (mean ± stddev over the repeats), cross-checks, roofline, errors.
+func WriteReport(w io.Writer, r *Result) error {
+	f := r.Fingerprint
+	fmt.Fprintf(w, "%s  %s  (%s, %.0f s)\n", r.ID, strings.ToUpper(r.Status), r.StartedAt.Local().Format("2006-01-02 15:04:05"), r.FinishedAt.Sub(r.StartedAt).Seconds())
+	fmt.Fprintf(w, "  backend %s %s, model %s, %s\n", orDash(f.Backend), f.BackendVersion, orDash(f.Model), f.URL)
+	if f.GPUName != "" || f.Driver != "" {
+		fmt.Fprintf(w, "  gpu %s (%d MiB), driver %s, CUDA %s\n", orDash(f.GPUName), f.GPUMemoryMiB, orDash(f.Driver), orDash(f.CUDA))
+	}
+	if f.Profile != "" {
+		fmt.Fprintf(w, "  profile %s\n", f.Profile)
+	}
+	fmt.Fprintf(w, "  %d repeats; gpuhost %s %s on %s\n", r.Config.Repeats, orDash(f.GpuhostVersion), f.GpuhostCommit, orDash(f.Host))
+	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
+	if len(r.Prefill) > 0 {
+		fmt.Fprintln(w, "\nprefill (max_tokens 1, unique prefix per request)")
+		fmt.Fprintln(tw, "prompt tokens\tTTFT ms\ttok/s\tsized by\t")
+		for _, p := range r.Prefill {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t\n", p.TargetTokens, fmtStat(p.TTFTms), fmtStat(p.TokS), orDash(p.Calibration))
+		}
+		tw.Flush()
+	}
+	if len(r.Decode) > 0 {
+		fmt.Fprintln(w, "\ndecode ((out − 1) / (t_last − t_first))")
+		fmt.Fprintln(tw, "tokens\ttok/s\tserver tok/s\tapi\t")
+		for _, d := range r.Decode {
+			srv := "-"
+			if d.ServerTokS != nil {
+				srv = fmtStat(*d.ServerTokS)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t\n", d.Tokens, fmtStat(d.TokS), srv, d.API)
+		}
+		tw.Flush()
+	}
+	if len(r.Serving) > 0 {
+		s0 := r.Serving[0]
+		fmt.Fprintf(w, "\nserving (%d in / %d out tokens; latencies ms, p50 / p99)\n", s0.InputTokens, s0.OutputTokens)
+		fmt.Fprintln(tw, "concurrency\trequests\tout tok/s\treq/s\tTTFT\tTPOT\tITL\tE2E\tfailed\t")
+		for _, s := range r.Serving {
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", s.Concurrency, s.Completed, fmtStat(s.OutputTPS), fmtStat(s.ReqPerS),
+				pq(s.TTFT), pq(s.TPOT), pq(s.ITL), pq(s.E2E), s.Failed)
+		}
+		tw.Flush()
+	}
+	if len(r.CrossChecks) > 0 {
+		fmt.Fprintln(w, "\ncross-checks (client vs server)")
+		for _, c := range r.CrossChecks {
+			fmt.Fprintf(w, "  %s: %s vs %s %s (%+.2f %%)", c.Name, fmtNum(c.Client), fmtNum(c.Server), c.Unit, c.DisagreementPct)
+			if c.Note != "" {
+				fmt.Fprintf(w, "  [%s]", c.Note)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	if rl := r.Roofline; rl != nil {
+		fmt.Fprintf(w, "\nroofline: %.0f GB/s, %.1fB params × %.3g bits, KV %.0f B/token\n", rl.BandwidthGBs, rl.ParamsB, rl.WeightBits, rl.KVBytesPerToken)
+		for _, p := range rl.Decode {
+			fmt.Fprintf(w, "  decode %d: %s of a %.1f tok/s ceiling (%.0f %%)\n", p.Tokens, fmtNum(p.TokS), p.CeilingTokS, p.PctOfCeiling)
+		}
+	}
+	if len(r.Errors) > 0 {
+		fmt.Fprintln(w, "\nerrors")
+		for _, e := range r.Errors {
+			fmt.Fprintf(w, "  [%s] %s", e.Phase, e.Message)
+			if e.Count > 1 {
+				fmt.Fprintf(w, " (×%d)", e.Count)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	if len(r.Notes) > 0 {
+		fmt.Fprintln(w, "\nnotes")
+		for _, n := range r.Notes {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
+	}
+	return nil
+}
+
+func pq(d DistStat) string {
+	if d.P50.N == 0 {
+		return "-"
+	}
+	return fmtNum(d.P50.Mean) + " / " + fmtNum(d.P99.Mean)
+}

@@ -1,0 +1,39 @@
+// Package bench measures an inference endpoint the way an operator needs to
+// trust the numbers: prefill (prompt processing) and decode (generation)
+// speed, and a serving sweep under concurrency, against any
+// OpenAI-compatible server — the daemon's managed /v1, a plain vLLM or an
+// Ollama (told apart by /version and /api/version).
+//
+// Method (see Result for the exact definitions and the stored schema):
+//
+//   - every request streams with stream_options.include_usage, and every
+//     token count is the server's own (usage, eval_count), never a
+//     re-tokenisation on the client;
+//   - prefill prompts have exact token lengths, sized with the server's
+//     /tokenize where it exists (vLLM) or from usage.prompt_tokens
+//     feedback, each with a fresh random prefix so no prefix cache helps;
+//     prefill tok/s = prompt tokens / TTFT with max_tokens 1;
+//   - decode lengths are forced (vLLM: ignore_eos + min_tokens; Ollama:
+//     num_predict on the native /api/generate) and checked: a server that
+//     produces fewer tokens is a recorded error, never a silent number;
+//     decode tok/s = (out − 1) / (t_last − t_first);
+//   - the serving sweep reports TTFT, TPOT, ITL and E2E (mean, p50, p90,
+//     p99), output tok/s and req/s per concurrency, as vLLM's bench serve;
+//   - each figure is repeated (default 5) after an unmeasured warm-up and
+//     kept as samples, so Compare can apply Welch's t-test;
+//   - cross-checks put the client's figures next to the server's own
+//     (Ollama eval_count/eval_duration; vLLM /metrics token counters and
+//     TTFT histogram), and the roofline next to the bandwidth ceiling.
+//
+// Results are one JSON file per run under <state_dir>/bench (Store); a
+// corrupt file is skipped with a warning naming it.
+//
+// Wiring (package main):
+//
+//	root.AddCommand(bench.NewCmd(bench.Deps{GpuhostVersion: version, GpuhostCommit: commit, Env: …}))
+//
+//	svc := bench.NewService(bench.ServiceOptions{Store: bench.NewStore(cfg.StateDir, log), Daemon: …,
+//		GPU: sup.Snapshot, Publish: …, GpuhostVersion: version, GpuhostCommit: commit, Log: log})
+//	svc.Register(e) // POST/GET /api/bench, GET /api/bench/:id, GET /api/bench/chart.svg
+//	defer svc.Close()
+package bench

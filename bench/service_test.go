@@ -1,0 +1,202 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"gpuhost/simulator"
+	"gpuhost/units"
+)
+
+type serviceFixture struct {
+	svc       *Service
+	url       string
+	store     *Store
+	switching atomic.Bool
+	idle      atomic.Bool
+	mu        sync.Mutex
+	published []string
+}
+
+func newServiceFixture(t *testing.T, decodeTPS float64) *serviceFixture {
+	t.Helper()
+	simURL := startSim(t, simulator.Options{Flavor: simulator.FlavorVLLM, Model: "Qwen/Qwen3-Coder-30B-A3B-Instruct",
+		ServedName: "qwen3-coder", PrefillTPS: 1e6, DecodeTPS: decodeTPS})
+	u, _ := url.Parse(simURL)
+	port, _ := strconv.Atoi(u.Port())
+	p := &units.Profile{Name: "coder", Backend: units.VLLM, Model: "Qwen/Qwen3-Coder-30B-A3B-Instruct",
+		ServedName: "qwen3-coder", Port: port}
+	f := &serviceFixture{store: NewStore(t.TempDir(), slog.New(slog.DiscardHandler))}
+	f.svc = NewService(ServiceOptions{
+		Store: f.store,
+		Daemon: DaemonFuncs{
+			SwitchingFunc: f.switching.Load,
+			AwaitActiveFunc: func(ctx context.Context) (*units.Profile, error) {
+				if f.idle.Load() {
+					return nil, errors.New("no backend is active")
+				}
+				return p, nil
+			},
+		},
+		GpuhostVersion: "v-test",
+		Publish: func(msg string) {
+			f.mu.Lock()
+			f.published = append(f.published, msg)
+			f.mu.Unlock()
+		},
+		Log:                slog.New(slog.DiscardHandler),
+		MinPublishInterval: time.Millisecond,
+	})
+	e := echo.New()
+	f.svc.Register(e)
+	srv := httptest.NewServer(e)
+	t.Cleanup(func() { srv.Close(); f.svc.Close() })
+	f.url = srv.URL
+	return f
+}
+
+func (f *serviceFixture) do(t *testing.T, method, path, body string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, f.url+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+const quickRun = `{"repeats": 1, "prefill_tokens": [64], "decode_tokens": [16], "concurrency": [2], "serving_requests": 2}`
+
+func TestServiceRun(t *testing.T) {
+	f := newServiceFixture(t, 2000)
+	code, body := f.do(t, "POST", "/api/bench", quickRun)
+	if code != http.StatusAccepted {
+		t.Fatalf("POST = %d %s", code, body)
+	}
+	var st RunStatus
+	if err := json.Unmarshal(body, &st); err != nil || st.Status != "running" || st.Profile != "coder" || !strings.HasSuffix(st.ID, "-coder") {
+		t.Fatalf("status %+v %v", st, err)
+	}
+	// One at a time.
+	if code, body := f.do(t, "POST", "/api/bench", ""); code != http.StatusConflict || !strings.Contains(string(body), "bench in progress") {
+		t.Errorf("second POST = %d %s", code, body)
+	}
+	var r Result
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body = f.do(t, "GET", "/api/bench/"+st.ID, "")
+		if code == http.StatusOK {
+			if err := json.Unmarshal(body, &r); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if code != http.StatusAccepted || time.Now().After(deadline) {
+			t.Fatalf("GET = %d %s", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r.Status != StatusOK || r.ID != st.ID || r.Fingerprint.Profile != "coder" || r.Fingerprint.GpuhostVersion != "v-test" ||
+		len(r.Prefill) != 1 || len(r.Decode) != 1 || len(r.Serving) != 1 {
+		t.Fatalf("result %s: %+v", r.Status, r)
+	}
+	f.mu.Lock()
+	pub := strings.Join(f.published, "\n")
+	f.mu.Unlock()
+	for _, want := range []string{"started on profile coder", "prefill 64 tokens", "serving c=2", "finished, ok"} {
+		if !strings.Contains(pub, want) {
+			t.Errorf("published messages lack %q:\n%s", want, pub)
+		}
+	}
+	// A corrupt file shows as a warning in the list, never an error.
+	if err := os.WriteFile(filepath.Join(f.store.Dir, "20260101T000000Z-bad.json"), []byte("{oops"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, body = f.do(t, "GET", "/api/bench", "")
+	var list ListResponse
+	if err := json.Unmarshal(body, &list); code != 200 || err != nil || len(list.Results) != 1 || len(list.Warnings) != 1 ||
+		list.Running == nil || list.Running.Status != StatusOK || list.Results[0].DecodeTokS[16] <= 0 {
+		t.Fatalf("list = %d %s", code, body)
+	}
+	if code, body := f.do(t, "GET", "/api/bench/latest", ""); code != 200 || !strings.Contains(string(body), st.ID) {
+		t.Errorf("latest = %d %s", code, body)
+	}
+	code, body = f.do(t, "GET", "/api/bench/chart.svg", "")
+	if code != 200 || !strings.HasPrefix(string(body), "<svg") || !strings.Contains(string(body), "coder") {
+		t.Errorf("chart = %d %.200s", code, body)
+	}
+}
+
+func TestServiceRefuses(t *testing.T) {
+	f := newServiceFixture(t, 2000)
+	f.switching.Store(true)
+	if code, body := f.do(t, "POST", "/api/bench", ""); code != http.StatusConflict || !strings.Contains(string(body), "switch in progress") {
+		t.Errorf("during a switch: %d %s", code, body)
+	}
+	f.switching.Store(false)
+	f.idle.Store(true)
+	if code, body := f.do(t, "POST", "/api/bench", ""); code != http.StatusConflict || !strings.Contains(string(body), "no active backend") {
+		t.Errorf("idle: %d %s", code, body)
+	}
+	f.idle.Store(false)
+	for _, body := range []string{`{"repeats": "x"}`, `{"nope": 1}`, `[1]`, `{"repeats": 1000}`, `{"phases": ["warp"]}`} {
+		if code, resp := f.do(t, "POST", "/api/bench", body); code != http.StatusBadRequest || !strings.Contains(string(resp), `"error"`) {
+			t.Errorf("%s: %d %s", body, code, resp)
+		}
+	}
+	for _, id := range []string{"nope", "20260101T000000Z-missing", "..%2F..%2Fetc"} {
+		if code, body := f.do(t, "GET", "/api/bench/"+id, ""); code != http.StatusNotFound {
+			t.Errorf("GET %s = %d %s", id, code, body)
+		}
+	}
+	if code, body := f.do(t, "GET", "/api/bench", ""); code != 200 || !strings.Contains(string(body), `"results":[]`) {
+		t.Errorf("empty list = %d %s", code, body)
+	}
+}
+
+// TestServiceClose: shutting the daemon down stops a run and still stores
+// what it measured, saying why it stopped.
+func TestServiceClose(t *testing.T) {
+	f := newServiceFixture(t, 100)
+	st, err := f.svc.Start(context.Background(), StartRequest{Repeats: 3, PrefillTokens: []int{64}, DecodeTokens: []int{2000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for f.svc.Current().Progress.Phase != PhaseDecode {
+		if time.Now().After(deadline) {
+			t.Fatal("never reached decode")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	f.svc.Close()
+	r, err := f.store.Load(st.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := f.svc.Current()
+	if r.Status != StatusPartial || r.Prefill[0].TokS.N != 3 || cur.Status != StatusPartial || !strings.Contains(cur.Error, "context canceled") {
+		t.Fatalf("status %s, current %+v, errors %+v", r.Status, cur, r.Errors)
+	}
+}

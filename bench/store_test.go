@@ -1,0 +1,175 @@
+package bench
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func testResult(id string, at time.Time) *Result {
+	return &Result{SchemaVersion: SchemaVersion, ID: id, Status: StatusOK, StartedAt: at, FinishedAt: at.Add(time.Minute),
+		Decode: []Decode{{Tokens: 128, TokS: NewStat([]float64{150, 151})}}}
+}
+
+func TestStoreSaveLoadList(t *testing.T) {
+	var logs bytes.Buffer
+	s := &Store{Dir: filepath.Join(t.TempDir(), "bench"), Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	t0 := time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
+	r1 := testResult(NewID(t0, "coder"), t0)
+	p1, err := s.Save(r1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(p1) != "20260102T150405Z-coder.json" {
+		t.Fatalf("path %s", p1)
+	}
+	// Same second, same profile: a suffix, never an overwrite.
+	r2 := testResult(NewID(t0, "coder"), t0.Add(time.Millisecond))
+	p2, err := s.Save(r2)
+	if err != nil || r2.ID != "20260102T150405Z-coder-2" || p1 == p2 {
+		t.Fatalf("second save: %s %s %v", r2.ID, p2, err)
+	}
+	got, err := s.Load(r1.ID)
+	if err != nil || got.Decode[0].TokS.Mean != 150.5 {
+		t.Fatalf("load: %+v %v", got, err)
+	}
+	if latest, err := s.Load("latest"); err != nil || latest.ID != r2.ID {
+		t.Fatalf("latest = %v, %v", latest, err)
+	}
+	// No temp files left behind.
+	entries, _ := os.ReadDir(s.Dir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			t.Errorf("leftover temp file %s", e.Name())
+		}
+	}
+
+	// Corrupt, foreign and future files are skipped with a warning naming them.
+	bad := map[string]string{
+		"20260103T000000Z-truncated.json": `{"schema_version": 1, "id": "20260103T000000Z-trunc`,
+		"20260103T000001Z-foreign.json":   `{"hello": "world"}`,
+		"20260103T000002Z-future.json":    `{"schema_version": 99, "id": "20260103T000002Z-future"}`,
+		"20260103T000003Z-badid.json":     `{"schema_version": 1, "id": "../../etc/passwd"}`,
+	}
+	for name, body := range bad {
+		if err := os.WriteFile(filepath.Join(s.Dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(s.Dir, "notes.txt"), []byte("ignored"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	all, warns, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 || all[0].ID != r1.ID || all[1].ID != r2.ID {
+		t.Fatalf("list = %d results", len(all))
+	}
+	if len(warns) != len(bad) {
+		t.Fatalf("warnings = %v", warns)
+	}
+	for _, w := range warns {
+		if _, ok := bad[filepath.Base(w.File)]; !ok || w.Reason == "" {
+			t.Errorf("warning %v does not name a bad file", w)
+		}
+		if !strings.Contains(logs.String(), filepath.Base(w.File)) {
+			t.Errorf("log does not name %s", w.File)
+		}
+	}
+	if !strings.Contains(warnText(warns), "newer than this gpuhost reads") {
+		t.Errorf("future schema not explained: %v", warns)
+	}
+}
+
+func warnText(ws []Warning) string {
+	var b strings.Builder
+	for _, w := range ws {
+		b.WriteString(w.String() + "\n")
+	}
+	return b.String()
+}
+
+func TestStoreRejectsBadIDs(t *testing.T) {
+	s := &Store{Dir: t.TempDir(), Log: slog.Default()}
+	for _, id := range []string{"", "../x", "20260102T150405Z-../../x", "20260102T150405Z-a/b", "latest2", "20260102T150405Z-.."} {
+		if _, err := s.Load(id); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Load(%q) = %v, want ErrNotFound", id, err)
+		}
+	}
+	if _, err := s.Save(&Result{ID: "../evil"}); err == nil {
+		t.Error("Save accepted a bad id")
+	}
+	if _, err := s.Load("latest"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("latest on an empty store = %v", err)
+	}
+	// A missing directory is an empty store, not an error.
+	all, warns, err := (&Store{Dir: filepath.Join(t.TempDir(), "nope")}).List()
+	if err != nil || all != nil || warns != nil {
+		t.Errorf("missing dir: %v %v %v", all, warns, err)
+	}
+}
+
+func TestNewID(t *testing.T) {
+	t0 := time.Date(2026, 3, 4, 5, 6, 7, 0, time.FixedZone("x", 3600))
+	for name, want := range map[string]string{
+		"coder":                   "20260304T040607Z-coder",
+		"Qwen/Qwen3-Coder:latest": "20260304T040607Z-Qwen_Qwen3-Coder_latest",
+		"":                        "20260304T040607Z-run",
+		"../..":                   "20260304T040607Z-run",
+	} {
+		if got := NewID(t0, name); got != want || !ValidID(got) {
+			t.Errorf("NewID(%q) = %q (valid %v), want %q", name, got, ValidID(got), want)
+		}
+	}
+}
+
+func FuzzParseResult(f *testing.F) {
+	good, _ := os.ReadFile("testdata/result-v1.json")
+	f.Add(good)
+	f.Add([]byte(`{"schema_version": 1}`))
+	f.Add([]byte(`{"schema_version": 1, "id": "20260102T150405Z-x", "prefill": [{"tok_s": {"samples": [1e308, -0]}}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := ParseResult(data)
+		if err == nil {
+			if !ValidID(r.ID) {
+				t.Fatalf("accepted id %q", r.ID)
+			}
+			_ = r.Metrics()
+			_ = Compare(r, r, 0)
+			_ = ChartSVG([]Result{*r})
+			_ = WriteReport(&bytes.Buffer{}, r)
+		}
+	})
+}
+
+// TestSchemaV1Golden: a stored version-1 result (written by this code,
+// kept in testdata) still reads, with every figure.
+func TestSchemaV1Golden(t *testing.T) {
+	data, err := os.ReadFile("testdata/result-v1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ParseResult(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, m := range r.Metrics() {
+		names[m.Name] = m.Stat.N == 2
+	}
+	for _, want := range []string{"prefill.512.tok_s", "prefill.512.ttft_ms", "decode.128.tok_s", "serving.c1.output_tok_s",
+		"serving.c4.req_s", "serving.c4.ttft_p99_ms", "serving.c4.tpot_p50_ms", "serving.c4.itl_p50_ms", "serving.c4.e2e_p50_ms"} {
+		if !names[want] {
+			t.Errorf("metric %s missing or without 2 samples", want)
+		}
+	}
+	if r.Roofline == nil || !near(r.Roofline.BandwidthGBs, 1008, 0.5) || len(r.CrossChecks) != 2 || r.Fingerprint.Driver != "610.43.02" {
+		t.Errorf("roofline %+v, cross-checks %d, fingerprint %+v", r.Roofline, len(r.CrossChecks), r.Fingerprint)
+	}
+}
