@@ -19,6 +19,8 @@ import (
 
 	"gpuhost/appliance"
 	"gpuhost/appliance/proxy"
+	"gpuhost/bench"
+	"gpuhost/nvml"
 	"gpuhost/simulator"
 	"gpuhost/units"
 )
@@ -489,4 +491,41 @@ Beyond loopback the API key is referenced as {env:VAR}, never written into the f
 	}
 	cmd.Flags().StringVar(&url, "url", "", "base URL clients use to reach this box (default: from the config's listen)")
 	return cmd
+}
+
+// benchEnv gives `gpuhost bench` the config-derived facts: where results
+// live, the profiles, the GPU, and the daemon's managed /v1 as the default
+// target.
+func benchEnv(cmd *cobra.Command) (bench.Env, error) {
+	cfg, err := loadConfig(cmd)
+	if err != nil {
+		return bench.Env{}, err
+	}
+	env := bench.Env{StateDir: cfg.StateDir, Profiles: cfg.Profiles}
+	env.GPU = func(ctx context.Context) (nvml.Snapshot, error) {
+		gpu, closeGPU, err := appliance.OpenGPU(cfg)
+		defer closeGPU()
+		if err != nil {
+			return nvml.Snapshot{}, err
+		}
+		return gpu.Snapshot(ctx)
+	}
+	env.Active = func(ctx context.Context) (bench.Target, *units.Profile, error) {
+		c, err := apiClient(cmd)
+		if err != nil {
+			return bench.Target{}, nil, err
+		}
+		st, err := c.Status(ctx)
+		if err != nil {
+			return bench.Target{}, nil, err
+		}
+		p, ok := cfg.Profiles[st.State.Profile]
+		if st.State.Phase != appliance.PhaseActive || !ok {
+			return bench.Target{}, nil, fmt.Errorf("no active profile on the daemon at %s (state %s)", c.BaseURL, st.State.Phase)
+		}
+		t := bench.ProfileTarget(p, c.BaseURL+"/v1")
+		t.APIKey = c.Token
+		return t, p, nil
+	}
+	return env, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"gpuhost/appliance/telegram"
+	"gpuhost/bench"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -54,6 +55,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(
 		newServeCmd(), newDemoCmd(), newStatusCmd(), newSwitchCmd(), newDoctorCmd(),
 		newUnitsCmd(), newSimulateCmd(), newVersionCmd(), newOpencodeConfigCmd(),
+		bench.NewCmd(bench.Deps{GpuhostVersion: version, Env: benchEnv}),
 		// Pairing is approved on the machine, never in the chat.
 		telegram.NewPairCmd(func(cmd *cobra.Command) (string, error) {
 			cfg, err := loadConfig(cmd)

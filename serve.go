@@ -16,6 +16,7 @@ import (
 	"gpuhost/appliance/panel"
 	"gpuhost/appliance/proxy"
 	"gpuhost/appliance/telegram"
+	"gpuhost/bench"
 	"gpuhost/nvml"
 	"gpuhost/units"
 )
@@ -60,6 +61,21 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 		px.SetObserver(m)
 	}
 	px.Register(api) // no-op when proxy.disabled
+	// Benchmarks of the active profile (POST /api/bench); progress goes on
+	// the event bus.
+	bsvc := bench.NewService(bench.ServiceOptions{
+		Store: bench.NewStore(cfg.StateDir, log.With("component", "bench")),
+		Daemon: bench.DaemonFuncs{
+			SwitchingFunc:   func() bool { return sup.State().Phase == appliance.PhaseSwitching },
+			AwaitActiveFunc: sup.AwaitActive,
+		},
+		GPU:            sup.Snapshot,
+		GpuhostVersion: version,
+		Publish:        func(msg string) { sup.Publish(appliance.Event{Kind: "bench", Message: msg}) },
+		Log:            log.With("component", "bench"),
+	})
+	defer bsvc.Close()
+	bsvc.Register(api)
 	if !cfg.Panel.Disabled {
 		if p, err := panel.New(sup, doctor, cfg, log.With("component", "panel")); err != nil {
 			log.Error("web panel not started; the daemon carries on", "err", err)

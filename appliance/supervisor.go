@@ -239,6 +239,11 @@ func (s *Supervisor) Subscribe(since uint64) (<-chan Event, []Event, func()) {
 	return s.bus.subscribe(since)
 }
 
+// Publish puts an event from another component (for example a benchmark's
+// progress, Kind "bench") on the bus, so the SSE stream, the panel and the
+// log carry it like the Supervisor's own.
+func (s *Supervisor) Publish(e Event) { s.bus.publish(e) }
+
 // LastSeq is the sequence number of the newest event.
 func (s *Supervisor) LastSeq() uint64 { return s.bus.lastSeq() }
 
