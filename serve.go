@@ -63,8 +63,9 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 	px.Register(api) // no-op when proxy.disabled
 	// Benchmarks of the active profile (POST /api/bench); progress goes on
 	// the event bus.
+	bstore := bench.NewStore(cfg.StateDir, log.With("component", "bench"))
 	bsvc := bench.NewService(bench.ServiceOptions{
-		Store: bench.NewStore(cfg.StateDir, log.With("component", "bench")),
+		Store: bstore,
 		Daemon: bench.DaemonFuncs{
 			SwitchingFunc:   func() bool { return sup.State().Phase == appliance.PhaseSwitching },
 			AwaitActiveFunc: sup.AwaitActive,
@@ -80,6 +81,7 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 		if p, err := panel.New(sup, doctor, cfg, log.With("component", "panel")); err != nil {
 			log.Error("web panel not started; the daemon carries on", "err", err)
 		} else {
+			p.SetBench(benchPanel{bsvc, bstore})
 			p.Register(api)
 		}
 	}
@@ -171,3 +173,11 @@ func notifySystemd(ctx context.Context, sup *appliance.Supervisor, log *slog.Log
 		}
 	}
 }
+
+// benchPanel gives the panel's Bench page the stored runs and the service.
+type benchPanel struct {
+	*bench.Service
+	store *bench.Store
+}
+
+func (b benchPanel) List() ([]*bench.Result, []bench.Warning, error) { return b.store.List() }

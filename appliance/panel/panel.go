@@ -89,6 +89,7 @@ type Panel struct {
 	now          func() time.Time
 
 	mu     sync.RWMutex
+	bench  BenchSource
 	router *echo.Router
 	owned  map[string]bool // route patterns the panel registered
 }
@@ -140,7 +141,7 @@ func New(sup Supervisor, doctor appliance.DoctorFunc, cfg *appliance.Config, log
 // page's "content" block is its own.
 func parsePages() (map[string]*template.Template, error) {
 	out := map[string]*template.Template{}
-	for _, name := range []string{"dashboard", "profiles", "doctor", "login", "error"} {
+	for _, name := range []string{"dashboard", "profiles", "doctor", "bench", "login", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("panel: parse template %s: %w", name, err)
@@ -173,6 +174,8 @@ func (p *Panel) Register(e *echo.Echo) {
 	add(http.MethodGet, "/", p.handleDashboard, page)
 	add(http.MethodGet, "/profiles", p.handleProfiles, page)
 	add(http.MethodGet, "/doctor", p.handleDoctor, page)
+	add(http.MethodGet, "/bench", p.handleBench, page)
+	add(http.MethodPost, "/bench/run", p.handleBenchRun, post)
 	add(http.MethodPost, "/switch", p.handleSwitch, post)
 	add(http.MethodGet, "/login", p.handleLoginPage, open)
 	add(http.MethodPost, "/login", p.handleLogin, openPost)

@@ -1,0 +1,104 @@
+package panel
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"gpuhost/bench"
+)
+
+// BenchSource is what the Bench page needs of the daemon's benchmark
+// service: the stored runs and a way to start one.
+type BenchSource interface {
+	List() ([]*bench.Result, []bench.Warning, error)
+	Start(ctx context.Context, req bench.StartRequest) (bench.RunStatus, error)
+	Current() *bench.RunStatus
+}
+
+// SetBench enables the Bench page; call it before Register.
+func (p *Panel) SetBench(src BenchSource) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.bench = src
+}
+
+type benchView struct {
+	Runs     []bench.Summary
+	Lengths  struct{ Prefill, Decode []int }
+	Warnings []bench.Warning
+	Running  *bench.RunStatus
+	Notice   *noticeView
+	Error    string
+}
+
+func (p *Panel) benchSource() BenchSource {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.bench
+}
+
+func (p *Panel) handleBench(c echo.Context) error {
+	return p.renderBench(c, http.StatusOK, nil)
+}
+
+func (p *Panel) renderBench(c echo.Context, code int, notice *noticeView) error {
+	src := p.benchSource()
+	v := benchView{Notice: notice}
+	if src == nil {
+		v.Error = "benchmarks are not configured in this daemon"
+		return p.render(c, code, "bench", p.pageData(c, "bench", "Bench", v))
+	}
+	results, warnings, err := src.List()
+	if err != nil {
+		v.Error = err.Error()
+	}
+	v.Warnings, v.Running = warnings, src.Current()
+	pre, dec := map[int]bool{}, map[int]bool{}
+	for i := len(results) - 1; i >= 0; i-- { // newest first
+		s := bench.Summarize(results[i])
+		for n := range s.PrefillTokS {
+			pre[n] = true
+		}
+		for n := range s.DecodeTokS {
+			dec[n] = true
+		}
+		v.Runs = append(v.Runs, s)
+	}
+	v.Lengths.Prefill, v.Lengths.Decode = sortedKeys(pre), sortedKeys(dec)
+	return p.render(c, code, "bench", p.pageData(c, "bench", "Bench", v))
+}
+
+func sortedKeys(m map[int]bool) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// handleBenchRun starts a run on the active profile (form POST, CSRF-checked
+// by the guard) with the service's defaults.
+func (p *Panel) handleBenchRun(c echo.Context) error {
+	src := p.benchSource()
+	if src == nil {
+		return p.renderBench(c, http.StatusNotFound, &noticeView{Kind: "error", Message: "Benchmarks are not configured."})
+	}
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 10*time.Second)
+	defer cancel()
+	st, err := src.Start(ctx, bench.StartRequest{})
+	if err != nil {
+		code := http.StatusConflict
+		var re *bench.RequestError
+		if errors.As(err, &re) {
+			code = http.StatusBadRequest
+		}
+		return p.renderBench(c, code, &noticeView{Kind: "error", Message: "Not started: " + err.Error()})
+	}
+	return p.renderBench(c, http.StatusAccepted, &noticeView{Kind: "ok", Message: "Benchmark " + st.ID + " started on " + st.Profile + "; reload this page to follow it."})
+}
