@@ -1099,7 +1099,7 @@ func (r *switchRun) verify(ctx context.Context, p *units.Profile) (string, map[s
 		var names []string
 		for _, m := range ps.Models {
 			names = append(names, m.Name)
-			if m.Name == p.Model || m.Model == p.Model {
+			if sameOllamaModel(m.Name, p.Model) || sameOllamaModel(m.Model, p.Model) {
 				found = true
 				detail["size_vram"] = m.SizeVRAM
 			}
@@ -1119,4 +1119,16 @@ func (r *switchRun) verify(ctx context.Context, p *units.Profile) (string, map[s
 		}
 	}
 	return msg, detail, nil
+}
+
+// sameOllamaModel compares Ollama model names the way Ollama does: a name
+// without a tag means ":latest".
+func sameOllamaModel(a, b string) bool {
+	norm := func(s string) string {
+		if !strings.Contains(s, ":") {
+			return s + ":latest"
+		}
+		return s
+	}
+	return a != "" && norm(a) == norm(b)
 }

@@ -33,14 +33,23 @@ type e2e struct {
 
 func startE2E(t testing.TB, vllmLoad string) *e2e {
 	t.Helper()
+	return startE2EWith(t, vllmLoad, t.TempDir(), nil, nil)
+}
+
+// startE2EWith is startE2E with the config text rewritten by mutate and
+// extra drop-ins (path under the unit folder → content).
+func startE2EWith(t testing.TB, vllmLoad, state string, mutate func(string) string, dropIns map[string]string) *e2e {
+	t.Helper()
 	bin := gpuhostBinary(t)
-	state := t.TempDir()
 	listenPort := freePort(t)
 	yaml := testConfigYAML(bin, state, "systemd", "/run/systemd/private", freePort(t), freePort(t), vllmLoad)
 	yaml = strings.Replace(yaml, "listen: 127.0.0.1:0", "listen: 127.0.0.1:"+strconv.Itoa(listenPort), 1)
 	// Nothing is wanted at first boot; after a switch, the last wanted
 	// profile is what a restart restores.
 	yaml = strings.Replace(yaml, "default_profile: coder\n", "", 1)
+	if mutate != nil {
+		yaml = mutate(yaml)
+	}
 	cfgPath := filepath.Join(state, "gpuhost.yaml")
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
@@ -66,6 +75,15 @@ func startE2E(t testing.TB, vllmLoad string) *e2e {
 	}
 	if err := os.WriteFile(filepath.Join(sd.UnitDir, "gpuhost.service.d", "test.conf"), []byte(dropIn), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	for p, content := range dropIns {
+		full := filepath.Join(sd.UnitDir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

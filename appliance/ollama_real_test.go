@@ -1,0 +1,105 @@
+package appliance
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gpuhost/bench/ollamatest"
+)
+
+// TestSwitchToRealOllama runs the Ollama profile's unit, under the private
+// systemd, as the real `ollama serve` (built from the Go module proxy) with
+// a tiny model the project generates: the Supervisor's Ollama path
+// (readiness, model load, /api/ps check) against the real thing.
+func TestSwitchToRealOllama(t *testing.T) {
+	bin := ollamatest.Binary(t)
+	state := t.TempDir()
+	models := filepath.Join(state, "ollama-models")
+	home := filepath.Join(state, "ollama-home")
+	for _, d := range []string{models, home} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Create the model once with a throwaway server on the same store.
+	port := freePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	srv := exec.Command(bin, "serve")
+	srv.Env = append(os.Environ(), "OLLAMA_HOST="+strings.TrimPrefix(base, "http://"), "OLLAMA_MODELS="+models, "HOME="+home)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(base + "/api/version")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			srv.Process.Kill()
+			t.Fatalf("ollama serve did not come up: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ollamatest.Create(t, bin, base, "tiny", ollamatest.Modelfile(t, filepath.Join(state, "model")))
+	srv.Process.Kill()
+	srv.Wait()
+
+	e := startE2EWith(t, "10ms", state, func(y string) string {
+		i := strings.Index(y, "  ollama:\n")
+		j := strings.Index(y, "switch:\n")
+		y = y[:i] + "  ollama:\n    exec: [" + bin + "]\n" + y[j:]
+		return strings.Replace(y, "model: llama3.1:8b", "model: tiny", 1)
+	}, map[string]string{
+		"gpuhost-ollama.service.d/test.conf": "[Service]\nEnvironment=OLLAMA_MODELS=" + models + " HOME=" + home + "\n",
+	})
+	for _, p := range []string{"coder", "llama", "coder", "llama"} {
+		evs := e.switchTo(t, p)
+		if p != "llama" {
+			continue
+		}
+		for _, step := range []string{"ready", "load_model", "verify"} {
+			if _, ok := stepEvent(evs, step, "done"); !ok {
+				t.Errorf("switch to the real Ollama lacks a done %s step:%s", step, describe(evs))
+			}
+		}
+	}
+	// The real server says the model is loaded, on the profile's port.
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/api/ps", e.cfg.Profiles["llama"].Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var ps struct {
+		Models []struct {
+			Name string `json:"name"`
+		} `json:"models"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&ps); err != nil || len(ps.Models) != 1 || ps.Models[0].Name != "tiny:latest" {
+		t.Errorf("/api/ps of the real Ollama: %+v %v", ps, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := e.client.Status(ctx)
+	if err != nil || st.State.Phase != PhaseActive || st.State.Profile != "llama" {
+		t.Errorf("status: %+v %v", st.State, err)
+	}
+	rep, err := e.client.Doctor(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rep.Checks {
+		if c.ID == "endpoint.health" && c.Severity != "ok" {
+			t.Errorf("doctor on the real Ollama: %+v", c)
+		}
+	}
+}
