@@ -958,10 +958,7 @@ func (r *switchRun) waitReady(ctx context.Context, p *units.Profile, unit string
 	s := r.s
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.ReadyTimeout.D())
 	defer cancel()
-	url := r.baseURL(p) + "/health"
-	if p.Backend == units.Ollama {
-		url = r.baseURL(p) + "/api/version"
-	}
+	url := r.baseURL(p) + units.HealthPath(p.Backend)
 	pl := newPoller(readyPollCap)
 	polls := 0
 	for {

@@ -391,3 +391,14 @@ func argWord(v string) error {
 	}
 	return nil
 }
+
+// HealthPath is the backend's cheap readiness endpoint: vLLM serves
+// /health only once the engine is up; Ollama answers /api/version as soon
+// as it listens (models load on demand). The Supervisor, the panel and the
+// bot all ask the same one.
+func HealthPath(b Backend) string {
+	if b == Ollama {
+		return "/api/version"
+	}
+	return "/health"
+}

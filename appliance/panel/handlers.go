@@ -70,11 +70,7 @@ func (p *Panel) handleDashboard(c echo.Context) error {
 // probe asks the active backend's health endpoint once, with a short
 // timeout: the dashboard shows whether clients get answers right now.
 func (p *Panel) probe(ctx context.Context, prof *units.Profile) endpointView {
-	path := "/health"
-	if prof.Backend == units.Ollama {
-		path = "/api/version"
-	}
-	ev := endpointView{URL: "http://127.0.0.1:" + strconv.Itoa(prof.Port) + path}
+	ev := endpointView{URL: "http://127.0.0.1:" + strconv.Itoa(prof.Port) + units.HealthPath(prof.Backend)}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ev.URL, nil)

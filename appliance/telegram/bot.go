@@ -394,10 +394,7 @@ func (b *Bot) probeEndpoint(ctx context.Context, st appliance.Status) health {
 	if !ok || p.Port <= 0 {
 		return health{}
 	}
-	path := "/health"
-	if p.Backend == units.Ollama {
-		path = "/api/version"
-	}
+	path := units.HealthPath(p.Backend)
 	u := fmt.Sprintf("http://127.0.0.1:%d%s", p.Port, path)
 	h := health{Checked: true, URL: path}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
