@@ -48,6 +48,7 @@ type Config struct {
 	Panel          PanelConfig               `yaml:"panel"`
 	Telegram       TelegramConfig            `yaml:"telegram"`
 	Metrics        MetricsConfig             `yaml:"metrics"`
+	MCP            MCPConfig                 `yaml:"mcp"`
 
 	// path is the file this config came from, for messages.
 	path string
@@ -130,6 +131,18 @@ type TelegramConfig struct {
 	// APIURL is the Bot API server (tests point it at a fake).
 	APIURL      string `yaml:"api_url"`
 	AllowGroups bool   `yaml:"allow_groups"`
+}
+
+// MCPConfig controls the MCP server. A connector is enabled when its
+// section exists under connectors (an empty mapping enables it with its
+// defaults); each connector decodes and validates its own section.
+type MCPConfig struct {
+	// Disabled turns off the daemon's /mcp mount (stdio `gpuhost mcp` still works).
+	Disabled bool `yaml:"disabled"`
+	// ConnectorsDir holds declarative connectors (*.yaml), read at start
+	// and on SIGHUP.
+	ConnectorsDir string               `yaml:"connectors_dir"`
+	Connectors    map[string]yaml.Node `yaml:"connectors"`
 }
 
 // MetricsConfig controls the Prometheus endpoint.
@@ -232,6 +245,9 @@ func walkKeys(n *yaml.Node, t reflect.Type, path string, depth int, lines map[in
 		if _, ok := lines[n.Line]; !ok {
 			lines[n.Line] = path
 		}
+	}
+	if t == reflect.TypeOf(yaml.Node{}) {
+		return // a section its owner decodes and checks itself (mcp connectors)
 	}
 	switch t.Kind() {
 	case reflect.Struct:
@@ -370,6 +386,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Proxy.MaxBodyBytes == 0 {
 		c.Proxy.MaxBodyBytes = 32 << 20
+	}
+	if c.MCP.ConnectorsDir == "" {
+		c.MCP.ConnectorsDir = "/etc/gpuhost/connectors.d"
 	}
 	if c.Telegram.TokenEnv == "" {
 		c.Telegram.TokenEnv = "GPUHOST_TELEGRAM_TOKEN"

@@ -1,0 +1,198 @@
+// Package mcp is gpuhost's MCP server: it knows no tools itself. Every
+// connector under mcp/connectors/<name>/ registers itself at init (like
+// database/sql drivers); the registry builds each enabled connector's tools
+// from the gpuhost config and enforces the rules that hold for all of them
+// (DESIGN.md decisions 1 and 2): tools only read, targets are enumerated
+// from config, secrets are read at call time and scrubbed from everything
+// that leaves, failures are isError results the model can act on.
+package mcp
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	"gopkg.in/yaml.v3"
+
+	"gpuhost/appliance"
+	"gpuhost/bench"
+	"gpuhost/nvml"
+)
+
+// Connector turns its config section into tools. Build is called once at
+// start (and again on SIGHUP for declarative connectors); an error disables
+// the connector with that message and the others carry on.
+type Connector interface {
+	// Build returns the connector's tools. env.Config is its section
+	// (`mcp.connectors.<name>`), decoded by the connector with unknown keys
+	// rejected (DecodeConfig does that and names the key path).
+	Build(env Env) ([]Tool, error)
+}
+
+// Factory makes a connector; registered under a name at init.
+type Factory func() Connector
+
+var (
+	regMu     sync.Mutex
+	factories = map[string]Factory{}
+)
+
+// Register adds a connector factory; it panics on a duplicate name, which
+// is a programming error found by the first test run (init time).
+func Register(name string, f Factory) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if _, dup := factories[name]; dup {
+		panic("mcp: connector registered twice: " + name)
+	}
+	factories[name] = f
+}
+
+// Registered lists the registered connector names, sorted.
+func Registered() []string {
+	regMu.Lock()
+	defer regMu.Unlock()
+	out := make([]string, 0, len(factories))
+	for n := range factories {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Factories returns a copy of the registered factories.
+func Factories() map[string]Factory {
+	regMu.Lock()
+	defer regMu.Unlock()
+	out := make(map[string]Factory, len(factories))
+	for n, f := range factories {
+		out[n] = f
+	}
+	return out
+}
+
+// Tool is one read-only tool: its MCP definition and the handler. The
+// registry refuses a Def without ReadOnlyHint true and DestructiveHint
+// false, wraps Handler with secret scrubbing, audit logging and error
+// conversion, and validates arguments against Def's input schema.
+type Tool struct {
+	Def mcpgo.Tool
+	// Handler returns a JSON-able result (a string is sent as text, other
+	// values as indented JSON text plus structured content). An error
+	// becomes an isError result with its message (scrubbed).
+	Handler func(ctx context.Context, args Args) (any, error)
+	// Targets, when set, names the argument that selects a configured
+	// target and its allowed values; the registry checks the schema has
+	// exactly that enum and `gpuhost mcp test` calls the tool once per
+	// target with TestArgs.
+	Targets *Targets
+}
+
+// Targets describes an enumerated target parameter.
+type Targets struct {
+	Param  string
+	Values []string
+	// TestArgs returns the arguments for a stand-alone check of one target
+	// (nil: only the target parameter).
+	TestArgs func(target string) map[string]any
+}
+
+// Args are a call's arguments, already validated against the schema.
+type Args map[string]any
+
+// String returns a string argument or "".
+func (a Args) String(name string) string { s, _ := a[name].(string); return s }
+
+// Number returns a numeric argument (JSON numbers decode as float64).
+func (a Args) Number(name string) (float64, bool) { f, ok := a[name].(float64); return f, ok }
+
+// Env is what a connector gets to build its tools.
+type Env struct {
+	Name    string
+	Config  yaml.Node // the connector's section; zero Kind when absent
+	Secrets *Secrets
+	HTTP    *http.Client // timeouts set; use with request contexts
+	Log     *slog.Logger
+	Daemon  Daemon // nil outside the daemon (e.g. `gpuhost mcp` without one)
+}
+
+// Daemon is what the gpu and inference connectors read of the running
+// appliance. Only reads: there is deliberately no switch or stop here.
+type Daemon interface {
+	Snapshot(ctx context.Context) (nvml.Snapshot, error)
+	Status(ctx context.Context) appliance.Status
+	Doctor(ctx context.Context, profile string) appliance.DoctorReport
+	BenchResults() ([]bench.Summary, error)
+}
+
+// DecodeConfig decodes a connector's section into v with unknown keys
+// rejected; errors name the key path under mcp.connectors.<name>.
+func DecodeConfig(env Env, v any) error {
+	if env.Config.Kind == 0 {
+		return nil
+	}
+	if err := decodeStrict(&env.Config, v); err != nil {
+		return fmt.Errorf("mcp.connectors.%s: %w", env.Name, err)
+	}
+	return nil
+}
+
+// Secrets reads named secrets from the environment (or files) at call
+// time, never caching them in tool results, and remembers every value it
+// handed out so the registry can scrub it from results, errors and logs.
+type Secrets struct {
+	mu     sync.Mutex
+	lookup func(name string) (string, bool)
+	seen   map[string]struct{}
+}
+
+// NewSecrets reads from lookup (os.LookupEnv in production).
+func NewSecrets(lookup func(string) (string, bool)) *Secrets {
+	return &Secrets{lookup: lookup, seen: map[string]struct{}{}}
+}
+
+// MissingSecretError names the variable a call needed; the registry turns
+// it into an isError result.
+type MissingSecretError struct{ Name string }
+
+func (e *MissingSecretError) Error() string {
+	return fmt.Sprintf("secret %s is not set: set the environment variable %s for gpuhost (it is never read from the prompt)", e.Name, e.Name)
+}
+
+// Get returns the secret or a *MissingSecretError; never a default.
+func (s *Secrets) Get(name string) (string, error) {
+	v, ok := s.lookup(name)
+	if !ok || v == "" {
+		return "", &MissingSecretError{Name: name}
+	}
+	s.mu.Lock()
+	s.seen[v] = struct{}{}
+	s.mu.Unlock()
+	return v, nil
+}
+
+// Values returns every secret value handed out so far (for scrubbing).
+func (s *Secrets) Values() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.seen))
+	for v := range s.seen {
+		out = append(out, v)
+	}
+	return out
+}
+
+// Mark records a secret value that did not come through Get (for example
+// one read from a declarative connector's file), so it is scrubbed too.
+func (s *Secrets) Mark(v string) {
+	if v == "" {
+		return
+	}
+	s.mu.Lock()
+	s.seen[v] = struct{}{}
+	s.mu.Unlock()
+}
