@@ -17,6 +17,8 @@ import (
 	"gpuhost/appliance/proxy"
 	"gpuhost/appliance/telegram"
 	"gpuhost/bench"
+	"gpuhost/mcp"
+	"gpuhost/mcp/declarative"
 	"gpuhost/nvml"
 	"gpuhost/units"
 )
@@ -77,6 +79,34 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 	})
 	defer bsvc.Close()
 	bsvc.Register(api)
+	// MCP over streamable HTTP at /mcp: read-only connectors, the same
+	// bearer token as the API beyond loopback.
+	if !cfg.MCP.Disabled {
+		mlog := log.With("component", "mcp")
+		extra, errs := declarative.Load(cfg.MCP.ConnectorsDir)
+		for _, e := range errs {
+			mlog.Error("declarative connector skipped", "err", e)
+		}
+		ms, err := mcp.NewServer(mcp.ServerOptions{
+			Config: cfg.MCP.Connectors, Extra: extra, Log: mlog, Version: version,
+			Daemon: &mcp.SupervisorDaemon{Sup: sup, DoctorFn: doctor, Bench: bstore},
+		})
+		if err != nil {
+			mlog.Error("MCP server not started; the daemon carries on", "err", err)
+		} else {
+			for name, why := range ms.Disabled() {
+				mlog.Error("MCP connector disabled", "connector", name, "reason", why)
+			}
+			ms.Register(api)
+			go declarative.Watch(runCtx, cfg.MCP.ConnectorsDir, func() {
+				extra, errs := declarative.Load(cfg.MCP.ConnectorsDir)
+				for _, e := range errs {
+					mlog.Error("declarative connector skipped", "err", e)
+				}
+				ms.ReloadExtra(extra)
+			})
+		}
+	}
 	if !cfg.Panel.Disabled {
 		if p, err := panel.New(sup, doctor, cfg, log.With("component", "panel")); err != nil {
 			log.Error("web panel not started; the daemon carries on", "err", err)

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"gpuhost/appliance"
+	"gpuhost/bench"
+	"gpuhost/mcp"
+	_ "gpuhost/mcp/connectors/all" // every compiled connector registers itself
+	"gpuhost/mcp/declarative"
+)
+
+func newMCPCmd() *cobra.Command {
+	return mcp.NewCmd(mcp.CmdDeps{
+		Load:        mcpSetup,
+		Demo:        mcpDemoSetup,
+		Declarative: declarative.Load,
+		Logger:      newLogger, // stderr: stdout is the protocol
+		Exit:        func(code int) error { return exitError{code} },
+		Version:     version,
+	})
+}
+
+// mcpSetup reads the config for `gpuhost mcp`: the connectors, and a
+// read-only view of this box (GPU, units, doctor, bench results) for the
+// gpu and inference connectors, opened locally like `gpuhost status`.
+func mcpSetup(cmd *cobra.Command) (mcp.Setup, error) {
+	cfg, err := loadConfig(cmd)
+	if err != nil {
+		return mcp.Setup{}, err
+	}
+	d, closeFn := localDaemon(cmd.Context(), cfg, nil)
+	return mcp.Setup{Connectors: cfg.MCP.Connectors, ConnectorsDir: cfg.MCP.ConnectorsDir, Daemon: d, Close: closeFn}, nil
+}
+
+// mcpDemoSetup serves the demo configuration: simulated GPU and backends
+// (the demo's default profile is started), calc and weather.
+func mcpDemoSetup(cmd *cobra.Command) (mcp.Setup, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return mcp.Setup{}, err
+	}
+	state, err := os.MkdirTemp("", "gpuhost-mcp-demo-")
+	if err != nil {
+		return mcp.Setup{}, err
+	}
+	cfg, err := appliance.DemoConfig(self, state, "127.0.0.1:0")
+	if err != nil {
+		os.RemoveAll(state)
+		return mcp.Setup{}, err
+	}
+	log, err := newLogger(cmd)
+	if err != nil {
+		return mcp.Setup{}, err
+	}
+	d, closeFn := localDaemon(cmd.Context(), cfg, log)
+	return mcp.Setup{Connectors: mcp.DemoConfig(), Daemon: d, Close: func() { closeFn(); os.RemoveAll(filepath.Clean(state)) }}, nil
+}
+
+// localDaemon builds a Supervisor over this box's GPU and units. With a
+// logger it also runs it (the demo: backends start); without, it only
+// reads.
+func localDaemon(ctx context.Context, cfg *appliance.Config, log *slog.Logger) (mcp.Daemon, func()) {
+	gpu, closeGPU, _ := appliance.OpenGPU(cfg)
+	u, journal, closeUnits, _ := appliance.OpenUnits(ctx, cfg)
+	sup := appliance.NewSupervisor(cfg, gpu, u, journal, log)
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	if log != nil {
+		go func() { _ = sup.Run(runCtx); close(done) }()
+	} else {
+		sup.Reconcile(ctx)
+		close(done)
+	}
+	doctor := func(ctx context.Context, profile string) appliance.DoctorReport {
+		return (&appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile}).Run(ctx)
+	}
+	d := &mcp.SupervisorDaemon{Sup: sup, DoctorFn: doctor, Bench: bench.NewStore(cfg.StateDir, nil)}
+	return d, func() {
+		cancel()
+		<-done
+		sup.Close()
+		closeUnits()
+		closeGPU()
+	}
+}

@@ -1,0 +1,309 @@
+package inference
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"gpuhost/appliance"
+	"gpuhost/appliance/appliancetest"
+	"gpuhost/bench"
+	"gpuhost/internal/testbin"
+	"gpuhost/mcp"
+	"gpuhost/nvml"
+	"gpuhost/units"
+)
+
+// fixtureDaemon is mcp.Daemon over a real Supervisor with simulated GPU
+// and backends (real processes answering real HTTP).
+type fixtureDaemon struct {
+	f     *appliancetest.Fixture
+	bench []bench.Summary
+	err   error
+}
+
+func (d fixtureDaemon) Snapshot(ctx context.Context) (nvml.Snapshot, error) {
+	return d.f.Sup.Snapshot(ctx)
+}
+func (d fixtureDaemon) Status(ctx context.Context) appliance.Status { return d.f.Sup.Status(ctx) }
+func (d fixtureDaemon) Doctor(ctx context.Context, p string) appliance.DoctorReport {
+	return d.f.Doctor(ctx, p)
+}
+func (d fixtureDaemon) BenchResults() ([]bench.Summary, error) { return d.bench, d.err }
+
+// staticDaemon reports a fixed Status, for endpoint shapes the fixture
+// cannot produce on demand (a backend answering 503, hanging, gone).
+type staticDaemon struct{ st appliance.Status }
+
+func (d staticDaemon) Snapshot(context.Context) (nvml.Snapshot, error) { return nvml.Snapshot{}, nil }
+func (d staticDaemon) Status(context.Context) appliance.Status         { return d.st }
+func (d staticDaemon) Doctor(context.Context, string) appliance.DoctorReport {
+	return appliance.DoctorReport{}
+}
+func (d staticDaemon) BenchResults() ([]bench.Summary, error) { return nil, nil }
+
+func node(t *testing.T, s string) yaml.Node {
+	t.Helper()
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(s), &doc); err != nil {
+		t.Fatal(err)
+	}
+	return *doc.Content[0]
+}
+
+func build(t *testing.T, env mcp.Env) map[string]mcp.Tool {
+	t.Helper()
+	env.Name = "inference"
+	tools, err := (&connector{}).Build(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]mcp.Tool{}
+	for _, tl := range tools {
+		a := tl.Def.Annotations
+		if a.ReadOnlyHint == nil || !*a.ReadOnlyHint || a.DestructiveHint == nil || *a.DestructiveHint {
+			t.Fatalf("%s: annotations %+v, want readOnly true and destructive false", tl.Def.Name, a)
+		}
+		if !strings.HasPrefix(tl.Def.Name, "inference_") {
+			t.Fatalf("tool %q is not prefixed inference_", tl.Def.Name)
+		}
+		for _, bad := range []string{"switch", "stop", "start", "restart"} {
+			if strings.Contains(tl.Def.Name, bad) {
+				t.Fatalf("tool %q looks like it changes something", tl.Def.Name)
+			}
+		}
+		out[tl.Def.Name] = tl
+	}
+	for _, n := range []string{"inference_status", "inference_profiles", "inference_doctor", "inference_bench_latest"} {
+		if out[n].Handler == nil {
+			t.Fatalf("tool %s missing; got %v", n, out)
+		}
+	}
+	if len(out) != 4 {
+		t.Fatalf("got %d tools, want 4", len(out))
+	}
+	return out
+}
+
+func call(t *testing.T, tl mcp.Tool, args mcp.Args) any {
+	t.Helper()
+	out, err := tl.Handler(context.Background(), args)
+	if err != nil {
+		t.Fatalf("%s(%v): %v", tl.Def.Name, args, err)
+	}
+	return out
+}
+
+func TestBuildConfig(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		daemon     mcp.Daemon
+		want       string // error substring; "" = ok
+	}{
+		{"no daemon", "", nil, "needs the running gpuhost daemon"},
+		{"defaults", "", staticDaemon{}, ""},
+		{"timeout", "health_timeout: 500ms\n", staticDaemon{}, ""},
+		{"unknown key", "switch_allowed: true\n", staticDaemon{}, "switch_allowed"},
+		{"bad duration", "health_timeout: soon\n", staticDaemon{}, "mcp.connectors.inference"},
+		{"zero timeout", "health_timeout: 0s\n", staticDaemon{}, "health_timeout 0s"},
+		{"huge timeout", "health_timeout: 2h\n", staticDaemon{}, "at most 1m"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := mcp.Env{Name: "inference", Daemon: tt.daemon}
+			if tt.yaml != "" {
+				env.Config = node(t, tt.yaml)
+			}
+			_, err := (&connector{}).Build(env)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("Build: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("Build: err = %v, want it to contain %q", err, tt.want)
+			}
+			if tt.daemon == nil && !errors.Is(err, ErrNoDaemon) {
+				t.Fatalf("err = %v, want ErrNoDaemon", err)
+			}
+		})
+	}
+}
+
+func TestAgainstRealSupervisor(t *testing.T) {
+	f := appliancetest.New(t, appliancetest.Options{Activate: "coder"})
+	tools := build(t, mcp.Env{Daemon: fixtureDaemon{f: f}, HTTP: &http.Client{}})
+
+	// The doctor's profile parameter is an enum of the configured names.
+	prop, ok := tools["inference_doctor"].Def.InputSchema.Properties["profile"].(map[string]any)
+	if !ok {
+		t.Fatalf("inference_doctor has no profile property: %+v", tools["inference_doctor"].Def.InputSchema)
+	}
+	if got := fmt.Sprint(prop["enum"]); got != "[coder coder-greedy llama]" {
+		t.Fatalf("profile enum = %s", got)
+	}
+	if tg := tools["inference_doctor"].Targets; tg == nil || tg.Param != "profile" || fmt.Sprint(tg.Values) != "[coder coder-greedy llama]" {
+		t.Fatalf("inference_doctor targets %+v", tg)
+	}
+
+	st := call(t, tools["inference_status"], nil).(StatusResult)
+	if st.Phase != appliance.PhaseActive || st.Profile != "coder" || st.Active == nil || st.Active.ServedName != "qwen3-coder" {
+		t.Fatalf("status %+v", st)
+	}
+	if st.Endpoint == nil || !st.Endpoint.Healthy || st.Endpoint.HTTPCode != 200 ||
+		st.Endpoint.URL != "http://127.0.0.1:"+strconv.Itoa(st.Active.Port)+"/health" {
+		t.Fatalf("endpoint %+v, want the vLLM simulator's /health answering 200", st.Endpoint)
+	}
+	if len(st.Units) == 0 || st.LastSwitch == nil || !st.LastSwitch.OK {
+		t.Fatalf("status units %+v last switch %+v", st.Units, st.LastSwitch)
+	}
+
+	ps := call(t, tools["inference_profiles"], nil).(ProfilesResult)
+	if len(ps.Profiles) != 3 {
+		t.Fatalf("profiles %+v", ps)
+	}
+	for _, p := range ps.Profiles {
+		if p.Active != (p.Name == "coder") || p.Port == 0 || p.Model == "" {
+			t.Fatalf("profile %+v", p)
+		}
+	}
+
+	greedy := call(t, tools["inference_doctor"], mcp.Args{"profile": "coder-greedy"}).(appliance.DoctorReport)
+	if greedy.Worst != string(units.SeverityFail) || len(greedy.Checks) == 0 {
+		t.Fatalf("doctor coder-greedy: worst %q, want fail; %+v", greedy.Worst, greedy)
+	}
+	all := call(t, tools["inference_doctor"], nil).(appliance.DoctorReport)
+	if len(all.Checks) <= len(greedy.Checks)/2 {
+		t.Fatalf("doctor for all profiles has %d checks", len(all.Checks))
+	}
+	if _, err := tools["inference_doctor"].Handler(context.Background(), mcp.Args{"profile": "nope"}); err == nil ||
+		!strings.Contains(err.Error(), `unknown profile "nope": choose one of coder, coder-greedy, llama`) {
+		t.Fatalf("doctor unknown profile: err = %v", err)
+	}
+
+	// The Ollama backend answers its own health path.
+	if evs, err := f.SwitchTo(t, "llama"); err != nil {
+		t.Fatalf("switch to llama: %v%s", err, appliancetest.Describe(evs))
+	}
+	st = call(t, tools["inference_status"], nil).(StatusResult)
+	if st.Profile != "llama" || st.Endpoint == nil || !st.Endpoint.Healthy || !strings.HasSuffix(st.Endpoint.URL, "/api/version") {
+		t.Fatalf("status after switch %+v endpoint %+v", st, st.Endpoint)
+	}
+}
+
+func TestNoProfilesNoDoctorParameter(t *testing.T) {
+	tools := build(t, mcp.Env{Daemon: staticDaemon{}})
+	d := tools["inference_doctor"]
+	if _, ok := d.Def.InputSchema.Properties["profile"]; ok || d.Targets != nil {
+		t.Fatalf("doctor without profiles: schema %+v targets %+v; an empty enum would reject every call", d.Def.InputSchema, d.Targets)
+	}
+}
+
+func TestIdle(t *testing.T) {
+	f := appliancetest.New(t, appliancetest.Options{})
+	tools := build(t, mcp.Env{Daemon: fixtureDaemon{f: f}})
+	st := call(t, tools["inference_status"], nil).(StatusResult)
+	if st.Phase != appliance.PhaseIdle || st.Active != nil || st.Endpoint != nil || !strings.Contains(st.Note, "no inference backend") {
+		t.Fatalf("idle status %+v", st)
+	}
+}
+
+func TestEndpointFailures(t *testing.T) {
+	unavailable := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/health" {
+			t.Errorf("probe asked %s, want /health", r.URL.Path)
+		}
+		http.Error(w, "loading", http.StatusServiceUnavailable)
+	}))
+	defer unavailable.Close()
+	hanging := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	defer hanging.Close()
+
+	port := func(s *httptest.Server) int { return s.Listener.Addr().(*net.TCPAddr).Port }
+	tests := []struct {
+		name string
+		port int
+		want string
+	}{
+		{"503", port(unavailable), "health check answered 503"},
+		{"hangs", port(hanging), "no answer within 100ms"},
+		{"nothing listening", testbin.FreePort(t), "not reachable"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := appliance.Status{State: appliance.State{Phase: appliance.PhaseActive, Profile: "coder"},
+				Profiles: []appliance.ProfileInfo{{Name: "coder", Backend: units.VLLM, Port: tt.port, Active: true}}}
+			tools := build(t, mcp.Env{Daemon: staticDaemon{st}, Config: node(t, "health_timeout: 100ms\n")})
+			res := call(t, tools["inference_status"], nil).(StatusResult)
+			if res.Endpoint == nil || res.Endpoint.Healthy || !strings.Contains(res.Endpoint.Error, tt.want) {
+				t.Fatalf("endpoint %+v, want unhealthy with %q", res.Endpoint, tt.want)
+			}
+		})
+	}
+}
+
+func TestBenchLatest(t *testing.T) {
+	base := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	var runs []bench.Summary
+	for _, day := range []int{3, 1, 7, 5, 2, 6, 4} {
+		runs = append(runs, bench.Summary{ID: fmt.Sprintf("run-%d", day), StartedAt: base.AddDate(0, 0, day), Status: "done"})
+	}
+	tests := []struct {
+		name    string
+		runs    []bench.Summary
+		err     error
+		args    mcp.Args
+		wantIDs string
+		wantErr string
+	}{
+		{"default five newest", runs, nil, nil, "run-7 run-6 run-5 run-4 run-3", ""},
+		{"limit 2", runs, nil, mcp.Args{"limit": 2.0}, "run-7 run-6", ""},
+		{"limit above count", runs[:2], nil, mcp.Args{"limit": 20.0}, "run-3 run-1", ""},
+		{"none yet", nil, nil, nil, "", ""},
+		{"store error", nil, errors.New("open /var/lib/gpuhost/bench: permission denied"), nil, "", "reading the benchmark results failed: open"},
+		{"limit zero", runs, nil, mcp.Args{"limit": 0.0}, "", "whole number from 1 to 20"},
+		{"limit fraction", runs, nil, mcp.Args{"limit": 2.5}, "", "whole number from 1 to 20"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := benchDaemon{runs: tt.runs, err: tt.err}
+			tools := build(t, mcp.Env{Daemon: d})
+			out, err := tools["inference_bench_latest"].Handler(context.Background(), tt.args)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := out.(BenchResult)
+			var ids []string
+			for _, r := range res.Results {
+				ids = append(ids, r.ID)
+			}
+			if got := strings.Join(ids, " "); got != tt.wantIDs || res.Total != len(tt.runs) {
+				t.Fatalf("ids %q total %d, want %q total %d", got, res.Total, tt.wantIDs, len(tt.runs))
+			}
+			if (len(tt.runs) == 0) != (res.Note != "") {
+				t.Fatalf("note %q", res.Note)
+			}
+		})
+	}
+}
+
+type benchDaemon struct {
+	staticDaemon
+	runs []bench.Summary
+	err  error
+}
+
+func (d benchDaemon) BenchResults() ([]bench.Summary, error) { return d.runs, d.err }
