@@ -23,7 +23,7 @@ import (
 	"gpuhost/units"
 )
 
-// Serve is the daemon: the one place that wires config, GPU, units,
+// serve is the daemon: the one place that wires config, GPU, units,
 // Supervisor, HTTP API and systemd notification together. It returns when
 // ctx ends (SIGTERM) or the listener fails.
 func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready func(addr string)) error {
