@@ -40,7 +40,10 @@ func TestAccuracyVLLM(t *testing.T) {
 		"--prefill-tps", "2500", "--decode-tps", "150")
 	r, err := Run(context.Background(), Options{
 		Target: Target{URL: url + "/v1"}, Repeats: 5,
-		PrefillTokens: []int{1024, 2048}, DecodeTokens: []int{128}, Concurrency: []int{1}, ServingRequests: 2,
+		// 2048 and 4096 tokens: the simulator's timer wake-up and HTTP add a
+		// fixed few ms per request (more on a loaded 2-core CI machine),
+		// which is 3 % of a 1024-token TTFT but under 1 % of a 4096 one.
+		PrefillTokens: []int{2048, 4096}, DecodeTokens: []int{128}, Concurrency: []int{1}, ServingRequests: 2,
 		ServingOutputTokens: 32,
 	})
 	if err != nil {
@@ -68,9 +71,11 @@ func TestAccuracyVLLM(t *testing.T) {
 	if s.Completed != 10 || s.Failed != 0 || s.OutputTPS.N != 5 || s.TTFT.P50.N != 5 {
 		t.Fatalf("serving = %+v", s)
 	}
-	// c=1, 32 tokens at 150 tok/s: TPOT and ITL are 1/150 s; TTFT is the 512-token prefill.
+	// c=1, 32 tokens at 150 tok/s: TPOT and ITL are 1/150 s; TTFT is the
+	// 512-token prefill (205 ms), where a few ms of fixed latency under
+	// load is already several percent, hence the wider bound.
 	if relErr(s.TPOT.P50.Mean, 1000/simDecode) > 0.03 || relErr(s.ITL.P50.Mean, 1000/simDecode) > 0.05 ||
-		relErr(s.TTFT.P50.Mean, 512/simPrefill*1000) > 0.05 {
+		relErr(s.TTFT.P50.Mean, 512/simPrefill*1000) > 0.10 {
 		t.Errorf("serving latencies: TTFT %.1f ms, TPOT %.2f ms, ITL %.2f ms", s.TTFT.P50.Mean, s.TPOT.P50.Mean, s.ITL.P50.Mean)
 	}
 	// Cross-checks against vLLM's own metrics: the client's TTFT is the
