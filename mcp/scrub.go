@@ -1,15 +1,15 @@
 package mcp
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"net/url"
 	"sort"
 	"strings"
 	"sync"
+
+	"gpuhost/internal/redactlog"
 )
 
 // Redacted replaces every secret value in text that leaves the server.
@@ -115,66 +115,7 @@ func secretForms(v string) []string {
 	return out
 }
 
-// scrubHandler is a slog.Handler that scrubs the message and every
-// attribute before passing a record on, so a connector that logs a secret
-// by mistake cannot leak it into the journal either.
-type scrubHandler struct {
-	inner slog.Handler
-	sc    *scrubber
-}
-
-func (h *scrubHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	return h.inner.Enabled(ctx, l)
-}
-
-func (h *scrubHandler) Handle(ctx context.Context, r slog.Record) error {
-	out := slog.NewRecord(r.Time, r.Level, h.sc.Scrub(r.Message), r.PC)
-	r.Attrs(func(a slog.Attr) bool {
-		out.AddAttrs(h.scrubAttr(a))
-		return true
-	})
-	return h.inner.Handle(ctx, out)
-}
-
-func (h *scrubHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	sa := make([]slog.Attr, len(as))
-	for i, a := range as {
-		sa[i] = h.scrubAttr(a)
-	}
-	return &scrubHandler{inner: h.inner.WithAttrs(sa), sc: h.sc}
-}
-
-func (h *scrubHandler) WithGroup(name string) slog.Handler {
-	return &scrubHandler{inner: h.inner.WithGroup(name), sc: h.sc}
-}
-
-func (h *scrubHandler) scrubAttr(a slog.Attr) slog.Attr {
-	v := a.Value.Resolve()
-	switch v.Kind() {
-	case slog.KindString:
-		return slog.String(a.Key, h.sc.Scrub(v.String()))
-	case slog.KindGroup:
-		g := v.Group()
-		sa := make([]any, len(g))
-		for i, x := range g {
-			sa[i] = h.scrubAttr(x)
-		}
-		return slog.Group(a.Key, sa...)
-	case slog.KindAny:
-		s := fmt.Sprint(v.Any())
-		if sc := h.sc.Scrub(s); sc != s {
-			return slog.String(a.Key, sc)
-		}
-		if _, isErr := v.Any().(error); isErr {
-			return slog.String(a.Key, s)
-		}
-		return slog.Attr{Key: a.Key, Value: v}
-	default:
-		return slog.Attr{Key: a.Key, Value: v}
-	}
-}
-
 // scrubLogger wraps log so everything it writes is scrubbed.
 func scrubLogger(log *slog.Logger, sc *scrubber) *slog.Logger {
-	return slog.New(&scrubHandler{inner: log.Handler(), sc: sc})
+	return slog.New(redactlog.New(log.Handler(), sc.Scrub))
 }

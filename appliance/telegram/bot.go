@@ -33,6 +33,7 @@ import (
 
 	"gpuhost/appliance"
 	"gpuhost/appliance/telegram/pairing"
+	"gpuhost/internal/redactlog"
 	"gpuhost/units"
 )
 
@@ -126,7 +127,7 @@ func New(cfg *appliance.Config, sup Supervisor, doctor appliance.DoctorFunc, log
 		notes:       make(chan string, 32),
 	}
 	b.store.Now = func() time.Time { return b.now() }
-	b.log = slog.New(&redactHandler{h: log.Handler(), redact: b.redact}).With("component", "telegram")
+	b.log = slog.New(redactlog.New(log.Handler(), b.redact)).With("component", "telegram")
 	return b, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"gpuhost/appliance"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/appliance/telegram/pairing"
+	"gpuhost/internal/redactlog"
 	"gpuhost/nvml"
 )
 
@@ -609,7 +610,7 @@ func (idleSupervisor) Subscribe(uint64) (<-chan appliance.Event, []appliance.Eve
 func TestRedactHandlerScrubsEveryKindOfValue(t *testing.T) {
 	var buf syncBuffer
 	b := &Bot{token: testToken}
-	l := slog.New(&redactHandler{h: slog.NewTextHandler(&buf, nil), redact: b.redact})
+	l := slog.New(redactlog.New(slog.NewTextHandler(&buf, nil), b.redact))
 	l.Info("msg "+testToken, "s", "x"+testToken, "err", errors.New("GET /bot"+testToken+"/getMe"),
 		"any", map[string]string{"u": testToken}, slog.Group("group", "k", testToken))
 	l.With("with", testToken).WithGroup("g").Warn("w", "escaped", "a%3A"+strings.SplitN(testToken, ":", 2)[1])
