@@ -494,6 +494,21 @@ func drain(body io.Reader) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<10))
 }
 
+// readLine returns the next line without copying in the common case; a
+// line longer than the buffer is collected into a new slice.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		return line, err
+	}
+	long := append([]byte(nil), line...)
+	for errors.Is(err, bufio.ErrBufferFull) {
+		line, err = br.ReadSlice('\n')
+		long = append(long, line...)
+	}
+	return long, err
+}
+
 // parseSSE reads server-sent events and calls fn with each data payload and
 // its arrival time, until the OpenAI end marker [DONE]. A stream that ends
 // without [DONE] is a StreamError: the server broke off mid-answer.
@@ -501,16 +516,7 @@ func parseSSE(r io.Reader, fn func(data []byte, at time.Time) error) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	events := 0
 	for {
-		line, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			// A chunk longer than the buffer: collect the rest of the line.
-			long := append([]byte(nil), line...)
-			for errors.Is(err, bufio.ErrBufferFull) {
-				line, err = br.ReadSlice('\n')
-				long = append(long, line...)
-			}
-			line = long
-		}
+		line, err := readLine(br)
 		at := time.Now()
 		if len(line) > 0 {
 			line = bytes.TrimRight(line, "\r\n")
@@ -612,15 +618,7 @@ func parseNDJSON(r io.Reader, fn func(line []byte, at time.Time) (done bool, err
 	br := bufio.NewReaderSize(r, 64<<10)
 	lines := 0
 	for {
-		line, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			long := append([]byte(nil), line...)
-			for errors.Is(err, bufio.ErrBufferFull) {
-				line, err = br.ReadSlice('\n')
-				long = append(long, line...)
-			}
-			line = long
-		}
+		line, err := readLine(br)
 		at := time.Now()
 		if t := bytes.TrimSpace(line); len(t) > 0 {
 			lines++
