@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"time"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"gopkg.in/yaml.v3"
@@ -195,4 +196,22 @@ func (s *Secrets) Mark(v string) {
 	s.mu.Lock()
 	s.seen[v] = struct{}{}
 	s.mu.Unlock()
+}
+
+// Logger is env.Log, or a discarding logger when none was given, so
+// connectors can log unconditionally.
+func (e Env) Logger() *slog.Logger {
+	if e.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return e.Log
+}
+
+// Client is env.HTTP, or a client with the connector's own timeout when
+// none was given (tests, `gpuhost mcp tools`).
+func (e Env) Client(timeout time.Duration) *http.Client {
+	if e.HTTP == nil {
+		return &http.Client{Timeout: timeout}
+	}
+	return e.HTTP
 }

@@ -3,7 +3,6 @@ package crm
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"regexp"
 	"strconv"
@@ -141,10 +140,7 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 	if env.Secrets == nil {
 		return nil, fmt.Errorf("mcp.connectors.%s: no secrets accessor in the environment", env.Name)
 	}
-	log := env.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := env.Logger()
 	db := &database{secrets: env.Secrets, dsnEnv: cfg.DSNEnv, timeout: cfg.StatementTimeout, maxRows: cfg.MaxRows, log: log}
 	tools := make([]mcp.Tool, 0, len(cfg.Templates))
 	for _, tpl := range cfg.Templates {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -62,14 +60,8 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = defaultTimeout
 	}
-	hc := env.HTTP
-	if hc == nil {
-		hc = &http.Client{Timeout: cfg.Timeout}
-	}
-	log := env.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	hc := env.Client(cfg.Timeout)
+	log := env.Logger()
 	clients := map[string]*client{}
 	names := make([]string, 0, len(cfg.NAS))
 	for _, n := range cfg.NAS {

@@ -67,14 +67,8 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = defaultTimeout
 	}
-	hc := env.HTTP
-	if hc == nil {
-		hc = &http.Client{Timeout: cfg.Timeout}
-	}
-	log := env.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	hc := env.Client(cfg.Timeout)
+	log := env.Logger()
 	byName := make(map[string]Device, len(cfg.Devices))
 	names := make([]string, 0, len(cfg.Devices))
 	for _, d := range cfg.Devices {
