@@ -74,6 +74,9 @@ type openAIJob struct {
 	finish       string
 	toolCall     *forcedToolCall
 	toolCallToks []string
+	// textToks, when set, is the exact reply (a structured-output JSON
+	// document or a scripted answer) instead of the filler words.
+	textToks []string
 }
 
 func (s *server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
@@ -143,6 +146,14 @@ func (s *server) prepareChat(body []byte) (*openAIJob, *apiError) {
 		j.toolCallToks = tokenize(call.Arguments)
 		j.job.tokens, j.finish = len(j.toolCallToks), call.Finish
 		if limit >= 0 && limit < len(j.toolCallToks) {
+			j.job.tokens, j.finish = limit, "length"
+		}
+	} else if text, ok, e := s.fixedReply(req, msgs); e != nil {
+		return nil, e
+	} else if ok {
+		j.textToks = tokenize(text)
+		j.job.tokens, j.finish = len(j.textToks), "stop"
+		if limit >= 0 && limit < len(j.textToks) {
 			j.job.tokens, j.finish = limit, "length"
 		}
 	} else {
@@ -271,6 +282,8 @@ func (s *server) runOpenAI(w http.ResponseWriter, r *http.Request, j *openAIJob)
 		var tok string
 		if j.toolCall != nil {
 			tok = j.toolCallToks[i]
+		} else if j.textToks != nil {
+			tok = j.textToks[i]
 		} else {
 			tok = replyToken(i)
 		}

@@ -55,6 +55,9 @@ type oaiChatRequest struct {
 	ToolChoice          json.RawMessage   `json:"tool_choice"`
 	AddGenerationPrompt *bool             `json:"add_generation_prompt"`
 	ReturnTokenStrs     bool              `json:"return_token_strs"`
+	// ResponseFormat is OpenAI's response_format ({"type":"json_schema",
+	// "json_schema":{...}} or {"type":"json_object"}); see schema.go.
+	ResponseFormat json.RawMessage `json:"response_format"`
 	// Prompt is set only on a /tokenize body of the completion form.
 	Prompt *string `json:"prompt"`
 }
