@@ -49,6 +49,8 @@ type Config struct {
 	Telegram       TelegramConfig            `yaml:"telegram"`
 	Metrics        MetricsConfig             `yaml:"metrics"`
 	MCP            MCPConfig                 `yaml:"mcp"`
+	Triage         TriageConfig              `yaml:"triage"`
+	Agent          AgentConfig               `yaml:"agent"`
 
 	// path is the file this config came from, for messages.
 	path string
@@ -330,6 +332,7 @@ func describeDecodeError(err error, lines map[int]string) []string {
 }
 
 func (c *Config) applyDefaults() {
+	c.triageDefaults()
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
 	}
@@ -495,6 +498,7 @@ func (c *Config) validate() []string {
 	if c.Switch.ReadyTimeout.D() < time.Second {
 		add("switch.ready_timeout", "%s is too short (at least 1s)", c.Switch.ReadyTimeout.D())
 	}
+	c.triageValidate(add)
 	return ps
 }
 

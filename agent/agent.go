@@ -1,0 +1,71 @@
+// Package agent is a tool-using loop on the box's own model: it lists the
+// tools of an MCP client, hands them to the managed /v1 endpoint, runs the
+// model's tool calls through the same client and feeds results (errors
+// included) back until the model answers in prose or a limit stops it. It
+// talks only to the MCP client, exactly as to an external server.
+package agent
+
+import (
+	"context"
+	"time"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+)
+
+// MCPClient is the part of an MCP client the loop uses; mcp-go's
+// *client.Client satisfies it (in-process or over HTTP/stdio).
+type MCPClient interface {
+	ListTools(ctx context.Context, req mcpgo.ListToolsRequest) (*mcpgo.ListToolsResult, error)
+	CallTool(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error)
+}
+
+// Event kinds, in the order they occur within a step.
+const (
+	EventStart      = "start"       // Text: the question; Tools: names offered
+	EventModel      = "model"       // one model request: tokens, LatencyMS
+	EventToolCall   = "tool_call"   // Tool, CallID, Arguments
+	EventToolResult = "tool_result" // Tool, CallID, Result excerpt, IsError, LatencyMS
+	EventAnswer     = "answer"      // Text: the final prose answer
+	EventStop       = "stop"        // Reason: why the loop ended (always last)
+)
+
+// Stop reasons.
+const (
+	StopAnswer   = "answer"
+	StopMaxSteps = "max_steps"
+	StopTokens   = "token_budget"
+	StopDeadline = "deadline"
+	StopEmpty    = "empty_reply" // neither text nor tool calls
+	StopError    = "error"       // model endpoint failed; Text says how
+	StopCanceled = "canceled"
+)
+
+// Event is one entry of the live timeline.
+type Event struct {
+	Seq              int       `json:"seq"`
+	Step             int       `json:"step"`
+	Kind             string    `json:"kind"`
+	Time             time.Time `json:"time"`
+	Tools            []string  `json:"tools,omitempty"`
+	Tool             string    `json:"tool,omitempty"`
+	CallID           string    `json:"call_id,omitempty"`
+	Arguments        string    `json:"arguments,omitempty"`
+	Result           string    `json:"result,omitempty"`
+	IsError          bool      `json:"is_error,omitempty"`
+	LatencyMS        float64   `json:"latency_ms,omitempty"`
+	PromptTokens     int       `json:"prompt_tokens,omitempty"`
+	CompletionTokens int       `json:"completion_tokens,omitempty"`
+	Model            string    `json:"model,omitempty"`
+	Text             string    `json:"text,omitempty"`
+	Reason           string    `json:"reason,omitempty"`
+}
+
+// Result is the whole run, for callers that do not stream.
+type Result struct {
+	Answer    string   `json:"answer"`
+	Stop      string   `json:"stop"`
+	Steps     int      `json:"steps"`
+	ToolsUsed []string `json:"tools_used"`
+	Errors    int      `json:"errors"` // failed tool calls
+	Events    []Event  `json:"events"`
+}

@@ -1,0 +1,306 @@
+package appliance
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// TriageConfig is the `triage:` section: the mail triage worker hosted by
+// `gpuhost serve` when enabled, and run on its own by `gpuhost triage`.
+type TriageConfig struct {
+	Enabled bool `yaml:"enabled"`
+	// Interval between polls (default 60s); IMAP IDLE wakes it earlier.
+	Interval Duration           `yaml:"interval"`
+	Source   TriageSourceConfig `yaml:"source"`
+	// Model is the classification endpoint; empty base_url means the
+	// daemon's own managed /v1 endpoint.
+	Model         TriageModelConfig         `yaml:"model"`
+	Transcription TriageTranscriptionConfig `yaml:"transcription"`
+	Rules         TriageRulesConfig         `yaml:"rules"`
+	CRM           TriageCRMConfig           `yaml:"crm"`
+	Slack         TriageSlackConfig         `yaml:"slack"`
+	Telegram      TriageTelegramConfig      `yaml:"telegram"`
+	Costs         TriageCostsConfig         `yaml:"costs"`
+	Alerting      TriageAlertingConfig      `yaml:"alerting"`
+	// ImportantThreshold: importance at or above it also goes to the
+	// important channels (default 7).
+	ImportantThreshold int `yaml:"important_threshold"`
+	// MaxMessageBytes: a mail larger than this is processed from its
+	// headers only, with the reason in the post (default 30 MiB).
+	MaxMessageBytes int64 `yaml:"max_message_bytes"`
+	// Rebaseline: on a UIDVALIDITY change, start after the mailbox's current
+	// highest UID instead of reprocessing every mail (default true).
+	Rebaseline *bool `yaml:"rebaseline_on_uidvalidity"`
+	// KeepResults is how many recent results GET /api/triage returns (default 100).
+	KeepResults int `yaml:"keep_results"`
+}
+
+// TriageSourceConfig says where mail comes from.
+type TriageSourceConfig struct {
+	Kind    string `yaml:"kind"`    // imap | maildir
+	Maildir string `yaml:"maildir"` // kind maildir: a Maildir folder (cur/ new/)
+	// IMAP: Addr host:port; Security tls | starttls | plain (plain only to
+	// a loopback address).
+	Addr         string `yaml:"addr"`
+	Security     string `yaml:"security"`
+	Username     string `yaml:"username"`
+	PasswordEnv  string `yaml:"password_env"`
+	PasswordFile string `yaml:"password_file"`
+	Mailbox      string `yaml:"mailbox"` // default INBOX
+	// InsecureSkipVerify only for a self-signed server you trust.
+	InsecureSkipVerify bool     `yaml:"insecure_skip_verify"`
+	Timeout            Duration `yaml:"timeout"` // per IMAP command (default 30s)
+}
+
+// TriageModelConfig is an OpenAI-compatible chat endpoint for classification.
+type TriageModelConfig struct {
+	BaseURL   string   `yaml:"base_url"`    // default: the daemon's /v1
+	Model     string   `yaml:"model"`       // default: the active profile's served name
+	APIKeyEnv string   `yaml:"api_key_env"` // optional
+	Timeout   Duration `yaml:"timeout"`     // default 120s
+}
+
+// TriageTranscriptionConfig is an OpenAI-compatible /v1/audio/transcriptions.
+type TriageTranscriptionConfig struct {
+	Disabled  bool     `yaml:"disabled"`
+	BaseURL   string   `yaml:"base_url"` // default: the classification endpoint
+	Model     string   `yaml:"model"`    // default whisper-1
+	APIKeyEnv string   `yaml:"api_key_env"`
+	MaxBytes  int64    `yaml:"max_bytes"` // default 25 MiB (OpenAI's limit)
+	Timeout   Duration `yaml:"timeout"`   // default 300s
+}
+
+// TriageRulesConfig are the deterministic importance overrides.
+type TriageRulesConfig struct {
+	// PriorityMailboxes: mail addressed to one of these (To, Cc,
+	// Delivered-To, X-Original-To) gets importance 10.
+	PriorityMailboxes []string `yaml:"priority_mailboxes"`
+	// InternalDomains: a sender in one of these domains gets importance 1
+	// and is not looked up in the CRM.
+	InternalDomains []string `yaml:"internal_domains"`
+}
+
+// TriageCRMConfig: external senders are looked up through the MCP crm
+// connector's read-only search template.
+type TriageCRMConfig struct {
+	Enabled bool   `yaml:"enabled"`
+	Tool    string `yaml:"tool"` // default crm_search_users
+	// ProfileURL is the customer link; {id} is replaced by the user id.
+	ProfileURL string `yaml:"profile_url"`
+}
+
+// TriageSlackConfig posts with chat.postMessage.
+type TriageSlackConfig struct {
+	Enabled          bool   `yaml:"enabled"`
+	TokenEnv         string `yaml:"token_env"` // default SLACK_BOT_TOKEN
+	APIURL           string `yaml:"api_url"`   // tests point it at a fake
+	Channel          string `yaml:"channel"`
+	ImportantChannel string `yaml:"important_channel"`
+}
+
+// TriageTelegramConfig posts through the daemon's bot to allowlisted chats.
+type TriageTelegramConfig struct {
+	Enabled bool `yaml:"enabled"`
+	// ImportantOnly sends only mails at or above the threshold.
+	ImportantOnly bool `yaml:"important_only"`
+}
+
+// TriageCostsConfig prices every mail.
+type TriageCostsConfig struct {
+	Currency string `yaml:"currency"` // default USD
+	// Models maps a model name to its token prices.
+	Models map[string]ModelPrice `yaml:"models"`
+	// TranscriptionPerMinute is the price of one audio minute.
+	TranscriptionPerMinute float64 `yaml:"transcription_per_minute"`
+	// EnergyPerKWh prices local inference by NVML power × duration.
+	EnergyPerKWh float64 `yaml:"energy_per_kwh"`
+}
+
+// ModelPrice is a price per million tokens.
+type ModelPrice struct {
+	PromptPerMillion     float64 `yaml:"prompt_per_million"`
+	CompletionPerMillion float64 `yaml:"completion_per_million"`
+}
+
+// TriageAlertingConfig: alert after FailuresBeforeAlert consecutive poll
+// failures (default 3), remind every RemindEvery (default 6h).
+type TriageAlertingConfig struct {
+	FailuresBeforeAlert int      `yaml:"failures_before_alert"`
+	RemindEvery         Duration `yaml:"remind_every"`
+}
+
+// AgentConfig is the `agent:` section: the tool-using agent loop behind
+// /api/ask, the panel's Ask page, Telegram /ask and `gpuhost ask`.
+type AgentConfig struct {
+	Disabled bool `yaml:"disabled"`
+	// BaseURL/Model: default the daemon's own /v1 and the active model.
+	BaseURL   string `yaml:"base_url"`
+	Model     string `yaml:"model"`
+	APIKeyEnv string `yaml:"api_key_env"`
+	// MaxSteps is the step cap (default 6).
+	MaxSteps int `yaml:"max_steps"`
+	// MaxTokens is the token budget over all steps (default 32768).
+	MaxTokens int `yaml:"max_tokens"`
+	// Deadline for one question (default 120s); ToolTimeout per call (default 20s).
+	Deadline    Duration `yaml:"deadline"`
+	ToolTimeout Duration `yaml:"tool_timeout"`
+	// MaxQuestionBytes (default 4000).
+	MaxQuestionBytes int `yaml:"max_question_bytes"`
+	// TelegramEvery is the per-chat rate limit of /ask (default 10s).
+	TelegramEvery Duration `yaml:"telegram_every"`
+}
+
+func (c *Config) triageDefaults() {
+	t := &c.Triage
+	if t.Interval == 0 {
+		t.Interval = Duration(60 * time.Second)
+	}
+	if t.Source.Mailbox == "" {
+		t.Source.Mailbox = "INBOX"
+	}
+	if t.Source.Security == "" {
+		t.Source.Security = "tls"
+	}
+	if t.Source.Timeout == 0 {
+		t.Source.Timeout = Duration(30 * time.Second)
+	}
+	if t.Model.Timeout == 0 {
+		t.Model.Timeout = Duration(120 * time.Second)
+	}
+	if t.Transcription.Model == "" {
+		t.Transcription.Model = "whisper-1"
+	}
+	if t.Transcription.MaxBytes == 0 {
+		t.Transcription.MaxBytes = 25 << 20
+	}
+	if t.Transcription.Timeout == 0 {
+		t.Transcription.Timeout = Duration(300 * time.Second)
+	}
+	if t.CRM.Tool == "" {
+		t.CRM.Tool = "crm_search_users"
+	}
+	if t.Slack.TokenEnv == "" {
+		t.Slack.TokenEnv = "SLACK_BOT_TOKEN"
+	}
+	if t.Costs.Currency == "" {
+		t.Costs.Currency = "USD"
+	}
+	if t.Alerting.FailuresBeforeAlert == 0 {
+		t.Alerting.FailuresBeforeAlert = 3
+	}
+	if t.Alerting.RemindEvery == 0 {
+		t.Alerting.RemindEvery = Duration(6 * time.Hour)
+	}
+	if t.ImportantThreshold == 0 {
+		t.ImportantThreshold = 7
+	}
+	if t.MaxMessageBytes == 0 {
+		t.MaxMessageBytes = 30 << 20
+	}
+	if t.Rebaseline == nil {
+		v := true
+		t.Rebaseline = &v
+	}
+	if t.KeepResults == 0 {
+		t.KeepResults = 100
+	}
+	a := &c.Agent
+	if a.MaxSteps == 0 {
+		a.MaxSteps = 6
+	}
+	if a.MaxTokens == 0 {
+		a.MaxTokens = 32768
+	}
+	if a.Deadline == 0 {
+		a.Deadline = Duration(120 * time.Second)
+	}
+	if a.ToolTimeout == 0 {
+		a.ToolTimeout = Duration(20 * time.Second)
+	}
+	if a.MaxQuestionBytes == 0 {
+		a.MaxQuestionBytes = 4000
+	}
+	if a.TelegramEvery == 0 {
+		a.TelegramEvery = Duration(10 * time.Second)
+	}
+}
+
+func (c *Config) triageValidate(add func(key, format string, args ...any)) {
+	t := c.Triage
+	checkURL := func(key, v string) {
+		if v == "" {
+			return
+		}
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add(key, "%q is not an http(s) URL", v)
+		}
+	}
+	checkURL("triage.model.base_url", t.Model.BaseURL)
+	checkURL("triage.transcription.base_url", t.Transcription.BaseURL)
+	checkURL("triage.slack.api_url", t.Slack.APIURL)
+	checkURL("agent.base_url", c.Agent.BaseURL)
+	if t.ImportantThreshold < 1 || t.ImportantThreshold > 10 {
+		add("triage.important_threshold", "%d is not in 1..10", t.ImportantThreshold)
+	}
+	for i, m := range t.Rules.PriorityMailboxes {
+		if !strings.Contains(m, "@") {
+			add(fmt.Sprintf("triage.rules.priority_mailboxes[%d]", i), "%q is not an address", m)
+		}
+	}
+	for i, d := range t.Rules.InternalDomains {
+		if d == "" || strings.ContainsAny(d, "@ /") {
+			add(fmt.Sprintf("triage.rules.internal_domains[%d]", i), "%q is not a domain", d)
+		}
+	}
+	if t.Transcription.MaxBytes < 0 {
+		add("triage.transcription.max_bytes", "must not be negative")
+	}
+	if t.Alerting.FailuresBeforeAlert < 1 {
+		add("triage.alerting.failures_before_alert", "must be at least 1")
+	}
+	if c.Agent.MaxSteps < 1 || c.Agent.MaxSteps > 50 {
+		add("agent.max_steps", "%d is not in 1..50", c.Agent.MaxSteps)
+	}
+	if !t.Enabled {
+		return
+	}
+	switch t.Source.Kind {
+	case "maildir":
+		if t.Source.Maildir == "" {
+			add("triage.source.maildir", "required when triage.source.kind is maildir")
+		}
+	case "imap":
+		host, _, err := net.SplitHostPort(t.Source.Addr)
+		if err != nil {
+			add("triage.source.addr", "%q is not host:port", t.Source.Addr)
+		}
+		switch t.Source.Security {
+		case "tls", "starttls":
+		case "plain":
+			ip := net.ParseIP(host)
+			if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+				add("triage.source.security", "plain (no TLS) is allowed only to a loopback address, not %q", host)
+			}
+		default:
+			add("triage.source.security", "%q is not tls, starttls or plain", t.Source.Security)
+		}
+		if t.Source.Username == "" {
+			add("triage.source.username", "required for IMAP")
+		}
+		if t.Source.PasswordEnv == "" && t.Source.PasswordFile == "" {
+			add("triage.source.password_env", "set password_env or password_file")
+		}
+	default:
+		add("triage.source.kind", "%q is not imap or maildir", t.Source.Kind)
+	}
+	if t.Slack.Enabled && t.Slack.Channel == "" {
+		add("triage.slack.channel", "required when triage.slack.enabled")
+	}
+	if t.CRM.Enabled && t.CRM.ProfileURL != "" && !strings.Contains(t.CRM.ProfileURL, "{id}") {
+		add("triage.crm.profile_url", "%q has no {id} placeholder", t.CRM.ProfileURL)
+	}
+}
