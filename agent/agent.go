@@ -7,6 +7,8 @@ package agent
 
 import (
 	"context"
+	"log/slog"
+	"net/http"
 	"time"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
@@ -38,6 +40,7 @@ const (
 	StopEmpty    = "empty_reply" // neither text nor tool calls
 	StopError    = "error"       // model endpoint failed; Text says how
 	StopCanceled = "canceled"
+	StopInvalid  = "invalid_question" // empty or larger than MaxQuestionBytes
 )
 
 // Event is one entry of the live timeline.
@@ -58,6 +61,25 @@ type Event struct {
 	Model            string    `json:"model,omitempty"`
 	Text             string    `json:"text,omitempty"`
 	Reason           string    `json:"reason,omitempty"`
+}
+
+// Options tune one Agent. Zero values take the defaults of config's
+// `agent:` section (6 steps, 32768 tokens, 120 s deadline, 20 s per tool
+// call, 4000-byte questions).
+type Options struct {
+	// BaseURL is an OpenAI-compatible base including /v1, normally the
+	// daemon's own managed endpoint (held, not rejected, during a switch).
+	BaseURL string
+	// Model empty means the first model of GET {BaseURL}/models.
+	Model            string
+	APIKey           string
+	HTTPClient       *http.Client
+	MaxSteps         int
+	MaxTokens        int
+	MaxQuestionBytes int
+	Deadline         time.Duration
+	ToolTimeout      time.Duration
+	Log              *slog.Logger
 }
 
 // Result is the whole run, for callers that do not stream.
