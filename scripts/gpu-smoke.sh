@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# gpu-smoke.sh — run gpuhost against a REAL NVIDIA driver (no systemd, no
+# inference server needed): doctor locally, then a daemon with the real NVML
+# backend and simulator backends as child processes, its status, a switch,
+# /metrics and the MCP gpu tool. Usage: scripts/gpu-smoke.sh [path/to/gpuhost]
+# Build the binary with cgo first: CGO_ENABLED=1 go build -o bin/gpuhost .
+set -u
+BIN=${1:-bin/gpuhost}
+BIN=$(readlink -f "$BIN")
+W=$(mktemp -d)
+PORT=${PORT:-18980}
+trap 'kill $DPID 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
+cat >"$W/gpuhost.yaml" <<YAML
+listen: "127.0.0.1:$PORT"
+state_dir: "$W/state"
+gpu:
+  backend: nvml
+  release_timeout: 20s
+systemd:
+  runner: process
+backends:
+  vllm:
+    unit: gpuhost-vllm.service
+    exec: ["$BIN", simulate, vllm]
+    simulated: true
+  ollama:
+    unit: gpuhost-ollama.service
+    exec: ["$BIN", simulate, ollama]
+    simulated: true
+default_profile: qwen3-coder
+mcp:
+  connectors:
+    gpu: {}
+    inference: {}
+profiles:
+  qwen3-coder:
+    backend: vllm
+    model: cpatonn/Qwen3-Coder-30B-A3B-Instruct-AWQ-4bit
+    served_name: qwen3-coder
+    port: 18000
+    vllm: {gpu_memory_utilization: 0.92, max_num_seqs: 32, max_model_len: 65536, enable_auto_tool_choice: true, tool_call_parser: qwen3_xml}
+    model_params: {total_params_b: 30.5, active_params_b: 3.3, weight_bits: 4, layers: 48, kv_heads: 4, head_dim: 128, kv_bytes: 2}
+    sim: {load_time: 500ms, prefill_tps: 2545, decode_tps: 150}
+  llama3-8b:
+    backend: ollama
+    model: llama3.1:8b
+    served_name: llama3.1:8b
+    port: 18434
+    ollama: {num_ctx: 8192, keep_alive: "-1"}
+    sim: {load_time: 300ms, prefill_tps: 4000, decode_tps: 120}
+YAML
+step() { echo; echo "=== $*"; }
+step "nvidia-smi"; nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,power.draw,clocks.max.memory --format=csv 2>&1 | head -5
+step "gpuhost version"; "$BIN" version
+step "gpuhost doctor --json (local, real NVML)"; "$BIN" --config "$W/gpuhost.yaml" doctor --json; echo "exit=$?"
+step "gpuhost serve (real NVML, simulator backends)"
+"$BIN" --config "$W/gpuhost.yaml" serve >"$W/serve.log" 2>&1 &
+DPID=$!
+active() { curl -sf "http://127.0.0.1:$PORT/api/status" | grep -q '"phase": *"active"'; }
+for _ in $(seq 200); do active && break; sleep 0.1; done
+step "gpuhost status --json"; "$BIN" --config "$W/gpuhost.yaml" status --json; echo "exit=$?"
+step "gpuhost switch llama3-8b"; "$BIN" --config "$W/gpuhost.yaml" switch llama3-8b; echo "exit=$?"
+step "gpuhost switch qwen3-coder"; "$BIN" --config "$W/gpuhost.yaml" switch qwen3-coder; echo "exit=$?"
+step "/metrics (DCGM names)"; curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^DCGM_FI_' | head -20
+step "gpuhost mcp test (gpu, inference)"; "$BIN" --config "$W/gpuhost.yaml" mcp test; echo "exit=$?"
+step "serve log (tail)"; tail -20 "$W/serve.log"
