@@ -36,6 +36,9 @@ type TriageConfig struct {
 	Rebaseline *bool `yaml:"rebaseline_on_uidvalidity"`
 	// KeepResults is how many recent results GET /api/triage returns (default 100).
 	KeepResults int `yaml:"keep_results"`
+	// Console prints every post to standard output as well (the demo's
+	// team chat; also handy with `gpuhost triage run` in a terminal).
+	Console bool `yaml:"console"`
 }
 
 // TriageSourceConfig says where mail comes from.
