@@ -197,6 +197,18 @@ func (m *Metrics) Register(e *echo.Echo) {
 	e.GET("/metrics", echo.WrapHandler(m.Handler()))
 }
 
+// Add registers the collectors of a co-hosted service (the triage
+// worker's mail and cost counters) on the same /metrics, so one scrape sees
+// the whole box. A collector that clashes with an existing name is an error.
+func (m *Metrics) Add(cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := m.reg.Register(c); err != nil {
+			return fmt.Errorf("register metrics collector: %w", err)
+		}
+	}
+	return nil
+}
+
 // Handler is the /metrics handler without echo, for callers that mount it
 // elsewhere. It adds promhttp's own request and error counters.
 func (m *Metrics) Handler() http.Handler {
