@@ -72,7 +72,7 @@ type TriageTranscriptionConfig struct {
 	BaseURL   string   `yaml:"base_url"` // default: the classification endpoint
 	Model     string   `yaml:"model"`    // default whisper-1
 	APIKeyEnv string   `yaml:"api_key_env"`
-	MaxBytes  int64    `yaml:"max_bytes"` // default 25 MiB (OpenAI's limit)
+	MaxBytes  int64    `yaml:"max_bytes"` // default 24 MiB (the form stays under OpenAI's 25 MiB)
 	Timeout   Duration `yaml:"timeout"`   // default 300s
 }
 
@@ -177,7 +177,7 @@ func (c *Config) triageDefaults() {
 		t.Transcription.Model = "whisper-1"
 	}
 	if t.Transcription.MaxBytes == 0 {
-		t.Transcription.MaxBytes = 25 << 20
+		t.Transcription.MaxBytes = 24 << 20 // the multipart form must stay under OpenAI's 25 MiB
 	}
 	if t.Transcription.Timeout == 0 {
 		t.Transcription.Timeout = Duration(300 * time.Second)
