@@ -332,7 +332,11 @@ func newSimulateCmd() *cobra.Command {
 prefill and decode, and simulated GPU memory claimed while loaded.
 
 Simulator flags: --port, --host, --model (repeatable for ollama), --served-name,
---load-time, --prefill-tps, --decode-tps, --vram-mib, --sim-dir.
+--load-time, --prefill-tps, --decode-tps, --vram-mib, --sim-dir,
+--scripted-tools (call offered tools as the question names them, retry a
+failed call once, answer from the results, labelled "[simulated model]"),
+--schema-fault prose|invalid|prose-once (structured output misbehaves) and
+--transcription-fault error (/v1/audio/transcriptions answers 500), for tests.
 For vllm every vLLM serve flag is accepted too (--gpu-memory-utilization,
 --max-num-seqs, --served-model-name, …), so a profile's argv runs unchanged.
 For ollama the address also comes from OLLAMA_HOST.`,
@@ -358,12 +362,19 @@ For ollama the address also comes from OLLAMA_HOST.`,
 // simFlags are the simulator's own flags that take a value; they are taken
 // out before the rest is read as `vllm serve` words.
 var simFlags = map[string]bool{"--sim-dir": true, "--load-time": true, "--prefill-tps": true,
-	"--decode-tps": true, "--vram-mib": true, "--served-name": true, "--model": true}
+	"--decode-tps": true, "--vram-mib": true, "--served-name": true, "--model": true,
+	"--schema-fault": true, "--transcription-fault": true}
+
+// simBoolFlags are the simulator's own flags without a value.
+var simBoolFlags = map[string]bool{"--scripted-tools": true}
 
 func withoutSimFlags(args []string) []string {
 	var out []string
 	for i := 0; i < len(args); i++ {
 		name, _, hasValue := strings.Cut(args[i], "=")
+		if simBoolFlags[name] {
+			continue
+		}
 		if simFlags[name] {
 			if !hasValue {
 				i++ // skip the value word
@@ -411,6 +422,9 @@ func simulateOptions(flavor string, args []string) (simulator.Options, error) {
 	decode := fs.Float64("decode-tps", 0, "")
 	vram := fs.Int("vram-mib", 0, "")
 	fs.StringVar(&opts.SimDir, "sim-dir", "", "")
+	fs.StringVar(&opts.SchemaFault, "schema-fault", "", "")
+	fs.StringVar(&opts.TranscriptionFault, "transcription-fault", "", "")
+	fs.BoolVar(&opts.ScriptedTools, "scripted-tools", false, "")
 	if err := fs.Parse(args); err != nil {
 		return opts, fmt.Errorf("simulate %s: %w", flavor, err)
 	}

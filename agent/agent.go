@@ -61,6 +61,9 @@ type Event struct {
 	Model            string    `json:"model,omitempty"`
 	Text             string    `json:"text,omitempty"`
 	Reason           string    `json:"reason,omitempty"`
+	// Refused (EventStart) names tools the MCP server listed but the loop
+	// did not offer because their annotations do not say read-only.
+	Refused []string `json:"refused,omitempty"`
 }
 
 // Options tune one Agent. Zero values take the defaults of config's
@@ -90,4 +93,7 @@ type Result struct {
 	ToolsUsed []string `json:"tools_used"`
 	Errors    int      `json:"errors"` // failed tool calls
 	Events    []Event  `json:"events"`
+	// Message is the stop event's text: why the loop stopped, in words
+	// (for a stop without an answer, what the tools returned so far).
+	Message string `json:"message"`
 }

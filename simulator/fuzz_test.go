@@ -44,8 +44,10 @@ func FuzzPrepareChat(f *testing.F) {
 				continue
 			}
 			checkPlan(t, s, j)
-			if j.toolCall != nil && !json.Valid([]byte(j.toolCall.Arguments)) {
-				t.Fatalf("tool call arguments %q are not JSON", j.toolCall.Arguments)
+			for _, c := range j.toolCalls {
+				if !json.Valid([]byte(c.Arguments)) {
+					t.Fatalf("tool call arguments %q are not JSON", c.Arguments)
+				}
 			}
 		}
 	})
@@ -89,7 +91,7 @@ func checkPlan(t *testing.T, s *server, j *openAIJob) {
 	if s.opts.Flavor == FlavorOllama && j.job.promptTokens > s.opts.MaxModelLen {
 		t.Fatalf("Ollama prompt not truncated: %+v", j.job)
 	}
-	if j.toolCall != nil && j.job.tokens > len(j.toolCallToks) {
+	if j.toolCalls != nil && j.job.tokens > len(j.toolCallToks) {
 		t.Fatalf("tool call plan %d tokens for %d argument tokens", j.job.tokens, len(j.toolCallToks))
 	}
 }

@@ -32,6 +32,7 @@ func (s *server) ollamaHandler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChatCompletions)
 	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
 	mux.HandleFunc("GET /v1/models", s.handleOpenAIModels)
+	mux.HandleFunc("POST /v1/audio/transcriptions", s.handleTranscription)
 	mux.HandleFunc("GET /v1/models/{model...}", s.handleOllamaOpenAIModel)
 	return mux
 }

@@ -65,15 +65,20 @@ var jsonNull = json.RawMessage("null")
 
 // openAIJob is a validated completion or chat request ready to run.
 type openAIJob struct {
-	chat         bool
-	model        string // reported model name
-	stream       bool
-	usageFinal   bool
-	usageAlways  bool
-	job          genJob
-	finish       string
-	toolCall     *forcedToolCall
+	chat        bool
+	model       string // reported model name
+	stream      bool
+	usageFinal  bool
+	usageAlways bool
+	job         genJob
+	finish      string
+	// toolCalls are the calls of a tool-calling reply (a forced
+	// tool_choice, or the scripted mode's one or two calls); their argument
+	// tokens are streamed one after the other, toolCallToks flat and
+	// toolCallOf[i] the call token i belongs to.
+	toolCalls    []forcedToolCall
 	toolCallToks []string
+	toolCallOf   []int
 	// textToks, when set, is the exact reply (a structured-output JSON
 	// document or a scripted answer) instead of the filler words.
 	textToks []string
@@ -141,26 +146,63 @@ func (s *server) prepareChat(body []byte) (*openAIJob, *apiError) {
 		return nil, e
 	}
 	j.job = genJob{tag: tag, keepAlive: s.opts.KeepAlive, promptTokens: promptTokens}
+	scripted, isScripted := scriptedReply{}, false
+	if s.opts.ScriptedTools && tc.Mode != "required" && tc.Mode != "named" {
+		// vLLM offers the tools under "auto"; Ollama's /v1 whenever sent.
+		offer := tc.Mode == "auto" || (s.opts.Flavor == FlavorOllama && !isNoneChoice(req.ToolChoice))
+		scripted, isScripted = scriptedTurn(req, offer)
+	}
 	if call := planToolCall(tc, req.Tools); call != nil {
-		j.toolCall = call
-		j.toolCallToks = tokenize(call.Arguments)
-		j.job.tokens, j.finish = len(j.toolCallToks), call.Finish
-		if limit >= 0 && limit < len(j.toolCallToks) {
-			j.job.tokens, j.finish = limit, "length"
-		}
+		j.planToolCalls([]forcedToolCall{*call}, limit)
+	} else if isScripted && len(scripted.calls) > 0 {
+		j.planToolCalls(scripted.calls, limit)
+	} else if isScripted {
+		j.planText(scripted.text, limit)
 	} else if text, ok, e := s.fixedReply(req, msgs); e != nil {
 		return nil, e
 	} else if ok {
-		j.textToks = tokenize(text)
-		j.job.tokens, j.finish = len(j.textToks), "stop"
-		if limit >= 0 && limit < len(j.textToks) {
-			j.job.tokens, j.finish = limit, "length"
-		}
+		j.planText(text, limit)
 	} else {
 		j.job.tokens, j.finish = planTokens(s.opts.NaturalTokens, limit, req.MinTokens, req.IgnoreEOS)
 	}
 	j.job.finish = j.finish
 	return j, nil
+}
+
+// planToolCalls makes the reply the given calls, cut at limit tokens
+// (-1 = none) with finish "length" when the cap is shorter.
+func (j *openAIJob) planToolCalls(calls []forcedToolCall, limit int) {
+	j.toolCalls = calls
+	j.toolCallToks, j.toolCallOf = nil, nil
+	for k, c := range calls {
+		toks := tokenize(c.Arguments)
+		if len(toks) == 0 {
+			toks = []string{""} // every call needs a chunk for its name
+		}
+		j.toolCallToks = append(j.toolCallToks, toks...)
+		for range toks {
+			j.toolCallOf = append(j.toolCallOf, k)
+		}
+	}
+	j.job.tokens, j.finish = len(j.toolCallToks), calls[0].Finish
+	if limit >= 0 && limit < len(j.toolCallToks) {
+		j.job.tokens, j.finish = limit, "length"
+	}
+}
+
+// planText makes the reply exactly text, cut at limit tokens.
+func (j *openAIJob) planText(text string, limit int) {
+	j.textToks = tokenize(text)
+	j.job.tokens, j.finish = len(j.textToks), "stop"
+	if limit >= 0 && limit < len(j.textToks) {
+		j.job.tokens, j.finish = limit, "length"
+	}
+}
+
+// isNoneChoice reports tool_choice "none".
+func isNoneChoice(raw json.RawMessage) bool {
+	var s string
+	return json.Unmarshal(raw, &s) == nil && s == "none"
 }
 
 // prepareCompletion validates a text completion body and plans it.
@@ -258,6 +300,7 @@ func (s *server) runOpenAI(w http.ResponseWriter, r *http.Request, j *openAIJob)
 	created := time.Now().Unix()
 	fingerprint := pickS(vllm, "", "fp_ollama")
 	var text strings.Builder
+	args := make([]strings.Builder, len(j.toolCalls)) // per-call arguments emitted
 	var stream *streamWriter
 	if j.stream {
 		stream = newStream(w, true)
@@ -280,8 +323,9 @@ func (s *server) runOpenAI(w http.ResponseWriter, r *http.Request, j *openAIJob)
 	emit := func(i int) error {
 		last := i == j.job.tokens-1
 		var tok string
-		if j.toolCall != nil {
+		if j.toolCalls != nil {
 			tok = j.toolCallToks[i]
+			args[j.toolCallOf[i]].WriteString(tok)
 		} else if j.textToks != nil {
 			tok = j.textToks[i]
 		} else {
@@ -308,10 +352,13 @@ func (s *server) runOpenAI(w http.ResponseWriter, r *http.Request, j *openAIJob)
 		if !vllm {
 			d.Role = "assistant"
 		}
-		if j.toolCall != nil {
-			tc := oaiToolCallDelta{Function: oaiFunctionDelta{Arguments: tok}}
-			if i == 0 {
-				tc.ID, tc.Type, tc.Function.Name = toolCallID(id), "function", j.toolCall.Name
+		if j.toolCalls != nil {
+			// As vLLM streams parallel calls: each call's first chunk has
+			// its index, id, type and name; later chunks only arguments.
+			k := j.toolCallOf[i]
+			tc := oaiToolCallDelta{Index: k, Function: oaiFunctionDelta{Arguments: tok}}
+			if i == 0 || j.toolCallOf[i-1] != k {
+				tc.ID, tc.Type, tc.Function.Name = toolCallIDN(id, k), "function", j.toolCalls[k].Name
 			}
 			d.ToolCalls = []oaiToolCallDelta{tc}
 		} else {
@@ -325,7 +372,11 @@ func (s *server) runOpenAI(w http.ResponseWriter, r *http.Request, j *openAIJob)
 		return
 	}
 	if stream == nil {
-		s.writeOpenAIWhole(w, j, id, created, fingerprint, text.String(), res.emitted)
+		emittedArgs := make([]string, len(args))
+		for k := range args {
+			emittedArgs[k] = args[k].String()
+		}
+		s.writeOpenAIWhole(w, j, id, created, fingerprint, text.String(), emittedArgs, res.emitted)
 		return
 	}
 	// A final chunk carries finish_reason when no token chunk did: always for
@@ -364,8 +415,17 @@ func toolCallID(requestID string) string {
 	return "chatcmpl-tool-" + strings.TrimPrefix(requestID, "chatcmpl-")
 }
 
-// writeOpenAIWhole writes a non-streamed completion or chat completion.
-func (s *server) writeOpenAIWhole(w http.ResponseWriter, j *openAIJob, id string, created int64, fingerprint, text string, emitted int) {
+// toolCallIDN is the id of call k of a reply; the first keeps toolCallID.
+func toolCallIDN(requestID string, k int) string {
+	if k == 0 {
+		return toolCallID(requestID)
+	}
+	return fmt.Sprintf("%s-%d", toolCallID(requestID), k)
+}
+
+// writeOpenAIWhole writes a non-streamed completion or chat completion;
+// args are the emitted arguments of each tool call.
+func (s *server) writeOpenAIWhole(w http.ResponseWriter, j *openAIJob, id string, created int64, fingerprint, text string, args []string, emitted int) {
 	vllm := s.opts.Flavor == FlavorVLLM
 	choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": j.finish}
 	if vllm {
@@ -377,16 +437,23 @@ func (s *server) writeOpenAIWhole(w http.ResponseWriter, j *openAIJob, id string
 			msg["tool_calls"] = []any{}
 			msg["reasoning_content"] = nil
 		}
-		if j.toolCall != nil {
+		if j.toolCalls != nil {
 			msg["content"] = nil
-			msg["tool_calls"] = []any{map[string]any{
-				"id":   toolCallID(id),
-				"type": "function",
-				"function": map[string]any{
-					"name":      j.toolCall.Name,
-					"arguments": text,
-				},
-			}}
+			calls := make([]any, 0, len(j.toolCalls))
+			for k, c := range j.toolCalls {
+				if k > 0 && args[k] == "" {
+					break // cut off by max_tokens before this call began
+				}
+				calls = append(calls, map[string]any{
+					"id":   toolCallIDN(id, k),
+					"type": "function",
+					"function": map[string]any{
+						"name":      c.Name,
+						"arguments": args[k],
+					},
+				})
+			}
+			msg["tool_calls"] = calls
 		}
 		choice["message"] = msg
 	} else {

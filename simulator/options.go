@@ -101,10 +101,24 @@ type Options struct {
 	// ToolCallParser is vLLM's --tool-call-parser; vLLM refuses to start with
 	// --enable-auto-tool-choice but no parser, and so does Run.
 	ToolCallParser string
+	// ScriptedTools turns on the scripted tool-use mode (tooluse.go,
+	// `--scripted-tools`): offered tools are called as a question names them,
+	// a failed call is retried once with corrected arguments, and tool
+	// results are answered in prose labelled "[simulated model]", so the
+	// demo shows an agent loop honestly. Off, replies are the filler words.
+	ScriptedTools bool
 	// Quantization is vLLM's --quantization (recorded, shown in logs).
 	Quantization string
 	// KVCacheDType is vLLM's --kv-cache-dtype (reported in cache_config_info).
 	KVCacheDType string
+	// SchemaFault makes structured-output replies misbehave for tests
+	// (`--schema-fault`): "" answers schema-valid JSON, "prose" answers prose,
+	// "invalid" answers JSON that violates the schema, "prose-once" answers
+	// the first structured request of the run with prose (see fixed.go).
+	SchemaFault string
+	// TranscriptionFault "error" makes /v1/audio/transcriptions answer 500
+	// (`--transcription-fault`); "" transcribes.
+	TranscriptionFault string
 	// SimDir is the simulated GPU's claims directory; empty means no claim.
 	SimDir string
 	// Version is the reported server version; default 0.11.0 (vLLM) or 0.17.4
@@ -214,6 +228,9 @@ func (o Options) withDefaults() (Options, error) {
 	if vllm && o.EnableAutoToolChoice && o.ToolCallParser == "" {
 		// vLLM's own start-up check (cli_args.validate_parsed_serve_args).
 		return o, errors.New("simulator options: --enable-auto-tool-choice requires --tool-call-parser")
+	}
+	if err := validateFaults(o); err != nil {
+		return o, err
 	}
 	if o.Version == "" {
 		o.Version = pickS(vllm, defaultVLLMVersion, defaultOllamaVersion)

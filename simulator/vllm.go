@@ -16,6 +16,7 @@ func (s *server) vllmHandler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChatCompletions)
 	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
 	mux.HandleFunc("POST /tokenize", s.handleTokenize)
+	mux.HandleFunc("POST /v1/audio/transcriptions", s.handleTranscription)
 	mux.HandleFunc("GET /metrics", s.handleVLLMMetrics)
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		// FastAPI's answer for an unknown route.
