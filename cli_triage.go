@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"gpuhost/appliance"
+	"gpuhost/mcp"
+	"gpuhost/triage"
+)
+
+// newTriageCmd is `gpuhost triage`: the mail triage worker on its own,
+// beside (or instead of) the one `gpuhost serve` hosts.
+func newTriageCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "triage",
+		Short: "Mail triage: poll the mailbox, classify each mail on the model, post to Slack/Telegram",
+		Long: `The triage worker reads the triage: section of the config. It keeps its
+checkpoint in <state_dir>/triage/, so run only one worker per mailbox: either
+inside gpuhost serve (triage.enabled) or with "gpuhost triage run", not both.`,
+	}
+	cmd.AddCommand(newTriageRunCmd(), newTriageOnceCmd(), newTriageMailCmd())
+	return cmd
+}
+
+func newTriageRunCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "run",
+		Short: "Poll the mailbox until SIGTERM/SIGINT (foreground)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w, closeFn, err := openTriage(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			// Run returns nil when the signal context ends; the mail in
+			// progress is left for the next start, its checkpoint intact.
+			return w.Run(cmd.Context())
+		},
+	}
+}
+
+func newTriageOnceCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "once",
+		Short: "Poll once: process every new mail, then exit",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w, closeFn, err := openTriage(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			n, err := w.Once(cmd.Context())
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d mail(s) processed\n", w.Name(), n)
+			return err
+		},
+	}
+}
+
+func newTriageMailCmd() *cobra.Command {
+	var (
+		uid    uint32
+		eml    string
+		dryRun bool
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "mail (--uid N | --eml FILE) [--dry-run]",
+		Short: "Send one mail through the pipeline by hand (the checkpoint is not moved)",
+		Example: `  gpuhost triage mail --eml inquiry.eml --dry-run   # print what would be posted
+  gpuhost triage mail --uid 4711                    # post mailbox UID 4711 again`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if (uid == 0) == (eml == "") {
+				return errors.New("give exactly one of --uid N (a mailbox UID, > 0) or --eml FILE")
+			}
+			var raw []byte
+			if eml != "" {
+				var err error
+				if raw, err = readEML(eml); err != nil {
+					return err
+				}
+			}
+			w, closeFn, err := openTriage(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			var res triage.Result
+			if eml != "" {
+				res, err = w.ProcessRaw(cmd.Context(), raw, dryRun)
+			} else {
+				res, err = w.ProcessUID(cmd.Context(), uid, dryRun)
+			}
+			if err != nil && res.Key == "" {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if jerr := enc.Encode(res); jerr != nil {
+					return jerr
+				}
+				return err
+			}
+			if dryRun {
+				fmt.Fprintln(out, "Dry run — this would be posted:")
+				fmt.Fprintln(out)
+			}
+			fmt.Fprint(out, res.Text)
+			if !dryRun {
+				fmt.Fprintf(out, "\nPosted to: %v\n", res.Posted)
+			}
+			return err
+		},
+	}
+	cmd.Flags().Uint32Var(&uid, "uid", 0, "mailbox UID to process")
+	cmd.Flags().StringVar(&eml, "eml", "", "RFC 5322 file (.eml) to process; - reads stdin")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "post nothing; print what would be posted")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON (no mail body)")
+	return cmd
+}
+
+// maxEMLBytes bounds a hand-fed mail like the worker bounds fetched ones.
+const maxEMLBytes = 64 << 20
+
+func readEML(path string) ([]byte, error) {
+	var r io.Reader
+	if path == "-" {
+		r = os.Stdin
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("--eml: %w", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	raw, err := io.ReadAll(io.LimitReader(r, maxEMLBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("--eml %s: read: %w", path, err)
+	}
+	if len(raw) > maxEMLBytes {
+		return nil, fmt.Errorf("--eml %s: larger than %d bytes", path, maxEMLBytes)
+	}
+	return raw, nil
+}
+
+// openTriage builds the worker from --config the way `gpuhost serve` does,
+// with this process's own MCP client (crm), GPU power reading and a view
+// of the daemon's active model.
+func openTriage(cmd *cobra.Command) (*triage.Worker, func(), error) {
+	log, err := newLogger(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := loadConfig(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !cfg.Triage.Enabled {
+		return nil, nil, fmt.Errorf("%s: triage.enabled is false; configure the triage: section first", cfg.Path())
+	}
+	ctx := cmd.Context()
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	deps := triage.Deps{Log: log, ActiveModel: daemonActiveModel(cfg)}
+	if cfg.Triage.Model.BaseURL == "" {
+		// Local model: its energy is priced from the GPU's power draw.
+		gpu, closeGPU, gerr := appliance.OpenGPU(cfg)
+		closers = append(closers, closeGPU)
+		if gerr != nil {
+			log.Warn("triage: no GPU power reading; local model calls are priced without energy", "err", gerr)
+		} else {
+			deps.Power = func(ctx context.Context) (float64, bool) {
+				snap, err := gpu.Snapshot(ctx)
+				if err != nil {
+					return 0, false
+				}
+				d, ok := snap.Device0()
+				return d.PowerW, ok && d.PowerW > 0
+			}
+		}
+	}
+	if cfg.Triage.CRM.Enabled {
+		ms, err := mcp.NewServer(mcp.ServerOptions{Config: cfg.MCP.Connectors, Log: log.With("component", "mcp"), Version: version})
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("triage.crm needs the MCP crm connector: %w", err)
+		}
+		c, err := ms.InProcessClient(ctx)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("triage.crm: %w", err)
+		}
+		closers = append(closers, func() { _ = c.Close() })
+		deps.MCP = c
+	}
+	w, err := triage.FromConfig(ctx, cfg, deps)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	closers = append(closers, func() {
+		if err := w.Close(); err != nil {
+			log.Warn("triage: closing the mail source", "err", err)
+		}
+	})
+	return w, closeAll, nil
+}
+
+// daemonActiveModel asks the running daemon which profile is active, so a
+// worker beside `gpuhost serve` follows model switches; without a daemon
+// it is the default profile's served name.
+func daemonActiveModel(cfg *appliance.Config) func() string {
+	host, port, _ := net.SplitHostPort(cfg.Listen)
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	token, _ := cfg.APIToken()
+	client := appliance.NewClient("http://"+net.JoinHostPort(host, port), token)
+	fallback := ""
+	if p := cfg.Profiles[cfg.DefaultProfile]; p != nil {
+		fallback = p.ServedName
+	}
+	return func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := client.Status(ctx)
+		if err != nil {
+			slog.Debug("triage: daemon status unavailable; using the default profile's model", "err", err)
+			return fallback
+		}
+		if p := cfg.Profiles[st.State.Profile]; p != nil && st.State.Phase == appliance.PhaseActive {
+			return p.ServedName
+		}
+		return fallback
+	}
+}

@@ -1,0 +1,99 @@
+package triage
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gpuhost/internal/atomicfile"
+)
+
+// Checkpoint is one mailbox's progress, written atomically after every mail
+// (issue item 8). LastUID is the highest UID fully posted under
+// UIDValidity. Inflight is set before the first post of a mail and cleared
+// together with the LastUID advance in one write, so after a crash a set
+// marker says exactly which mail may have reached some sinks.
+type Checkpoint struct {
+	Mailbox     string    `json:"mailbox"`
+	UIDValidity uint32    `json:"uidvalidity"`
+	LastUID     uint32    `json:"last_uid"`
+	Inflight    *Inflight `json:"inflight,omitempty"`
+	Updated     time.Time `json:"updated,omitzero"`
+}
+
+// Inflight marks a mail whose posting has begun. Posted lists the sinks
+// that accepted it, recorded after each one, so that a failure at a later
+// sink never re-posts to an earlier one.
+type Inflight struct {
+	UID    uint32    `json:"uid"`
+	Key    string    `json:"key"`
+	Since  time.Time `json:"since"`
+	Posted []string  `json:"posted,omitempty"`
+}
+
+func (c Checkpoint) clone() Checkpoint {
+	if c.Inflight != nil {
+		in := *c.Inflight
+		in.Posted = append([]string(nil), in.Posted...)
+		c.Inflight = &in
+	}
+	return c
+}
+
+// checkpointPath is StateDir/triage/<sanitized mailbox>-<hash>.json: the
+// readable part helps an operator find the file, the hash keeps two
+// mailboxes whose names sanitize alike apart.
+func checkpointPath(stateDir, mailbox string) string {
+	var b strings.Builder
+	for _, r := range mailbox {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-', r == '_', r == '@':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+		if b.Len() >= 80 {
+			break
+		}
+	}
+	sum := sha256.Sum256([]byte(mailbox))
+	return filepath.Join(stateDir, "triage", strings.Trim(b.String(), "_.")+"-"+hex.EncodeToString(sum[:4])+".json")
+}
+
+// loadCheckpoint reads the file; a missing file is a fresh start (UID 0).
+func loadCheckpoint(path string) (Checkpoint, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Checkpoint{}, nil
+	}
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("triage: read checkpoint %s: %w", path, err)
+	}
+	var c Checkpoint
+	if err := json.Unmarshal(data, &c); err != nil {
+		return Checkpoint{}, fmt.Errorf("triage: checkpoint %s is not valid JSON (fix or remove it; removing reprocesses the mailbox): %w", path, err)
+	}
+	if c.Inflight != nil && c.Inflight.Key == "" {
+		return Checkpoint{}, fmt.Errorf("triage: checkpoint %s: inflight marker without a key", path)
+	}
+	return c, nil
+}
+
+// saveCheckpoint writes c atomically (temp file, fsync, rename, dir fsync).
+func saveCheckpoint(path string, c Checkpoint) error {
+	data, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return fmt.Errorf("triage: encode checkpoint: %w", err)
+	}
+	if err := atomicfile.Write(path, append(data, '\n'), 0o600); err != nil {
+		return fmt.Errorf("triage: save checkpoint: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,149 @@
+package triage
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"gpuhost/triage/llm"
+)
+
+// Cost is what one mail's AI work cost (issue item 10): token usage priced
+// per model, audio minutes priced per minute, and for calls on this box's
+// GPU the energy (NVML power × call duration) priced per kWh.
+type Cost struct {
+	Currency         string  `json:"currency"`
+	Classification   float64 `json:"classification"`
+	Transcription    float64 `json:"transcription"`
+	Energy           float64 `json:"energy"`
+	Total            float64 `json:"total"`
+	PromptTokens     int     `json:"prompt_tokens"`
+	CompletionTokens int     `json:"completion_tokens"`
+	AudioSeconds     float64 `json:"audio_seconds,omitempty"`
+	EnergyWh         float64 `json:"energy_wh,omitempty"`
+	// Unpriced names models used without a price in costs.models, so a
+	// zero cost is never mistaken for a free call.
+	Unpriced []string `json:"unpriced,omitempty"`
+	// NoPower is set when a local call could not be measured (no NVML).
+	NoPower bool `json:"no_power,omitempty"`
+}
+
+// Footer is the one-line cost shown in the post, e.g.
+// "0.0021 USD · 412+38 tok · 42 s audio · 1.90 Wh".
+func (c Cost) Footer() string {
+	parts := []string{fmt.Sprintf("%.4f %s", c.Total, c.Currency)}
+	if c.PromptTokens+c.CompletionTokens > 0 {
+		parts = append(parts, fmt.Sprintf("%d+%d tok", c.PromptTokens, c.CompletionTokens))
+	}
+	if c.AudioSeconds > 0 {
+		parts = append(parts, fmt.Sprintf("%.0f s audio", c.AudioSeconds))
+	}
+	if c.EnergyWh > 0 {
+		parts = append(parts, fmt.Sprintf("%.2f Wh", c.EnergyWh))
+	}
+	if len(c.Unpriced) > 0 {
+		parts = append(parts, "no price for "+strings.Join(c.Unpriced, ", "))
+	}
+	return strings.Join(parts, " · ")
+}
+
+// localUsage is one model call with the mean power measured while it ran.
+type localUsage struct {
+	llm.Usage
+	Local bool
+	Watts float64 // mean power during the call; 0 = not measured
+	Power bool    // Watts is a measurement
+}
+
+// price turns the mail's model calls into a Cost.
+func (w *Worker) price(calls []localUsage) Cost {
+	p := w.o.Prices
+	c := Cost{Currency: p.Currency}
+	unpriced := map[string]bool{}
+	for _, u := range calls {
+		switch u.Kind {
+		case "transcription":
+			c.AudioSeconds += u.AudioSeconds
+			c.Transcription += u.AudioSeconds / 60 * p.TranscriptionPerMinute
+		default:
+			c.PromptTokens += u.PromptTokens
+			c.CompletionTokens += u.CompletionTokens
+			if mp, ok := p.Models[u.Model]; ok {
+				c.Classification += float64(u.PromptTokens)/1e6*mp.PromptPerMillion +
+					float64(u.CompletionTokens)/1e6*mp.CompletionPerMillion
+			} else if u.Model != "" && !u.Local {
+				// A local model without a token price is normal: its
+				// cost is the energy below.
+				unpriced[u.Model] = true
+			}
+		}
+		if u.Local {
+			if u.Power {
+				wh := u.Watts * u.Duration.Hours()
+				c.EnergyWh += wh
+				c.Energy += wh / 1000 * p.EnergyPerKWh
+			} else {
+				c.NoPower = true
+			}
+		}
+	}
+	for m := range unpriced {
+		c.Unpriced = append(c.Unpriced, m)
+	}
+	sort.Strings(c.Unpriced)
+	c.Total = c.Classification + c.Transcription + c.Energy
+	return c
+}
+
+// measure runs call and samples the GPU power every 250 ms while it runs
+// (plus once at the end), returning the mean. Without a PowerFunc it only
+// runs call.
+func (w *Worker) measure(ctx context.Context, local bool, call func()) (watts float64, ok bool) {
+	if !local || w.o.Power == nil {
+		call()
+		return 0, false
+	}
+	var (
+		mu      sync.Mutex
+		sum     float64
+		n       int
+		done    = make(chan struct{})
+		stopped = make(chan struct{})
+	)
+	sample := func() {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if v, ok := w.o.Power(sctx); ok {
+			mu.Lock()
+			sum += v
+			n++
+			mu.Unlock()
+		}
+	}
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				sample()
+			}
+		}
+	}()
+	call()
+	close(done)
+	<-stopped
+	sample()
+	mu.Lock()
+	defer mu.Unlock()
+	if n == 0 {
+		return 0, false
+	}
+	return sum / float64(n), true
+}

@@ -1,0 +1,396 @@
+package triage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"gpuhost/triage/customer"
+	"gpuhost/triage/llm"
+	"gpuhost/triage/mail"
+	"gpuhost/triage/sink"
+	"gpuhost/triage/source"
+	"gpuhost/triage/unsubscribe"
+)
+
+// Class names beyond the model's contact types.
+const (
+	// ClassUnclassified is a mail whose model reply stayed invalid.
+	ClassUnclassified = "unclassified"
+	// RuleUnclassified is the rule that gives an unclassified mail the
+	// important threshold.
+	RuleUnclassified = "unclassified mail: a person has to judge it"
+)
+
+// Limits on what the model and the post see of a mail.
+const (
+	maxBodyBytes       = 32 << 10 // body text sent to the classifier
+	maxTranscriptBytes = 16 << 10 // transcript text sent to the classifier
+	excerptRunes       = 300      // transcript excerpt in the post
+)
+
+// Result is one triaged mail as GET /api/triage and the CLI show it: what
+// was decided and why, what it cost, where it went. It holds no mail body
+// and no transcript, only the formatted post for the CLI (not in JSON).
+type Result struct {
+	Key             string             `json:"key"`
+	UID             uint32             `json:"uid,omitempty"`
+	Manual          bool               `json:"manual,omitempty"`
+	DryRun          bool               `json:"dry_run,omitempty"`
+	At              time.Time          `json:"at"`
+	DurationMS      float64            `json:"duration_ms"`
+	MessageID       string             `json:"message_id,omitempty"`
+	From            string             `json:"from"`
+	Subject         string             `json:"subject"`
+	Class           string             `json:"class"`
+	Unclassified    string             `json:"unclassified,omitempty"`
+	Real            bool               `json:"real"`
+	Importance      int                `json:"importance"`
+	ModelImportance int                `json:"model_importance,omitempty"`
+	Rule            string             `json:"rule,omitempty"`
+	Important       bool               `json:"important"`
+	Reasoning       string             `json:"reasoning,omitempty"`
+	Transcribed     []string           `json:"transcribed,omitempty"`
+	TranscriptNote  string             `json:"transcript_note,omitempty"`
+	Unsubscribe     unsubscribe.Result `json:"unsubscribe,omitzero"`
+	Customer        *customer.Customer `json:"customer,omitempty"`
+	Cost            Cost               `json:"cost"`
+	Problems        []string           `json:"problems,omitempty"`
+	// Posted are the sinks that accepted the post in this run;
+	// AlreadyPosted those that had it from a run that crashed.
+	Posted        []string `json:"posted,omitempty"`
+	AlreadyPosted []string `json:"already_posted,omitempty"`
+
+	// Post is what goes to the sinks; Text is sink.Text of it, the plain
+	// text Telegram gets (what `gpuhost triage mail --dry-run` prints).
+	Post sink.Post `json:"-"`
+	Text string    `json:"-"`
+}
+
+// errRetry marks an error that leaves the mail for the next poll.
+type retryError struct {
+	what string
+	err  error
+}
+
+func (e *retryError) Error() string { return e.what + ": " + e.err.Error() }
+func (e *retryError) Unwrap() error { return e.err }
+
+// process runs the pipeline for one mail up to (not including) the posting.
+// An error means the mail could not be judged now (the model endpoint is
+// unreachable, ctx ended) and must be retried; everything about the mail
+// itself — broken MIME, an invalid model reply, a failed transcription or
+// CRM lookup — is carried in the Result instead.
+func (w *Worker) process(ctx context.Context, m source.Mail, key string) (*Result, error) {
+	start := time.Now()
+	log := w.log.With("key", key)
+	res := &Result{Key: key, UID: m.UID, At: w.o.Clock.Now()}
+	problem := func(msg string, attrs ...any) {
+		res.Problems = append(res.Problems, msg)
+		log.Warn("triage: "+msg, attrs...)
+	}
+	if m.HeaderOnly {
+		problem(fmt.Sprintf("mail is %d bytes, over the %d-byte limit: judged from its headers only", m.Size, w.o.MaxMessageBytes))
+	}
+
+	msg, err := parseMail(m.Raw, w.o.MaxAudioBytes)
+	if err != nil {
+		problem("unreadable mail, judged on what could be read: "+err.Error(), "err", err)
+	}
+	for _, p := range msg.Problems {
+		problem("mail: " + p)
+	}
+	res.MessageID = clean(msg.MessageID, 200)
+	res.From = formatAddr(msg.From)
+	res.Subject = clean(msg.Subject, 300)
+
+	// Voice memos first: their text counts like the body.
+	var calls []localUsage
+	transcript, note, tcalls, err := w.transcribe(ctx, log, msg, res)
+	if err != nil {
+		return nil, err
+	}
+	calls = append(calls, tcalls...)
+	res.TranscriptNote = note
+
+	in := llm.Input{
+		From:       msg.From.Addr,
+		To:         addrsOf(msg.To),
+		Subject:    msg.Subject,
+		Body:       truncateBytes(msg.BodyText(), maxBodyBytes),
+		Transcript: truncateBytes(transcript, maxTranscriptBytes),
+	}
+	var (
+		cls    llm.Classification
+		usages []llm.Usage
+		cerr   error
+	)
+	watts, measured := w.measure(ctx, w.o.ClassifierLocal, func() {
+		cls, usages, cerr = w.o.Classifier.Classify(ctx, in)
+	})
+	for _, u := range usages {
+		if u.Kind == "" {
+			u.Kind = "classification"
+		}
+		calls = append(calls, localUsage{Usage: u, Local: w.o.ClassifierLocal, Watts: watts, Power: measured})
+	}
+	var unc *llm.UnclassifiedError
+	switch {
+	case errors.As(cerr, &unc):
+		res.Class = ClassUnclassified
+		res.Unclassified = clean(unc.Reason, 500)
+		// Nobody judged this mail: it goes where people look first
+		// (unless a rule below knows better).
+		res.Importance = w.o.Threshold
+		res.Rule = RuleUnclassified
+		log.Warn("triage: the model's reply stayed invalid after a retry; posting the mail as unclassified", "reason", res.Unclassified)
+	case cerr != nil:
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &retryError{what: "classify " + key, err: cerr}
+	default:
+		res.Class = cls.ContactType
+		res.Real = cls.IsRealConversation
+		res.ModelImportance = cls.Importance
+		res.Importance = cls.Importance
+		res.Reasoning = clean(cls.Reasoning, 1000)
+	}
+
+	// Code decides what code can decide.
+	rr := w.o.Rules.apply(msg)
+	if rr.Rule != "" {
+		res.Importance = rr.Importance
+		res.Rule = rr.Rule
+	}
+	res.Important = res.Importance >= w.o.Threshold
+
+	if msg.ListUnsubscribe != "" || res.Class == "promotional" || res.Class == "other" {
+		html := ""
+		if res.Class == "promotional" || res.Class == "other" {
+			html = msg.HTML
+		}
+		res.Unsubscribe = unsubscribe.Find(msg.ListUnsubscribe, msg.ListUnsubscribePost, html)
+	}
+
+	if w.o.Customers != nil && !rr.Internal && msg.From.Addr != "" {
+		cctx, cancel := context.WithTimeout(ctx, w.o.CallTimeout)
+		c, err := w.o.Customers.Find(cctx, msg.From.Addr)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, ctx.Err()
+		case err != nil:
+			// The CRM being down must not hold the mail back.
+			problem("customer lookup failed: "+err.Error(), "err", err)
+		case c != nil:
+			res.Customer = c
+		}
+	}
+
+	res.Cost = w.price(calls)
+	res.Post = w.post(res, transcript)
+	res.Text = sink.Text(res.Post)
+	res.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+	w.metrics.observe(res)
+	log.Info("triage: mail judged",
+		"class", res.Class, "importance", res.Importance, "rule", res.Rule, "important", res.Important,
+		"customer", res.Customer != nil, "unsubscribe", res.Unsubscribe.Source,
+		slog.Group("cost",
+			"total", res.Cost.Total, "currency", res.Cost.Currency,
+			"classification", res.Cost.Classification, "transcription", res.Cost.Transcription,
+			"energy", res.Cost.Energy, "energy_wh", res.Cost.EnergyWh,
+			"prompt_tokens", res.Cost.PromptTokens, "completion_tokens", res.Cost.CompletionTokens,
+			"audio_seconds", res.Cost.AudioSeconds),
+		"problems", len(res.Problems), "duration_ms", res.DurationMS)
+	return res, nil
+}
+
+// parseMail never returns nil: a mail that cannot be parsed at all is
+// still triaged (and posted) from what little is known.
+func parseMail(raw []byte, maxAttachment int64) (msg *mail.Message, err error) {
+	defer func() {
+		// mail.Parse promises not to panic; a bug there must still not
+		// cost the mail or the worker.
+		if r := recover(); r != nil {
+			msg, err = &mail.Message{}, fmt.Errorf("MIME parser panicked: %v", r)
+		}
+	}()
+	msg, err = mail.Parse(raw, mail.Limits{MaxAttachmentBytes: maxAttachment})
+	if msg == nil {
+		msg = &mail.Message{}
+	}
+	if err != nil {
+		err = fmt.Errorf("parse MIME: %w", err)
+	}
+	return msg, err
+}
+
+// transcribe runs every audio attachment through the transcriber. Only ctx
+// ending is an error; every other failure becomes the note in the post.
+func (w *Worker) transcribe(ctx context.Context, log *slog.Logger, msg *mail.Message, res *Result) (text, note string, calls []localUsage, err error) {
+	var texts, notes []string
+	// Audio the parser did not keep (over its limit) is not in Audio();
+	// the post still has to say why there is no transcript.
+	for _, a := range msg.Attachments {
+		if a.Truncated && looksAudio(a) {
+			n := fmt.Sprintf("%s: %d bytes, over the %d-byte transcription limit; not transcribed", displayName(a), a.Size, w.o.MaxAudioBytes)
+			notes = append(notes, n)
+			log.Warn("triage: "+n, "attachment", displayName(a))
+		}
+	}
+	audio := msg.Audio()
+	if len(audio) == 0 {
+		return "", strings.Join(notes, "; "), nil, nil
+	}
+	for _, a := range audio {
+		name := displayName(a)
+		switch {
+		case w.o.Transcriber == nil:
+			notes = append(notes, name+": transcription is disabled")
+			continue
+		case a.Truncated || a.Data == nil || int64(len(a.Data)) > w.o.MaxAudioBytes:
+			n := fmt.Sprintf("%s: %d bytes, over the %d-byte transcription limit; not transcribed", name, a.Size, w.o.MaxAudioBytes)
+			notes = append(notes, n)
+			log.Warn("triage: "+n, "attachment", name)
+			continue
+		}
+		var (
+			tr  llm.Transcript
+			u   llm.Usage
+			ter error
+		)
+		watts, measured := w.measure(ctx, w.o.TranscriberLocal, func() {
+			tr, u, ter = w.o.Transcriber.Transcribe(ctx, a.Filename, a.Data)
+		})
+		if ter != nil {
+			if ctx.Err() != nil {
+				return "", "", nil, ctx.Err()
+			}
+			notes = append(notes, fmt.Sprintf("%s: transcription failed: %v", name, ter))
+			log.Warn("triage: transcription failed; the mail goes on without it", "attachment", name, "err", ter)
+			continue
+		}
+		if u.Kind == "" {
+			u.Kind = "transcription"
+		}
+		if u.AudioSeconds == 0 {
+			u.AudioSeconds = tr.Seconds
+		}
+		calls = append(calls, localUsage{Usage: u, Local: w.o.TranscriberLocal, Watts: watts, Power: measured})
+		res.Transcribed = append(res.Transcribed, name)
+		if len(audio) > 1 {
+			texts = append(texts, "["+name+"] "+tr.Text)
+		} else {
+			texts = append(texts, tr.Text)
+		}
+	}
+	return strings.Join(texts, "\n"), strings.Join(notes, "; "), calls, nil
+}
+
+func displayName(a mail.Attachment) string {
+	if name := clean(a.Filename, 100); name != "" {
+		return name
+	}
+	return "(unnamed " + clean(a.ContentType, 60) + ")"
+}
+
+// audioExts are voice memo file types sent with a generic content type.
+var audioExts = map[string]bool{".mp3": true, ".m4a": true, ".wav": true, ".ogg": true, ".oga": true, ".opus": true,
+	".webm": true, ".mpga": true, ".mpeg": true, ".flac": true, ".aac": true, ".amr": true}
+
+func looksAudio(a mail.Attachment) bool {
+	return strings.HasPrefix(a.ContentType, "audio/") || audioExts[strings.ToLower(path.Ext(a.Filename))]
+}
+
+// post builds what the sinks get from a result.
+func (w *Worker) post(res *Result, transcript string) sink.Post {
+	p := sink.Post{
+		Key:            res.Key,
+		Important:      res.Important,
+		From:           res.From,
+		Subject:        res.Subject,
+		Class:          res.Class,
+		Unclassified:   res.Unclassified,
+		Real:           res.Real,
+		Importance:     res.Importance,
+		Rule:           res.Rule,
+		Reasoning:      res.Reasoning,
+		Transcript:     excerpt(transcript, excerptRunes),
+		TranscriptNote: res.TranscriptNote,
+		Unsubscribe:    res.Unsubscribe.Best(),
+		OneClick:       res.Unsubscribe.OneClick,
+		Cost:           res.Cost.Footer(),
+		Problems:       res.Problems,
+	}
+	if res.Customer != nil {
+		p.CustomerName = clean(res.Customer.Name, 200)
+		p.CustomerURL = res.Customer.URL
+	}
+	return p
+}
+
+func formatAddr(a mail.Address) string {
+	name, addr := clean(a.Name, 100), clean(a.Addr, 254)
+	switch {
+	case name != "" && addr != "":
+		return name + " <" + addr + ">"
+	case addr != "":
+		return addr
+	case name != "":
+		return name
+	}
+	return "(no sender)"
+}
+
+// clean makes outside text safe for one line of a post or a log: control
+// characters (CR/LF injection included) become spaces, invalid UTF-8 is
+// replaced, and the result is cut to max runes.
+func clean(s string, max int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	var b strings.Builder
+	n := 0
+	space := false
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == '\u2028' || r == '\u2029' {
+			r = ' '
+		}
+		if r == ' ' {
+			if space {
+				continue
+			}
+			space = true
+		} else {
+			space = false
+		}
+		if n >= max {
+			b.WriteString("…")
+			break
+		}
+		b.WriteRune(r)
+		n++
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// excerpt is the start of a transcript for the post, on one line.
+func excerpt(s string, max int) string {
+	return clean(s, max)
+}
+
+// truncateBytes cuts s to at most max bytes on a rune boundary.
+func truncateBytes(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}

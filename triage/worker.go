@@ -1,0 +1,341 @@
+package triage
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"gpuhost/triage/sink"
+	"gpuhost/triage/source"
+)
+
+// Status is the worker's state for GET /api/triage.
+type Status struct {
+	Mailbox             string     `json:"mailbox"`
+	Checkpoint          Checkpoint `json:"checkpoint"`
+	LastPoll            time.Time  `json:"last_poll,omitzero"`
+	LastPollOK          time.Time  `json:"last_poll_ok,omitzero"`
+	LastError           string     `json:"last_error,omitempty"`
+	ConsecutiveFailures int        `json:"consecutive_failures"`
+	Alerting            bool       `json:"alerting"`
+	Processed           int        `json:"processed"`
+}
+
+// Key is the mail's identity across restarts and in the sinks.
+func Key(mailbox string, uidValidity, uid uint32) string {
+	return mailbox + "/" + strconv.FormatUint(uint64(uidValidity), 10) + "/" + strconv.FormatUint(uint64(uid), 10)
+}
+
+// Run polls until ctx ends: fetch, process every new mail in UID order,
+// wait Interval (or less when the source announces new mail). A failed
+// poll is logged, counted for the alert and retried after Interval. It
+// returns nil when ctx ends.
+func (w *Worker) Run(ctx context.Context) error {
+	w.log.Info("triage: worker started", "interval", w.o.Interval, "last_uid", w.current().LastUID, "sinks", len(w.o.Sinks))
+	for {
+		n, err := w.Once(ctx)
+		if ctx.Err() != nil {
+			w.log.Info("triage: worker stopped")
+			return nil
+		}
+		if err != nil {
+			w.log.Error("triage: poll failed; retrying after the interval", "err", err, "processed", n)
+			if !w.sleep(ctx, w.o.Interval) {
+				return nil
+			}
+			continue
+		}
+		if werr := w.o.Source.Wait(ctx, w.o.Interval); werr != nil {
+			if ctx.Err() != nil {
+				w.log.Info("triage: worker stopped")
+				return nil
+			}
+			w.log.Warn("triage: waiting for new mail failed; sleeping the interval instead", "err", werr)
+			if !w.sleep(ctx, w.o.Interval) {
+				return nil
+			}
+		}
+	}
+}
+
+func (w *Worker) sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-w.o.Clock.After(d):
+		return true
+	}
+}
+
+// Once is one poll: it fetches and processes every mail after the
+// checkpoint (batch after batch until the mailbox is drained) and returns
+// how many mails it finished. An error stops at the mail that could not be
+// finished, leaving the checkpoint before it.
+func (w *Worker) Once(ctx context.Context) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.poll(ctx)
+	now := w.o.Clock.Now()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return n, err // shutting down: not a failure
+	case err != nil:
+		w.pollFailed(ctx, now, err)
+	default:
+		w.pollOK(ctx, now)
+	}
+	return n, err
+}
+
+func (w *Worker) poll(ctx context.Context) (int, error) {
+	n := 0
+	reset := false
+	for {
+		after := w.st.LastUID
+		batch, err := w.o.Source.Fetch(ctx, after, w.o.BatchSize, w.o.MaxMessageBytes)
+		if err != nil {
+			return n, fmt.Errorf("fetch from %s after UID %d: %w", w.name, after, err)
+		}
+		if batch.UIDValidity != w.st.UIDValidity {
+			if reset {
+				return n, fmt.Errorf("mailbox %s changed its UIDVALIDITY twice in one poll (now %d); trying again next poll", w.name, batch.UIDValidity)
+			}
+			if err := w.uidValidityChanged(ctx, batch); err != nil {
+				return n, err
+			}
+			if w.st.LastUID != after {
+				reset = true
+				continue // fetch again from the new position
+			}
+		}
+		for _, m := range batch.Mails {
+			if m.UID <= w.st.LastUID {
+				continue // a source that returns too much must not repeat mail
+			}
+			if err := w.handle(ctx, batch.UIDValidity, m); err != nil {
+				return n, err
+			}
+			n++
+		}
+		if len(batch.Mails) < w.o.BatchSize {
+			return n, nil
+		}
+	}
+}
+
+// uidValidityChanged adopts a new UIDVALIDITY: on the first poll simply,
+// after a change by re-baselining (continue after the mailbox's highest
+// UID) or by starting over, as configured.
+func (w *Worker) uidValidityChanged(ctx context.Context, batch source.Batch) error {
+	st := w.st.clone()
+	old := st.UIDValidity
+	st.Mailbox = w.name
+	st.UIDValidity = batch.UIDValidity
+	st.Inflight = nil // its key names the old UIDVALIDITY
+	var text string
+	switch {
+	case old == 0 && st.LastUID == 0:
+		// First poll of this mailbox: nothing to re-baseline.
+	case w.o.Rebaseline:
+		st.LastUID = batch.HighestUID
+		text = fmt.Sprintf("triage: mailbox %s changed its UIDVALIDITY (%d → %d); re-baselined at UID %d. Mails that arrived since the last poll were NOT triaged — check the mailbox by hand.",
+			w.name, old, batch.UIDValidity, batch.HighestUID)
+	default:
+		st.LastUID = 0
+		text = fmt.Sprintf("triage: mailbox %s changed its UIDVALIDITY (%d → %d); every mail in it is triaged again (rebaseline_on_uidvalidity is off).",
+			w.name, old, batch.UIDValidity)
+	}
+	if err := w.save(st); err != nil {
+		return err
+	}
+	if text != "" {
+		w.log.Error(text, "old_uidvalidity", old, "uidvalidity", batch.UIDValidity, "last_uid", st.LastUID)
+		w.alertAll(ctx, text)
+	}
+	return nil
+}
+
+// handle processes one mail and posts it, with the checkpoint protocol:
+// inflight marker before the first post, each accepting sink recorded,
+// then last_uid and the cleared marker in one write.
+func (w *Worker) handle(ctx context.Context, uidValidity uint32, m source.Mail) error {
+	key := Key(w.name, uidValidity, m.UID)
+	res, err := w.process(ctx, m, key)
+	if err != nil {
+		return err
+	}
+	st := w.st.clone()
+	done := map[string]bool{}
+	if st.Inflight != nil && st.Inflight.Key == key {
+		// A run before this one began posting this mail.
+		for _, name := range st.Inflight.Posted {
+			done[name] = true
+		}
+		for _, s := range w.o.Sinks {
+			c, ok := s.(sink.Checker)
+			if !ok || done[s.Name()] {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, w.o.CallTimeout)
+			posted, err := c.Posted(cctx, key)
+			cancel()
+			w.metrics.checks.WithLabelValues(s.Name(), strconv.FormatBool(posted && err == nil)).Inc()
+			if err != nil {
+				return &retryError{what: fmt.Sprintf("check whether %s already has %s", s.Name(), key), err: err}
+			}
+			if posted {
+				done[s.Name()] = true
+				w.log.Warn("triage: the post survived the crash; not posting it again", "key", key, "sink", s.Name())
+			}
+		}
+		for name := range done {
+			res.AlreadyPosted = append(res.AlreadyPosted, name)
+		}
+		slices.Sort(res.AlreadyPosted)
+	} else {
+		st.Inflight = &Inflight{UID: m.UID, Key: key, Since: w.o.Clock.Now()}
+		if err := w.save(st); err != nil {
+			return err
+		}
+	}
+	for i, s := range w.o.Sinks {
+		if done[s.Name()] {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, w.o.CallTimeout)
+		err := s.Post(pctx, res.Post)
+		cancel()
+		if err != nil {
+			w.metrics.postErrors.WithLabelValues(s.Name()).Inc()
+			return &retryError{what: fmt.Sprintf("post %s to %s", key, s.Name()), err: err}
+		}
+		res.Posted = append(res.Posted, s.Name())
+		if i < len(w.o.Sinks)-1 {
+			st = st.clone()
+			st.Inflight.Posted = append(st.Inflight.Posted, s.Name())
+			if err := w.save(st); err != nil {
+				return err
+			}
+		}
+	}
+	st = st.clone()
+	st.LastUID = m.UID
+	st.Inflight = nil
+	if err := w.save(st); err != nil {
+		return err
+	}
+	w.metrics.mails.WithLabelValues(res.Class).Inc()
+	w.remember(*res, true)
+	w.log.Info("triage: mail posted", "key", key, "posted", res.Posted, "already_posted", res.AlreadyPosted)
+	return nil
+}
+
+// save writes the checkpoint and, once it is on disk, adopts it.
+func (w *Worker) save(st Checkpoint) error {
+	st.Mailbox = w.name
+	st.Updated = w.o.Clock.Now().UTC()
+	if err := saveCheckpoint(w.path, st); err != nil {
+		return &retryError{what: "checkpoint " + w.name, err: err}
+	}
+	w.st = st
+	w.metrics.checkpoint.Set(float64(st.LastUID))
+	w.smu.Lock()
+	w.status.Checkpoint = st.clone()
+	w.smu.Unlock()
+	return nil
+}
+
+func (w *Worker) current() Checkpoint {
+	w.smu.Lock()
+	defer w.smu.Unlock()
+	return w.status.Checkpoint.clone()
+}
+
+// ProcessUID sends one mail of the mailbox through the pipeline by hand
+// (`gpuhost triage mail --uid N`). It does not move the checkpoint; with
+// dryRun it posts nothing and the result's Text is what would be posted.
+// The Source must allow Get while Run waits (both sources do).
+func (w *Worker) ProcessUID(ctx context.Context, uid uint32, dryRun bool) (Result, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m, err := w.o.Source.Get(ctx, uid, w.o.MaxMessageBytes)
+	if errors.Is(err, source.ErrNotFound) {
+		return Result{}, fmt.Errorf("mailbox %s has no mail with UID %d: %w", w.name, uid, err)
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("fetch UID %d from %s: %w", uid, w.name, err)
+	}
+	return w.manual(ctx, m, "manual/"+w.name+"/"+strconv.FormatUint(uint64(uid), 10), dryRun)
+}
+
+// ProcessRaw sends one raw RFC 5322 mail (an .eml file) through the
+// pipeline by hand; see ProcessUID.
+func (w *Worker) ProcessRaw(ctx context.Context, raw []byte, dryRun bool) (Result, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	sum := sha256.Sum256(raw)
+	m := source.Mail{Raw: raw, Size: int64(len(raw))}
+	return w.manual(ctx, m, "manual/eml/"+hex.EncodeToString(sum[:6]), dryRun)
+}
+
+// manual keys carry a "manual/" prefix so that the Slack check after a
+// crash never mistakes a hand-sent post for the automatic one.
+func (w *Worker) manual(ctx context.Context, m source.Mail, key string, dryRun bool) (Result, error) {
+	res, err := w.process(ctx, m, key)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Manual, res.DryRun = true, dryRun
+	if !dryRun {
+		for _, s := range w.o.Sinks {
+			pctx, cancel := context.WithTimeout(ctx, w.o.CallTimeout)
+			err := s.Post(pctx, res.Post)
+			cancel()
+			if err != nil {
+				w.remember(*res, false)
+				return *res, fmt.Errorf("post %s to %s: %w", key, s.Name(), err)
+			}
+			res.Posted = append(res.Posted, s.Name())
+		}
+		w.metrics.mails.WithLabelValues(res.Class).Inc()
+	}
+	w.remember(*res, false)
+	return *res, nil
+}
+
+// remember keeps the result for Recent.
+func (w *Worker) remember(r Result, automatic bool) {
+	w.smu.Lock()
+	defer w.smu.Unlock()
+	w.recent = append(w.recent, r)
+	if over := len(w.recent) - w.o.KeepResults; over > 0 {
+		w.recent = slices.Delete(w.recent, 0, over)
+	}
+	if automatic {
+		w.status.Processed++
+	}
+}
+
+// Recent returns the last KeepResults results, newest last.
+func (w *Worker) Recent() []Result {
+	w.smu.Lock()
+	defer w.smu.Unlock()
+	return slices.Clone(w.recent)
+}
+
+// State returns the poll and checkpoint state.
+func (w *Worker) State() Status {
+	w.smu.Lock()
+	defer w.smu.Unlock()
+	s := w.status
+	s.Mailbox = w.name
+	s.Checkpoint = s.Checkpoint.clone()
+	s.ConsecutiveFailures = w.alert.failures
+	s.Alerting = w.alert.alerted
+	return s
+}
