@@ -56,7 +56,7 @@ func newRootCmd() *cobra.Command {
 		newServeCmd(), newDemoCmd(), newStatusCmd(), newSwitchCmd(), newDoctorCmd(),
 		newUnitsCmd(), newSimulateCmd(), newVersionCmd(), newOpencodeConfigCmd(),
 		bench.NewCmd(bench.Deps{GpuhostVersion: version, Env: benchEnv}),
-		newMCPCmd(),
+		newMCPCmd(), newAskCmd(), newTriageCmd(),
 		// Pairing is approved on the machine, never in the chat.
 		telegram.NewPairCmd(func(cmd *cobra.Command) (string, error) {
 			cfg, err := loadConfig(cmd)

@@ -90,6 +90,7 @@ type Panel struct {
 
 	mu     sync.RWMutex
 	bench  BenchSource
+	ask    *askState // nil: the agent is disabled
 	router *echo.Router
 	owned  map[string]bool // route patterns the panel registered
 }
@@ -141,7 +142,7 @@ func New(sup Supervisor, doctor appliance.DoctorFunc, cfg *appliance.Config, log
 // page's "content" block is its own.
 func parsePages() (map[string]*template.Template, error) {
 	out := map[string]*template.Template{}
-	for _, name := range []string{"dashboard", "profiles", "doctor", "bench", "login", "error"} {
+	for _, name := range []string{"dashboard", "profiles", "doctor", "bench", "ask", "login", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("panel: parse template %s: %w", name, err)
@@ -177,6 +178,9 @@ func (p *Panel) Register(e *echo.Echo) {
 	add(http.MethodGet, "/bench", p.handleBench, page)
 	add(http.MethodPost, "/bench/run", p.handleBenchRun, post)
 	add(http.MethodPost, "/switch", p.handleSwitch, post)
+	add(http.MethodGet, "/ask", p.handleAsk, page)
+	add(http.MethodPost, "/ask", p.handleAskForm, post)
+	add(http.MethodPost, "/ask/stream", p.handleAskStream, post)
 	add(http.MethodGet, "/login", p.handleLoginPage, open)
 	add(http.MethodPost, "/login", p.handleLogin, openPost)
 	add(http.MethodPost, "/logout", p.handleLogout, post)

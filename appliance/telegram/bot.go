@@ -84,6 +84,7 @@ type Bot struct {
 	work     chan struct{} // bounds concurrent status/doctor commands
 	notes    chan string   // notifications waiting to be sent
 	handlers sync.WaitGroup
+	ask      atomic.Pointer[askDoor] // nil: /ask answers that the agent is off
 }
 
 // New reads the bot token (cfg.Telegram.TokenFile, else the environment
@@ -306,6 +307,9 @@ func (b *Bot) onUpdate(ctx context.Context, tg *bot.Bot, upd *models.Update) {
 		if private {
 			b.pair(ctx, tg, m)
 		}
+		return
+	}
+	if b.handleAsk(ctx, tg, m) {
 		return
 	}
 	kind := parseCommand(m.Text, b.botName)

@@ -22,6 +22,7 @@ const helpText = `gpuhost bot — read-only commands:
 /gpu status — GPU memory, utilisation, temperature, power, active profile, endpoint health, last switch
 /gpu doctor — failing and warning checks of gpuhost doctor
 /gpu help — this text
+/ask <question> — the box's own model answers, using read-only tools (when the agent is enabled)
 
 Notifications: switch done or failed, backend unit failed, doctor turned red.
 Access is managed on the machine only: gpuhost pair list | approve CODE | revoke ID.`

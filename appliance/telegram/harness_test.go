@@ -67,6 +67,8 @@ type harnessOpts struct {
 	clockOffset time.Duration
 	// before runs after the fake API exists and before the bot starts.
 	before func(api *fakeAPI)
+	// asker, when set, enables /ask.
+	asker Asker
 }
 
 type harness struct {
@@ -118,6 +120,9 @@ func startBot(t *testing.T, o harnessOpts) *harness {
 	}
 	if o.before != nil {
 		o.before(api)
+	}
+	if o.asker != nil {
+		b.SetAsker(o.asker)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &harness{api: api, f: f, bot: b, store: pairing.New(f.Cfg.StateDir), clock: clock, logs: logs, done: make(chan error, 1), stop: cancel}
