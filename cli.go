@@ -22,6 +22,7 @@ import (
 	"gpuhost/bench"
 	"gpuhost/nvml"
 	"gpuhost/simulator"
+	"gpuhost/triage/demo"
 	"gpuhost/units"
 )
 
@@ -81,6 +82,9 @@ func newDemoCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if _, err := demo.Seed(cfg.Triage.Source.Maildir); err != nil {
+				return fmt.Errorf("seed the demo mailbox: %w", err)
+			}
 			out := cmd.OutOrStdout()
 			return serve(cmd.Context(), cfg, log, func(addr string) {
 				base := "http://" + addr
@@ -90,14 +94,17 @@ gpuhost demo — simulated RTX 4090 (24 GB), simulator backends, state in %s
   API status   %s/api/status
   events (SSE) %s/api/events
   profiles     %s/api/profiles
+  web panel    %s/  (Ask: the agent's live tool-call timeline)
+  mail triage  %s/api/triage  (sample mailbox %s; posts are printed below)
 
 Try, in another terminal:
   gpuhost switch llama3-8b --url %s      # watch VRAM being released and re-allocated
+  gpuhost ask --url %s "what is the GPU status?"   # the agent loop (simulated model)
   curl -s %s/api/status | python3 -m json.tool
 
 Stop with Ctrl-C.
 
-`, stateDir, base, base, base, base, base)
+`, stateDir, base, base, base, base, base, cfg.Triage.Source.Maildir, base, base, base)
 			})
 		},
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 
+	"gpuhost/agent"
 	"gpuhost/appliance"
 	"gpuhost/appliance/metrics"
 	"gpuhost/appliance/panel"
@@ -52,12 +53,23 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 	}
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
+	// Listen before building the services: the agent and the triage worker
+	// talk to the daemon's own /v1, whose port is known only now (listen
+	// ":0" in tests). Connections wait in the backlog until Serve.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s (listen): %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+	selfV1 := loopbackV1(ln.Addr())
+	selfClient := &http.Client{Transport: &selfAuth{base: selfV1, cfg: cfg, next: http.DefaultTransport}}
 	// The front doors: each can be disabled, and one failing does not stop
 	// the others or the backend (DESIGN.md decision 6).
 	px := proxy.New(sup, cfg.Proxy, func() map[string]*units.Profile { return cfg.Profiles }, log.With("component", "proxy"))
 	defer px.Close()
+	var m *metrics.Metrics
 	if !cfg.Metrics.Disabled {
-		m := metrics.New(sup, doctor, log.With("component", "metrics"))
+		m = metrics.New(sup, doctor, log.With("component", "metrics"))
 		go m.Run(runCtx)
 		m.Register(api)
 		px.SetObserver(m)
@@ -81,17 +93,20 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 	bsvc.Register(api)
 	// MCP over streamable HTTP at /mcp: read-only connectors, the same
 	// bearer token as the API beyond loopback.
+	var ms *mcp.Server
 	if !cfg.MCP.Disabled {
 		mlog := log.With("component", "mcp")
 		extra, errs := declarative.Load(cfg.MCP.ConnectorsDir)
 		for _, e := range errs {
 			mlog.Error("declarative connector skipped", "err", e)
 		}
-		ms, err := mcp.NewServer(mcp.ServerOptions{
+		var err error
+		ms, err = mcp.NewServer(mcp.ServerOptions{
 			Config: cfg.MCP.Connectors, Extra: extra, Log: mlog, Version: version,
 			Daemon: &mcp.SupervisorDaemon{Sup: sup, DoctorFn: doctor, Bench: bstore},
 		})
 		if err != nil {
+			ms = nil
 			mlog.Error("MCP server not started; the daemon carries on", "err", err)
 		} else {
 			for name, why := range ms.Disabled() {
@@ -107,11 +122,16 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 			})
 		}
 	}
+	// The agent loop: the MCP registry's read-only tools on the box's own
+	// model, behind one limiter shared by the API, the panel and the bot.
+	asker := newAgent(runCtx, cfg, ms, selfV1, selfClient, log.With("component", "agent"))
+	agent.Register(api, asker, log.With("component", "agent"))
 	if !cfg.Panel.Disabled {
 		if p, err := panel.New(sup, doctor, cfg, log.With("component", "panel")); err != nil {
 			log.Error("web panel not started; the daemon carries on", "err", err)
 		} else {
 			p.SetBench(benchPanel{bsvc, bstore})
+			p.SetAsker(asker)
 			p.Register(api)
 		}
 	}
@@ -119,6 +139,7 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 		if tb, err := telegram.New(cfg, sup, doctor, log.With("component", "telegram")); err != nil {
 			log.Error("telegram bot not started; the daemon carries on", "err", err)
 		} else {
+			tb.SetAsker(asker)
 			go func() {
 				if err := tb.Run(runCtx); err != nil {
 					log.Error("telegram bot stopped; the daemon carries on", "err", err)
@@ -126,9 +147,21 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 			}()
 		}
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s (listen): %w", cfg.Listen, err)
+	if cfg.Triage.Enabled {
+		if tw := startTriage(runCtx, cfg, sup, ms, selfV1, selfClient, log.With("component", "triage")); tw != nil {
+			defer tw.Close()
+			tw.Register(api)
+			if m != nil {
+				if err := m.Add(tw.Collectors()...); err != nil {
+					log.Error("triage metrics not exported", "err", err)
+				}
+			}
+			go func() {
+				if err := tw.Run(runCtx); err != nil {
+					log.Error("triage worker stopped; the daemon carries on", "component", "triage", "err", err)
+				}
+			}()
+		}
 	}
 	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)

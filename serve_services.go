@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+
+	"gpuhost/agent"
+	"gpuhost/appliance"
+	"gpuhost/mcp"
+	"gpuhost/triage"
+)
+
+// loopbackV1 is the daemon's own OpenAI-compatible base URL as seen from
+// inside the box: a wildcard listen address is reached over 127.0.0.1.
+func loopbackV1(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String() + "/v1"
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/v1"
+}
+
+// selfAuth adds the daemon's bearer token to requests the daemon makes to
+// its own /v1 (agent, triage) when it listens beyond loopback and therefore
+// demands the token. The token is read per request, never stored or logged;
+// requests to any other URL are left alone.
+type selfAuth struct {
+	base string
+	cfg  *appliance.Config
+	next http.RoundTripper
+}
+
+func (s *selfAuth) RoundTrip(r *http.Request) (*http.Response, error) {
+	if s.cfg.IsLoopback() || !strings.HasPrefix(r.URL.String(), s.base) {
+		return s.next.RoundTrip(r)
+	}
+	if h := r.Header.Get("Authorization"); h != "" && h != "Bearer" && h != "Bearer " {
+		return s.next.RoundTrip(r) // a configured key wins
+	}
+	tok, err := s.cfg.APIToken()
+	if err != nil || tok == "" {
+		return s.next.RoundTrip(r) // the API answers 401/503 with its reason
+	}
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+tok)
+	return s.next.RoundTrip(r)
+}
+
+// newAgent builds the agent loop on the MCP server's in-process client.
+// It returns nil (every front door then answers "agent disabled") when the
+// agent is off by config or MCP is not running.
+func newAgent(ctx context.Context, cfg *appliance.Config, ms *mcp.Server, selfV1 string, hc *http.Client, log *slog.Logger) *agent.Limiter {
+	if cfg.Agent.Disabled {
+		return nil
+	}
+	if ms == nil {
+		log.Error("agent not started: it needs the MCP server (mcp.disabled or MCP failed to start); the daemon carries on")
+		return nil
+	}
+	cl, err := ms.InProcessClient(ctx)
+	if err != nil {
+		log.Error("agent not started; the daemon carries on", "err", err)
+		return nil
+	}
+	go func() { <-ctx.Done(); _ = cl.Close() }()
+	ac := cfg.Agent
+	base := ac.BaseURL
+	if base == "" {
+		base = selfV1
+	}
+	key := ""
+	if ac.APIKeyEnv != "" {
+		if key = os.Getenv(ac.APIKeyEnv); key == "" {
+			log.Error("agent.api_key_env names an empty or unset variable; asking without a key", "variable", ac.APIKeyEnv)
+		}
+	}
+	return agent.NewLimiter(agent.New(cl, agent.Options{
+		BaseURL: base, Model: ac.Model, APIKey: key, HTTPClient: hc,
+		MaxSteps: ac.MaxSteps, MaxTokens: ac.MaxTokens, MaxQuestionBytes: ac.MaxQuestionBytes,
+		Deadline: ac.Deadline.D(), ToolTimeout: ac.ToolTimeout.D(), Log: log,
+	}), agent.DefaultMaxConcurrent)
+}
+
+// startTriage builds the triage worker from the config; nil (logged) when
+// it cannot start, so the rest of the daemon carries on.
+func startTriage(ctx context.Context, cfg *appliance.Config, sup *appliance.Supervisor, ms *mcp.Server, selfV1 string, hc *http.Client, log *slog.Logger) *triage.Worker {
+	deps := triage.Deps{
+		Log:            log,
+		ManagedBaseURL: selfV1,
+		HTTPClient:     hc,
+		ActiveModel: func() string {
+			st := sup.State()
+			if p := cfg.Profiles[st.Profile]; p != nil && st.Phase == appliance.PhaseActive {
+				return p.ServedName
+			}
+			return ""
+		},
+		Power: func(ctx context.Context) (float64, bool) {
+			snap, err := sup.Snapshot(ctx)
+			if err != nil || len(snap.Devices) == 0 || snap.Devices[0].PowerW <= 0 {
+				return 0, false
+			}
+			return snap.Devices[0].PowerW, true
+		},
+	}
+	if cfg.Triage.CRM.Enabled {
+		if ms == nil {
+			log.Error("triage.crm.enabled but the MCP server is not running; customer lookup is off")
+		} else if cl, err := ms.InProcessClient(ctx); err != nil {
+			log.Error("triage customer lookup off", "err", err)
+		} else {
+			go func() { <-ctx.Done(); _ = cl.Close() }()
+			deps.MCP = cl
+		}
+	}
+	tw, err := triage.FromConfig(ctx, cfg, deps)
+	if err != nil {
+		log.Error("triage worker not started; the daemon carries on", "err", err)
+		return nil
+	}
+	return tw
+}
