@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"gpuhost/appliance"
 	"gpuhost/nvml"
 	"gpuhost/simulator"
+	"gpuhost/triage"
 )
 
 var binPath string
@@ -183,8 +185,13 @@ func TestDemo(t *testing.T) {
 			break
 		}
 	}
+	var consoleMu sync.Mutex
+	var console strings.Builder // what the demo prints after the banner (triage posts)
 	go func() {
 		for sc.Scan() {
+			consoleMu.Lock()
+			console.WriteString(sc.Text() + "\n")
+			consoleMu.Unlock()
 		}
 	}()
 	text := strings.Join(banner, "\n")
@@ -205,7 +212,22 @@ func TestDemo(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	out, code := gpuhost(t, "switch", "llama3-8b", "--url", url)
+	// The triage worker works through the sample mailbox on the simulated
+	// model: rules, unsubscribe links and the voice memo's transcript.
+	demoTriage(t, url)
+	consoleMu.Lock()
+	printed := console.String()
+	consoleMu.Unlock()
+	if !strings.Contains(printed, "November newsletter") || !strings.Contains(printed, "https://news.toolvendor.example/u/4711?list=weekly&sig=Zm9v%2Bbar") {
+		t.Errorf("the demo's console sink did not print the newsletter post:\n%s", printed)
+	}
+	// The agent loop: one question, a tool call through MCP, a prose answer.
+	out, code := gpuhost(t, "ask", "--json", "--url", url, "what is the GPU status?")
+	if code != 0 || !strings.Contains(out, `"kind":"tool_call"`) || !strings.Contains(out, `"tool":"gpu_status"`) || !strings.Contains(out, `"reason":"answer"`) {
+		t.Errorf("gpuhost ask: exit %d\n%s", code, out)
+	}
+
+	out, code = gpuhost(t, "switch", "llama3-8b", "--url", url)
 	if code != 0 {
 		t.Fatalf("switch exit %d:\n%s", code, out)
 	}
@@ -343,5 +365,49 @@ func TestOpencodeConfig(t *testing.T) {
 	}
 	if m := p.Models["qwen3-coder"]; m.Limit.Context != 65536 || !m.ToolCall || m.Limit.Output <= 0 {
 		t.Errorf("qwen3-coder model = %+v", m)
+	}
+}
+
+// demoTriage waits for the demo's six sample mails in GET /api/triage and
+// checks what each one stands for.
+func demoTriage(t *testing.T, url string) {
+	t.Helper()
+	var resp triage.APIResponse
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		r, err := http.Get(url + "/api/triage")
+		if err == nil {
+			err = json.NewDecoder(r.Body).Decode(&resp)
+			r.Body.Close()
+		}
+		if err == nil && len(resp.Results) >= 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("demo triage: %d results after 90 s (err %v, state %+v)", len(resp.Results), err, resp.State)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	bySubject := map[string]triage.Result{}
+	for _, r := range resp.Results {
+		bySubject[r.Subject] = r
+	}
+	if r := bySubject["November newsletter: 10 tips for faster builds"]; r.Unsubscribe.URL != "https://news.toolvendor.example/u/4711?list=weekly&sig=Zm9v%2Bbar" || !r.Unsubscribe.OneClick || r.Unsubscribe.Source != "header" {
+		t.Errorf("newsletter unsubscribe = %+v", r.Unsubscribe)
+	}
+	if r := bySubject["Black Week: 30 % auf Druckerpapier"]; r.Unsubscribe.Source != "html" || !strings.Contains(r.Unsubscribe.URL, "/newsletter/abmelden?id=8812") {
+		t.Errorf("HTML-only newsletter unsubscribe = %+v", r.Unsubscribe)
+	}
+	if r := bySubject["Planned maintenance on rack B4 tonight"]; r.Importance != 10 || !strings.Contains(r.Rule, "priority") {
+		t.Errorf("priority mailbox: importance %d rule %q", r.Importance, r.Rule)
+	}
+	if r := bySubject["Lunch order for Friday"]; r.Importance != 1 || !strings.Contains(r.Rule, "internal") {
+		t.Errorf("internal sender: importance %d rule %q", r.Importance, r.Rule)
+	}
+	if r := bySubject["Voice message"]; len(r.Transcribed) != 1 || r.Cost.AudioSeconds <= 0 {
+		t.Errorf("voice memo: transcribed %v, audio seconds %v, note %q", r.Transcribed, r.Cost.AudioSeconds, r.TranscriptNote)
+	}
+	if resp.State.Checkpoint.LastUID != 6 {
+		t.Errorf("checkpoint = %+v, want last_uid 6", resp.State.Checkpoint)
 	}
 }
