@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -40,7 +41,17 @@ type Deps struct {
 	Clock      Clock
 	// LookupEnv reads secrets at call time (default os.LookupEnv).
 	LookupEnv func(string) (string, bool)
+	// Stdout gets the console sink's posts when triage.console is set
+	// (default os.Stdout); `gpuhost triage` passes the command's output.
+	Stdout io.Writer
 }
+
+// The sinks FromConfig builds carry the operator alerts too.
+var (
+	_ Alerter = (*sink.Slack)(nil)
+	_ Alerter = (*sink.Telegram)(nil)
+	_ Alerter = (*sink.Console)(nil)
+)
 
 // FromConfig builds the worker of the `triage:` section. Secrets are read
 // here and at call time from the environment variables and files the
@@ -243,8 +254,15 @@ func FromConfig(ctx context.Context, cfg *appliance.Config, deps Deps) (*Worker,
 		}
 		sinks = append(sinks, s)
 	}
+	if t.Console {
+		out := deps.Stdout
+		if out == nil {
+			out = os.Stdout
+		}
+		sinks = append(sinks, sink.NewConsole(out))
+	}
 	if len(sinks) == 0 {
-		log.Warn("triage: no sink is enabled (triage.slack / triage.telegram); results only reach the log and GET /api/triage")
+		log.Warn("triage: no sink is enabled (triage.slack / triage.telegram / triage.console); results only reach the log and GET /api/triage")
 	}
 
 	w, err := New(Options{

@@ -66,6 +66,16 @@ func Text(p Post) string {
 	return render(p, TelegramMaxUnits, func(s string) string { return s })
 }
 
+// alertLine is an operator alert as both chats show it: one line (CR, LF,
+// tab and other control characters become spaces, bidirectional overrides
+// go, as in a post's one-line fields), so that an error text from a mail
+// server can neither fake further lines nor carry a "key: …" line that the
+// Slack history check could mistake for a post, clipped to limit UTF-16
+// units after esc.
+func alertLine(text string, limit int, esc func(string) string) string {
+	return clipEscaped(esc(oneLine(text, limit)), limit)
+}
+
 // slackText is Text escaped for Slack mrkdwn and clipped to SlackTextLimit.
 func slackText(p Post) string {
 	return render(p, SlackTextLimit, EscapeMrkdwn)

@@ -1,6 +1,8 @@
 // Package sink delivers a triage result to the team chat: Slack
-// (github.com/slack-go/slack, chat.postMessage with blocks) and Telegram
-// (the daemon's bot token, allowlisted chats).
+// (github.com/slack-go/slack, chat.postMessage with blocks), Telegram (the
+// daemon's bot token, allowlisted chats) and the console (plain text to a
+// writer, for the demo and a terminal). Each also carries the worker's
+// operator alerts (an Alert method, triage.Alerter).
 package sink
 
 import "context"

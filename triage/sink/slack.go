@@ -190,6 +190,56 @@ func (s *Slack) Post(ctx context.Context, p Post) error {
 	return nil
 }
 
+// Alert sends an operator alert (poll failures, their reminder, the
+// all-clear, a UIDVALIDITY re-baseline; see triage.Alerter) as a plain
+// chat.postMessage to Channel and, when it is set and different, to
+// ImportantChannel, since the people who watch the important channel are
+// the ones who must hear that no mail is being triaged. The text is one
+// line, escaped for mrkdwn (so an error text cannot ping "<!channel>"),
+// clipped to SlackTextLimit, without blocks or metadata (Posted never
+// takes an alert for a post), mrkdwn and unfurling off.
+//
+// Both channels are tried even when the first fails: an alert that
+// reached one channel has reached someone, so that is success, and the
+// failed channel is logged; returning an error there would make the worker
+// send the alert again to the channel that has it. Only when no channel
+// got it is the error (naming the channels, never the token) returned.
+func (s *Slack) Alert(ctx context.Context, text string) error {
+	msg := alertLine(text, SlackTextLimit, EscapeMrkdwn)
+	if strings.TrimSpace(msg) == "" {
+		return errors.New("slack: the alert text is empty; nothing sent")
+	}
+	c, tok, err := s.client()
+	if err != nil {
+		return err
+	}
+	opts := []slack.MsgOption{
+		slack.MsgOptionText(msg, false),
+		slack.MsgOptionDisableMarkdown(),
+		slack.MsgOptionDisableLinkUnfurl(),
+		slack.MsgOptionDisableMediaUnfurl(),
+	}
+	channels := []string{s.o.Channel}
+	if s.o.ImportantChannel != "" && s.o.ImportantChannel != s.o.Channel {
+		channels = append(channels, s.o.ImportantChannel)
+	}
+	var errs []error
+	for _, ch := range channels {
+		if err := s.post(ctx, c, tok, ch, "an alert", opts); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	switch {
+	case len(errs) == 0:
+		return nil
+	case len(errs) < len(channels):
+		s.log.Error("slack: the alert reached only some channels", "err", errors.Join(errs...))
+		return nil
+	default:
+		return errors.Join(errs...)
+	}
+}
+
 func (s *Slack) post(ctx context.Context, c *slack.Client, tok, channel, key string, opts []slack.MsgOption) error {
 	err := s.withRetry(ctx, "chat.postMessage", func(ctx context.Context) error {
 		_, _, err := c.PostMessageContext(ctx, channel, opts...)

@@ -143,22 +143,9 @@ func (t *Telegram) Post(ctx context.Context, p Post) error {
 		t.log.Info("no Telegram user is paired; triage post not sent", "key", p.Key, "allowlist", t.store.AllowlistPath())
 		return nil
 	}
-	tok, err := t.token()
+	tg, tok, err := t.client()
 	if err != nil {
 		return err
-	}
-	tg, err := bot.New(tok,
-		bot.WithServerURL(t.apiURL),
-		bot.WithSkipGetMe(),
-		bot.WithHTTPClient(t.timeout, t.hc),
-		bot.WithUpdatesChannelCap(1), // never polls
-		bot.WithErrorsHandler(func(err error) {
-			t.log.Warn("telegram client", "err", redact(err.Error(), tok))
-		}),
-		bot.WithDebugHandler(func(string, ...any) {}),
-	)
-	if err != nil {
-		return scrub(fmt.Errorf("telegram: create client: %w", err), tok)
 	}
 	text := Text(p)
 	var errs []error
@@ -188,6 +175,83 @@ func (t *Telegram) Post(ctx context.Context, p Post) error {
 	}
 	t.forget(p.Key)
 	return nil
+}
+
+// Alert sends an operator alert (poll failures, their reminder, the
+// all-clear, a UIDVALIDITY re-baseline; see triage.Alerter) to every
+// allowlisted chat, ImportantOnly or not: an alert is about the worker, not
+// about a mail, and everyone who gets posts needs to know when none come.
+// The text is one line of plain text, clipped to TelegramMaxUnits, link
+// previews off. With nobody paired it sends nothing and returns nil, as
+// Post does; an unreadable allowlist is an error.
+//
+// An alert that reached one chat has reached someone, so that is success
+// and the chats that failed are logged (an error would make the worker send
+// it again to the chats that have it). With no chat reached, the error is
+// returned, naming the chats, never the token; a refused token stops at
+// the first chat.
+func (t *Telegram) Alert(ctx context.Context, text string) error {
+	msg := alertLine(text, TelegramMaxUnits, func(s string) string { return s })
+	if strings.TrimSpace(msg) == "" {
+		return errors.New("telegram: the alert text is empty; nothing sent")
+	}
+	allow, err := t.store.ReadAllowlist()
+	if err != nil {
+		return fmt.Errorf("telegram: alert not sent: read the pairing allowlist: %w", err)
+	}
+	if len(allow.Users) == 0 {
+		t.log.Info("no Telegram user is paired; alert not sent", "allowlist", t.store.AllowlistPath())
+		return nil
+	}
+	tg, tok, err := t.client()
+	if err != nil {
+		return err
+	}
+	sent := 0
+	var errs []error
+	for _, u := range allow.Users {
+		err := t.send(ctx, tg, u.ChatID, msg)
+		if err == nil {
+			sent++
+			continue
+		}
+		errs = append(errs, scrub(fmt.Errorf("telegram: send the alert to chat %d: %w%s", u.ChatID, err, t.hint(err)), tok))
+		if ctx.Err() != nil || errors.Is(err, bot.ErrorUnauthorized) || errors.Is(err, bot.ErrorNotFound) {
+			break // the context ended or the token is refused: no other chat fares better
+		}
+	}
+	switch {
+	case len(errs) == 0:
+		return nil
+	case sent > 0:
+		t.log.Error("telegram: the alert reached only some chats", "sent", sent, "err", errors.Join(errs...))
+		return nil
+	default:
+		return errors.Join(errs...)
+	}
+}
+
+// client reads the token and returns a Bot API client for one Post or
+// Alert, with the token for scrubbing errors.
+func (t *Telegram) client() (*bot.Bot, string, error) {
+	tok, err := t.token()
+	if err != nil {
+		return nil, "", err
+	}
+	tg, err := bot.New(tok,
+		bot.WithServerURL(t.apiURL),
+		bot.WithSkipGetMe(),
+		bot.WithHTTPClient(t.timeout, t.hc),
+		bot.WithUpdatesChannelCap(1), // never polls
+		bot.WithErrorsHandler(func(err error) {
+			t.log.Warn("telegram client", "err", redact(err.Error(), tok))
+		}),
+		bot.WithDebugHandler(func(string, ...any) {}),
+	)
+	if err != nil {
+		return nil, "", scrub(fmt.Errorf("telegram: create client: %w", err), tok)
+	}
+	return tg, tok, nil
 }
 
 func (t *Telegram) token() (string, error) {
