@@ -73,7 +73,11 @@ type Options struct {
 	// BaseURL is an OpenAI-compatible base including /v1, normally the
 	// daemon's own managed endpoint (held, not rejected, during a switch).
 	BaseURL string
-	// Model empty means the first model of GET {BaseURL}/models.
+	// Model empty means the first model of GET {BaseURL}/models, looked up
+	// before every step: behind the daemon's /v1 that is the loaded model
+	// or, during a switch, its target, so a question that meets a switch
+	// is held until the new backend is up and goes on with it. A model set
+	// here is asked for at every step, whatever runs.
 	Model            string
 	APIKey           string
 	HTTPClient       *http.Client

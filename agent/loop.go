@@ -53,9 +53,10 @@ const (
 )
 
 // Agent runs questions through the tool-using loop. It holds no state
-// between questions: tools and (when Options.Model is empty) the model are
-// looked up again for every question, so a switched backend or a reloaded
-// connector is picked up at once. Safe for concurrent use.
+// between questions: tools are looked up again for every question and
+// (when Options.Model is empty) the model before every step, so a reloaded
+// connector or a switched backend, even one switched mid-question, is
+// picked up at once. Safe for concurrent use.
 type Agent struct {
 	mcp  MCPClient
 	opts Options
@@ -166,18 +167,23 @@ func (r *run) ask(parent context.Context, question string) {
 	}
 	r.emit(Event{Kind: EventStart, Text: question, Tools: ts.names, Refused: ts.refused})
 
-	model := o.Model
-	if model == "" {
-		if model, err = r.a.firstModel(ctx); err != nil {
-			r.fail(parent, ctx, "finding the model", err)
-			return
-		}
-	}
 	msgs := []openai.ChatCompletionMessage{
 		{Role: openai.ChatMessageRoleSystem, Content: systemPrompt},
 		{Role: openai.ChatMessageRoleUser, Content: question},
 	}
+	model := o.Model
 	for r.step = 1; r.step <= o.MaxSteps; r.step++ {
+		if o.Model == "" {
+			// Looked up before every step, not once per question: after a
+			// switch began mid-question, /v1 lists the target first, and a
+			// request for it is held until it is up, whereas one for the
+			// old model would be refused (or, with proxy.auto_switch,
+			// switch the box back).
+			if model, err = r.a.firstModel(ctx); err != nil {
+				r.fail(parent, ctx, "finding the model", err)
+				return
+			}
+		}
 		rep, err := r.a.chat(ctx, model, msgs, ts.tools)
 		if err != nil {
 			r.fail(parent, ctx, fmt.Sprintf("asking the model at %s (step %d)", o.BaseURL, r.step), err)
