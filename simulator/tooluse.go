@@ -640,6 +640,10 @@ func correctedArguments(schema json.RawMessage, prevArgs, errText string) string
 		if !present || !isStr || !(strings.Contains(lerr, strings.ToLower(name)) || stringProps == 1) {
 			continue
 		}
+		if fixed, ok := fixLookalike(str, cands); ok {
+			args[name] = fixed
+			continue
+		}
 		for _, c := range cands {
 			if c != str && !strings.EqualFold(c, name) {
 				args[name] = c
@@ -671,4 +675,45 @@ func enumFix(enum []any, cur any, lerr string) any {
 		}
 	}
 	return enum[0]
+}
+
+// lookalikes are the characters people type for an operator ("6 x 7",
+// "10 : 2"); a model that reads "unexpected 'x'" fixes them in place.
+var lookalikes = map[string]string{"x": "*", "X": "*", ":": "/"}
+
+// fixLookalike replaces a token the error quotes from inside the failed
+// argument with the operator it stands for, where it stands between
+// numbers or blanks (so the x of "max" is left alone). ok false: no such
+// token.
+func fixLookalike(arg string, cands []string) (string, bool) {
+	for _, c := range cands {
+		op, known := lookalikes[c]
+		if !known {
+			continue
+		}
+		var b strings.Builder
+		changed := false
+		for i := 0; i < len(arg); i++ {
+			if arg[i:i+1] == c && operandEdge(arg, i-1) && operandEdge(arg, i+1) {
+				b.WriteString(op)
+				changed = true
+				continue
+			}
+			b.WriteByte(arg[i])
+		}
+		if changed {
+			return b.String(), true
+		}
+	}
+	return "", false
+}
+
+// operandEdge reports whether arg[i] is a digit, blank, bracket or the
+// string's edge: where an operator may stand.
+func operandEdge(arg string, i int) bool {
+	if i < 0 || i >= len(arg) {
+		return true
+	}
+	c := arg[i]
+	return c == ' ' || c == '(' || c == ')' || c == '.' || (c >= '0' && c <= '9')
 }

@@ -421,3 +421,26 @@ func FuzzScriptedChat(f *testing.F) {
 		}
 	})
 }
+
+func TestFixLookalike(t *testing.T) {
+	for _, tc := range []struct {
+		arg   string
+		cands []string
+		want  string
+		ok    bool
+	}{
+		{"6 x 7", []string{"x"}, "6 * 7", true},
+		{"6x7", []string{"x"}, "6*7", true},
+		{"(2+3) X 4", []string{"X"}, "(2+3) * 4", true},
+		{"10 : 2", []string{":"}, "10 / 2", true},
+		{"max(1, 2) x 3", []string{"x"}, "max(1, 2) * 3", true}, // the x of max stays
+		{"max(1, 2)", []string{"x"}, "", false},
+		{"6 y 7", []string{"y"}, "", false},
+		{"6 x 7", nil, "", false},
+	} {
+		got, ok := fixLookalike(tc.arg, tc.cands)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("fixLookalike(%q, %q) = %q, %v; want %q, %v", tc.arg, tc.cands, got, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -50,8 +50,9 @@ func saveAskScreenshot(t *testing.T, png []byte) {
 // TestBrowserAsk asks a question on the Ask page in headless Chromium
 // through the real agent loop (the simulator's scripted tool use and the
 // real in-process MCP client): the timeline arrives live over the stream,
-// the failed first call is marked and the next step is the recovery, the
-// answer shows, and nothing from the loop turns into markup.
+// the failed first call ("6 x 7") is marked, the next step is the recovery
+// whose corrected call ("6 * 7") succeeds, the answer quotes its result,
+// and nothing from the loop turns into markup.
 func TestBrowserAsk(t *testing.T) {
 	ctx := newBrowser(t)
 	// The coder backend is the real simulator in its scripted tool-use
@@ -60,7 +61,7 @@ func TestBrowserAsk(t *testing.T) {
 		c.Backends.VLLM.Exec = append(c.Backends.VLLM.Exec, "--scripted-tools")
 	}}})
 	asker := realAsker(t, ev)
-	question, wantAnswer := browserQuestion, "[simulated model]"
+	question, wantAnswer := browserQuestion, `"result": 42`
 	ev.p.SetAsker(asker)
 	cons := watchConsole(ctx)
 	tctx, cancel := context.WithTimeout(ctx, 120*time.Second)
