@@ -348,34 +348,15 @@ func formatAddr(a mail.Address) string {
 	return "(no sender)"
 }
 
-// clean makes outside text safe for one line of a post or a log: control
-// characters (CR/LF injection included) become spaces, invalid UTF-8 is
-// replaced, and the result is cut to max runes.
+// clean makes outside text safe for one line of a post or a log
+// (mail.CleanLine) and cuts it to max runes.
 func clean(s string, max int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	var b strings.Builder
-	n := 0
-	space := false
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == '\u2028' || r == '\u2029' {
-			r = ' '
-		}
-		if r == ' ' {
-			if space {
-				continue
-			}
-			space = true
-		} else {
-			space = false
-		}
-		if n >= max {
-			b.WriteString("…")
-			break
-		}
-		b.WriteRune(r)
-		n++
+	s = mail.CleanLine(s)
+	if utf8.RuneCountInString(s) <= max {
+		return s
 	}
-	return strings.TrimSpace(b.String())
+	r := []rune(s)
+	return strings.TrimSpace(string(r[:max])) + "…"
 }
 
 // excerpt is the start of a transcript for the post, on one line.

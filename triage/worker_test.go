@@ -532,7 +532,7 @@ func TestClean(t *testing.T) {
 		{"plain", 100, "plain"},
 		{"evil\r\nBcc: victim@x", 100, "evil Bcc: victim@x"},
 		{"tabs\tand\x00nul", 100, "tabs and nul"},
-		{"bad \xff utf8", 100, "bad \uFFFD utf8"},
+		{"bad \xff utf8", 100, "bad ÿ utf8"}, // invalid UTF-8 read as windows-1252, as mail.CleanLine does for headers
 		{strings.Repeat("a", 20), 10, strings.Repeat("a", 10) + "…"},
 		{"  spaces   collapse  ", 100, "spaces collapse"},
 		{"exact", 5, "exact"},

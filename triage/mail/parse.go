@@ -115,7 +115,7 @@ func (p *parser) problem(format string, args ...any) {
 		p.m.Problems[maxProblems-1] = fmt.Sprintf("%d more problems not listed", p.dropped+1)
 		return
 	}
-	line := cleanLine(fmt.Sprintf(format, args...))
+	line := CleanLine(fmt.Sprintf(format, args...))
 	if len(line) > maxProblem {
 		line = string(trimIncompleteRune([]byte(line[:maxProblem]))) + "…"
 	}
@@ -249,14 +249,14 @@ func (p *parser) header(h gomail.Header) {
 		if err != nil || id == "" {
 			id = strings.Trim(strings.TrimSpace(h.Get("Message-Id")), "<>")
 		}
-		m.MessageID = cleanLine(id)
+		m.MessageID = CleanLine(id)
 	}
 	if v := h.Get("Subject"); v != "" {
 		s, err := decodeWords(v)
 		if err != nil {
 			p.problem("subject: %v", err)
 		}
-		m.Subject = cleanLine(s)
+		m.Subject = CleanLine(s)
 	}
 	if from := p.addresses(h, "From"); len(from) > 0 {
 		m.From = from[0]
@@ -311,7 +311,7 @@ func (p *parser) addresses(h gomail.Header, key string) []Address {
 	if err == nil {
 		out := make([]Address, 0, len(list))
 		for _, a := range list {
-			out = append(out, Address{Name: cleanLine(a.Name), Addr: cleanAddr(a.Address)})
+			out = append(out, Address{Name: CleanLine(a.Name), Addr: cleanAddr(a.Address)})
 		}
 		return out
 	}
@@ -324,7 +324,7 @@ func (p *parser) addresses(h gomail.Header, key string) []Address {
 		}
 		piece, pending = pending+piece, ""
 		if a, err := ap.Parse(piece); err == nil {
-			out = append(out, Address{Name: cleanLine(a.Name), Addr: cleanAddr(a.Address)})
+			out = append(out, Address{Name: CleanLine(a.Name), Addr: cleanAddr(a.Address)})
 			continue
 		}
 		if a, ok := looseAddress(piece); ok {
@@ -375,7 +375,7 @@ func looseAddress(piece string) (Address, bool) {
 			addr := strings.TrimSpace(piece[lt+1 : lt+gt])
 			if strings.Contains(addr, "@") && !strings.ContainsAny(addr, " \t") {
 				name, _ := decodeWords(strings.Trim(strings.TrimSpace(piece[:lt]), `"`))
-				return Address{Name: cleanLine(name), Addr: cleanAddr(addr)}, true
+				return Address{Name: CleanLine(name), Addr: cleanAddr(addr)}, true
 			}
 		}
 	}
@@ -402,7 +402,7 @@ func plainAddresses(vals []string) []string {
 }
 
 func cleanAddr(a string) string {
-	return strings.ToLower(strings.ReplaceAll(cleanLine(a), " ", ""))
+	return strings.ToLower(strings.ReplaceAll(CleanLine(a), " ", ""))
 }
 
 // decodeWords decodes RFC 2047 encoded words. An unknown charset does not
@@ -435,10 +435,11 @@ func lenientCharsetReader(cs string, in io.Reader) (io.Reader, error) {
 	return in, nil
 }
 
-// cleanLine makes header-derived text safe for one line: valid UTF-8, CR
-// and LF (header injection through encoded words) and other control
-// characters replaced by a space, runs of spaces collapsed, trimmed.
-func cleanLine(s string) string {
+// CleanLine makes outside text safe for one line of a post or a log line:
+// valid UTF-8, CR and LF (header injection through encoded words) and other
+// control characters replaced by a space, runs of spaces collapsed,
+// trimmed. The worker uses it for model output too, so there is one rule.
+func CleanLine(s string) string {
 	s = toUTF8([]byte(s))
 	var b strings.Builder
 	b.Grow(len(s))
@@ -533,7 +534,7 @@ func filename(h message.Header, ctParams map[string]string) (disp, name string) 
 			name = dec
 		}
 	}
-	name = cleanLine(name)
+	name = CleanLine(name)
 	if i := strings.LastIndexAny(name, `/\`); i >= 0 {
 		name = name[i+1:]
 	}
