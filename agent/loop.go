@@ -185,6 +185,16 @@ func (r *run) ask(parent context.Context, question string) {
 			}
 		}
 		rep, err := r.a.chat(ctx, model, msgs, ts.tools)
+		if err != nil && o.Model == "" && isNotFound(err) {
+			// A switch began between the lookup and the request: /v1 now
+			// refuses the old name. Ask once more for the model it serves
+			// (the switch target, held until it is up).
+			if again, lerr := r.a.firstModel(ctx); lerr == nil && again != model {
+				r.a.log.Info("agent: the served model changed during the step; asking the new one", "was", model, "now", again)
+				model = again
+				rep, err = r.a.chat(ctx, model, msgs, ts.tools)
+			}
+		}
 		if err != nil {
 			r.fail(parent, ctx, fmt.Sprintf("asking the model at %s (step %d)", o.BaseURL, r.step), err)
 			return
@@ -395,3 +405,14 @@ func clip(s string, n int) string {
 
 // flatten joins lines and runs of blanks (indented JSON reads as one line).
 func flatten(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// isNotFound reports an HTTP 404 from the endpoint: /v1 answers it for a
+// model that is not (or no longer) served.
+func isNotFound(err error) bool {
+	var apiErr *openai.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.HTTPStatusCode == http.StatusNotFound
+	}
+	var reqErr *openai.RequestError
+	return errors.As(err, &reqErr) && reqErr.HTTPStatusCode == http.StatusNotFound
+}
