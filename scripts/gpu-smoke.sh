@@ -2,7 +2,8 @@
 # gpu-smoke.sh — run gpuhost against a REAL NVIDIA driver (no systemd, no
 # inference server needed): doctor locally, then a daemon with the real NVML
 # backend and simulator backends as child processes, its status, a switch,
-# /metrics and the MCP gpu tool. Usage: scripts/gpu-smoke.sh [path/to/gpuhost]
+# /metrics, the MCP gpu tool, the agent loop (`gpuhost ask`) and the mail
+# triage worker on the sample mails (energy cost from the real power). Usage: scripts/gpu-smoke.sh [path/to/gpuhost]
 # Build the binary with cgo first: CGO_ENABLED=1 go build -o bin/gpuhost .
 set -u
 BIN=${1:-bin/gpuhost}
@@ -21,13 +22,19 @@ systemd:
 backends:
   vllm:
     unit: gpuhost-vllm.service
-    exec: ["$BIN", simulate, vllm]
+    exec: ["$BIN", simulate, vllm, --scripted-tools]
     simulated: true
   ollama:
     unit: gpuhost-ollama.service
-    exec: ["$BIN", simulate, ollama]
+    exec: ["$BIN", simulate, ollama, --scripted-tools]
     simulated: true
 default_profile: qwen3-coder
+triage:
+  enabled: true
+  interval: 2s
+  source: {kind: maildir, maildir: "$W/maildir"}
+  rules: {priority_mailboxes: [urgent@ourcompany.example], internal_domains: [ourcompany.example]}
+  costs: {currency: EUR, energy_per_kwh: 0.30, transcription_per_minute: 0.006}
 mcp:
   connectors:
     gpu: {}
@@ -50,6 +57,10 @@ profiles:
     sim: {load_time: 300ms, prefill_tps: 4000, decode_tps: 120}
 YAML
 step() { echo; echo "=== $*"; }
+# The sample mails of the demo (repository checkout) as a Maildir.
+MAILS=$(dirname "$(readlink -f "$0")")/../triage/demo/mails
+mkdir -p "$W/maildir/new" "$W/maildir/cur" "$W/maildir/tmp"
+i=0; for f in "$MAILS"/*.eml; do i=$((i+1)); cp "$f" "$W/maildir/new/$((1796025600+i*60)).M${i}P1.smoke"; done
 step "nvidia-smi"; nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,power.draw,clocks.max.memory --format=csv 2>&1 | head -5
 step "gpuhost version"; "$BIN" version
 step "gpuhost doctor --json (local, real NVML)"; "$BIN" --config "$W/gpuhost.yaml" doctor --json; echo "exit=$?"
@@ -62,5 +73,16 @@ step "gpuhost status --json"; "$BIN" --config "$W/gpuhost.yaml" status --json; e
 step "gpuhost switch llama3-8b"; "$BIN" --config "$W/gpuhost.yaml" switch llama3-8b; echo "exit=$?"
 step "gpuhost switch qwen3-coder"; "$BIN" --config "$W/gpuhost.yaml" switch qwen3-coder; echo "exit=$?"
 step "/metrics (DCGM names)"; curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^DCGM_FI_' | head -20
+step "gpuhost ask (agent loop, real NVML behind gpu_status)"; "$BIN" --config "$W/gpuhost.yaml" ask "what is the GPU status?"; echo "exit=$?"
+step "triage results (energy from real NVML power)"
+for _ in $(seq 100); do n=$(curl -s "http://127.0.0.1:$PORT/api/triage" | grep -o '"uid":' | wc -l); [ "$n" -ge 6 ] && break; sleep 0.3; done
+curl -s "http://127.0.0.1:$PORT/api/triage" | python3 -c '
+import json,sys
+d=json.load(sys.stdin)
+for r in d["results"]:
+    c=r["cost"]
+    print(r["uid"], r["class"], r["importance"], r.get("rule",""), "energy_wh=%.4f" % c.get("energy_wh",0), "total=%.6f %s" % (c["total"], c["currency"]), r["subject"])
+'
+curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^gpuhost_triage_(energy|mails|cost)' | head
 step "gpuhost mcp test (gpu, inference)"; "$BIN" --config "$W/gpuhost.yaml" mcp test; echo "exit=$?"
 step "serve log (tail)"; tail -20 "$W/serve.log"
