@@ -64,6 +64,14 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"invalid yaml", "profiles: [\n", []string{"invalid YAML"}},
 		{"empty file", "", []string{"file is empty"}},
 		{"bad profile name", strings.Replace(minimal, "p1:", "P 1:", 1), []string{"profiles.P 1"}},
+		{"triage unknown key", minimal + "triage:\n  intervall: 5s\n", []string{"triage.intervall (line", "unknown key"}},
+		{"triage source kind", minimal + "triage:\n  enabled: true\n  source: {kind: pop3}\n", []string{"triage.source.kind", `"pop3"`}},
+		{"triage plain IMAP beyond loopback", minimal + "triage:\n  enabled: true\n  source: {kind: imap, addr: '10.0.0.5:143', security: plain, username: u, password_env: P}\n", []string{"triage.source.security", "loopback", "10.0.0.5"}},
+		{"triage first_run", minimal + "triage:\n  first_run: some\n", []string{"triage.first_run", `"some"`}},
+		{"triage threshold", minimal + "triage:\n  important_threshold: 11\n", []string{"triage.important_threshold", "1..10"}},
+		{"triage priority mailbox", minimal + "triage:\n  rules: {priority_mailboxes: [support]}\n", []string{"triage.rules.priority_mailboxes[0]", `"support"`}},
+		{"triage profile url", minimal + "triage:\n  crm: {enabled: true, profile_url: 'https://crm/x'}\n", []string{"triage.crm.profile_url", "{id}"}},
+		{"agent steps", minimal + "agent:\n  max_steps: 99\n", []string{"agent.max_steps", "1..50"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

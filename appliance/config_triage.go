@@ -34,6 +34,11 @@ type TriageConfig struct {
 	// Rebaseline: on a UIDVALIDITY change, start after the mailbox's current
 	// highest UID instead of reprocessing every mail (default true).
 	Rebaseline *bool `yaml:"rebaseline_on_uidvalidity"`
+	// FirstRun decides where a mailbox without a checkpoint starts: "new"
+	// (default) after its current highest UID, so connecting a mailbox does
+	// not post its whole history (older mails: `gpuhost triage mail --uid`);
+	// "all" from the first mail (the demo's sample mailbox).
+	FirstRun string `yaml:"first_run"`
 	// KeepResults is how many recent results GET /api/triage returns (default 100).
 	KeepResults int `yaml:"keep_results"`
 	// Console prints every post to standard output as well (the demo's
@@ -207,6 +212,9 @@ func (c *Config) triageDefaults() {
 		v := true
 		t.Rebaseline = &v
 	}
+	if t.FirstRun == "" {
+		t.FirstRun = "new"
+	}
 	if t.KeepResults == 0 {
 		t.KeepResults = 100
 	}
@@ -262,11 +270,17 @@ func (c *Config) triageValidate(add func(key, format string, args ...any)) {
 	if t.Transcription.MaxBytes < 0 {
 		add("triage.transcription.max_bytes", "must not be negative")
 	}
+	if t.FirstRun != "new" && t.FirstRun != "all" {
+		add("triage.first_run", "%q is not new or all", t.FirstRun)
+	}
 	if t.Alerting.FailuresBeforeAlert < 1 {
 		add("triage.alerting.failures_before_alert", "must be at least 1")
 	}
 	if c.Agent.MaxSteps < 1 || c.Agent.MaxSteps > 50 {
 		add("agent.max_steps", "%d is not in 1..50", c.Agent.MaxSteps)
+	}
+	if t.CRM.ProfileURL != "" && !strings.Contains(t.CRM.ProfileURL, "{id}") {
+		add("triage.crm.profile_url", "%q has no {id} placeholder", t.CRM.ProfileURL)
 	}
 	if !t.Enabled {
 		return
@@ -302,8 +316,5 @@ func (c *Config) triageValidate(add func(key, format string, args ...any)) {
 	}
 	if t.Slack.Enabled && t.Slack.Channel == "" {
 		add("triage.slack.channel", "required when triage.slack.enabled")
-	}
-	if t.CRM.Enabled && t.CRM.ProfileURL != "" && !strings.Contains(t.CRM.ProfileURL, "{id}") {
-		add("triage.crm.profile_url", "%q has no {id} placeholder", t.CRM.ProfileURL)
 	}
 }

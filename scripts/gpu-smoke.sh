@@ -32,6 +32,7 @@ default_profile: qwen3-coder
 triage:
   enabled: true
   interval: 2s
+  first_run: all
   source: {kind: maildir, maildir: "$W/maildir"}
   rules: {priority_mailboxes: [urgent@ourcompany.example], internal_domains: [ourcompany.example]}
   costs: {currency: EUR, energy_per_kwh: 0.30, transcription_per_minute: 0.006}

@@ -111,6 +111,7 @@ func TestDovecotCrashKill(t *testing.T) {
 triage:
   enabled: true
   interval: 100ms
+  first_run: all
   source:
     kind: imap
     addr: %s

@@ -137,6 +137,10 @@ type Options struct {
 	// Rebaseline: on a UIDVALIDITY change continue after the mailbox's
 	// current highest UID instead of reprocessing it whole.
 	Rebaseline bool
+	// StartAtEnd: on the first poll of a mailbox without a checkpoint,
+	// start after its current highest UID (config first_run: new) instead
+	// of triaging every mail already in it.
+	StartAtEnd bool
 	// Interval between polls (default 60s).
 	Interval time.Duration
 	// AlertFailures consecutive failed polls raise the alert (default 3);

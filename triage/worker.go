@@ -139,8 +139,14 @@ func (w *Worker) uidValidityChanged(ctx context.Context, batch source.Batch) err
 	st.Inflight = nil // its key names the old UIDVALIDITY
 	var text string
 	switch {
+	case old == 0 && st.LastUID == 0 && w.o.StartAtEnd:
+		// First poll of this mailbox (first_run: new): its history is not
+		// news; start after what is there now.
+		st.LastUID = batch.HighestUID
+		w.log.Info("triage: first poll of this mailbox; starting after its current mails (first_run: new; send older ones with gpuhost triage mail --uid N)",
+			"mailbox", w.name, "uidvalidity", batch.UIDValidity, "after_uid", batch.HighestUID)
 	case old == 0 && st.LastUID == 0:
-		// First poll of this mailbox: nothing to re-baseline.
+		// First poll of this mailbox (first_run: all): from the first mail.
 	case w.o.Rebaseline:
 		st.LastUID = batch.HighestUID
 		text = fmt.Sprintf("triage: mailbox %s changed its UIDVALIDITY (%d → %d); re-baselined at UID %d. Mails that arrived since the last poll were NOT triaged — check the mailbox by hand.",

@@ -289,6 +289,43 @@ func TestUIDValidityChange(t *testing.T) {
 	}
 }
 
+// TestFirstRunNew: connecting a mailbox that already holds mail does not
+// post its history (first_run: new); mail that arrives afterwards is
+// triaged, and a restart continues from the checkpoint, not from the top.
+func TestFirstRunNew(t *testing.T) {
+	e := newUnit(t, func(o *Options) { o.StartAtEnd = true })
+	e.src.add(eml("a@customer.test", "x@example.com", "old one", "x"))
+	e.src.add(eml("a@customer.test", "x@example.com", "old two", "x"))
+	n, err := e.w.Once(context.Background())
+	if err != nil || n != 0 {
+		t.Fatalf("first poll: processed %d, err %v; want 0 (history is not news)", n, err)
+	}
+	if c := readCheckpoint(t, e.w); c.UIDValidity != 7 || c.LastUID != 2 {
+		t.Errorf("checkpoint after the first poll = %+v, want uidvalidity 7, last_uid 2", c)
+	}
+	e.src.add(eml("a@customer.test", "x@example.com", "new one", "x"))
+	if n, err := e.w.Once(context.Background()); err != nil || n != 1 {
+		t.Fatalf("second poll: processed %d, err %v; want 1", n, err)
+	}
+	// A restarted worker reads the checkpoint: nothing is skipped.
+	e.src.add(eml("a@customer.test", "x@example.com", "new two", "x"))
+	w2, err := New(e.w.o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	if n, err := w2.Once(context.Background()); err != nil || n != 1 {
+		t.Fatalf("after a restart: processed %d, err %v; want 1", n, err)
+	}
+	var subjects []string
+	for _, p := range e.a.Posts() {
+		subjects = append(subjects, p.Subject)
+	}
+	if strings.Join(subjects, ",") != "new one,new two" {
+		t.Errorf("posted %q, want only the mails that arrived after the first poll", subjects)
+	}
+}
+
 func TestCorruptCheckpointRefusesToStart(t *testing.T) {
 	e := newUnit(t, nil)
 	if err := os.MkdirAll(filepath.Dir(e.w.path), 0o755); err != nil {
