@@ -391,7 +391,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if x.err != nil {
 			rec.detail = x.err.Error()
 		}
-		if r.Context().Err() != nil || cw.err != nil {
+		// 499 only when the client left before it had the whole answer: a
+		// client that closes the moment it reads [DONE] (go-openai does)
+		// got everything, and the request counts as the backend's status.
+		complete := x.tap != nil && x.tap.eof && x.err == nil
+		if cw.err != nil || (r.Context().Err() != nil && !complete) {
 			rec.status = statusClientClosed
 		}
 		return

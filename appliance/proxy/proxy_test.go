@@ -416,6 +416,38 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	}
 }
 
+// TestClientClosingAtDoneIsNot499: go-openai closes the connection the
+// moment it reads "data: [DONE]"; the answer was complete, so the request
+// counts as 200, not as a client that left (499). The close races the
+// proxy's bookkeeping, so the race is run a number of times.
+func TestClientClosingAtDoneIsNot499(t *testing.T) {
+	e := newEnv(t, appliancetest.Options{Activate: "coder"})
+	const rounds = 10
+	for i := 0; i < rounds; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		resp := post(t, ctx, e.url+"/v1/chat/completions", chatBody(t, "qwen3-coder", true, 4, nil))
+		var got strings.Builder
+		buf := make([]byte, 256)
+		for !strings.Contains(got.String(), "data: [DONE]") {
+			n, err := resp.Body.Read(buf)
+			got.Write(buf[:n])
+			if err != nil {
+				break
+			}
+		}
+		cancel() // at once, as go-openai's stream reader does
+		resp.Body.Close()
+		if !strings.Contains(got.String(), "data: [DONE]") {
+			t.Fatalf("round %d: stream ended without [DONE]: %q", i, got.String())
+		}
+	}
+	for i, o := range e.obs.waitFor(t, rounds) {
+		if o.status != 200 {
+			t.Errorf("request %d recorded as %d, want 200 (the client had the whole answer)", i, o.status)
+		}
+	}
+}
+
 // TestBearerToken: beyond loopback, the API middleware guards /v1 too.
 func TestBearerToken(t *testing.T) {
 	t.Setenv("GPUHOST_PROXY_TEST_TOKEN", "s3cret")

@@ -51,6 +51,7 @@ type usageTap struct {
 	compl     int
 	sawDone   bool
 	events    int
+	eof       bool // the backend's whole answer was read
 }
 
 // tapModeFor picks how to read usage from a response's media type; encoded
@@ -86,6 +87,7 @@ func (t *usageTap) Read(p []byte) (int, error) {
 		t.feed(p[:n])
 	}
 	if err == io.EOF {
+		t.eof = true
 		t.finish()
 	}
 	return n, err
