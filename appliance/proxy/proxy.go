@@ -271,6 +271,7 @@ type record struct {
 	stream    bool
 	tap       *usageTap
 	client    *clientWriter // the last forwarding attempt's writer
+	x         *exchange     // the last forwarding attempt
 	firstByte time.Time     // of an answer gpuhost wrote itself
 	detail    string
 }
@@ -315,7 +316,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// httputil.ReverseProxy aborts a response whose copy failed
 			// (client gone, backend died mid-stream) with ErrAbortHandler;
 			// log it, then let net/http drop the connection.
-			if r.Context().Err() != nil || rec.client != nil && rec.client.err != nil {
+			if rec.x != nil && rec.x.tap.complete() && (rec.client == nil || rec.client.err == nil) {
+				// The copy failed after the whole answer went out: the
+				// client closed at [DONE]. Not a failure of anyone's.
+				rec.tap, rec.status = rec.x.tap, rec.x.status
+			} else if r.Context().Err() != nil || rec.client != nil && rec.client.err != nil {
 				rec.status = statusClientClosed
 			} else {
 				rec.status = http.StatusBadGateway
@@ -373,7 +378,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		rec.tap = nil
 		cw := &clientWriter{ResponseWriter: w}
-		rec.client = cw
+		rec.client, rec.x = cw, x
 		p.rp.ServeHTTP(cw, req)
 		rec.tap, rec.status = x.tap, x.status
 		if x.tap != nil {
@@ -394,8 +399,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// 499 only when the client left before it had the whole answer: a
 		// client that closes the moment it reads [DONE] (go-openai does)
 		// got everything, and the request counts as the backend's status.
-		complete := x.tap != nil && x.tap.eof && x.err == nil
-		if cw.err != nil || (r.Context().Err() != nil && !complete) {
+		if cw.err != nil || (r.Context().Err() != nil && !x.tap.complete()) {
 			rec.status = statusClientClosed
 		}
 		return

@@ -95,6 +95,13 @@ func (t *usageTap) Read(p []byte) (int, error) {
 
 func (t *usageTap) Close() error { return t.rc.Close() }
 
+// complete reports whether the client was sent the whole answer: the body
+// was read to its end, or a stream reached its "data: [DONE]" (a client
+// may close right then, before the backend's end of body is read).
+func (t *usageTap) complete() bool {
+	return t != nil && (t.eof || (t.mode == tapSSE && t.sawDone))
+}
+
 // feed examines one piece of the body.
 func (t *usageTap) feed(p []byte) {
 	switch t.mode {
