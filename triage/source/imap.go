@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -475,13 +476,7 @@ func (s *IMAP) bodies(ctx context.Context, c *imapclient.Client, metas []*imapcl
 		}
 		set := imap.UIDSetNum(uids...)
 		return s.do(ctx, c, fmt.Sprintf("UID FETCH %s (UID %s)", set, what), func() error {
-			bufs, err := c.Fetch(set, &imap.FetchOptions{UID: true, BodySection: []*imap.FetchItemBodySection{section}}).Collect()
-			for _, b := range bufs {
-				if raw := b.FindBodySection(section); raw != nil {
-					got[b.UID] = raw
-				}
-			}
-			return err
+			return readBodies(c, c.Fetch(set, &imap.FetchOptions{UID: true, BodySection: []*imap.FetchItemBodySection{section}}), section, got)
 		})
 	}
 
@@ -523,6 +518,59 @@ func (s *IMAP) bodies(ctx context.Context, c *imapclient.Client, metas []*imapcl
 		})
 	}
 	return mails, nil
+}
+
+// readBodies reads the answer to a FETCH of body sections into got (UID →
+// the section's bytes). It stands in for go-imap's Collect, which, when the
+// connection ends inside a literal, takes the truncated literal for the
+// whole one and then reads the rest of it again while the client's reader
+// goroutine reads the same buffer (go-imap v2.0.0-beta.8: a data race, and
+// a short body that only the command's final error keeps from being used).
+// Here every literal must arrive in full; one that does not is an error,
+// and the command is then abandoned and the connection closed without
+// touching either again.
+func readBodies(c *imapclient.Client, cmd *imapclient.FetchCommand, section *imap.FetchItemBodySection, got map[imap.UID][]byte) error {
+	for msg := cmd.Next(); msg != nil; msg = cmd.Next() {
+		var (
+			uid  imap.UID
+			body []byte
+		)
+		for item := msg.Next(); item != nil; item = msg.Next() {
+			switch item := item.(type) {
+			case imapclient.FetchItemDataUID:
+				uid = item.UID
+			case imapclient.FetchItemDataBodySection:
+				if item.Literal == nil {
+					continue // NIL: the server has no such section
+				}
+				b, err := readLiteral(item.Literal)
+				if err != nil {
+					c.Close()
+					return fmt.Errorf("read the body of message %d (UID %d): %w", msg.SeqNum, uid, err)
+				}
+				if item.MatchCommand(section) {
+					body = b
+				}
+			}
+		}
+		if uid != 0 && body != nil {
+			got[uid] = body
+		}
+	}
+	return cmd.Close()
+}
+
+// readLiteral reads a literal whole; one that ends before the size the
+// server announced is io.ErrUnexpectedEOF (the connection dropped inside it).
+func readLiteral(lit imap.LiteralReader) ([]byte, error) {
+	b, err := io.ReadAll(lit)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) != lit.Size() {
+		return nil, fmt.Errorf("the connection ended after %d of the %d bytes announced: %w", len(b), lit.Size(), io.ErrUnexpectedEOF)
+	}
+	return b, nil
 }
 
 // do runs one command exchange on c under the per-command timeout and ctx.
