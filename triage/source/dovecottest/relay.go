@@ -55,6 +55,8 @@ type Relay struct {
 	conns    map[net.Conn]struct{}
 }
 
+// NewRelay listens on a spare loopback port and relays every connection to
+// backend (the Dovecot address) until the test ends.
 func NewRelay(t testing.TB, backend string) *Relay {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
