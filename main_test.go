@@ -314,7 +314,8 @@ profiles:
 	var st appliance.Status
 	var err error
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if st, err = c.Status(context.Background()); err == nil {
+		// The daemon answers at once; the failed reconciliation follows.
+		if st, err = c.Status(context.Background()); err == nil && st.State.Phase == appliance.PhaseFailed {
 			break
 		}
 	}

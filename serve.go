@@ -165,13 +165,14 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 	}
 	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
-
+	// The Supervisor starts reconciling before the first request is
+	// answered (requests may have queued while the services were built).
 	go func() {
 		if err := sup.Run(runCtx); err != nil {
 			errc <- fmt.Errorf("supervisor: %w", err)
 		}
 	}()
+	go func() { errc <- srv.Serve(ln) }()
 	addr := ln.Addr().String()
 	log.Info("gpuhost serving", "addr", addr, "gpu", cfg.GPU.Backend, "runner", cfg.Systemd.Runner, "profiles", len(cfg.Profiles))
 	if ready != nil {
