@@ -3,13 +3,11 @@ package customer
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"gopkg.in/yaml.v3"
 
 	"gpuhost/mcp"
@@ -40,37 +38,7 @@ INSERT INTO users (id, name, email, company) VALUES
 // the role's DSN over TCP with a password.
 func startCRM(t *testing.T) string {
 	t.Helper()
-	dsn, _ := pgtest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect as admin: %v", err)
-	}
-	if _, err := admin.Exec(ctx, "CREATE DATABASE crm"); err != nil {
-		t.Fatalf("create database crm: %v", err)
-	}
-	_ = admin.Close(ctx)
-
-	conn, err := pgx.Connect(ctx, strings.Replace(dsn, "dbname=postgres", "dbname=crm", 1))
-	if err != nil {
-		t.Fatalf("connect to crm as admin: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.PgConn().Exec(ctx, schemaSQL).ReadAll(); err != nil {
-		t.Fatalf("create schema and sample data: %v", err)
-	}
-	script, err := os.ReadFile("../../scripts/crm-readonly-role.sql")
-	if err != nil {
-		t.Fatalf("read the role script: %v", err)
-	}
-	if _, err := conn.PgConn().Exec(ctx, string(script)).ReadAll(); err != nil {
-		t.Fatalf("run scripts/crm-readonly-role.sql: %v", err)
-	}
-	if _, err := conn.Exec(ctx, "ALTER ROLE gpuhost_crm_ro LOGIN PASSWORD '"+roPassword+"'"); err != nil {
-		t.Fatalf("enable role login: %v", err)
-	}
-	return fmt.Sprintf("postgres://gpuhost_crm_ro:%s@127.0.0.1:%d/crm?sslmode=disable", roPassword, conn.Config().Port)
+	return pgtest.StartCRM(t, schemaSQL, roPassword).RoleDSN
 }
 
 // environ is the process environment the MCP server reads secrets from,

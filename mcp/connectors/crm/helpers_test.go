@@ -2,10 +2,7 @@ package crm
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -57,53 +54,12 @@ INSERT INTO tickets VALUES
   (2, 2, 'Invoice question', 'closed', '2026-01-20');
 `
 
-// startDB starts PostgreSQL (or skips, see pgtest), creates database crm
-// with the sample data, runs the role script and enables the role's login.
+// startDB starts PostgreSQL (or skips, see pgtest) with database crm, the
+// sample data and the read-only role able to log in.
 func startDB(t *testing.T) *testDB {
 	t.Helper()
-	dsn, _ := pgtest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-
-	admin, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect as admin: %v", err)
-	}
-	if _, err := admin.Exec(ctx, "CREATE DATABASE crm"); err != nil {
-		t.Fatalf("create database crm: %v", err)
-	}
-	_ = admin.Close(ctx)
-
-	adminCRM := strings.Replace(dsn, "dbname=postgres", "dbname=crm", 1)
-	conn, err := pgx.Connect(ctx, adminCRM)
-	if err != nil {
-		t.Fatalf("connect to crm as admin: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.PgConn().Exec(ctx, schemaSQL).ReadAll(); err != nil {
-		t.Fatalf("create schema and sample data: %v", err)
-	}
-	script, err := os.ReadFile("../../../scripts/crm-readonly-role.sql")
-	if err != nil {
-		t.Fatalf("read the role script: %v", err)
-	}
-	if _, err := conn.PgConn().Exec(ctx, string(script)).ReadAll(); err != nil {
-		t.Fatalf("run scripts/crm-readonly-role.sql: %v", err)
-	}
-	// Idempotent: a second run must succeed too.
-	if _, err := conn.PgConn().Exec(ctx, string(script)).ReadAll(); err != nil {
-		t.Fatalf("run scripts/crm-readonly-role.sql a second time: %v", err)
-	}
-	if _, err := conn.Exec(ctx, "ALTER ROLE gpuhost_crm_ro LOGIN PASSWORD '"+roPassword+"'"); err != nil {
-		t.Fatalf("enable role login: %v", err)
-	}
-	cfg := conn.Config()
-	return &testDB{
-		adminDSN: adminCRM,
-		roDSN:    fmt.Sprintf("postgres://gpuhost_crm_ro:%s@127.0.0.1:%d/crm?sslmode=disable", roPassword, cfg.Port),
-		host:     "127.0.0.1",
-		port:     cfg.Port,
-	}
+	db := pgtest.StartCRM(t, schemaSQL, roPassword)
+	return &testDB{adminDSN: db.AdminDSN, roDSN: db.RoleDSN, host: "127.0.0.1", port: db.Port}
 }
 
 // count returns SELECT count(*) FROM table, as the superuser.
