@@ -3,6 +3,9 @@ GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 BIN      := bin/gpuhost
+# go.mod names go1.27.3 (go1.26.8 has reachable stdlib vulnerabilities); the go
+# command fetches that toolchain from the module proxy on first use.
+export GOTOOLCHAIN := go1.27.3
 # cgo is on by default: go-nvml needs it for the real driver, and -race needs it.
 export CGO_ENABLED ?= 1
 

@@ -1,6 +1,6 @@
 module gpuhost
 
-go 1.26.8
+go 1.27.3
 
 require (
 	github.com/NVIDIA/go-nvml v0.13.4-1
