@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
+	"golang.org/x/net/netutil"
 
 	"gpuhost/agent"
 	"gpuhost/appliance"
@@ -61,6 +62,9 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 		return fmt.Errorf("listen on %s (listen): %w", cfg.Listen, err)
 	}
 	defer ln.Close()
+	// Connections beyond http.max_connections wait in the kernel's backlog
+	// until one closes, so idle keep-alive floods cannot exhaust fds.
+	ln = netutil.LimitListener(ln, cfg.HTTP.MaxConnections)
 	selfV1 := loopbackV1(ln.Addr())
 	selfClient := &http.Client{Transport: &selfAuth{base: selfV1, cfg: cfg, next: http.DefaultTransport}}
 	// The front doors: each can be disabled, and one failing does not stop
@@ -73,6 +77,9 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 		go m.Run(runCtx)
 		m.Register(api)
 		px.SetObserver(m)
+		if err := m.Add(px.Collectors()...); err != nil {
+			log.Error("proxy metrics not exported", "err", err)
+		}
 	}
 	px.Register(api) // no-op when proxy.disabled
 	// Benchmarks of the active profile (POST /api/bench); progress goes on
@@ -163,7 +170,10 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 			}()
 		}
 	}
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+	// No ReadTimeout or WriteTimeout: answers stream for minutes. Request
+	// bodies get http.body_read_timeout from the front-door guard instead.
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout: cfg.HTTP.IdleTimeout.D(), MaxHeaderBytes: cfg.HTTP.MaxHeaderBytes}
 	errc := make(chan error, 2)
 	// The Supervisor starts reconciling before the first request is
 	// answered (requests may have queued while the services were built).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"gpuhost/internal/frontdoor"
 	"gpuhost/nvml"
 	"gpuhost/systemd"
 	"gpuhost/units"
@@ -141,31 +142,20 @@ func NewAPI(sup *Supervisor, doctor DoctorFunc, log *slog.Logger) (*echo.Echo, e
 		}
 		_ = c.JSON(code, APIError{Error: strings.ToLower(http.StatusText(code)), Detail: msg})
 	}
+	e.Pre(frontdoor.New(frontdoor.Options{
+		Listen:            cfg.Listen,
+		AllowedHosts:      cfg.HTTP.AllowedHosts,
+		FormPaths:         PanelFormPaths,
+		MultipartPrefixes: []string{"/v1/audio"},
+		MaxBodyBytes:      cfg.HTTP.MaxBodyBytes,
+		LimitedPrefixes:   []string{"/api", "/mcp"},
+		BodyReadTimeout:   cfg.HTTP.BodyReadTimeout.D(),
+	}).Middleware)
 	if !cfg.IsLoopback() {
-		tok, err := cfg.APIToken()
-		if err != nil {
+		if err := checkToken(cfg); err != nil {
 			return nil, err
 		}
-		if tok == "" {
-			return nil, fmt.Errorf("listen %s is not loopback: set a bearer token in $%s or api_token_file", cfg.Listen, cfg.APITokenEnv)
-		}
-		e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
-			return func(c echo.Context) error {
-				if Authenticated(c) {
-					return next(c)
-				}
-				want, err := cfg.APIToken()
-				if err != nil || want == "" {
-					return c.JSON(http.StatusServiceUnavailable, APIError{Error: "no token", Detail: "the API token is not readable on the server"})
-				}
-				got, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
-				if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
-					c.Response().Header().Set("WWW-Authenticate", `Bearer realm="gpuhost"`)
-					return c.JSON(http.StatusUnauthorized, APIError{Error: "unauthorized", Detail: "missing or wrong bearer token"})
-				}
-				return next(c)
-			}
-		})
+		e.Use(bearerAuth(cfg, frontdoor.NewThrottle("bearer token", cfg.HTTP.AuthFailuresPerMinute, time.Minute, log, nil)))
 	}
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -201,6 +191,63 @@ func NewAPI(sup *Supervisor, doctor DoctorFunc, log *slog.Logger) (*echo.Echo, e
 	e.POST("/api/switch", func(c echo.Context) error { return handleSwitch(c, sup) })
 	e.GET("/api/events", func(c echo.Context) error { return handleEvents(c, sup) })
 	return e, nil
+}
+
+// PanelFormPaths are the web panel's form POST routes: they carry the
+// panel's CSRF token instead of a JSON content type (the panel's tests check
+// that its routes and this list agree).
+var PanelFormPaths = []string{"/switch", "/bench/run", "/ask", "/ask/stream", "/login", "/logout"}
+
+// checkToken refuses to start beyond loopback without a token that is long
+// enough to withstand guessing (the throttle slows guesses; length makes
+// them hopeless). The message names the source, never the value.
+func checkToken(cfg *Config) error {
+	tok, err := cfg.APIToken()
+	if err != nil {
+		return err
+	}
+	src := "$" + cfg.APITokenEnv
+	if cfg.APITokenFile != "" {
+		src = "api_token_file " + cfg.APITokenFile
+	}
+	if tok == "" {
+		return fmt.Errorf("listen %s is not loopback: set a bearer token in $%s or api_token_file", cfg.Listen, cfg.APITokenEnv)
+	}
+	if n := len([]rune(tok)); n < MinTokenLength {
+		return fmt.Errorf("listen %s is not loopback: the bearer token in %s has %d characters, at least %d are needed (e.g. openssl rand -hex 32)", cfg.Listen, src, n, MinTokenLength)
+	}
+	return nil
+}
+
+// bearerAuth demands the bearer token on every request a front door has not
+// vouched for. Clients that keep sending wrong tokens are throttled.
+func bearerAuth(cfg *Config, th *frontdoor.Throttle) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if Authenticated(c) {
+				return next(c)
+			}
+			remote := c.Request().RemoteAddr
+			if wait, blocked := th.Blocked(remote); blocked {
+				c.Response().Header().Set("Retry-After", frontdoor.RetryAfterSeconds(wait))
+				return c.JSON(http.StatusTooManyRequests, APIError{Error: "too many requests",
+					Detail: fmt.Sprintf("too many wrong bearer tokens from this address; retry in %s s", frontdoor.RetryAfterSeconds(wait))})
+			}
+			want, err := cfg.APIToken()
+			if err != nil || want == "" {
+				return c.JSON(http.StatusServiceUnavailable, APIError{Error: "no token", Detail: "the API token is not readable on the server"})
+			}
+			got, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+				if ok || c.Request().Header.Get("Authorization") != "" {
+					th.Fail(remote) // a missing header is a client without config, not a guess
+				}
+				c.Response().Header().Set("WWW-Authenticate", `Bearer realm="gpuhost"`)
+				return c.JSON(http.StatusUnauthorized, APIError{Error: "unauthorized", Detail: "missing or wrong bearer token"})
+			}
+			return next(c)
+		}
+	}
 }
 
 func unknownProfile(c echo.Context, cfg *Config, name string) error {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -155,12 +156,12 @@ func TestAPIRequiresTokenBeyondLoopback(t *testing.T) {
 	if _, err := NewAPI(f.sup, nil, slog.Default()); err == nil || !strings.Contains(err.Error(), "GPUHOST_API_TOKEN") {
 		t.Fatalf("no token on a public listen address must be refused, got %v", err)
 	}
-	t.Setenv(f.cfg.APITokenEnv, "tok-123")
+	t.Setenv(f.cfg.APITokenEnv, "tok-0123456789abcdef0123")
 	srv := newAPIServer(t, f)
 	for _, tc := range []struct {
 		auth string
 		want int
-	}{{"", 401}, {"Bearer wrong", 401}, {"Basic tok-123", 401}, {"Bearer tok-123", 200}} {
+	}{{"", 401}, {"Bearer wrong", 401}, {"Basic tok-0123456789abcdef0123", 401}, {"Bearer tok-0123456789abcdef0123", 200}} {
 		req, _ := http.NewRequest("GET", srv.URL+"/api/profiles", nil)
 		if tc.auth != "" {
 			req.Header.Set("Authorization", tc.auth)
@@ -174,8 +175,89 @@ func TestAPIRequiresTokenBeyondLoopback(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Errorf("Authorization %q: %d, want %d", tc.auth, resp.StatusCode, tc.want)
 		}
-		if strings.Contains(string(body), "tok-123") {
+		if strings.Contains(string(body), "tok-0123456789abcdef0123") {
 			t.Error("the token leaked into an answer")
 		}
 	}
+}
+
+// TestAPIRefusesShortTokenBeyondLoopback: a one-character token on 0.0.0.0
+// was accepted; now the daemon refuses to start and says how long it must
+// be, without printing the token.
+func TestAPIRefusesShortTokenBeyondLoopback(t *testing.T) {
+	f := newProcFixture(t, "10ms")
+	f.cfg.Listen = "0.0.0.0:0"
+	t.Setenv(f.cfg.APITokenEnv, "x")
+	_, err := NewAPI(f.sup, nil, slog.Default())
+	if err == nil || !strings.Contains(err.Error(), "at least 24") || !strings.Contains(err.Error(), "$GPUHOST_API_TOKEN has 1 characters") {
+		t.Fatalf("a 1-character token beyond loopback: %v", err)
+	}
+	f.cfg.Listen = "127.0.0.1:0" // loopback needs no token at all
+	if _, err := NewAPI(f.sup, nil, slog.Default()); err != nil {
+		t.Fatalf("loopback: %v", err)
+	}
+}
+
+// TestAPIThrottlesWrongTokens: past http.auth_failures_per_minute wrong
+// tokens, a client gets 429 with Retry-After (before: every guess was
+// answered, 3,355 per second), one log line names the client and never the
+// token; a client that sends no token at all is not counted.
+func TestAPIThrottlesWrongTokens(t *testing.T) {
+	f := newProcFixture(t, "10ms")
+	f.cfg.Listen = "0.0.0.0:0"
+	f.cfg.HTTP.AuthFailuresPerMinute = 5
+	const good = "good-token-0123456789abcdef"
+	t.Setenv(f.cfg.APITokenEnv, good)
+	var logs strings.Builder
+	e, err := NewAPI(f.sup, nil, slog.New(slog.NewTextHandler(&syncBuilder{b: &logs}, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	get := func(auth string) *http.Response {
+		req, _ := http.NewRequest("GET", srv.URL+"/api/profiles", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	for i := 0; i < 20; i++ {
+		if resp := get(""); resp.StatusCode != 401 {
+			t.Fatalf("no token #%d: %d, want 401 (not throttled)", i, resp.StatusCode)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		if resp := get("Bearer guess-" + strings.Repeat("x", i)); resp.StatusCode != 401 {
+			t.Fatalf("guess %d: %d, want 401", i, resp.StatusCode)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		resp := get("Bearer guess-again")
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("guess past the limit: %d Retry-After %q, want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+	if strings.Contains(logs.String(), "guess") || strings.Contains(logs.String(), good) {
+		t.Errorf("a token reached the log:\n%s", logs.String())
+	}
+	if n := strings.Count(logs.String(), "authentication failures throttled"); n != 1 || !strings.Contains(logs.String(), "client=127.0.0.1") {
+		t.Errorf("%d throttle lines, want 1 naming the client:\n%s", n, logs.String())
+	}
+}
+
+type syncBuilder struct {
+	mu sync.Mutex
+	b  *strings.Builder
+}
+
+func (s *syncBuilder) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
 }

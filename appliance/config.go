@@ -17,6 +17,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"gpuhost/internal/frontdoor"
 	"gpuhost/units"
 )
 
@@ -51,6 +52,7 @@ type Config struct {
 	MCP            MCPConfig                 `yaml:"mcp"`
 	Triage         TriageConfig              `yaml:"triage"`
 	Agent          AgentConfig               `yaml:"agent"`
+	HTTP           HTTPConfig                `yaml:"http"`
 
 	// path is the file this config came from, for messages.
 	path string
@@ -117,6 +119,10 @@ type ProxyConfig struct {
 	// gets 503 with Retry-After.
 	HoldTimeout  Duration `yaml:"hold_timeout"`
 	MaxBodyBytes int64    `yaml:"max_body_bytes"`
+	// BodyMemoryBytes is the memory all request bodies the proxy holds at
+	// once may take (bodies are read whole to route them and to hold them
+	// during a switch); beyond it a request gets 503 with Retry-After.
+	BodyMemoryBytes int64 `yaml:"body_memory_bytes"`
 }
 
 // PanelConfig controls the web panel.
@@ -390,6 +396,7 @@ func (c *Config) applyDefaults() {
 	if c.Proxy.MaxBodyBytes == 0 {
 		c.Proxy.MaxBodyBytes = 32 << 20
 	}
+	c.httpDefaults()
 	if c.MCP.ConnectorsDir == "" {
 		c.MCP.ConnectorsDir = "/etc/gpuhost/connectors.d"
 	}
@@ -499,6 +506,7 @@ func (c *Config) validate() []string {
 		add("switch.ready_timeout", "%s is too short (at least 1s)", c.Switch.ReadyTimeout.D())
 	}
 	c.triageValidate(add)
+	c.httpValidate(add)
 	return ps
 }
 
@@ -549,17 +557,7 @@ func (c *Config) EnvFilePath(unit string) string {
 func (c *Config) Path() string { return c.path }
 
 // IsLoopback reports whether the listen address only accepts local clients.
-func (c *Config) IsLoopback() bool {
-	host, _, err := net.SplitHostPort(c.Listen)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+func (c *Config) IsLoopback() bool { return frontdoor.IsLoopbackListen(c.Listen) }
 
 // APIToken reads the bearer token at call time (never cached in logs). It
 // returns "" with no error when none is configured.

@@ -506,7 +506,7 @@ func httpClient(t testing.TB, base string, headers map[string]string) (*client.C
 }
 
 func TestHTTPRoundTrip(t *testing.T) {
-	const token = "tok-8d2c7e"
+	const token = "tok-8d2c7e-0123456789abcdef"
 	tests := []struct {
 		name    string
 		listen  string

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"gpuhost/internal/frontdoor"
 )
 
 // Cookie names. Both are HttpOnly and SameSite=Strict; neither is readable
@@ -262,21 +264,6 @@ func sameOrigin(fetchSite, origin, scheme, host string) error {
 	return nil
 }
 
-// loopbackHost reports whether a Host header names this machine by a
-// loopback name or address (with or without a port).
-func loopbackHost(host string) bool {
-	h := host
-	if hh, _, err := net.SplitHostPort(host); err == nil {
-		h = hh
-	}
-	h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
-	if strings.EqualFold(h, "localhost") || strings.HasSuffix(strings.ToLower(h), ".localhost") {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
-}
-
 // safeNext returns next when it is a local path of this site (so the login
 // form cannot be turned into an open redirect), else "/".
 func safeNext(next string) string {
@@ -326,10 +313,15 @@ func (p *Panel) handleLogin(c echo.Context) error {
 		return p.render(c, http.StatusServiceUnavailable, "login", p.pageData(c, "login", "Log in",
 			loginView{Next: next, Error: "The API token is not readable on the server; see the daemon log."}))
 	}
+	if wait, blocked := p.logins.Blocked(c.Request().RemoteAddr); blocked {
+		c.Response().Header().Set("Retry-After", frontdoor.RetryAfterSeconds(wait))
+		return p.render(c, http.StatusTooManyRequests, "login", p.pageData(c, "login", "Log in",
+			loginView{Next: next, Error: "Too many wrong tokens from this address; try again in " + frontdoor.RetryAfterSeconds(wait) + " s."}))
+	}
 	got := c.FormValue("token")
 	gh, wh := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
 	if subtle.ConstantTimeCompare(gh[:], wh[:]) != 1 {
-		p.log.Warn("panel login failed", "remote", c.RealIP())
+		p.logins.Fail(c.Request().RemoteAddr)
 		return p.render(c, http.StatusUnauthorized, "login", p.pageData(c, "login", "Log in",
 			loginView{Next: next, Error: "Wrong token."}))
 	}
@@ -355,4 +347,12 @@ func (p *Panel) handleLogout(c echo.Context) error {
 		return c.Redirect(http.StatusSeeOther, "/")
 	}
 	return c.Redirect(http.StatusSeeOther, "/login")
+}
+
+// stripPort drops the port of a Host header value.
+func stripPort(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return h
+	}
+	return hostport
 }

@@ -38,7 +38,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
 	ev := &env{}
 	if o.public {
-		ev.token = "s3cret-token-for-tests"
+		ev.token = "s3cret-token-for-tests-0123456789"
 		tokenFile := filepath.Join(t.TempDir(), "token")
 		if err := os.WriteFile(tokenFile, []byte(ev.token+"\n"), 0o600); err != nil {
 			t.Fatal(err)

@@ -32,6 +32,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"gpuhost/appliance"
+	"gpuhost/internal/frontdoor"
 	"gpuhost/nvml"
 )
 
@@ -87,6 +88,7 @@ type Panel struct {
 	probeClient  *http.Client
 	befores      *beforeMemo
 	now          func() time.Time
+	logins       *frontdoor.Throttle // failed logins per client address
 
 	mu     sync.RWMutex
 	bench  BenchSource
@@ -127,6 +129,7 @@ func New(sup Supervisor, doctor appliance.DoctorFunc, cfg *appliance.Config, log
 		return nil, fmt.Errorf("panel: generate CSRF key: %w", err)
 	}
 	p.csrfKey = key
+	p.logins = frontdoor.NewThrottle("panel login", cfg.HTTP.AuthFailuresPerMinute, time.Minute, p.log, func() time.Time { return p.now() })
 	p.sessions = newSessionStore(SessionTTL, maxSessions)
 	p.doctorCache = newDoctorCache(doctor, DefaultDoctorTTL, DoctorMinInterval)
 	if p.pages, err = parsePages(); err != nil {
@@ -252,7 +255,7 @@ func (p *Panel) guard(kind guardKind) echo.MiddlewareFunc {
 			if c.Request().Body != nil {
 				c.Request().Body = http.MaxBytesReader(c.Response(), c.Request().Body, maxFormBytes)
 			}
-			if !p.authRequired && !loopbackHost(c.Request().Host) {
+			if !p.authRequired && !frontdoor.IsLoopbackHost(stripPort(c.Request().Host)) {
 				c.Set(keyAnonymous, true)
 				// A page that resolves its own name to 127.0.0.1 (DNS
 				// rebinding) must not reach a panel that trusts loopback.

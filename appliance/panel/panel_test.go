@@ -419,7 +419,7 @@ func TestLoginFlow(t *testing.T) {
 		t.Fatalf("GET /api/status with a session: %d %s", resp.StatusCode, body)
 	}
 	assertEventStream(t, c, base+"/api/events")
-	if resp, _ := do(t, c, "POST", base+"/api/switch", nil, nil); resp.StatusCode != http.StatusUnauthorized {
+	if resp, _ := do(t, c, "POST", base+"/api/switch", nil, map[string]string{"Content-Type": "application/json"}); resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("POST /api/switch with only a session: %d, want 401", resp.StatusCode)
 	}
 	if resp, body := do(t, http.DefaultClient, "GET", base+"/api/status", nil, map[string]string{"Authorization": "Bearer " + ev.token}); resp.StatusCode != http.StatusOK {

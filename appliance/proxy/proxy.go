@@ -57,6 +57,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"gpuhost/appliance"
 	"gpuhost/units"
@@ -111,6 +112,9 @@ type Proxy struct {
 	// changes (a switch), idle connections to the old process are closed.
 	backend atomic.Pointer[backendKey]
 
+	mem      *memBudget
+	rejected *prometheus.CounterVec
+
 	lenMu    sync.Mutex
 	lenCache map[string]int // "profile@since" → max_model_len reported by vLLM
 }
@@ -130,8 +134,12 @@ func New(sup Backend, cfg appliance.ProxyConfig, profiles func() map[string]*uni
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 32 << 20
 	}
+	if cfg.BodyMemoryBytes < cfg.MaxBodyBytes {
+		cfg.BodyMemoryBytes = max(cfg.MaxBodyBytes, 256<<20)
+	}
 	p := &Proxy{sup: sup, cfg: cfg, profiles: profiles, log: log.With("component", "proxy"),
-		created: time.Now().Unix(), lenCache: map[string]int{}}
+		created: time.Now().Unix(), lenCache: map[string]int{},
+		mem: &memBudget{limit: cfg.BodyMemoryBytes}, rejected: newRejectedCounter()}
 	p.transport = &http.Transport{
 		Proxy:       nil, // the backend is on loopback: never an environment proxy
 		DialContext: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -332,7 +340,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.done(rec)
 	}()
 
-	body, aerr := p.readBody(w, r)
+	body, reserved, aerr := p.readBody(w, r)
+	defer p.mem.give(reserved)
 	if aerr != nil {
 		p.fail(w, rec, aerr)
 		return
@@ -429,7 +438,7 @@ type backendKey struct {
 // readBody reads the whole request body, bounded by max_body_bytes. The
 // body is needed whole anyway: to route on "model" before the backend is
 // chosen, and to hold the request while a switch runs.
-func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiErr) {
+func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) (body []byte, reserved int64, _ *apiErr) {
 	limit := p.cfg.MaxBodyBytes
 	tooBig := func() *apiErr {
 		return &apiErr{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "request_too_large",
@@ -437,28 +446,40 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiEr
 	}
 	if r.ContentLength > limit {
 		w.Header().Set("Connection", "close")
-		return nil, tooBig()
+		return nil, 0, tooBig()
 	}
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-		return nil, nil
+		return nil, 0, nil
+	}
+	br := &budgetReader{r: io.LimitReader(r.Body, limit+1), b: p.mem}
+	if r.ContentLength > 0 {
+		if !p.mem.take(r.ContentLength) {
+			p.rejected.WithLabelValues("body_memory").Inc()
+			w.Header().Set("Connection", "close")
+			return nil, 0, overBudget(p.cfg.BodyMemoryBytes)
+		}
+		br.prepaid, br.reserved = r.ContentLength, r.ContentLength
 	}
 	// Grow with what actually arrives: a client announcing 32 MiB and
 	// sending nothing must not make the daemon allocate 32 MiB. (MinRead
 	// spare: ReadFrom needs room to see EOF without growing.)
 	buf := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength, 0), 1<<20)+bytes.MinRead))
-	_, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
-	if err == nil && int64(buf.Len()) > limit {
+	_, err := buf.ReadFrom(br)
+	switch {
+	case errors.Is(err, errOverBudget):
+		p.rejected.WithLabelValues("body_memory").Inc()
 		w.Header().Set("Connection", "close")
-		return nil, tooBig()
-	}
-	if err != nil {
-		if r.Context().Err() != nil {
-			return nil, &apiErr{status: statusClientClosed, msg: "the client went away while sending the body"}
-		}
-		return nil, &apiErr{status: http.StatusBadRequest, typ: "invalid_request_error", code: "body_read_failed",
+		return nil, br.reserved, overBudget(p.cfg.BodyMemoryBytes)
+	case err == nil && int64(buf.Len()) > limit:
+		w.Header().Set("Connection", "close")
+		return nil, br.reserved, tooBig()
+	case err != nil && r.Context().Err() != nil:
+		return nil, br.reserved, &apiErr{status: statusClientClosed, msg: "the client went away while sending the body"}
+	case err != nil:
+		return nil, br.reserved, &apiErr{status: http.StatusBadRequest, typ: "invalid_request_error", code: "body_read_failed",
 			msg: "reading the request body: " + err.Error()}
 	}
-	return buf.Bytes(), nil
+	return buf.Bytes(), br.reserved, nil
 }
 
 // hasJSONBody decides whether a body is routed on its "model": a JSON media

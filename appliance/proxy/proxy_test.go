@@ -360,8 +360,9 @@ func TestBadRequests(t *testing.T) {
 		{"not an object", strings.NewReader(`[1,2]`), 5, "application/json", 400, "invalid_json"},
 		{"model not a string", strings.NewReader(`{"model":5,"messages":[]}`), 25, "application/json", 400, "invalid_model"},
 		{"garbage after the object", strings.NewReader(`{"model":"qwen3-coder"}}`), 24, "application/json", 400, "invalid_json"},
-		// Not JSON by its type or its first byte: the backend's own error.
-		{"plain text", strings.NewReader(`hello`), 5, "text/plain", 400, ""},
+		// Not JSON by its type: the front-door guard refuses it (a web
+		// page can send text/plain without a CORS preflight).
+		{"plain text", strings.NewReader(`hello`), 5, "text/plain", 415, "frontdoor_content_type"},
 	}
 	client := &http.Client{Timeout: 10 * time.Second}
 	for _, tc := range tests {
@@ -450,7 +451,7 @@ func TestClientClosingAtDoneIsNot499(t *testing.T) {
 
 // TestBearerToken: beyond loopback, the API middleware guards /v1 too.
 func TestBearerToken(t *testing.T) {
-	t.Setenv("GPUHOST_PROXY_TEST_TOKEN", "s3cret")
+	t.Setenv("GPUHOST_PROXY_TEST_TOKEN", "s3cret-0123456789abcdef0123")
 	e := newEnv(t, appliancetest.Options{Activate: "coder", Hook: func(c *appliance.Config) {
 		c.Listen = "0.0.0.0:0"
 		c.APITokenEnv = "GPUHOST_PROXY_TEST_TOKEN"
@@ -462,9 +463,9 @@ func TestBearerToken(t *testing.T) {
 		{"GET", "/v1/models", "", 401},
 		{"GET", "/v1/models/qwen3-coder", "Bearer wrong", 401},
 		{"POST", "/v1/chat/completions", "", 401},
-		{"POST", "/v1/completions", "Basic s3cret", 401},
-		{"GET", "/v1/models", "Bearer s3cret", 200},
-		{"POST", "/v1/chat/completions", "Bearer s3cret", 200},
+		{"POST", "/v1/completions", "Basic s3cret-0123456789abcdef0123", 401},
+		{"GET", "/v1/models", "Bearer s3cret-0123456789abcdef0123", 200},
+		{"POST", "/v1/chat/completions", "Bearer s3cret-0123456789abcdef0123", 200},
 	} {
 		var body io.Reader
 		if tc.method == "POST" {

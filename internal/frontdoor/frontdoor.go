@@ -1,0 +1,298 @@
+// Package frontdoor is the one guard in front of every route of the daemon's
+// HTTP listener (API, /v1, /mcp, /metrics, /api/events, the panel). It
+// decides, before routing, whether a request may be attributed to someone
+// the daemon answers:
+//
+//   - Host: the name the client used must be one the daemon answers to
+//     (loopback names and addresses, the listen host, the configured
+//     allowed_hosts; beyond loopback also any IP literal). A page that
+//     rebinds its own DNS name to 127.0.0.1 sends its own name as Host and
+//     gets 421, so it can neither read nor write through the browser.
+//   - Provenance of state-changing requests (every method but GET, HEAD,
+//     OPTIONS): a browser's Sec-Fetch-Site of cross-site or same-site, or an
+//     Origin that is not the daemon's own, is refused with 403. Clients that
+//     are not browsers (opencode, curl, SDKs) send neither header.
+//   - Content type: state-changing requests must say application/json. A
+//     web page can send text/plain, form and multipart bodies without a
+//     CORS preflight, but not JSON, so this rule alone stops "simple"
+//     cross-site requests even from browsers that send no fetch metadata.
+//     The panel's own form posts (which carry its CSRF token) are exempt by
+//     path.
+//   - Body size on /api and /mcp, and a read deadline for request bodies
+//     (not for responses: a stream may run for minutes).
+//
+// Failed authentication (bearer tokens, panel logins) is throttled per
+// client by Throttle.
+package frontdoor
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// Options configure Guard. Zero sizes and durations disable that limit.
+type Options struct {
+	// Listen is the daemon's listen address (host:port).
+	Listen string
+	// AllowedHosts are further names (or addresses) clients may use in the
+	// Host header, such as "gpu-box.lan".
+	AllowedHosts []string
+	// FormPaths are the routes whose POSTs are browser forms protected by
+	// the panel's CSRF token; they may use form content types.
+	FormPaths []string
+	// MultipartPrefixes are the paths whose POSTs may be multipart uploads
+	// (OpenAI's audio transcription API takes multipart/form-data).
+	MultipartPrefixes []string
+	// MaxBodyBytes bounds request bodies on paths under LimitedPrefixes.
+	MaxBodyBytes int64
+	// LimitedPrefixes are the path prefixes MaxBodyBytes applies to (the
+	// /v1 proxy has its own limit and memory budget).
+	LimitedPrefixes []string
+	// BodyReadTimeout bounds the time to receive a request body.
+	BodyReadTimeout time.Duration
+}
+
+// Guard holds the compiled rules.
+type Guard struct {
+	opts      Options
+	hosts     map[string]bool
+	anyIP     bool
+	formPaths map[string]bool
+}
+
+// New compiles the options.
+func New(opts Options) *Guard {
+	g := &Guard{opts: opts, hosts: map[string]bool{}, formPaths: map[string]bool{}}
+	host, _, err := net.SplitHostPort(opts.Listen)
+	if err != nil {
+		host = opts.Listen
+	}
+	if host != "" && !isWildcard(host) {
+		g.hosts[normHost(host)] = true
+	}
+	// Beyond loopback the bearer token attributes requests; an IP literal
+	// cannot be rebound by a web page, so any of the box's addresses works.
+	g.anyIP = !IsLoopbackListen(opts.Listen)
+	for _, h := range opts.AllowedHosts {
+		g.hosts[normHost(h)] = true
+	}
+	for _, p := range opts.FormPaths {
+		g.formPaths[p] = true
+	}
+	return g
+}
+
+// Refusal is the JSON body of every refusal: the same {"error","detail"}
+// shape as the API's errors, with the rule that fired.
+type Refusal struct {
+	Error  string `json:"error"`
+	Detail string `json:"detail"`
+	Rule   string `json:"rule"`
+}
+
+// Middleware is the guard for echo's Pre stage (before routing, before any
+// authentication): a refused request never reaches a handler.
+func (g *Guard) Middleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if !g.HostAllowed(r.Host) {
+			return refuse(c, http.StatusMisdirectedRequest, "host",
+				fmt.Sprintf("this daemon does not answer to host %q (allowed: loopback names, the listen address, and http.allowed_hosts)", r.Host))
+		}
+		if !safeMethod(r.Method) {
+			if err := sameOrigin(r, c.Scheme()); err != nil {
+				return refuse(c, http.StatusForbidden, "origin", err.Error())
+			}
+			if !g.contentTypeAllowed(r) {
+				return refuse(c, http.StatusUnsupportedMediaType, "content-type",
+					fmt.Sprintf("%s %s needs Content-Type: application/json (got %q)", r.Method, r.URL.Path, r.Header.Get("Content-Type")))
+			}
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			if g.limited(r.URL.Path) && g.opts.MaxBodyBytes > 0 {
+				if r.ContentLength > g.opts.MaxBodyBytes {
+					c.Response().Header().Set("Connection", "close")
+					return refuse(c, http.StatusRequestEntityTooLarge, "body-size",
+						fmt.Sprintf("request body of %d bytes is larger than http.max_body_bytes (%d bytes)", r.ContentLength, g.opts.MaxBodyBytes))
+				}
+				r.Body = &limitedBody{ReadCloser: http.MaxBytesReader(c.Response(), r.Body, g.opts.MaxBodyBytes), limit: g.opts.MaxBodyBytes}
+			}
+			if g.opts.BodyReadTimeout > 0 {
+				r.Body = withReadDeadline(c.Response(), r.Body, g.opts.BodyReadTimeout)
+			}
+			if g.limited(r.URL.Path) && g.opts.MaxBodyBytes > 0 && r.ContentLength < 0 {
+				// A chunked body has no length to check up front: read it
+				// here (the handlers read it whole anyway), so an oversized
+				// one gets 413 naming the key whatever the handler does
+				// with read errors.
+				b, err := io.ReadAll(r.Body)
+				if err != nil {
+					c.Response().Header().Set("Connection", "close")
+					var mbe *http.MaxBytesError
+					if errors.As(err, &mbe) {
+						return refuse(c, http.StatusRequestEntityTooLarge, "body-size",
+							fmt.Sprintf("request body is larger than http.max_body_bytes (%d bytes)", g.opts.MaxBodyBytes))
+					}
+					return refuse(c, http.StatusBadRequest, "body", "reading the request body: "+err.Error())
+				}
+				r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+			}
+		}
+		return next(c)
+	}
+}
+
+// limitedBody names the limit in the error a handler sees when a body is
+// cut off, so the JSON error the handler writes says which key to raise.
+type limitedBody struct {
+	io.ReadCloser
+	limit int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		err = fmt.Errorf("request body is larger than http.max_body_bytes (%d bytes): %w", b.limit, err)
+	}
+	return n, err
+}
+
+func (g *Guard) limited(path string) bool { return underAny(path, g.opts.LimitedPrefixes) }
+
+// contentTypeAllowed: JSON everywhere; form types only on the panel's form
+// routes; multipart only where uploads are the API's own shape.
+func (g *Guard) contentTypeAllowed(r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	if isJSON(ct) || g.formPaths[r.URL.Path] {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "multipart/form-data" && underAny(r.URL.Path, g.opts.MultipartPrefixes)
+}
+
+func underAny(path string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if path == p || strings.HasPrefix(path, strings.TrimSuffix(p, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// HostAllowed reports whether the daemon answers requests for this Host
+// header value (with or without a port).
+func (g *Guard) HostAllowed(hostport string) bool {
+	if hostport == "" {
+		return false // HTTP/1.1 requires Host; an HTTP/1.0 client without one is not a browser we can attribute
+	}
+	h := normHost(stripPort(hostport))
+	if IsLoopbackHost(h) || g.hosts[h] {
+		return true
+	}
+	return g.anyIP && net.ParseIP(h) != nil
+}
+
+// refuse writes the refusal; /v1 clients get the OpenAI error shape their
+// SDKs parse.
+func refuse(c echo.Context, status int, rule, detail string) error {
+	short := strings.ToLower(http.StatusText(status))
+	if strings.HasPrefix(c.Request().URL.Path, "/v1/") {
+		return c.JSON(status, map[string]any{"error": map[string]any{
+			"message": detail, "type": "forbidden", "code": "frontdoor_" + strings.ReplaceAll(rule, "-", "_"), "param": nil,
+		}})
+	}
+	return c.JSON(status, Refusal{Error: short, Detail: detail, Rule: rule})
+}
+
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
+}
+
+// sameOrigin refuses requests a browser marks as coming from another site,
+// and requests whose Origin is not this daemon's own (scheme and Host).
+func sameOrigin(r *http.Request, scheme string) error {
+	switch site := r.Header.Get("Sec-Fetch-Site"); site {
+	case "cross-site", "same-site":
+		return fmt.Errorf("request from another site refused (Sec-Fetch-Site: %s)", site)
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return nil
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Scheme == "" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+		return fmt.Errorf("request from another origin refused: Origin %q is not an origin", truncate(origin, 200))
+	}
+	if !strings.EqualFold(u.Scheme, scheme) || !strings.EqualFold(u.Host, r.Host) {
+		return fmt.Errorf("request from another origin refused: Origin %q is not %s://%s", truncate(origin, 200), scheme, r.Host)
+	}
+	return nil
+}
+
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}
+
+// IsLoopbackHost reports whether a host name or address (no port) names
+// this machine: localhost, *.localhost, or a loopback IP.
+func IsLoopbackHost(host string) bool {
+	h := normHost(host)
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// IsLoopbackListen reports whether a listen address (host:port) accepts
+// only local clients. A wildcard or empty host listens everywhere.
+func IsLoopbackListen(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil || host == "" || isWildcard(host) {
+		return false
+	}
+	return IsLoopbackHost(host)
+}
+
+func isWildcard(host string) bool {
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsUnspecified()
+}
+
+func stripPort(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return h
+	}
+	return hostport
+}
+
+func normHost(h string) string {
+	return strings.TrimSuffix(strings.ToLower(strings.Trim(h, "[]")), ".")
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// WriteJSON writes a refusal outside echo (the throttle's answers).
+func WriteJSON(w http.ResponseWriter, status int, rule, detail string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(Refusal{Error: strings.ToLower(http.StatusText(status)), Detail: detail, Rule: rule})
+}
