@@ -18,6 +18,7 @@ import (
 
 	"gpuhost/appliance"
 	"gpuhost/internal/testbin"
+	"gpuhost/internal/testkit"
 )
 
 // limitDaemon is `gpuhost serve` in a process of its own, so its file
@@ -41,8 +42,8 @@ func startLimitDaemon(t *testing.T, extraYAML string, vllmLoad string) *limitDae
 		t.Fatal(err)
 	}
 	cmd := exec.Command(binPath, "serve", "--config", path)
-	var logs strings.Builder
-	cmd.Stderr = &syncWriter{w: &logs}
+	var logs testkit.SyncBuffer
+	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -70,17 +71,6 @@ func (d *limitDaemon) client() *appliance.Client {
 	c := appliance.NewClient(d.url, "")
 	c.HTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	return c
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
 
 func (d *limitDaemon) fds(t *testing.T) int {

@@ -8,9 +8,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"gpuhost/internal/testkit"
 )
 
 func newAPIServer(t *testing.T, f *procFixture) *httptest.Server {
@@ -208,8 +209,8 @@ func TestAPIThrottlesWrongTokens(t *testing.T) {
 	f.cfg.HTTP.AuthFailuresPerMinute = 5
 	const good = "good-token-0123456789abcdef"
 	t.Setenv(f.cfg.APITokenEnv, good)
-	var logs strings.Builder
-	e, err := NewAPI(f.sup, nil, slog.New(slog.NewTextHandler(&syncBuilder{b: &logs}, nil)))
+	var logs testkit.SyncBuffer
+	e, err := NewAPI(f.sup, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,15 +250,4 @@ func TestAPIThrottlesWrongTokens(t *testing.T) {
 	if n := strings.Count(logs.String(), "authentication failures throttled"); n != 1 || !strings.Contains(logs.String(), "client=127.0.0.1") {
 		t.Errorf("%d throttle lines, want 1 naming the client:\n%s", n, logs.String())
 	}
-}
-
-type syncBuilder struct {
-	mu sync.Mutex
-	b  *strings.Builder
-}
-
-func (s *syncBuilder) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
 }
