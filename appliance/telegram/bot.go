@@ -350,12 +350,17 @@ func (b *Bot) onUpdate(ctx context.Context, tg *bot.Bot, upd *models.Update) {
 func (b *Bot) pair(ctx context.Context, tg *bot.Bot, m *models.Message) {
 	out, err := b.store.Request(pairing.Sender{UserID: m.From.ID, ChatID: m.Chat.ID, Username: m.From.Username, FirstName: m.From.FirstName})
 	if err != nil {
-		level := slog.LevelError
-		if errors.Is(err, pairing.ErrTooManyPending) {
-			level = slog.LevelWarn
+		if errors.Is(err, pairing.ErrRateLimited) {
+			// A flood: one line per refused sender would flood the log.
+			b.log.Debug("pairing request refused; not answering", "user_id", m.From.ID, "err", err)
+			return
 		}
-		b.log.Log(ctx, level, "pairing request not recorded; not answering", "user_id", m.From.ID, "err", err)
+		b.log.Error("pairing request not recorded; not answering", "user_id", m.From.ID, "err", err)
 		return
+	}
+	if out.Evicted != 0 {
+		b.log.Warn("pairing flood: the oldest live pairing code was evicted for a new sender", "evicted_user_id", out.Evicted,
+			"live_max", pairing.MaxLivePending)
 	}
 	switch out.Action {
 	case pairing.ActionNewCode:
