@@ -397,7 +397,9 @@ func (b *Bot) send(ctx context.Context, chatID int64, text string, attempts int,
 		kind, after := classify(err)
 		b.countError(kind)
 		serr := b.scrub(err)
-		if i >= attempts || !retryable(kind, note) {
+		// A reply waits at most maxReplyWait: it may be holding up the
+		// poll loop, and a late answer is worth less than the next one.
+		if i >= attempts || !retryable(kind, note) || (!note && after > maxReplyWait) {
 			b.log.Warn("send telegram message", "chat_id", chatID, "kind", kind, "attempts", i, "err", serr)
 			return serr
 		}

@@ -39,6 +39,9 @@ const (
 	// maxRetryAfter caps a 429's retry_after (Telegram's flood waits are
 	// seconds to minutes; a bogus huge value must not park the bot).
 	maxRetryAfter = time.Hour
+	// maxReplyWait is the longest retry_after a reply waits for before its
+	// one retry; beyond it the reply is given up.
+	maxReplyWait = 30 * time.Second
 	// noteAttempts is how often a notification is tried per chat.
 	noteAttempts = 6
 )

@@ -37,8 +37,11 @@ func TestUndecodableUpdateIsSkipped(t *testing.T) {
 	if st := h.bot.Status(); st.UpdatesSkipped != 1 || st.State != appliance.TelegramPolling {
 		t.Errorf("status after a poison update: %+v", st)
 	}
-	if off := h.api.confirmed(); off <= poison {
-		t.Errorf("confirmed offset %d is not past the poison update %d", off, poison)
+	// The next poll confirms past the poison update: Telegram forgets it.
+	for deadline := time.Now().Add(30 * time.Second); h.api.confirmed() <= poison; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("confirmed offset %d is not past the poison update %d", h.api.confirmed(), poison)
+		}
 	}
 	h.waitLog(t, "skipping a Telegram update that cannot be decoded", 1)
 	logs := h.logs.String()
@@ -142,7 +145,16 @@ func TestReplyIsRetriedOnce(t *testing.T) {
 	if got := countContaining(h.api.sentTo(operator.ID), "/gpu status"); got != 1 {
 		t.Errorf("operator got %d help texts, want 1 (the second reply failed twice: given up after one retry)", got)
 	}
-	if st := h.bot.Status(); st.Errors["rate_limited"] != 1 || st.Errors["server"] != 2 {
+	// A flood wait longer than maxReplyWait: the reply is given up at once
+	// rather than holding up the poll loop.
+	before := h.api.callCount("sendMessage")
+	h.api.failNext("sendMessage", 1, failure{code: 429, desc: "Too Many Requests: retry after 120", retryAfter: 120})
+	h.api.push(operator, private(operator), "/gpu help")
+	h.sync(t)
+	if n := h.api.callCount("sendMessage") - before; n != 2 { // the 429'd reply and the sync reply
+		t.Errorf("%d sendMessage calls, want 2 (no retry after a 120 s flood wait)", n)
+	}
+	if st := h.bot.Status(); st.Errors["rate_limited"] != 2 || st.Errors["server"] != 2 {
 		t.Errorf("error counters: %v", st.Errors)
 	}
 }
