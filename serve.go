@@ -42,7 +42,7 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 	sup := appliance.NewSupervisor(cfg, gpu, u, journal, log)
 	defer sup.Close()
 	doctor := func(ctx context.Context, profile string) appliance.DoctorReport {
-		d := &appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile}
+		d := &appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile, Telegram: sup.TelegramStatus}
 		if gerr != nil {
 			d.GPU, d.GPUErr = nil, gerr
 		}
@@ -145,7 +145,9 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 	if cfg.Telegram.Enabled {
 		if tb, err := telegram.New(cfg, sup, doctor, log.With("component", "telegram")); err != nil {
 			log.Error("telegram bot not started; the daemon carries on", "err", err)
+			sup.SetTelegramStatus(telegram.StoppedStatus(err, time.Now()))
 		} else {
+			sup.SetTelegramStatus(tb.Status)
 			tb.SetAsker(asker)
 			go func() {
 				if err := tb.Run(runCtx); err != nil {

@@ -37,6 +37,8 @@ type Status struct {
 	Profiles []ProfileInfo        `json:"profiles"`
 	// LastSwitch is the most recent finished switch, if any.
 	LastSwitch *SwitchSummary `json:"last_switch,omitempty"`
+	// Telegram is the bot's health; absent when telegram.enabled is false.
+	Telegram *TelegramStatus `json:"telegram,omitempty"`
 }
 
 // ProfileInfo is a profile as listed to clients.
@@ -69,7 +71,7 @@ func (s *Supervisor) Profiles() []ProfileInfo {
 // Status gathers state, GPU and units; a failing component shows as an
 // error field, never as a failed request.
 func (s *Supervisor) Status(ctx context.Context) Status {
-	out := Status{State: s.State(), Profiles: s.Profiles(), Units: []systemd.UnitStatus{}, LastSwitch: s.LastSwitch()}
+	out := Status{State: s.State(), Profiles: s.Profiles(), Units: []systemd.UnitStatus{}, LastSwitch: s.LastSwitch(), Telegram: s.TelegramStatus()}
 	if snap, err := s.snapshot(ctx); err != nil {
 		out.GPUError = err.Error()
 	} else {

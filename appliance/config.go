@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -499,8 +500,10 @@ func (c *Config) validate() []string {
 	if c.Proxy.MaxBodyBytes < 1024 {
 		add("proxy.max_body_bytes", "%d is too small (at least 1024)", c.Proxy.MaxBodyBytes)
 	}
-	if c.Telegram.APIURL != "" && !strings.HasPrefix(c.Telegram.APIURL, "https://") && !strings.HasPrefix(c.Telegram.APIURL, "http://127.0.0.1") && !strings.HasPrefix(c.Telegram.APIURL, "http://localhost") {
-		add("telegram.api_url", "%q must be https (plain http only on loopback, for tests)", c.Telegram.APIURL)
+	if c.Telegram.APIURL != "" {
+		if msg := checkBotAPIURL(c.Telegram.APIURL); msg != "" {
+			add("telegram.api_url", "%s", msg)
+		}
 	}
 	if c.Switch.ReadyTimeout.D() < time.Second {
 		add("switch.ready_timeout", "%s is too short (at least 1s)", c.Switch.ReadyTimeout.D())
@@ -508,6 +511,42 @@ func (c *Config) validate() []string {
 	c.triageValidate(add)
 	c.httpValidate(add)
 	return ps
+}
+
+// checkBotAPIURL returns why raw is not an acceptable Bot API server URL, or
+// "". The bot puts its token in every request path, so the URL is parsed,
+// not matched by prefix: https to any host, plain http only to a loopback IP
+// literal (127.0.0.0/8, ::1) or "localhost" (a fake API in tests), and never
+// user info, a query or a fragment, which would make the host read
+// differently to a person and to the HTTP client.
+func checkBotAPIURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Sprintf("%q is not a URL: %v", raw, err)
+	}
+	switch {
+	case u.Scheme != "https" && u.Scheme != "http":
+		return fmt.Sprintf("%q must be an https:// URL (plain http only to a loopback address, for tests)", raw)
+	case u.Opaque != "" || u.Host == "" || u.Hostname() == "":
+		return fmt.Sprintf("%q has no host", raw)
+	case u.User != nil:
+		return fmt.Sprintf("%q must not carry user info (user@host): the bot token would go to the host after the @", raw)
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return fmt.Sprintf("%q must not have a query or fragment", raw)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Sprintf("%q has an invalid port %q", raw, p)
+		}
+	}
+	if u.Scheme == "http" {
+		host := u.Hostname()
+		ip := net.ParseIP(host)
+		if !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
+			return fmt.Sprintf("%q must be https: plain http is allowed only to a loopback IP address or localhost (for tests), not %q", raw, host)
+		}
+	}
+	return ""
 }
 
 // ProfileNames returns the profile names sorted, for messages and listings.

@@ -3,6 +3,7 @@ package appliance
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -158,4 +159,58 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatal("config and error both returned")
 		}
 	})
+}
+
+// telegram.api_url is parsed, not matched by prefix: the bot token travels
+// in every request path, so a URL that reads as loopback but goes elsewhere
+// must be refused, and real loopback addresses accepted.
+func TestTelegramAPIURL(t *testing.T) {
+	tests := []struct {
+		url     string
+		wantErr string // "" = accepted
+	}{
+		{"https://api.telegram.org", ""},
+		{"https://tg-proxy.example.com:8443/botapi/", ""},
+		{"http://127.0.0.1:8081", ""},
+		{"http://127.0.0.2:8081", ""},
+		{"http://[::1]:8081", ""},
+		{"http://localhost:8081", ""},
+		{"http://LOCALHOST", ""},
+		{"http://127.0.0.1@example.com", "user info"},
+		{"http://127.0.0.1:80@example.com/", "user info"},
+		{"https://user:pw@api.telegram.org", "user info"},
+		{"http://127.0.0.1.example.com", `not "127.0.0.1.example.com"`},
+		{"http://localhost.example.com:8081", "loopback"},
+		{"http://10.0.0.5:8081", "loopback"},
+		{"http://[::ffff:10.0.0.5]:8081", "loopback"},
+		{"http://api.telegram.org", "must be https"},
+		{"ftp://127.0.0.1", "must be an https:// URL"},
+		{"api.telegram.org", "must be an https:// URL"},
+		{"https://", "no host"},
+		{"https://:443", "no host"},
+		{"http://127.0.0.1:99999", "invalid port"},
+		{"https://api.telegram.org?x=1", "query"},
+		{"https://api.telegram.org#frag", "fragment"},
+		{"http://127.0.0.1\n.example.com", "not a URL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.url, func(t *testing.T) {
+			y := minimal + "telegram:\n  api_url: " + strconv.Quote(tt.url) + "\n"
+			_, err := ParseConfig("test.yaml", []byte(y))
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range []string{"telegram.api_url", tt.wantErr} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
 }

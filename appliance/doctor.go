@@ -47,6 +47,10 @@ type Doctor struct {
 	GPUErr   error
 	UnitsErr error
 	Profile  string // only this profile ("" = all)
+	// Telegram reports the daemon's bot (Supervisor.TelegramStatus) for
+	// the telegram.bot check; nil, or a nil result, means no check (the
+	// CLI's local doctor, or telegram.enabled false).
+	Telegram func() *TelegramStatus
 }
 
 // Run executes the checks.
@@ -109,6 +113,11 @@ func (d *Doctor) Run(ctx context.Context) DoctorReport {
 				checks = append(checks, foreignProcessCheck(dev, bs))
 			}
 			checks = append(checks, d.endpointCheck(ctx, bs))
+		}
+	}
+	if d.Telegram != nil && d.Profile == "" {
+		if st := d.Telegram(); st != nil {
+			checks = append(checks, telegramCheck(st, time.Now()))
 		}
 	}
 	rep := DoctorReport{Checks: checks, Worst: string(units.SeverityOK), TookMS: float64(time.Since(t0).Microseconds()) / 1000}

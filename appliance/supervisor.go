@@ -133,6 +133,8 @@ type Supervisor struct {
 	gen        uint64
 	lastSwitch *SwitchSummary
 	switches   uint64
+
+	telegram telegramSlot // the bot's status, for Status (SetTelegramStatus)
 }
 
 // SwitchSummary is the outcome of the most recent switch, for the panel,

@@ -70,7 +70,25 @@ var (
 	doctorRunDesc = prometheus.NewDesc("gpuhost_doctor_last_run_timestamp_seconds",
 		"Unix time of the doctor run that gpuhost_doctor_check_status shows (the doctor runs in the background).",
 		nil, nil)
+	telegramUpDesc = prometheus.NewDesc("gpuhost_telegram_up",
+		"1 while the Telegram bot is polling the Bot API, 0 while it is starting, backing off or stopped (absent when telegram.enabled is false).",
+		nil, nil)
+	telegramStateDesc = prometheus.NewDesc("gpuhost_telegram_state",
+		"The Telegram bot's state: 1 for the current one (starting, polling, backing_off, stopped), 0 for the others.",
+		[]string{"state"}, nil)
+	telegramErrorsDesc = prometheus.NewDesc("gpuhost_telegram_errors_total",
+		"Failed Telegram Bot API calls since the daemon started, by kind (unauthorized, rate_limited, conflict, server, network, invalid_response, bad_request, other).",
+		[]string{"kind"}, nil)
+	telegramSkippedDesc = prometheus.NewDesc("gpuhost_telegram_updates_skipped_total",
+		"Telegram updates the bot could not decode and skipped.",
+		nil, nil)
+	telegramDroppedDesc = prometheus.NewDesc("gpuhost_telegram_notifications_dropped_total",
+		"Telegram notifications given up on (queue full, or every retry failed).",
+		nil, nil)
 )
+
+// telegramStates are the bot's states, always emitted by gpuhost_telegram_state.
+var telegramStates = []string{appliance.TelegramStarting, appliance.TelegramPolling, appliance.TelegramBackingOff, appliance.TelegramStopped}
 
 // phases and unitStates enumerate the values the state-set series always
 // carry, so that a series exists (with 0) before its state first happens.
@@ -97,7 +115,8 @@ func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, g := range dcgmGauges {
 		ch <- g.desc
 	}
-	for _, d := range []*prometheus.Desc{gpuUpDesc, activeProfileDesc, stateDesc, unitStateDesc, doctorCheckDesc, doctorRunDesc} {
+	for _, d := range []*prometheus.Desc{gpuUpDesc, activeProfileDesc, stateDesc, unitStateDesc, doctorCheckDesc, doctorRunDesc,
+		telegramUpDesc, telegramStateDesc, telegramErrorsDesc, telegramSkippedDesc, telegramDroppedDesc} {
 		ch <- d
 	}
 }
@@ -110,6 +129,7 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	c.collectGPU(ch, st)
 	collectState(ch, st)
 	collectUnits(ch, st)
+	collectTelegram(ch, st.Telegram)
 	if rep, at := c.m.cachedDoctor(); rep != nil {
 		collectDoctor(ch, rep)
 		ch <- prometheus.MustNewConstMetric(doctorRunDesc, prometheus.GaugeValue, float64(at.UnixNano())/1e9)
@@ -229,6 +249,27 @@ func collectDoctor(ch chan<- prometheus.Metric, rep *appliance.DoctorReport) {
 			ch <- prometheus.MustNewConstMetric(doctorCheckDesc, prometheus.GaugeValue, 1, k.id, k.profile, cleanLabel(string(sev)))
 		}
 	}
+}
+
+// collectTelegram emits the bot's series; none when there is no bot.
+func collectTelegram(ch chan<- prometheus.Metric, tg *appliance.TelegramStatus) {
+	if tg == nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(telegramUpDesc, prometheus.GaugeValue, boolValue(tg.State == appliance.TelegramPolling))
+	known := false
+	for _, s := range telegramStates {
+		known = known || tg.State == s
+		ch <- prometheus.MustNewConstMetric(telegramStateDesc, prometheus.GaugeValue, boolValue(tg.State == s), s)
+	}
+	if !known {
+		ch <- prometheus.MustNewConstMetric(telegramStateDesc, prometheus.GaugeValue, 1, cleanLabel(tg.State))
+	}
+	for kind, n := range tg.Errors {
+		ch <- prometheus.MustNewConstMetric(telegramErrorsDesc, prometheus.CounterValue, float64(n), cleanLabel(kind))
+	}
+	ch <- prometheus.MustNewConstMetric(telegramSkippedDesc, prometheus.CounterValue, float64(tg.UpdatesSkipped))
+	ch <- prometheus.MustNewConstMetric(telegramDroppedDesc, prometheus.CounterValue, float64(tg.NotificationsDropped))
 }
 
 func boolValue(b bool) float64 {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -615,5 +616,42 @@ func BenchmarkObserveRequest(b *testing.B) {
 	m := New(nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for b.Loop() {
 		m.ObserveRequest("qwen3-coder", 200, 1000, 200, 80*time.Millisecond, 3*time.Second)
+	}
+}
+
+func TestTelegramSeries(t *testing.T) {
+	f := appliancetest.New(t, appliancetest.Options{})
+	s := serve(t, f)
+	if n := len(s.scrape(t).find("gpuhost_telegram_up", nil)); n != 0 {
+		t.Fatalf("telegram series without a bot (%d)", n)
+	}
+	var mu sync.Mutex
+	st := appliance.TelegramStatus{State: appliance.TelegramBackingOff, Reason: appliance.TelegramTokenRefused,
+		Errors: map[string]uint64{"unauthorized": 3, "network": 0}, UpdatesSkipped: 2, NotificationsDropped: 1}
+	f.Sup.SetTelegramStatus(func() appliance.TelegramStatus { mu.Lock(); defer mu.Unlock(); return st })
+	fams := s.scrape(t)
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"gpuhost_telegram_up", nil, 0},
+		{"gpuhost_telegram_state", map[string]string{"state": "backing_off"}, 1},
+		{"gpuhost_telegram_state", map[string]string{"state": "polling"}, 0},
+		{"gpuhost_telegram_state", map[string]string{"state": "stopped"}, 0},
+		{"gpuhost_telegram_errors_total", map[string]string{"kind": "unauthorized"}, 3},
+		{"gpuhost_telegram_errors_total", map[string]string{"kind": "network"}, 0},
+		{"gpuhost_telegram_updates_skipped_total", nil, 2},
+		{"gpuhost_telegram_notifications_dropped_total", nil, 1},
+	} {
+		if got := fams.value(t, tc.name, tc.labels); got != tc.want {
+			t.Errorf("%s%v = %v, want %v", tc.name, tc.labels, got, tc.want)
+		}
+	}
+	mu.Lock()
+	st.State, st.Reason = appliance.TelegramPolling, ""
+	mu.Unlock()
+	if got := s.scrape(t).value(t, "gpuhost_telegram_up", nil); got != 1 {
+		t.Errorf("gpuhost_telegram_up = %v while polling", got)
 	}
 }

@@ -7,7 +7,9 @@
 // It honours the parts of a unit that matter to gpuhost: ExecStart with
 // $VAR splitting from an EnvironmentFile, Conflicts= (starting one stops the
 // others), stop with SIGTERM then SIGKILL, and the states inactive,
-// activating, active, deactivating and failed.
+// activating, active, deactivating and failed. Like a system service, a
+// backend gets a minimal environment (PATH, HOME, the locale, …) plus its
+// EnvironmentFile, never the daemon's secrets.
 package procunits
 
 import (
@@ -144,7 +146,7 @@ func (r *Runner) Start(ctx context.Context, name string) error {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(baseEnv(os.Environ()), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if u.spec.LogDir != "" {
 		if err := os.MkdirAll(u.spec.LogDir, 0o755); err == nil {
@@ -318,6 +320,36 @@ func (r *Runner) Journal(ctx context.Context, name string, n int) ([]string, err
 
 func logPath(s Spec) string {
 	return strings.TrimSuffix(s.LogDir, "/") + "/" + strings.TrimSuffix(s.Name, ".service") + ".log"
+}
+
+// passEnv are the variables of the daemon's environment that a backend
+// inherits: what a system service gets from systemd (PATH, the locale) and
+// the basics a login would set. Everything else, such as
+// GPUHOST_TELEGRAM_TOKEN, API keys and mail passwords, stays with the
+// daemon; a backend gets only these and what its unit's EnvironmentFile
+// sets, as under systemd.
+var passEnv = map[string]bool{
+	"PATH": true, "HOME": true, "USER": true, "LOGNAME": true, "SHELL": true,
+	"LANG": true, "LANGUAGE": true, "TZ": true, "TMPDIR": true,
+}
+
+// baseEnv filters the daemon's environment down to passEnv and LC_*;
+// without PATH it sets systemd's default.
+func baseEnv(environ []string) []string {
+	var out []string
+	havePath := false
+	for _, kv := range environ {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || (!passEnv[k] && !strings.HasPrefix(k, "LC_")) {
+			continue
+		}
+		havePath = havePath || k == "PATH"
+		out = append(out, kv)
+	}
+	if !havePath {
+		out = append(out, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	return out
 }
 
 // commandLine builds argv and extra environment like systemd would from

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +109,67 @@ func TestMissingEnvFileIsNoError(t *testing.T) {
 	st, _ := r.Unit(ctx, "c.service")
 	if st.ActiveState != "active" || len(st.ExecStart) != 1 || strings.Join(st.ExecStart[0], " ") != "/bin/sleep 5" {
 		t.Errorf("c: %+v", st)
+	}
+}
+
+// A backend gets only a minimal environment plus its EnvironmentFile, as
+// under systemd: the daemon's secrets (the bot token, API keys) must not
+// reach /proc/<pid>/environ of a backend.
+func TestBackendGetsOnlyAMinimalEnvironment(t *testing.T) {
+	const token = "4242424242:AAFakeSecretTokenValue_abcdefghijklmnopq"
+	t.Setenv("GPUHOST_TELEGRAM_TOKEN", token)
+	t.Setenv("GPUHOST_API_TOKEN", "api-secret-value")
+	t.Setenv("OPENAI_API_KEY", "sk-secret-value")
+	t.Setenv("LC_ALL", "C.UTF-8")
+	t.Setenv("HOME", "/root-for-test")
+	dir := t.TempDir()
+	envFile := filepath.Join(dir, "d.env")
+	if err := os.WriteFile(envFile, []byte("GPUHOST_PROFILE=p1\nGPUHOST_ARGS=30\nOLLAMA_HOST=127.0.0.1:11434\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := New(Spec{Name: "d.service", Exec: []string{"/bin/sleep"}, EnvFile: envFile})
+	ctx := context.Background()
+	if err := r.Start(ctx, "d.service"); err != nil {
+		t.Fatal(err)
+	}
+	defer r.StopAll(ctx)
+	st, _ := r.Unit(ctx, "d.service")
+	if st.MainPID <= 0 {
+		t.Fatalf("no main pid: %+v", st)
+	}
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(st.MainPID), "environ"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, kv := range strings.Split(strings.TrimRight(string(data), "\x00"), "\x00") {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	for _, secret := range []string{token, "api-secret-value", "sk-secret-value"} {
+		if strings.Contains(string(data), secret) {
+			t.Errorf("a daemon secret reached the backend's environment: %q", strings.ReplaceAll(string(data), "\x00", " "))
+		}
+	}
+	for k, want := range map[string]string{
+		"GPUHOST_PROFILE": "p1", "OLLAMA_HOST": "127.0.0.1:11434", // the EnvironmentFile
+		"HOME": "/root-for-test", "LC_ALL": "C.UTF-8", "PATH": os.Getenv("PATH"), // the basics
+	} {
+		if env[k] != want {
+			t.Errorf("backend env %s = %q, want %q", k, env[k], want)
+		}
+	}
+	for k := range env {
+		if !passEnv[k] && !strings.HasPrefix(k, "LC_") && !strings.HasPrefix(k, "GPUHOST_") && !strings.HasPrefix(k, "OLLAMA_") {
+			t.Errorf("backend inherited %s", k)
+		}
+	}
+}
+
+func TestBaseEnvSetsADefaultPath(t *testing.T) {
+	got := baseEnv([]string{"SECRET=x", "HOME=/h", "LC_TIME=C", "BROKEN"})
+	want := []string{"HOME=/h", "LC_TIME=C", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("baseEnv = %q, want %q", got, want)
 	}
 }

@@ -9,9 +9,13 @@
 // allowlist, and the commands are read-only. The bot token (which Telegram
 // puts in every API URL) is scrubbed from every log line and error.
 //
-// The bot long-polls the Bot API with github.com/go-telegram/bot. It is one
-// of the daemon's independent pieces: a failing bot returns an error from
-// Run and leaves the daemon and the inference backend alone.
+// The bot long-polls getUpdates itself (poll.go), decoding each update on
+// its own so that one it cannot decode is skipped rather than fatal, and
+// sends with github.com/go-telegram/bot. It is one of the daemon's
+// independent pieces and never gives up: every failure (a refused token
+// included, which may be rotated) is retried with backoff, honouring a 429's
+// retry_after, and shown by Status (GET /api/status, the panel, the
+// telegram.bot doctor check, gpuhost_telegram_* on /metrics).
 package telegram
 
 import (
@@ -61,26 +65,33 @@ type Bot struct {
 	log    *slog.Logger
 	store  *pairing.Store
 
-	token       string
 	tokenSource string // "environment variable X" or "telegram.token_file /p", for messages
 	apiURL      string
+
+	mu        sync.Mutex
+	token     string   // in use; changes when a rotated token is read
+	oldTokens []string // earlier tokens, still redacted
+	st        appliance.TelegramStatus
+	skipped   atomic.Uint64 // undecodable updates
+	dropped   atomic.Uint64 // notifications given up on
 
 	// Tunables: New sets the production values; this package's tests
 	// shorten them before Run.
 	pollTimeout time.Duration // long-poll length (getUpdates timeout + 1 s)
 	doctorFirst time.Duration // first periodic doctor run after start
 	doctorEvery time.Duration
-	retryMin    time.Duration // getMe retry backoff
+	retryMin    time.Duration // backoff of failed calls
 	retryMax    time.Duration
 	sendTimeout time.Duration
 	now         func() time.Time
-	httpClient  *http.Client // Bot API
-	probe       *http.Client // backend endpoint health
+	sleep       func(ctx context.Context, d time.Duration) bool // false: ctx ended
+	httpClient  *http.Client                                    // Bot API (nil: a default one)
+	pollClient  *http.Client                                    // set by Run
+	probe       *http.Client                                    // backend endpoint health
 
 	running  atomic.Bool
 	botName  string // our @username without "@", set before polling starts
-	tg       *bot.Bot
-	cancel   context.CancelCauseFunc
+	tgp      atomic.Pointer[bot.Bot]
 	work     chan struct{} // bounds concurrent status/doctor commands
 	notes    chan string   // notifications waiting to be sent
 	handlers sync.WaitGroup
@@ -123,11 +134,13 @@ func New(cfg *appliance.Config, sup Supervisor, doctor appliance.DoctorFunc, log
 		retryMax:    time.Minute,
 		sendTimeout: 15 * time.Second,
 		now:         time.Now,
+		sleep:       realSleep,
 		probe:       &http.Client{Timeout: 3 * time.Second},
 		work:        make(chan struct{}, 2),
 		notes:       make(chan string, 32),
 	}
 	b.store.Now = func() time.Time { return b.now() }
+	b.st = appliance.TelegramStatus{State: appliance.TelegramStarting, Since: time.Now(), Errors: map[string]uint64{}}
 	b.log = slog.New(redactlog.New(log.Handler(), b.redact)).With("component", "telegram")
 	return b, nil
 }
@@ -162,40 +175,40 @@ func readToken(tc appliance.TelegramConfig) (token, source string, err error) {
 	return token, source, nil
 }
 
-// Run connects (retrying while the API is unreachable; a refused token is an
-// error at once), then long-polls until ctx ends, answering commands and
-// sending notifications. It returns nil when ctx ends and an error when the
-// bot cannot work (token refused, now or later); the daemon logs it and
-// carries on without the bot. Run may be called once.
-func (b *Bot) Run(ctx context.Context) error {
+// Run connects and long-polls until ctx ends, answering commands and
+// sending notifications. Every failure of the Bot API (unreachable, 5xx,
+// 429, a refused token) is retried with backoff and reported in Status, so
+// Run returns nil when ctx ends; an error only when the client cannot be
+// built at all. The daemon logs it and carries on without the bot. Run may
+// be called once.
+func (b *Bot) Run(ctx context.Context) (err error) {
 	if !b.running.CompareAndSwap(false, true) {
 		return errors.New("telegram: Run called twice")
 	}
+	defer func() {
+		reason := "the daemon is stopping"
+		if err != nil {
+			reason = clipText(err.Error())
+		}
+		b.setState(appliance.TelegramStopped, reason)
+	}()
 	since := b.sup.LastSeq() // notify about what happens from now on
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	b.cancel = cancel
-	tg, err := bot.New(b.token,
-		bot.WithSkipGetMe(), // we call getMe ourselves, with retries
-		bot.WithServerURL(b.apiURL),
-		bot.WithHTTPClient(b.pollTimeout, b.httpClientOrDefault()),
-		bot.WithDefaultHandler(b.onUpdate),
-		bot.WithErrorsHandler(b.onLibError),
-		bot.WithDebugHandler(func(string, ...any) {}),
-		bot.WithAllowedUpdates(bot.AllowedUpdates{models.AllowedUpdateMessage}),
-		// One worker, handlers in order: pairing decisions never race, and
-		// slow commands run in their own bounded goroutines.
-		bot.WithNotAsyncHandlers(),
-		bot.WithWorkers(1),
-	)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	b.pollClient = b.httpClientOrDefault()
+	tg, err := b.newClient(b.currentToken())
 	if err != nil {
 		return b.scrub(fmt.Errorf("telegram: create client: %w", err))
 	}
-	me, err := b.connect(ctx, tg)
-	if err != nil || me == nil {
-		return err
+	b.tgp.Store(tg)
+	me := b.connect(ctx)
+	if me == nil {
+		return nil
 	}
-	b.tg, b.botName = tg, me.Username
+	b.botName = me.Username
+	b.mu.Lock()
+	b.st.Bot = me.Username
+	b.mu.Unlock()
 	b.log.Info("telegram bot polling", "bot", "@"+me.Username, "api", b.apiURL, "allow_groups", b.cfg.Telegram.AllowGroups,
 		"allowlist", b.store.AllowlistPath())
 
@@ -208,15 +221,23 @@ func (b *Bot) Run(ctx context.Context) error {
 		bg.Add(1)
 		go func() { defer bg.Done(); fn(ctx) }()
 	}
-	tg.Start(ctx) // returns when ctx ends (ours, or cancelled by onLibError)
-	cancel(nil)
+	b.poll(ctx) // returns when ctx ends
+	cancel()
 	b.handlers.Wait()
 	bg.Wait()
-	var fe *fatalError
-	if errors.As(context.Cause(ctx), &fe) {
-		return fe.err
-	}
 	return nil
+}
+
+// newClient builds the library client (getMe, sendMessage) for token.
+func (b *Bot) newClient(token string) (*bot.Bot, error) {
+	return bot.New(token,
+		bot.WithSkipGetMe(), // we call getMe ourselves, with retries
+		bot.WithServerURL(b.apiURL),
+		bot.WithHTTPClient(b.pollTimeout, b.pollClient),
+		bot.WithDefaultHandler(func(context.Context, *bot.Bot, *models.Update) {}),
+		bot.WithErrorsHandler(b.onLibError),
+		bot.WithDebugHandler(func(string, ...any) {}),
+	)
 }
 
 func (b *Bot) httpClientOrDefault() *http.Client {
@@ -227,52 +248,30 @@ func (b *Bot) httpClientOrDefault() *http.Client {
 	return &http.Client{Timeout: b.pollTimeout + 15*time.Second}
 }
 
-// connect calls getMe until it succeeds, ctx ends (nil, nil) or Telegram
-// refuses the token (error).
-func (b *Bot) connect(ctx context.Context, tg *bot.Bot) (*models.User, error) {
-	delay := b.retryMin
+// connect calls getMe until it succeeds (backing off like the poll loop,
+// a refused token included) or ctx ends (nil).
+func (b *Bot) connect(ctx context.Context) *models.User {
+	attempt := 0
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		me, err := tg.GetMe(cctx)
+		me, err := b.client().GetMe(cctx)
 		cancel()
 		if err == nil {
-			return me, nil
+			return me
 		}
 		if ctx.Err() != nil {
-			return nil, nil
+			return nil
 		}
-		err = b.scrub(fmt.Errorf("telegram: getMe at %s: %w", b.apiURL, err))
-		if errors.Is(err, bot.ErrorUnauthorized) || errors.Is(err, bot.ErrorNotFound) {
-			return nil, fmt.Errorf("%w (Telegram refuses the bot token from %s)", err, b.tokenSource)
+		if !b.backoff(ctx, "getMe", err, &attempt) {
+			return nil
 		}
-		b.log.Warn("telegram API not reachable; retrying", "err", err, "retry_in", delay)
-		select {
-		case <-ctx.Done():
-			return nil, nil
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, b.retryMax)
 	}
 }
 
-// fatalError ends Run with an error (the token was refused while polling).
-type fatalError struct{ err error }
-
-func (e *fatalError) Error() string { return e.err.Error() }
-
-// onLibError receives the library's background errors (getUpdates failures;
-// it retries with backoff by itself). A refused token stops the bot.
+// onLibError receives the library's background errors (none of them is a
+// call's result; those come back from the calls).
 func (b *Bot) onLibError(err error) {
-	err = b.scrub(err)
-	switch {
-	case errors.Is(err, bot.ErrorUnauthorized):
-		b.log.Error("telegram API refuses the bot token; stopping the bot", "err", err, "token_source", b.tokenSource)
-		b.cancel(&fatalError{err: fmt.Errorf("telegram: polling stopped, the bot token from %s was refused: %w", b.tokenSource, err)})
-	case errors.Is(err, bot.ErrorConflict):
-		b.log.Error("telegram API conflict: another process polls with this bot token, or a webhook is set (delete it)", "err", err)
-	default:
-		b.log.Warn("telegram API error; the client retries", "err", err)
-	}
+	b.log.Warn("telegram client error", "err", b.scrub(err))
 }
 
 // onUpdate handles one update, in order. It decides access first: only
@@ -350,12 +349,17 @@ func (b *Bot) onUpdate(ctx context.Context, tg *bot.Bot, upd *models.Update) {
 func (b *Bot) pair(ctx context.Context, tg *bot.Bot, m *models.Message) {
 	out, err := b.store.Request(pairing.Sender{UserID: m.From.ID, ChatID: m.Chat.ID, Username: m.From.Username, FirstName: m.From.FirstName})
 	if err != nil {
-		level := slog.LevelError
-		if errors.Is(err, pairing.ErrTooManyPending) {
-			level = slog.LevelWarn
+		if errors.Is(err, pairing.ErrRateLimited) {
+			// A flood: one line per refused sender would flood the log.
+			b.log.Debug("pairing request refused; not answering", "user_id", m.From.ID, "err", err)
+			return
 		}
-		b.log.Log(ctx, level, "pairing request not recorded; not answering", "user_id", m.From.ID, "err", err)
+		b.log.Error("pairing request not recorded; not answering", "user_id", m.From.ID, "err", err)
 		return
+	}
+	if out.Evicted != 0 {
+		b.log.Warn("pairing flood: the oldest live pairing code was evicted for a new sender", "evicted_user_id", out.Evicted,
+			"live_max", pairing.MaxLivePending)
 	}
 	switch out.Action {
 	case pairing.ActionNewCode:
@@ -369,15 +373,42 @@ func (b *Bot) pair(ctx context.Context, tg *bot.Bot, m *models.Message) {
 	}
 }
 
-// reply sends plain text (no parse mode: nothing in it is markup).
-func (b *Bot) reply(ctx context.Context, tg *bot.Bot, chatID int64, text string) {
-	sctx, cancel := context.WithTimeout(ctx, b.sendTimeout)
-	defer cancel()
-	if _, err := tg.SendMessage(sctx, &bot.SendMessageParams{ChatID: chatID, Text: truncate(text)}); err != nil {
-		if ctx.Err() != nil {
-			return
+// reply sends plain text (no parse mode: nothing in it is markup), with
+// one retry when the failure is worth one (429 after its retry_after, 5xx,
+// network). tg is ignored: every try uses the current client, so that a
+// rotated token is used at once.
+func (b *Bot) reply(ctx context.Context, _ *bot.Bot, chatID int64, text string) {
+	_ = b.send(ctx, chatID, text, 2, false)
+}
+
+// send tries up to attempts times with backoff, honouring retry_after.
+func (b *Bot) send(ctx context.Context, chatID int64, text string, attempts int, note bool) error {
+	delay := b.retryMin
+	for i := 1; ; i++ {
+		sctx, cancel := context.WithTimeout(ctx, b.sendTimeout)
+		_, err := b.client().SendMessage(sctx, &bot.SendMessageParams{ChatID: chatID, Text: truncate(text)})
+		cancel()
+		if err == nil {
+			return nil
 		}
-		b.log.Warn("send telegram message", "chat_id", chatID, "err", b.scrub(err))
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		kind, after := classify(err)
+		b.countError(kind)
+		serr := b.scrub(err)
+		// A reply waits at most maxReplyWait: it may be holding up the
+		// poll loop, and a late answer is worth less than the next one.
+		if i >= attempts || !retryable(kind, note) || (!note && after > maxReplyWait) {
+			b.log.Warn("send telegram message", "chat_id", chatID, "kind", kind, "attempts", i, "err", serr)
+			return serr
+		}
+		wait := max(delay, after)
+		b.log.Info("send telegram message failed; retrying", "chat_id", chatID, "kind", kind, "retry_in", wait, "err", serr)
+		if !b.sleep(ctx, wait) {
+			return ctx.Err()
+		}
+		delay = min(delay*2, b.retryMax)
 	}
 }
 
@@ -428,29 +459,37 @@ func (b *Bot) doctorText(ctx context.Context) string {
 	return formatDoctor(b.doctor(dctx, ""))
 }
 
-// redact removes the token (and its secret half, raw or URL-escaped) from s.
+// redact removes the tokens (current and earlier ones, and their secret
+// halves, raw or URL-escaped) from s.
 func (b *Bot) redact(s string) string {
-	if b.token == "" {
-		return s
-	}
-	secrets := []string{b.token, url.PathEscape(b.token), url.QueryEscape(b.token)}
-	if _, secret, ok := strings.Cut(b.token, ":"); ok && len(secret) >= 8 {
-		secrets = append(secrets, secret)
-	}
-	for _, sec := range secrets {
-		s = strings.ReplaceAll(s, sec, "<redacted>")
+	b.mu.Lock()
+	tokens := append([]string{b.token}, b.oldTokens...)
+	b.mu.Unlock()
+	for _, tok := range tokens {
+		if tok == "" {
+			continue
+		}
+		secrets := []string{tok, url.PathEscape(tok), url.QueryEscape(tok)}
+		if _, secret, ok := strings.Cut(tok, ":"); ok && len(secret) >= 8 {
+			secrets = append(secrets, secret)
+		}
+		for _, sec := range secrets {
+			s = strings.ReplaceAll(s, sec, "<redacted>")
+		}
 	}
 	return s
 }
 
-// scrub returns err with the token removed from its text; errors.Is still
-// sees the sentinels inside (bot.ErrorUnauthorized, context errors), but
-// Unwrap is not offered, so the unredacted text cannot be reached.
+// scrub returns err with the tokens removed from its text and the text
+// bounded (the library puts whole response bodies into its errors);
+// errors.Is still sees the sentinels inside (bot.ErrorUnauthorized,
+// context errors), but Unwrap is not offered, so the unredacted text cannot
+// be reached.
 func (b *Bot) scrub(err error) error {
 	if err == nil {
 		return nil
 	}
-	return &scrubbedError{msg: b.redact(err.Error()), inner: err}
+	return &scrubbedError{msg: clipText(b.redact(err.Error())), inner: err}
 }
 
 type scrubbedError struct {

@@ -230,13 +230,22 @@ func TestInjectionFloodChangesNothing(t *testing.T) {
 	if err != nil || !bytes.Equal(allowBefore, allowAfter) {
 		t.Fatalf("allowlist changed (%v):\nbefore %s\nafter  %s", err, allowBefore, allowAfter)
 	}
+	// The flood is rate-limited: NewCodesPerMinute codes (the victim's
+	// included) in a minute, nothing for the others.
+	withCode := 0
 	for i := range senders {
 		u := stranger(i)
 		msgs := h.api.sentTo(u.ID)
-		if len(msgs) == 0 || len(msgs) > 2 {
+		if len(msgs) > 2 {
 			t.Errorf("stranger %d got %d messages, want a code and at most one reminder: %q", u.ID, len(msgs), msgs)
 		}
+		if len(msgs) > 0 {
+			withCode++
+		}
 		assertOnlyPairing(t, fmt.Sprintf("stranger %d", u.ID), msgs)
+	}
+	if withCode != pairing.NewCodesPerMinute-1 {
+		t.Errorf("%d strangers got a code, want %d (the rate limit, less the victim's)", withCode, pairing.NewCodesPerMinute-1)
 	}
 	if got := h.api.sentTo(opsGroup.ID); len(got) != 0 {
 		t.Errorf("the group got %q", got)
@@ -251,8 +260,8 @@ func TestInjectionFloodChangesNothing(t *testing.T) {
 	if i := indexCode(ps, victimCode); i < 0 {
 		t.Error("the victim's code is no longer pending")
 	}
-	if len(ps) != senders+1 {
-		t.Errorf("%d pending codes, want one per stranger (%d)", len(ps), senders+1)
+	if len(ps) != pairing.NewCodesPerMinute {
+		t.Errorf("%d pending codes, want %d (the rate limit)", len(ps), pairing.NewCodesPerMinute)
 	}
 	op := h.api.sentTo(operator.ID)
 	if len(op) != 2 {
@@ -477,25 +486,22 @@ func TestTokenNeverAppearsInLogsOrErrors(t *testing.T) {
 	t.Cleanup(func() { log.SetOutput(os.Stderr) })
 	echo := "token " + testToken + " at /bot" + testToken + "/getMe"
 
-	t.Run("refused token at start", func(t *testing.T) {
+	t.Run("refused token at start is retried and reported", func(t *testing.T) {
 		h := startBot(t, harnessOpts{before: func(api *fakeAPI) {
-			api.failNext("getMe", 1, failure{code: 401, desc: "Unauthorized: " + echo})
+			api.failNext("getMe", 3, failure{code: 401, desc: "Unauthorized: " + echo})
 		}})
-		var err error
-		select {
-		case err = <-h.done:
-			h.done <- err // for the cleanup
-		case <-time.After(20 * time.Second):
-			t.Fatal("Run did not fail on a refused token")
-		}
-		if err == nil {
-			t.Fatal("Run returned nil on a refused token")
-		}
-		assertNoToken(t, "error", err.Error())
-		for _, want := range []string{"unauthorized", "telegram.token_file"} {
-			if !strings.Contains(err.Error(), want) {
-				t.Errorf("error %q lacks %q", err, want)
+		st := h.waitStatus(t, "backing off on a refused token", func(st appliance.TelegramStatus) bool {
+			return st.State == appliance.TelegramBackingOff && st.Errors["unauthorized"] >= 1
+		})
+		assertNoToken(t, "status", fmt.Sprint(st))
+		for _, want := range []string{appliance.TelegramTokenRefused, "telegram.token_file"} {
+			if !strings.Contains(st.Reason, want) {
+				t.Errorf("reason %q lacks %q", st.Reason, want)
 			}
+		}
+		h.sync(t) // the fourth getMe succeeds: the bot works
+		if st := h.bot.Status(); st.State != appliance.TelegramPolling || st.Errors["unauthorized"] != 3 {
+			t.Errorf("after recovery: %+v", st)
 		}
 	})
 
@@ -510,29 +516,32 @@ func TestTokenNeverAppearsInLogsOrErrors(t *testing.T) {
 		h.api.push(m, private(m), "hi?")
 		h.api.waitMessage(t, m.ID, "Your pairing code is still")
 		logs := h.logs.String()
-		for _, want := range []string{"retrying", "Internal Server Error", "502 Bad Gateway", "send telegram message", "<redacted>"} {
+		for _, want := range []string{"backing off", "Internal Server Error", "502 Bad Gateway", "send telegram message", "<redacted>"} {
 			if !strings.Contains(logs, want) {
 				t.Errorf("log lacks %q (so the test did not exercise that path):\n%s", want, logs)
 			}
 		}
 	})
 
-	t.Run("token refused while polling stops the bot", func(t *testing.T) {
+	t.Run("token refused while polling is retried and reported", func(t *testing.T) {
 		h := startBot(t, harnessOpts{})
 		h.sync(t) // polling works
-		h.api.failNext("getUpdates", 1, failure{code: 401, desc: "Unauthorized: " + echo})
+		h.api.failNext("getUpdates", 2, failure{code: 401, desc: "Unauthorized: " + echo})
 		h.api.push(syncUser, private(syncUser), "/gpu help") // wakes the long poll
-		var err error
+		h.waitStatus(t, "backing off on a refused token", func(st appliance.TelegramStatus) bool {
+			return st.Errors["unauthorized"] >= 1
+		})
+		h.sync(t) // and it comes back by itself
 		select {
-		case err = <-h.done:
+		case err := <-h.done:
 			h.done <- err
-		case <-time.After(20 * time.Second):
-			t.Fatal("Run did not stop when the token was refused")
+			t.Fatalf("Run returned (%v) on a 401", err)
+		default:
 		}
-		if err == nil || !strings.Contains(err.Error(), "refused") {
-			t.Fatalf("Run error = %v", err)
+		if st := h.bot.Status(); st.State != appliance.TelegramPolling || st.Errors["unauthorized"] != 2 {
+			t.Errorf("after recovery: %+v", st)
 		}
-		assertNoToken(t, "error", err.Error())
+		h.waitLog(t, "refuses the bot token", 2)
 	})
 	assertNoToken(t, "standard log", stdlog.String())
 }

@@ -37,6 +37,7 @@ type fakeAPI struct {
 	chats    map[int64]models.Chat
 	sent     []sentMsg
 	calls    map[string]int
+	callAt   map[string][]time.Time // when each call arrived
 	failures map[string][]failure
 	allowed  []string // allowed_updates of the last getUpdates
 }
@@ -54,9 +55,10 @@ type sentMsg struct {
 // failure is an injected answer: an API error envelope or, with raw set, a
 // body that is not JSON at all.
 type failure struct {
-	code int
-	desc string
-	raw  string
+	code       int
+	desc       string
+	raw        string
+	retryAfter int // parameters.retry_after, as Telegram sends with 429
 }
 
 const (
@@ -70,6 +72,7 @@ func newFakeAPI(t testing.TB) *fakeAPI {
 		me:       models.User{ID: 4242424242, IsBot: true, FirstName: "gpuhost", Username: testBotName},
 		chats:    map[int64]models.Chat{},
 		calls:    map[string]int{},
+		callAt:   map[string][]time.Time{},
 		failures: map[string][]failure{},
 	}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
@@ -114,7 +117,10 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusNotFound, "Not Found")
 		return
 	}
-	if token != f.token {
+	f.mu.Lock()
+	want := f.token
+	f.mu.Unlock()
+	if token != want {
 		apiError(w, http.StatusUnauthorized, "Unauthorized")
 		return
 	}
@@ -131,12 +137,19 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	f.calls[method]++
+	f.callAt[method] = append(f.callAt[method], time.Now())
 	if fl := f.failures[method]; len(fl) > 0 {
 		f.failures[method] = fl[1:]
+		f.changed()
 		f.mu.Unlock()
 		if fl[0].raw != "" {
 			w.WriteHeader(fl[0].code)
 			_, _ = w.Write([]byte(fl[0].raw))
+			return
+		}
+		if fl[0].retryAfter > 0 {
+			writeJSON(w, fl[0].code, map[string]any{"ok": false, "error_code": fl[0].code, "description": fl[0].desc,
+				"parameters": map[string]any{"retry_after": fl[0].retryAfter}})
 			return
 		}
 		apiError(w, fl[0].code, fl[0].desc)
@@ -265,6 +278,45 @@ func (f *fakeAPI) push(from models.User, chat models.Chat, text string, rawText 
 	f.queue = append(f.queue, queued{id: id, raw: raw})
 	f.changed()
 	return id
+}
+
+// pushRaw queues an update given as a JSON object without its update_id
+// (added here), verbatim otherwise: for updates the library cannot decode.
+func (f *fakeAPI) pushRaw(obj string) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextID++
+	id := f.nextID
+	raw := fmt.Sprintf(`{"update_id":%d,%s`, id, strings.TrimPrefix(strings.TrimSpace(obj), "{"))
+	if !json.Valid([]byte(raw)) {
+		f.t.Fatalf("pushRaw: invalid JSON %s", raw)
+	}
+	f.queue = append(f.queue, queued{id: id, raw: json.RawMessage(raw)})
+	f.changed()
+	return id
+}
+
+// setToken makes the fake accept only token from now on (a rotation at
+// @BotFather: the old token gets 401).
+func (f *fakeAPI) setToken(token string) {
+	f.mu.Lock()
+	f.token = token
+	f.changed()
+	f.mu.Unlock()
+}
+
+// confirmed is the highest offset the client confirmed.
+func (f *fakeAPI) confirmed() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.offset
+}
+
+// callTimes returns when each call of method arrived.
+func (f *fakeAPI) callTimes(method string) []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Time(nil), f.callAt[method]...)
 }
 
 // private is a user's private chat with the bot.

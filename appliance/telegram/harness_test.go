@@ -248,6 +248,22 @@ func (h *harness) sync(t *testing.T) {
 	h.api.waitFor(t, "the help reply (sync point)", func(sent []sentMsg) bool { return count(sent) > n })
 }
 
+// waitStatus waits until cond holds for the bot's Status.
+func (h *harness) waitStatus(t *testing.T, what string, cond func(appliance.TelegramStatus) bool) appliance.TelegramStatus {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := h.bot.Status()
+		if cond(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never %s: %+v", what, st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // waitLog waits until the log holds n lines containing s.
 func (h *harness) waitLog(t *testing.T, s string, n int) {
 	t.Helper()

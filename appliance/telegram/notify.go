@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"gpuhost/appliance"
+	"gpuhost/units"
 )
 
 // maxJournalLines is how much of a failed backend's journal a switch
@@ -92,11 +93,13 @@ func (b *Bot) watchEvents(ctx context.Context, since uint64) {
 }
 
 // enqueue hands a notification to sendNotes without ever blocking the event
-// stream; when Telegram is slow enough to fill the queue, it is dropped.
+// stream; when Telegram is unreachable long enough to fill the queue (32),
+// the notification is dropped and counted.
 func (b *Bot) enqueue(text string) {
 	select {
 	case b.notes <- text:
 	default:
+		b.dropped.Add(1)
 		b.log.Warn("telegram notification queue full; dropping a notification", "notification", firstLine(text))
 	}
 }
@@ -116,7 +119,12 @@ func (b *Bot) sendNotes(ctx context.Context) {
 				continue
 			}
 			for _, u := range a.Users {
-				b.reply(ctx, b.tg, u.ChatID, text)
+				// Retried with backoff (429's retry_after honoured); the
+				// queue above is what bounds the backlog meanwhile.
+				if err := b.send(ctx, u.ChatID, text, noteAttempts, true); err != nil && ctx.Err() == nil {
+					b.dropped.Add(1)
+					b.log.Warn("telegram notification dropped after retries", "chat_id", u.ChatID, "attempts", noteAttempts, "notification", firstLine(text))
+				}
 			}
 		}
 	}
@@ -148,7 +156,12 @@ func (b *Bot) watchDoctor(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		nowRed := rep.Exit >= 2
+		// The bot's own telegram.bot check does not count: a bot that
+		// cannot reach Telegram cannot say so through Telegram.
+		nowRed := false
+		for _, c := range rep.Checks {
+			nowRed = nowRed || (c.Severity == units.SeverityFail && c.ID != "telegram.bot")
+		}
 		switch {
 		case nowRed && !red:
 			b.log.Warn("doctor turned red; notifying", "worst", rep.Worst)

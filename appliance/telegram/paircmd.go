@@ -112,7 +112,32 @@ func NewPairCmd(stateDir func(cmd *cobra.Command) (string, error)) *cobra.Comman
 			return nil
 		},
 	}
-	root.AddCommand(list, approve, revoke)
+	var all bool
+	purge := &cobra.Command{
+		Use:   "purge",
+		Short: "Remove expired and evicted pairing codes (--all: every pending code)",
+		Long: "Removes expired and evicted codes from the pending list; with --all, every pending code, live ones\n" +
+			"included, and an unreadable pending file is replaced by an empty one. The allowlist is not touched.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := store(cmd)
+			if err != nil {
+				return err
+			}
+			n, err := s.Purge(all)
+			if err != nil {
+				return err
+			}
+			if n < 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "replaced the unreadable %s with an empty one; the allowlist is unchanged\n", s.PendingPath())
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "purged %d pairing code(s); the allowlist is unchanged\n", n)
+			return nil
+		},
+	}
+	purge.Flags().BoolVar(&all, "all", false, "remove live codes too (and replace an unreadable pending file)")
+	root.AddCommand(list, approve, revoke, purge)
 	return root
 }
 
@@ -145,7 +170,10 @@ func printPending(w io.Writer, ps []pairing.Pending, now time.Time) {
 	fmt.Fprintln(tw, "CODE\tUSER ID\tUSERNAME\tFIRST NAME\tAGE\tSTATUS")
 	for _, p := range ps {
 		status := "valid for " + p.ExpiresAt().Sub(now).Round(time.Second).String()
-		if p.Expired(now) {
+		switch {
+		case p.Evicted:
+			status = "evicted"
+		case p.Expired(now):
 			status = "expired"
 		}
 		user := "-"

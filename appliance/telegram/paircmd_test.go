@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -75,6 +76,45 @@ func TestPairCommand(t *testing.T) {
 				{args: []string{"revoke", "77"}, wantErr: "allowlist.json"},
 			},
 		},
+		{
+			name: "purge",
+			setup: func(t *testing.T, s *pairing.Store) map[string]string {
+				now := time.Now()
+				s.Now = func() time.Time { return now.Add(-pairing.CodeTTL - time.Minute) }
+				if _, err := s.Request(pairing.Sender{UserID: 77, ChatID: 77}); err != nil {
+					t.Fatal(err)
+				}
+				s.Now = nil
+				out, err := s.Request(pairing.Sender{UserID: 78, ChatID: 78})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return map[string]string{"CODE": out.Code}
+			},
+			steps: []step{
+				{args: []string{"purge"}, wantOut: []string{"purged 1 pairing code(s)", "allowlist is unchanged"}},
+				{args: []string{"list"}, wantOut: []string{"CODE", "78", "valid for"}},
+				{args: []string{"purge", "--all"}, wantOut: []string{"purged 1 pairing code(s)"}},
+				{args: []string{"list"}, wantOut: []string{"no pending pairing codes"}},
+			},
+		},
+		{
+			name: "purge --all replaces a corrupt pending file",
+			setup: func(t *testing.T, s *pairing.Store) map[string]string {
+				if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(s.PendingPath(), []byte("{oops"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return nil
+			},
+			steps: []step{
+				{args: []string{"purge"}, wantErr: "purge --all"},
+				{args: []string{"purge", "--all"}, wantOut: []string{"replaced the unreadable", "pending.json"}},
+				{args: []string{"list"}, wantOut: []string{"no pending pairing codes"}},
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,7 +122,9 @@ func TestPairCommand(t *testing.T) {
 			s := pairing.New(dir)
 			subst := map[string]string{}
 			if tc.setup != nil {
-				subst = tc.setup(t, s)
+				if m := tc.setup(t, s); m != nil {
+					subst = m
+				}
 			}
 			for _, st := range tc.steps {
 				args := append([]string(nil), st.args...)

@@ -9,6 +9,17 @@
 // atomic (temp file, fsync, rename) under an exclusive flock, and a file that
 // cannot be parsed is an error naming it — for the allowlist that means
 // nobody is allowed (fail closed) and nothing is overwritten.
+//
+// Fair pairing under a flood of strangers: each sender gets at most one code
+// per CodeTTL (and one reminder); at most NewCodesPerMinute new codes are
+// issued in any minute; at most MaxLivePending codes are live, and when a
+// new sender would exceed that, the oldest live code is evicted (its sender
+// gets no new one until that code's TTL has passed). So a flood never locks
+// out newcomers for good, and every code stays approvable for at least
+// MaxLivePending/NewCodesPerMinute = 5 minutes whatever others send. Expired
+// and evicted codes are kept (for a clear "expired" on approve) at most
+// KeepExpired and at most MaxKeptExpired of them, which bounds pending.json
+// well under MaxFileBytes; readers never refuse a file for its size.
 package pairing
 
 import (
@@ -33,25 +44,36 @@ import (
 
 // Limits and shapes of codes and files.
 const (
-	// CodeTTL is how long a pairing code can be approved, and also the rate
-	// limit: a sender gets at most one new code per CodeTTL.
+	// CodeTTL is how long a pairing code can be approved, and also the
+	// per-sender rate limit: a sender gets at most one new code per CodeTTL.
 	CodeTTL = 10 * time.Minute
 	// CodeLen is the number of characters of a code: 31^8 ≈ 8.5e11 codes.
 	CodeLen = 8
 	// CodeAlphabet leaves out characters that read alike (0/O, 1/I/L), since
 	// the operator types the code from a phone screen.
 	CodeAlphabet = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
-	// MaxLivePending caps unexpired codes, so a flood of strangers cannot
-	// grow pending.json without bound; beyond it nobody gets a new code.
+	// MaxLivePending caps unexpired codes; a new code beyond it evicts the
+	// oldest live one.
 	MaxLivePending = 100
-	// KeepExpired is how long an expired code stays on file, so that
-	// approving it says "expired" rather than "unknown".
+	// NewCodesPerMinute is the global rate limit of new codes: beyond it a
+	// new sender gets no answer (and no code) until the minute has passed.
+	// With MaxLivePending it guarantees every code ≥ 5 minutes of life.
+	NewCodesPerMinute = 20
+	// KeepExpired is how long an expired or evicted code stays on file, so
+	// that approving it says "expired" rather than "unknown".
 	KeepExpired = 24 * time.Hour
-	// MaxFileBytes bounds what the readers accept.
+	// MaxKeptExpired bounds the expired and evicted codes on file (the
+	// newest are kept).
+	MaxKeptExpired = 200
+	// MaxFileBytes is the most pending.json may grow to when written; the
+	// limits above keep it far below. Readers accept any size, so a file
+	// from an older version that grew past it is read (and pruned on the
+	// next write), never refused.
 	MaxFileBytes = 1 << 20
 	// fileVersion is the format of both files.
 	fileVersion = 1
-	// maxNameRunes bounds stored usernames and first names.
+	// maxNameRunes bounds stored usernames and first names (at most 64 × 4
+	// bytes, 64 × 6 JSON-escaped: an entry stays under 1 KiB).
 	maxNameRunes = 64
 )
 
@@ -67,7 +89,8 @@ var (
 	ErrUnknownCode     = errors.New("unknown pairing code")
 	ErrCodeExpired     = errors.New("pairing code expired")
 	ErrNotAllowlisted  = errors.New("not on the allowlist")
-	ErrTooManyPending  = errors.New("too many pending pairing codes")
+	ErrRateLimited     = errors.New("pairing codes rate-limited")
+	ErrCodeEvicted     = errors.New("pairing code evicted")
 	ErrMalformedCode   = errors.New("malformed pairing code")
 	errCorruptFile     = errors.New("corrupt file")
 	errFileTooLarge    = errors.New("file too large")
@@ -119,6 +142,9 @@ type Pending struct {
 	// Reminded is set once the sender was reminded of the code, so that a
 	// chatty stranger gets at most two messages per code.
 	Reminded bool `json:"reminded,omitempty"`
+	// Evicted is set when newer codes pushed this one out of the
+	// MaxLivePending live codes: it can no longer be approved.
+	Evicted bool `json:"evicted,omitempty"`
 }
 
 // ExpiresAt is when the code can no longer be approved.
@@ -126,6 +152,9 @@ func (p Pending) ExpiresAt() time.Time { return p.CreatedAt.Add(CodeTTL) }
 
 // Expired reports whether the code is past its TTL at now.
 func (p Pending) Expired(now time.Time) bool { return !now.Before(p.ExpiresAt()) }
+
+// Live reports whether the code can be approved at now.
+func (p Pending) Live(now time.Time) bool { return !p.Evicted && !p.Expired(now) }
 
 type pendingFile struct {
 	Version int       `json:"version"`
@@ -221,12 +250,16 @@ type Outcome struct {
 	Action    Action
 	Code      string
 	ExpiresAt time.Time
+	// Evicted is the user whose live code the new one evicted (0: none).
+	Evicted int64
 }
 
 // Request records that a sender who is not allowlisted wrote to the bot and
-// says what to answer: a new code when the sender has no live one (at most
-// one per sender per CodeTTL), a reminder of the live code once, and
-// nothing after that.
+// says what to answer: a new code when the sender has had none for CodeTTL,
+// a reminder of the live code once, and nothing after that (nor while the
+// sender's evicted code would still have been live). A new code is refused
+// with ErrRateLimited past NewCodesPerMinute; past MaxLivePending it evicts
+// the oldest live code.
 func (s *Store) Request(who Sender) (Outcome, error) {
 	if who.UserID <= 0 || who.ChatID == 0 {
 		return Outcome{}, fmt.Errorf("pairing request: invalid sender (user %d, chat %d)", who.UserID, who.ChatID)
@@ -238,27 +271,40 @@ func (s *Store) Request(who Sender) (Outcome, error) {
 			return err
 		}
 		now := s.now()
-		ps = prune(ps, now)
-		live := 0
-		for i := range ps {
+		if i := slices.IndexFunc(ps, func(p Pending) bool { return p.UserID == who.UserID }); i >= 0 && !ps[i].Expired(now) {
 			p := &ps[i]
-			if p.Expired(now) {
-				continue
-			}
-			live++
-			if p.UserID != who.UserID {
-				continue
-			}
-			if p.Reminded {
+			switch {
+			case p.Evicted || p.Reminded:
 				out = Outcome{Action: ActionNone, Code: p.Code, ExpiresAt: p.ExpiresAt()}
 				return nil
+			default:
+				p.Reminded = true
+				out = Outcome{Action: ActionRemind, Code: p.Code, ExpiresAt: p.ExpiresAt()}
+				return s.writePending(ps)
 			}
-			p.Reminded = true
-			out = Outcome{Action: ActionRemind, Code: p.Code, ExpiresAt: p.ExpiresAt()}
-			return s.writePending(ps)
 		}
-		if live >= MaxLivePending {
-			return fmt.Errorf("%w (%d live in %s); not issuing one to user %d", ErrTooManyPending, live, s.PendingPath(), who.UserID)
+		recent := 0
+		var live []int
+		for i, p := range ps {
+			if now.Sub(p.CreatedAt) < time.Minute {
+				recent++
+			}
+			if p.Live(now) {
+				live = append(live, i)
+			}
+		}
+		if recent >= NewCodesPerMinute {
+			return fmt.Errorf("%w: %d new codes in the last minute (at most %d); not issuing one to user %d", ErrRateLimited, recent, NewCodesPerMinute, who.UserID)
+		}
+		if len(live) >= MaxLivePending {
+			oldest := live[0]
+			for _, i := range live[1:] {
+				if ps[i].CreatedAt.Before(ps[oldest].CreatedAt) {
+					oldest = i
+				}
+			}
+			ps[oldest].Evicted = true
+			out.Evicted = ps[oldest].UserID
 		}
 		code, err := newCode(ps)
 		if err != nil {
@@ -269,13 +315,42 @@ func (s *Store) Request(who Sender) (Outcome, error) {
 		p := Pending{Code: code, UserID: who.UserID, ChatID: who.ChatID,
 			Username: CleanName(who.Username), FirstName: CleanName(who.FirstName), CreatedAt: now.UTC()}
 		ps = append(ps, p)
-		out = Outcome{Action: ActionNewCode, Code: code, ExpiresAt: p.ExpiresAt()}
+		out.Action, out.Code, out.ExpiresAt = ActionNewCode, code, p.ExpiresAt()
 		return s.writePending(ps)
 	})
 	if err != nil {
 		return Outcome{}, err
 	}
 	return out, nil
+}
+
+// Purge removes expired and evicted codes from pending.json, or with all
+// every pending code. With all, an unreadable pending.json is replaced by an
+// empty one (corrupt is the one case where the file cannot be repaired
+// otherwise). The allowlist is never touched. It returns how many codes
+// were removed (-1: the unreadable file was replaced).
+func (s *Store) Purge(all bool) (int, error) {
+	removed := 0
+	err := s.locked(func() error {
+		ps, err := s.ReadPending()
+		if err != nil {
+			if !all {
+				return fmt.Errorf("%w (`gpuhost pair purge --all` replaces it with an empty one)", err)
+			}
+			removed = -1
+			return s.writePending(nil)
+		}
+		now := s.now()
+		n := len(ps)
+		if all {
+			ps = nil
+		} else {
+			ps = slices.DeleteFunc(ps, func(p Pending) bool { return !p.Live(now) })
+		}
+		removed = n - len(ps)
+		return s.writePending(ps)
+	})
+	return removed, err
 }
 
 // Approve moves the sender of a live code to the allowlist. An expired
@@ -297,6 +372,10 @@ func (s *Store) Approve(code string) (Entry, error) {
 		}
 		p := ps[i]
 		now := s.now()
+		if p.Evicted {
+			return fmt.Errorf("%w: code %s of user %d was replaced by newer codes during a flood of pairing requests (at most %d live); ask them to message the bot again after %s",
+				ErrCodeEvicted, norm, p.UserID, MaxLivePending, p.ExpiresAt().Local().Format(time.TimeOnly))
+		}
 		if p.Expired(now) {
 			return fmt.Errorf("%w: code %s of user %d expired %s ago (codes are valid for %s); ask them to message the bot again for a new code",
 				ErrCodeExpired, norm, p.UserID, now.Sub(p.ExpiresAt()).Round(time.Second), CodeTTL)
@@ -461,19 +540,42 @@ func readFile(path string) ([]byte, error) {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	// No size limit: both files are written only by gpuhost under a 0700
+	// directory and bounded when written; refusing a large one would lock
+	// the operator out until it was deleted by hand.
+	data, err := io.ReadAll(f)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(data) > MaxFileBytes {
-		return nil, fmt.Errorf("%s: %w (more than %d bytes)", path, errFileTooLarge, MaxFileBytes)
 	}
 	return data, nil
 }
 
-// prune drops codes that expired more than KeepExpired ago.
+// prune drops expired and evicted codes older than KeepExpired after their
+// expiry, and all but the newest MaxKeptExpired of them.
 func prune(ps []Pending, now time.Time) []Pending {
-	return slices.DeleteFunc(ps, func(p Pending) bool { return now.Sub(p.ExpiresAt()) > KeepExpired })
+	ps = slices.DeleteFunc(ps, func(p Pending) bool { return now.Sub(p.ExpiresAt()) > KeepExpired })
+	var dead []time.Time
+	for _, p := range ps {
+		if !p.Live(now) {
+			dead = append(dead, p.CreatedAt)
+		}
+	}
+	if len(dead) <= MaxKeptExpired {
+		return ps
+	}
+	slices.SortFunc(dead, func(a, b time.Time) int { return b.Compare(a) })
+	cut := dead[MaxKeptExpired-1] // keep dead codes created at or after cut
+	kept := 0
+	return slices.DeleteFunc(ps, func(p Pending) bool {
+		if p.Live(now) {
+			return false
+		}
+		if p.CreatedAt.Before(cut) || kept >= MaxKeptExpired {
+			return true
+		}
+		kept++
+		return false
+	})
 }
 
 func newCode(existing []Pending) (string, error) {
@@ -495,11 +597,35 @@ func newCode(existing []Pending) (string, error) {
 	return "", errors.New("generate pairing code: no unused code after 16 tries")
 }
 
+// writePending prunes and writes pending.json. Should the file still be
+// over MaxFileBytes (it cannot be with the limits above; this is the
+// backstop), the oldest expired codes are dropped until it fits, and an
+// error is returned if even the live codes alone do not.
 func (s *Store) writePending(ps []Pending) error {
+	now := s.now()
+	ps = prune(ps, now)
 	if ps == nil {
 		ps = []Pending{}
 	}
-	return s.writeJSON(s.PendingPath(), pendingFile{Version: fileVersion, Pending: ps})
+	for {
+		data, err := json.MarshalIndent(pendingFile{Version: fileVersion, Pending: ps}, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encode %s: %w", s.PendingPath(), err)
+		}
+		if len(data) < MaxFileBytes {
+			return atomicfile.Write(s.PendingPath(), append(data, '\n'), 0o600)
+		}
+		oldest := -1
+		for i, p := range ps {
+			if !p.Live(now) && (oldest < 0 || p.CreatedAt.Before(ps[oldest].CreatedAt)) {
+				oldest = i
+			}
+		}
+		if oldest < 0 {
+			return fmt.Errorf("write %s: %w (%d bytes of live codes, limit %d)", s.PendingPath(), errFileTooLarge, len(data), MaxFileBytes)
+		}
+		ps = slices.Delete(ps, oldest, oldest+1)
+	}
 }
 
 func (s *Store) writeJSON(path string, v any) error {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -187,7 +188,6 @@ func TestCorruptFilesFailClosedAndAreNotOverwritten(t *testing.T) {
 		{"duplicate", `{"version":1,"users":[{"user_id":5,"chat_id":5},{"user_id":5,"chat_id":5}]}`, "listed twice"},
 		{"trailing data", `{"version":1,"users":[]} {"version":1}`, "data after"},
 		{"control chars in name", `{"version":1,"users":[{"user_id":5,"chat_id":5,"username":"a\u001b[2Jb"}]}`, "control characters"},
-		{"too large", `{"version":1,"users":[]}` + strings.Repeat(" ", MaxFileBytes), "too large"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -253,28 +253,217 @@ func TestMissingFilesAreEmpty(t *testing.T) {
 	}
 }
 
-func TestFloodIsCapped(t *testing.T) {
+func TestFloodIsRateLimitedAndEvictsTheOldest(t *testing.T) {
 	s, c := newStore(t)
-	for i := range MaxLivePending {
-		if out, err := s.Request(Sender{UserID: int64(10 + i), ChatID: int64(10 + i)}); err != nil || out.Action != ActionNewCode {
+	req := func(id int64) (Outcome, error) { return s.Request(Sender{UserID: id, ChatID: id}) }
+	// Global rate: NewCodesPerMinute new codes in a minute, then none.
+	for i := range NewCodesPerMinute {
+		if out, err := req(int64(10 + i)); err != nil || out.Action != ActionNewCode {
 			t.Fatalf("request %d = %+v, %v", i, out, err)
 		}
 	}
-	if _, err := s.Request(Sender{UserID: 5000, ChatID: 5000}); !errors.Is(err, ErrTooManyPending) {
-		t.Fatalf("request beyond the cap = %v, want ErrTooManyPending", err)
+	if _, err := req(5000); !errors.Is(err, ErrRateLimited) {
+		t.Fatalf("request beyond the rate = %v, want ErrRateLimited", err)
 	}
-	// Expired codes no longer count, and are pruned after KeepExpired.
+	// Reminders are not new codes: they are still answered.
+	if out, err := req(10); err != nil || out.Action != ActionRemind {
+		t.Fatalf("reminder during the rate limit = %+v, %v", out, err)
+	}
+	// Fill the live cap at the highest rate allowed.
+	c.Add(time.Minute)
+	for i := NewCodesPerMinute; i < MaxLivePending; i++ {
+		c.Add(time.Minute / NewCodesPerMinute)
+		if out, err := req(int64(10 + i)); err != nil || out.Action != ActionNewCode || out.Evicted != 0 {
+			t.Fatalf("request %d = %+v, %v", i, out, err)
+		}
+	}
+	ps, _ := s.List()
+	oldest := ps[0]
+	// The cap is full: a newcomer still gets a code, and the oldest live
+	// code is evicted. It had at least MaxLivePending/NewCodesPerMinute.
+	c.Add(time.Minute / NewCodesPerMinute)
+	out, err := req(5000)
+	if err != nil || out.Action != ActionNewCode || out.Evicted != oldest.UserID {
+		t.Fatalf("newcomer at the cap = %+v, %v; want a code evicting user %d", out, err, oldest.UserID)
+	}
+	if age := c.Now().Sub(oldest.CreatedAt); age < 5*time.Minute {
+		t.Errorf("a code was evicted %s after it was issued, want ≥ 5 min", age)
+	}
+	if _, err := s.Approve(oldest.Code); !errors.Is(err, ErrCodeEvicted) || !strings.Contains(err.Error(), "message the bot again") {
+		t.Errorf("approve of an evicted code = %v, want ErrCodeEvicted saying what to do", err)
+	}
+	// The evicted sender gets nothing until their code would have expired.
+	if out, err := req(oldest.UserID); err != nil || out.Action != ActionNone {
+		t.Errorf("evicted sender again = %+v, %v; want silence", out, err)
+	}
 	c.Add(CodeTTL)
-	if out, err := s.Request(Sender{UserID: 5000, ChatID: 5000}); err != nil || out.Action != ActionNewCode {
-		t.Fatalf("request after expiry = %+v, %v", out, err)
+	if out, err := req(oldest.UserID); err != nil || out.Action != ActionNewCode {
+		t.Errorf("evicted sender after the TTL = %+v, %v; want a new code", out, err)
 	}
-	c.Add(KeepExpired + time.Minute)
+	live := 0
+	ps, _ = s.List()
+	for _, p := range ps {
+		if p.Live(c.Now()) {
+			live++
+		}
+	}
+	if live > MaxLivePending {
+		t.Errorf("%d live codes, cap %d", live, MaxLivePending)
+	}
+}
+
+func TestExpiredCodesArePruned(t *testing.T) {
+	s, c := newStore(t)
+	if _, err := s.Request(Sender{UserID: 5000, ChatID: 5000}); err != nil {
+		t.Fatal(err)
+	}
+	c.Add(CodeTTL)
 	if _, err := s.Request(Sender{UserID: 5001, ChatID: 5001}); err != nil {
 		t.Fatal(err)
 	}
-	// Left: 5000's code (expired less than KeepExpired ago) and 5001's.
-	if ps, _ := s.List(); len(ps) != 2 || ps[0].UserID != 5000 || ps[1].UserID != 5001 {
-		t.Errorf("codes on file after pruning: %+v, want those of 5000 and 5001", ps)
+	c.Add(KeepExpired + time.Minute)
+	if _, err := s.Request(Sender{UserID: 5002, ChatID: 5002}); err != nil {
+		t.Fatal(err)
+	}
+	// Left: 5001's code (expired less than KeepExpired ago) and 5002's.
+	if ps, _ := s.List(); len(ps) != 2 || ps[0].UserID != 5001 || ps[1].UserID != 5002 {
+		t.Errorf("codes on file after pruning: %+v, want those of 5001 and 5002", ps)
+	}
+}
+
+// worstName is a 64-rune name whose every rune JSON escapes to 6 bytes.
+var worstName = strings.Repeat("<", 64)
+
+// A sustained flood of senders with the longest names at the highest rate
+// keeps pending.json bounded: expired codes are pruned on every write. On
+// the code before, expired codes were kept 24 h, so the file grew by ~1 KiB
+// per sender and outgrew the readers' 1 MiB limit after ~1,100 of them,
+// breaking pairing for good (TestOversizedPendingIsReadAndPruned).
+func TestPendingFileStaysBoundedUnderAFlood(t *testing.T) {
+	s, c := newStore(t)
+	const senders = MaxKeptExpired + MaxLivePending + 120
+	biggest := int64(0)
+	for i := range senders {
+		c.Add(time.Minute / NewCodesPerMinute)
+		out, err := s.Request(Sender{UserID: int64(100 + i), ChatID: int64(100 + i), Username: worstName, FirstName: worstName})
+		if err != nil || out.Action != ActionNewCode {
+			t.Fatalf("sender %d: %+v, %v", i, out, err)
+		}
+		if i%50 == 0 || i == senders-1 {
+			fi, err := os.Stat(s.PendingPath())
+			if err != nil {
+				t.Fatal(err)
+			}
+			biggest = max(biggest, fi.Size())
+		}
+	}
+	if biggest >= MaxFileBytes/2 {
+		t.Errorf("pending.json grew to %d bytes, want well under %d", biggest, MaxFileBytes)
+	}
+	ps, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := 0
+	for _, p := range ps {
+		if !p.Live(c.Now()) {
+			dead++
+		}
+	}
+	if dead > MaxKeptExpired || len(ps) > MaxKeptExpired+MaxLivePending {
+		t.Errorf("%d codes on file (%d expired or evicted)", len(ps), dead)
+	}
+	// The newest expired ones are the ones kept.
+	if i := slices.IndexFunc(ps, func(p Pending) bool { return p.UserID == 100+senders-1 }); i < 0 {
+		t.Error("the newest code is gone")
+	}
+}
+
+// A pending.json that outgrew the old 1 MiB read limit (written by an older
+// gpuhost) is read, not refused, and pruned by the next write.
+func TestOversizedPendingIsReadAndPruned(t *testing.T) {
+	s, c := newStore(t)
+	var f pendingFile
+	f.Version = fileVersion
+	for i := range 2500 {
+		f.Pending = append(f.Pending, Pending{Code: fmt.Sprintf("%08d", i), UserID: int64(100 + i), ChatID: int64(100 + i),
+			Username: worstName, FirstName: worstName, CreatedAt: c.Now().Add(-time.Hour - time.Duration(i)*time.Second).UTC()})
+	}
+	codes := "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
+	for i := range f.Pending {
+		b := []byte(f.Pending[i].Code)
+		for j := range b {
+			b[j] = codes[(int(b[j]-'0')*7+j+i)%len(codes)]
+		}
+		f.Pending[i].Code = string(b)
+		for j := range i { // unique codes
+			if f.Pending[j].Code == f.Pending[i].Code {
+				t.Fatalf("test codes collide")
+			}
+		}
+	}
+	data, _ := json.Marshal(f)
+	if len(data) <= MaxFileBytes {
+		t.Fatalf("test file is only %d bytes", len(data))
+	}
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.PendingPath(), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ps, err := s.List(); err != nil || len(ps) != 2500 {
+		t.Fatalf("List of a %d-byte file = %d codes, %v", len(data), len(ps), err)
+	}
+	out, err := s.Request(alice())
+	if err != nil || out.Action != ActionNewCode {
+		t.Fatalf("Request with a %d-byte file = %+v, %v", len(data), out, err)
+	}
+	if _, err := s.Approve(out.Code); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(s.PendingPath())
+	if err != nil || fi.Size() >= MaxFileBytes/2 {
+		t.Fatalf("pending.json after a write: %v, %v", fi.Size(), err)
+	}
+	if ps, _ := s.List(); len(ps) != MaxKeptExpired {
+		t.Errorf("%d codes kept, want the newest %d expired ones", len(ps), MaxKeptExpired)
+	}
+}
+
+func TestPurge(t *testing.T) {
+	s, c := newStore(t)
+	for i := range 3 {
+		if _, err := s.Request(Sender{UserID: int64(10 + i), ChatID: int64(10 + i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Add(CodeTTL)
+	live, _ := s.Request(alice())
+	if n, err := s.Purge(false); err != nil || n != 3 {
+		t.Fatalf("Purge = %d, %v; want the 3 expired codes", n, err)
+	}
+	if ps, _ := s.List(); len(ps) != 1 || ps[0].Code != live.Code {
+		t.Fatalf("after purge: %+v", ps)
+	}
+	if n, err := s.Purge(true); err != nil || n != 1 {
+		t.Fatalf("Purge(all) = %d, %v", n, err)
+	}
+	if ps, err := s.List(); len(ps) != 0 || err != nil {
+		t.Fatalf("after purge --all: %+v, %v", ps, err)
+	}
+	// A corrupt file: only --all replaces it.
+	if err := os.WriteFile(s.PendingPath(), []byte("{garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Purge(false); err == nil || !strings.Contains(err.Error(), "--all") {
+		t.Errorf("Purge of a corrupt file = %v, want an error pointing to --all", err)
+	}
+	if n, err := s.Purge(true); err != nil || n != -1 {
+		t.Errorf("Purge(all) of a corrupt file = %d, %v", n, err)
+	}
+	if out, err := s.Request(alice()); err != nil || out.Action != ActionNewCode {
+		t.Errorf("Request after the purge = %+v, %v", out, err)
 	}
 }
 
@@ -282,7 +471,8 @@ func TestConcurrentRequestsAndApprovalsLoseNothing(t *testing.T) {
 	s, _ := newStore(t)
 	first, _ := s.Request(alice())
 	var wg sync.WaitGroup
-	for i := range 20 {
+	const n = NewCodesPerMinute - 1 // with alice's, the most in a minute
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -300,8 +490,8 @@ func TestConcurrentRequestsAndApprovalsLoseNothing(t *testing.T) {
 	}()
 	wg.Wait()
 	ps, err := s.List()
-	if err != nil || len(ps) != 20 {
-		t.Fatalf("%d pending (%v), want the 20 concurrent ones", len(ps), err)
+	if err != nil || len(ps) != n {
+		t.Fatalf("%d pending (%v), want the %d concurrent ones", len(ps), err, n)
 	}
 	if ok, _ := s.Allowed(1001); !ok {
 		t.Error("concurrent approval lost")
