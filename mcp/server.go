@@ -307,7 +307,7 @@ func checkTool(conn string, t Tool, seen map[string]bool) error {
 	prefix := conn + "_"
 	switch {
 	case !toolNameRE.MatchString(name):
-		return fmt.Errorf("name %q is not 1-128 characters of A-Z a-z 0-9 _ - .", name)
+		return fmt.Errorf("name %q is not 1-128 characters of [A-Za-z0-9_.-]", name)
 	case !strings.HasPrefix(name, prefix) || len(name) == len(prefix):
 		return fmt.Errorf("name must start with %q (tool names are <connector>_<tool>)", prefix)
 	case seen[name]:
