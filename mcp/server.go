@@ -362,14 +362,19 @@ func notStrict(sch map[string]any, path string) string {
 		}
 		return path + "." + n
 	}
-	typ, _ := sch["type"].(string)
+	isObject := sch["type"] == "object"
+	if types, ok := sch["type"].([]any); ok {
+		isObject = slices.Contains(types, any("object"))
+	}
 	_, hasProps := sch["properties"]
-	if typ == "object" || hasProps {
+	_, hasPatterns := sch["patternProperties"]
+	if isObject || hasProps || hasPatterns {
 		if ap, ok := sch["additionalProperties"].(bool); !ok || ap {
 			return where
 		}
 	}
-	if props, ok := sch["properties"].(map[string]any); ok {
+	for _, key := range []string{"properties", "patternProperties"} {
+		props, _ := sch[key].(map[string]any)
 		names := make([]string, 0, len(props))
 		for n := range props {
 			names = append(names, n)
@@ -529,7 +534,7 @@ const (
 func unknownArgs(sch *jsonschema.Schema, args map[string]any) error {
 	var unknown []string
 	for k := range args {
-		if _, ok := sch.Properties[k]; !ok {
+		if !declared(sch, k) {
 			unknown = append(unknown, k)
 		}
 	}
@@ -561,6 +566,20 @@ func unknownArgs(sch *jsonschema.Schema, args map[string]any) error {
 		word = "arguments"
 	}
 	return fmt.Errorf("unknown %s %s: this tool takes %s", word, strings.Join(named, ", "), takes)
+}
+
+// declared reports whether the schema names argument k, by name or by one
+// of its patternProperties.
+func declared(sch *jsonschema.Schema, k string) bool {
+	if _, ok := sch.Properties[k]; ok {
+		return true
+	}
+	for re := range sch.PatternProperties {
+		if re.MatchString(k) {
+			return true
+		}
+	}
+	return false
 }
 
 // validateArgs checks arguments against the tool's schema; the message

@@ -105,6 +105,10 @@ func TestRegistrationRefusals(t *testing.T) {
 	rawLax := mcp.Tool{Def: mcpgo.NewToolWithRawSchema("bad_x", "raw schema", json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}}}`)),
 		Handler: okHandler}
 	rawLax.Def.Annotations = ro("bad_x").Annotations
+	rawTypes := mcp.Tool{Def: mcpgo.NewToolWithRawSchema("bad_x", "raw schema", json.RawMessage(
+		`{"type":"object","properties":{"q":{"type":["object","null"],"additionalProperties":true}},"additionalProperties":false}`)),
+		Handler: okHandler}
+	rawTypes.Def.Annotations = ro("bad_x").Annotations
 
 	tests := []struct {
 		name  string
@@ -117,6 +121,7 @@ func TestRegistrationRefusals(t *testing.T) {
 		{"nested object not strict", tools(nested), "property filter must have additionalProperties: false"},
 		{"array items not strict", tools(nestedItems), "property rows[] must have additionalProperties: false"},
 		{"raw schema not strict", tools(rawLax), "tool bad_x refused: input schema is not strict"},
+		{"nullable object not strict", tools(rawTypes), "property q must have additionalProperties: false"},
 		{"no readOnlyHint", tools(noRO), "readOnlyHint must be true"},
 		{"readOnlyHint false", tools(roFalse), "readOnlyHint must be true"},
 		{"destructiveHint unset", tools(noDestr), "destructiveHint must be set to false"},
@@ -285,13 +290,17 @@ func behaviourServer(t testing.TB, logTo io.Writer) *mcp.Server {
 		return nil, fmt.Errorf("read status: %w", &mcp.MissingSecretError{Name: "SHELLY_AUTH_KEY"})
 	}}
 	badJSON := mcp.Tool{Def: ro("t_chan"), Handler: func(context.Context, mcp.Args) (any, error) { return make(chan int), nil }}
+	pattern := mcp.Tool{Def: mcpgo.NewToolWithRawSchema("t_labels", "labels by pattern", json.RawMessage(
+		`{"type":"object","properties":{"name":{"type":"string"}},"patternProperties":{"^label_[a-z]+$":{"type":"string"}},"additionalProperties":false}`)),
+		Handler: func(_ context.Context, a mcp.Args) (any, error) { return fmt.Sprintf("%d args", len(a)), nil }}
+	pattern.Def.Annotations = ro("t_labels").Annotations
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	if logTo != nil {
 		log = slog.New(slog.NewJSONHandler(logTo, nil))
 	}
 	return newServer(t, mcp.ServerOptions{
 		Config:      map[string]yaml.Node{"t": section()},
-		Factories:   map[string]mcp.Factory{"t": factory(tools(deviceTool("t_status"), num, list, slow, panicky, failing, noSecret, badJSON))},
+		Factories:   map[string]mcp.Factory{"t": factory(tools(deviceTool("t_status"), num, list, slow, panicky, failing, noSecret, badJSON, pattern))},
 		CallTimeout: 100 * time.Millisecond,
 		Secrets:     mcp.NewSecrets(func(string) (string, bool) { return "", false }),
 		Log:         log,
@@ -336,6 +345,8 @@ func TestCalls(t *testing.T) {
 		{"arguments as a number", "t_list", 7, true, []string{"arguments must be a JSON object, got number"}},
 		{"arguments as a boolean", "t_list", true, true, []string{"arguments must be a JSON object, got boolean"}},
 		{"empty object", "t_list", map[string]any{}, false, []string{"1", "2"}},
+		{"pattern property", "t_labels", map[string]any{"name": "a", "label_env": "prod"}, false, []string{"2 args"}},
+		{"not a pattern property", "t_labels", map[string]any{"label_ENV": "prod"}, true, []string{`unknown argument "label_ENV"`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
