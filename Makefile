@@ -8,8 +8,11 @@ BIN      := bin/gpuhost
 export GOTOOLCHAIN := go1.27.3
 # cgo is on by default: go-nvml needs it for the real driver, and -race needs it.
 export CGO_ENABLED ?= 1
+# Static checkers, pinned and run through `go run` (fetched from the module
+# proxy on first use; nothing to install).
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test test-short vet fmt bench fuzz install uninstall clean
+.PHONY: all build demo test test-short vet vulncheck fmt bench fuzz install uninstall clean
 
 all: build
 
@@ -20,7 +23,7 @@ build:
 demo: build
 	./$(BIN) demo
 
-## test: vet, gofmt check, and the whole suite with the race detector
+## test: vet and staticcheck, gofmt check, and the whole suite with the race detector
 test: vet
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
@@ -29,6 +32,11 @@ test: vet
 vet:
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) vet ./nvml/
+	$(GO) run $(STATICCHECK) ./...
+
+## vulncheck: govulncheck against an offline database built from the pinned golang.org/x/vulndb
+vulncheck:
+	GO=$(GO) ./scripts/vulncheck.sh
 
 ## bench: switch overhead against the bare systemd work (needs root for the private systemd)
 bench:

@@ -73,7 +73,8 @@ type testTools struct {
 func (c *testTools) Build(env mcp.Env) ([]mcp.Tool, error) {
 	ro := func(name, desc string, opts ...mcpgo.ToolOption) mcpgo.Tool {
 		return mcpgo.NewTool(name, append([]mcpgo.ToolOption{mcpgo.WithDescription(desc),
-			mcpgo.WithReadOnlyHintAnnotation(true), mcpgo.WithDestructiveHintAnnotation(false)}, opts...)...)
+			mcpgo.WithReadOnlyHintAnnotation(true), mcpgo.WithDestructiveHintAnnotation(false),
+			mcpgo.WithSchemaAdditionalProperties(false)}, opts...)...)
 	}
 	slow := func(name string) func(ctx context.Context, _ mcp.Args) (any, error) {
 		return func(ctx context.Context, _ mcp.Args) (any, error) {

@@ -80,11 +80,10 @@ func (e *e2e) timedSwitch(b testing.TB, profile string) time.Duration {
 // namespace that performs bare switches on request (stdin: profile name,
 // stdout: elapsed microseconds), so no process start is measured.
 type bareSwitcher struct {
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	out   *bufio.Scanner
-	cfg   *Config
-	units map[string]string
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+	cfg *Config
 }
 
 func startBare(b testing.TB, e *e2e) *bareSwitcher {

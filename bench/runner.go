@@ -735,7 +735,7 @@ func decodeRate(s *sample, want int, native bool, err error) (tps, server float6
 	tps = float64(s.completion-1) / span.Seconds()
 	if native {
 		if s.evalDuration <= 0 || s.evalCount <= 0 {
-			return 0, 0, fmt.Errorf("Ollama reported eval_count %d and eval_duration %s", s.evalCount, s.evalDuration)
+			return 0, 0, fmt.Errorf("ollama reported eval_count %d and eval_duration %s", s.evalCount, s.evalDuration)
 		}
 		server = float64(s.evalCount) / s.evalDuration.Seconds()
 	}

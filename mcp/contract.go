@@ -78,7 +78,8 @@ func Factories() map[string]Factory {
 
 // Tool is one read-only tool: its MCP definition and the handler. The
 // registry refuses a Def without ReadOnlyHint true and DestructiveHint
-// false, wraps Handler with secret scrubbing, audit logging and error
+// false, or whose input schema is not strict (additionalProperties false
+// on every object: mcpgo.WithSchemaAdditionalProperties(false)), wraps Handler with secret scrubbing, audit logging and error
 // conversion, and validates arguments against Def's input schema.
 type Tool struct {
 	Def mcpgo.Tool
@@ -102,7 +103,8 @@ type Targets struct {
 	TestArgs func(target string) map[string]any
 }
 
-// Args are a call's arguments, already validated against the schema.
+// Args are a call's arguments, already validated against the schema (no
+// argument the schema does not declare).
 type Args map[string]any
 
 // String returns a string argument or "".

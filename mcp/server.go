@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -306,7 +307,7 @@ func checkTool(conn string, t Tool, seen map[string]bool) error {
 	prefix := conn + "_"
 	switch {
 	case !toolNameRE.MatchString(name):
-		return fmt.Errorf("name %q is not 1-128 characters of A-Z a-z 0-9 _ - .", name)
+		return fmt.Errorf("name %q is not 1-128 characters of [A-Za-z0-9_.-]", name)
 	case !strings.HasPrefix(name, prefix) || len(name) == len(prefix):
 		return fmt.Errorf("name must start with %q (tool names are <connector>_<tool>)", prefix)
 	case seen[name]:
@@ -321,12 +322,78 @@ func checkTool(conn string, t Tool, seen map[string]bool) error {
 	if a.DestructiveHint == nil || *a.DestructiveHint {
 		return errors.New("destructiveHint must be set to false: MCP tools only read (DESIGN.md decision 1)")
 	}
+	if err := checkStrict(t.Def); err != nil {
+		return err
+	}
 	if t.Targets != nil {
 		if err := checkTargets(t.Def, t.Targets); err != nil {
 			return fmt.Errorf("targets: %w", err)
 		}
 	}
 	return nil
+}
+
+// checkStrict requires additionalProperties: false on the input schema and
+// on every object schema inside it, so an argument the tool does not know
+// (a typo, a hallucinated option) is refused instead of silently ignored.
+func checkStrict(def mcpgo.Tool) error {
+	sch, err := inputSchema(def)
+	if err != nil {
+		return fmt.Errorf("input schema: %w", err)
+	}
+	if loc := notStrict(sch, ""); loc != "" {
+		return fmt.Errorf("input schema is not strict: %s must have additionalProperties: false "+
+			"(mcp-go: mcpgo.WithSchemaAdditionalProperties(false)) so unknown arguments are refused", loc)
+	}
+	return nil
+}
+
+// notStrict returns the location of the first object schema under sch
+// (itself included) that allows additional properties, or "". path is
+// sch's place in the arguments ("" for the top level, "a.b", "a[]").
+func notStrict(sch map[string]any, path string) string {
+	where := "the top-level object"
+	if path != "" {
+		where = "property " + path
+	}
+	join := func(n string) string {
+		if path == "" {
+			return n
+		}
+		return path + "." + n
+	}
+	isObject := sch["type"] == "object"
+	if types, ok := sch["type"].([]any); ok {
+		isObject = slices.Contains(types, any("object"))
+	}
+	_, hasProps := sch["properties"]
+	_, hasPatterns := sch["patternProperties"]
+	if isObject || hasProps || hasPatterns {
+		if ap, ok := sch["additionalProperties"].(bool); !ok || ap {
+			return where
+		}
+	}
+	for _, key := range []string{"properties", "patternProperties"} {
+		props, _ := sch[key].(map[string]any)
+		names := make([]string, 0, len(props))
+		for n := range props {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			if sub, ok := props[n].(map[string]any); ok {
+				if l := notStrict(sub, join(n)); l != "" {
+					return l
+				}
+			}
+		}
+	}
+	if items, ok := sch["items"].(map[string]any); ok {
+		if l := notStrict(items, path+"[]"); l != "" {
+			return l
+		}
+	}
+	return ""
 }
 
 // inputSchema returns the tool's input schema as generic JSON, whichever
@@ -414,11 +481,115 @@ func compileSchema(def mcpgo.Tool) (*jsonschema.Schema, error) {
 	return sch, nil
 }
 
+// objectArgs returns a call's arguments as an object: absent or null is
+// no arguments, anything else that is not a JSON object is an error naming
+// what was sent (a model that JSON-encodes its arguments twice sends a
+// string).
+func objectArgs(raw any) (map[string]any, error) {
+	if rm, ok := raw.(json.RawMessage); ok {
+		// Transports that hand over undecoded arguments.
+		raw = nil
+		if len(bytes.TrimSpace(rm)) > 0 {
+			if err := json.Unmarshal(rm, &raw); err != nil {
+				return nil, fmt.Errorf("arguments are not JSON: %w", err)
+			}
+		}
+	}
+	switch v := raw.(type) {
+	case nil:
+		return nil, nil
+	case map[string]any:
+		return v, nil
+	default:
+		return nil, fmt.Errorf("arguments must be a JSON object, got %s", jsonKind(v))
+	}
+}
+
+// jsonKind names the JSON type of a decoded value.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case string:
+		return "string"
+	case bool:
+		return "boolean"
+	case float64, json.Number, int, int64:
+		return "number"
+	case []any:
+		return "array"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
+}
+
+// maxUnknownNamed bounds how many unknown argument names an error lists,
+// and maxNameLen how much of each, so a hostile call cannot make the
+// error (and the audit line) large.
+const (
+	maxUnknownNamed = 5
+	maxNameLen      = 64
+)
+
+// unknownArgs refuses arguments the schema does not declare (every schema
+// is strict, checkStrict), naming them and the ones the tool takes.
+func unknownArgs(sch *jsonschema.Schema, args map[string]any) error {
+	var unknown []string
+	for k := range args {
+		if !declared(sch, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	named := make([]string, 0, maxUnknownNamed)
+	for _, k := range unknown[:min(len(unknown), maxUnknownNamed)] {
+		if len(k) > maxNameLen {
+			k = k[:maxNameLen] + "..."
+		}
+		named = append(named, strconv.Quote(k))
+	}
+	if n := len(unknown) - len(named); n > 0 {
+		named = append(named, fmt.Sprintf("and %d more", n))
+	}
+	known := make([]string, 0, len(sch.Properties))
+	for k := range sch.Properties {
+		known = append(known, k)
+	}
+	sort.Strings(known)
+	takes := "no arguments"
+	if len(known) > 0 {
+		takes = "only " + strings.Join(known, ", ")
+	}
+	word := "argument"
+	if len(unknown) > 1 {
+		word = "arguments"
+	}
+	return fmt.Errorf("unknown %s %s: this tool takes %s", word, strings.Join(named, ", "), takes)
+}
+
+// declared reports whether the schema names argument k, by name or by one
+// of its patternProperties.
+func declared(sch *jsonschema.Schema, k string) bool {
+	if _, ok := sch.Properties[k]; ok {
+		return true
+	}
+	for re := range sch.PatternProperties {
+		if re.MatchString(k) {
+			return true
+		}
+	}
+	return false
+}
+
 // validateArgs checks arguments against the tool's schema; the message
 // lists each failing location so the model can correct its call.
 func validateArgs(sch *jsonschema.Schema, args map[string]any) error {
 	if args == nil {
 		args = map[string]any{}
+	}
+	if err := unknownArgs(sch, args); err != nil {
+		return err
 	}
 	// Re-decode so numbers are json.Number, as the validator expects.
 	b, err := json.Marshal(args)
@@ -471,9 +642,18 @@ func (s *Server) wrap(conn string, t Tool, sch *jsonschema.Schema) server.ToolHa
 	name := t.Def.Name
 	return func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
 		start := time.Now()
-		args := req.GetArguments()
-		res, outcome, errMsg := s.call(ctx, name, t, sch, args)
-		argJSON, _ := json.Marshal(args)
+		var (
+			res             *mcpgo.CallToolResult
+			outcome, errMsg string
+		)
+		args, err := objectArgs(req.Params.Arguments)
+		if err != nil {
+			errMsg = s.sc.Scrub(fmt.Sprintf("invalid arguments for %s: %v", name, err))
+			res, outcome = mcpgo.NewToolResultError(errMsg), "invalid_args"
+		} else {
+			res, outcome, errMsg = s.call(ctx, name, t, sch, args)
+		}
+		argJSON, _ := json.Marshal(req.Params.Arguments)
 		attrs := []any{"tool", name, "connector", conn, "args", s.sc.Scrub(string(argJSON)),
 			"duration_ms", float64(time.Since(start).Microseconds()) / 1000, "outcome", outcome}
 		if errMsg != "" {

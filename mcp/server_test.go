@@ -48,6 +48,7 @@ func ro(name string, opts ...mcpgo.ToolOption) mcpgo.Tool {
 		mcpgo.WithDescription("test tool " + name),
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithDestructiveHintAnnotation(false),
+		mcpgo.WithSchemaAdditionalProperties(false),
 	}
 	return mcpgo.NewTool(name, append(base, opts...)...)
 }
@@ -93,11 +94,34 @@ func TestRegistrationRefusals(t *testing.T) {
 	noTargets := mcp.Tool{Def: ro("bad_x", mcpgo.WithString("device", mcpgo.Required(), mcpgo.Enum())), Handler: okHandler,
 		Targets: &mcp.Targets{Param: "device"}}
 
+	lax := mcp.Tool{Def: mcpgo.NewTool("bad_x", mcpgo.WithReadOnlyHintAnnotation(true), mcpgo.WithDestructiveHintAnnotation(false),
+		mcpgo.WithString("device")), Handler: okHandler}
+	apTrue := mcp.Tool{Def: ro("bad_x", mcpgo.WithSchemaAdditionalProperties(true)), Handler: okHandler}
+	apSchema := mcp.Tool{Def: ro("bad_x", mcpgo.WithSchemaAdditionalProperties(map[string]any{"type": "string"})), Handler: okHandler}
+	nested := mcp.Tool{Def: ro("bad_x", mcpgo.WithObject("filter", mcpgo.Properties(map[string]any{"q": map[string]any{"type": "string"}}))),
+		Handler: okHandler}
+	nestedItems := mcp.Tool{Def: ro("bad_x", mcpgo.WithArray("rows", mcpgo.Items(map[string]any{"type": "object",
+		"additionalProperties": true}))), Handler: okHandler}
+	rawLax := mcp.Tool{Def: mcpgo.NewToolWithRawSchema("bad_x", "raw schema", json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}}}`)),
+		Handler: okHandler}
+	rawLax.Def.Annotations = ro("bad_x").Annotations
+	rawTypes := mcp.Tool{Def: mcpgo.NewToolWithRawSchema("bad_x", "raw schema", json.RawMessage(
+		`{"type":"object","properties":{"q":{"type":["object","null"],"additionalProperties":true}},"additionalProperties":false}`)),
+		Handler: okHandler}
+	rawTypes.Def.Annotations = ro("bad_x").Annotations
+
 	tests := []struct {
 		name  string
 		build func(mcp.Env) ([]mcp.Tool, error)
 		want  string
 	}{
+		{"schema not strict", tools(lax), "tool bad_x refused: input schema is not strict: the top-level object must have additionalProperties: false"},
+		{"additionalProperties true", tools(apTrue), "the top-level object must have additionalProperties: false"},
+		{"additionalProperties a schema", tools(apSchema), "the top-level object must have additionalProperties: false"},
+		{"nested object not strict", tools(nested), "property filter must have additionalProperties: false"},
+		{"array items not strict", tools(nestedItems), "property rows[] must have additionalProperties: false"},
+		{"raw schema not strict", tools(rawLax), "tool bad_x refused: input schema is not strict"},
+		{"nullable object not strict", tools(rawTypes), "property q must have additionalProperties: false"},
 		{"no readOnlyHint", tools(noRO), "readOnlyHint must be true"},
 		{"readOnlyHint false", tools(roFalse), "readOnlyHint must be true"},
 		{"destructiveHint unset", tools(noDestr), "destructiveHint must be set to false"},
@@ -216,7 +240,7 @@ func inproc(t testing.TB, s *mcp.Server) *client.Client {
 	return c
 }
 
-func call(t testing.TB, c *client.Client, name string, args map[string]any) *mcpgo.CallToolResult {
+func call(t testing.TB, c *client.Client, name string, args any) *mcpgo.CallToolResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -266,13 +290,17 @@ func behaviourServer(t testing.TB, logTo io.Writer) *mcp.Server {
 		return nil, fmt.Errorf("read status: %w", &mcp.MissingSecretError{Name: "SHELLY_AUTH_KEY"})
 	}}
 	badJSON := mcp.Tool{Def: ro("t_chan"), Handler: func(context.Context, mcp.Args) (any, error) { return make(chan int), nil }}
+	pattern := mcp.Tool{Def: mcpgo.NewToolWithRawSchema("t_labels", "labels by pattern", json.RawMessage(
+		`{"type":"object","properties":{"name":{"type":"string"}},"patternProperties":{"^label_[a-z]+$":{"type":"string"}},"additionalProperties":false}`)),
+		Handler: func(_ context.Context, a mcp.Args) (any, error) { return fmt.Sprintf("%d args", len(a)), nil }}
+	pattern.Def.Annotations = ro("t_labels").Annotations
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	if logTo != nil {
 		log = slog.New(slog.NewJSONHandler(logTo, nil))
 	}
 	return newServer(t, mcp.ServerOptions{
 		Config:      map[string]yaml.Node{"t": section()},
-		Factories:   map[string]mcp.Factory{"t": factory(tools(deviceTool("t_status"), num, list, slow, panicky, failing, noSecret, badJSON))},
+		Factories:   map[string]mcp.Factory{"t": factory(tools(deviceTool("t_status"), num, list, slow, panicky, failing, noSecret, badJSON, pattern))},
 		CallTimeout: 100 * time.Millisecond,
 		Secrets:     mcp.NewSecrets(func(string) (string, bool) { return "", false }),
 		Log:         log,
@@ -286,7 +314,7 @@ func TestCalls(t *testing.T) {
 	tests := []struct {
 		name    string
 		tool    string
-		args    map[string]any
+		args    any // a map, or what a broken client sends instead
 		isError bool
 		want    []string
 	}{
@@ -303,6 +331,22 @@ func TestCalls(t *testing.T) {
 		{"handler error", "t_fail", nil, true, []string{"device 'kitchen' is offline"}},
 		{"missing secret", "t_secret", nil, true, []string{"SHELLY_AUTH_KEY is not set"}},
 		{"not json", "t_chan", nil, true, []string{"not JSON"}},
+		{"unknown argument", "t_status", map[string]any{"device": "kitchen", "foo": "bar"}, true,
+			[]string{`invalid arguments for t_status: unknown argument "foo": this tool takes only device`}},
+		{"unknown arguments", "t_sum", map[string]any{"a": 1, "b": 2, "z": 1, "c": true}, true,
+			[]string{`unknown arguments "c", "z": this tool takes only a, b`}},
+		{"argument to a tool without any", "t_list", map[string]any{"verbose": true}, true,
+			[]string{`unknown argument "verbose": this tool takes no arguments`}},
+		{"many unknown arguments", "t_list", map[string]any{"a": 1, "b": 1, "c": 1, "d": 1, "e": 1, "f": 1, "g": 1, strings.Repeat("x", 500): 1}, true,
+			[]string{`unknown arguments "a", "b", "c", "d", "e", and 3 more: this tool takes no arguments`}},
+		{"arguments as a JSON string", "t_status", `{"device":"kitchen"}`, true,
+			[]string{"invalid arguments for t_status: arguments must be a JSON object, got string"}},
+		{"arguments as an array", "t_sum", []any{1, 2}, true, []string{"arguments must be a JSON object, got array"}},
+		{"arguments as a number", "t_list", 7, true, []string{"arguments must be a JSON object, got number"}},
+		{"arguments as a boolean", "t_list", true, true, []string{"arguments must be a JSON object, got boolean"}},
+		{"empty object", "t_list", map[string]any{}, false, []string{"1", "2"}},
+		{"pattern property", "t_labels", map[string]any{"name": "a", "label_env": "prod"}, false, []string{"2 args"}},
+		{"not a pattern property", "t_labels", map[string]any{"label_ENV": "prod"}, true, []string{`unknown argument "label_ENV"`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -389,7 +433,7 @@ func TestCanarySecretNeverLeaves(t *testing.T) {
 	var echoTools []mcp.Tool
 	for _, kind := range []string{"text", "json", "error", "wrapped"} {
 		echoTools = append(echoTools, mcp.Tool{
-			Def: ro("leak_" + kind),
+			Def: ro("leak_"+kind, mcpgo.WithString("echo")),
 			Handler: func(ctx context.Context, _ mcp.Args) (any, error) {
 				tok, err := secrets.Get("FAKE_TOKEN")
 				if err != nil {

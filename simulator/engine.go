@@ -44,13 +44,6 @@ func (s *slots) acquire(ctx context.Context) (release func(), err error) {
 	}, nil
 }
 
-// genPlan says how many tokens a request produces and why it stops.
-type genPlan struct {
-	promptTokens int
-	tokens       int    // completion tokens to emit
-	finish       string // "stop" or "length"
-}
-
 // planTokens decides the completion length: the natural reply length (or
 // minTokens if larger), unless ignoreEOS, capped by maxTokens; finish reason
 // "length" when the cap cut it short.

@@ -143,12 +143,6 @@ func (s *recSink) Alerts() []string {
 	return append([]string(nil), s.alerts...)
 }
 
-// plainSink is a sink without Alert or Posted.
-type plainSink struct{ rec *recSink }
-
-func (p plainSink) Name() string                                { return p.rec.name }
-func (p plainSink) Post(ctx context.Context, x sink.Post) error { return p.rec.Post(ctx, x) }
-
 // fakeClassifier answers from the subject: "[promo]" → promotional, "[err]"
 // → a transport error, "[invalid]" → unclassified; otherwise a customer at
 // importance 5. It stands in for the model in the worker's unit tests; the

@@ -222,8 +222,11 @@ func (c *Classifier) complete(ctx context.Context, model string, msgs []openai.C
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	req := openai.ChatCompletionRequest{
-		Model:       model,
-		Messages:    msgs,
+		Model:    model,
+		Messages: msgs,
+		// max_tokens, not max_completion_tokens: Ollama's OpenAI API
+		// (0.17) reads only max_tokens and would leave the reply unbounded.
+		//lint:ignore SA1019 Ollama's OpenAI API reads only max_tokens
 		MaxTokens:   maxReplyTokens,
 		Temperature: replyTemperature,
 		ResponseFormat: &openai.ChatCompletionResponseFormat{

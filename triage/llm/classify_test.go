@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -246,5 +247,42 @@ func TestRenderInput(t *testing.T) {
 		if len(out) > tt.maxSize {
 			t.Errorf("%s: %d bytes, want at most %d", tt.name, len(out), tt.maxSize)
 		}
+	}
+}
+
+// TestClassifierCapsWithMaxTokens: the reply cap travels as max_tokens, the
+// field Ollama's OpenAI API reads (it ignores max_completion_tokens, so the
+// cap would silently vanish behind an Ollama profile). go-openai marks
+// MaxTokens deprecated; this keeps it from being "fixed" away.
+func TestClassifierCapsWithMaxTokens(t *testing.T) {
+	bodies := make(chan map[string]any, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		if r.URL.Path == "/v1/chat/completions" && json.NewDecoder(r.Body).Decode(&body) == nil {
+			select {
+			case bodies <- body:
+			default:
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"error":{"message":"recorded","type":"test"}}`))
+	}))
+	t.Cleanup(srv.Close)
+	c := newTestClassifier(t, ClassifierOptions{BaseURL: srv.URL + "/v1", Model: "qwen3:8b"})
+	if _, _, err := c.Classify(ctxT(t), Input{From: "a@b.example", Subject: "s", Body: "b"}); err == nil {
+		t.Fatal("Classify succeeded against a server that only answers 503")
+	}
+	var body map[string]any
+	select {
+	case body = <-bodies:
+	default:
+		t.Fatal("no chat completion request reached the server")
+	}
+	if got, ok := body["max_tokens"].(float64); !ok || got != maxReplyTokens {
+		t.Errorf("max_tokens = %v, want %d", body["max_tokens"], maxReplyTokens)
+	}
+	if v, ok := body["max_completion_tokens"]; ok {
+		t.Errorf("max_completion_tokens = %v sent; Ollama ignores it", v)
 	}
 }

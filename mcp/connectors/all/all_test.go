@@ -191,3 +191,60 @@ func TestDemoConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestStrictArguments: every compiled tool declares a strict input schema,
+// and a call with an argument the tool does not take, or with arguments
+// that are not a JSON object, is an isError result saying so; the handler
+// never runs (the targets here would fail on 127.0.0.1:1 if it did).
+func TestStrictArguments(t *testing.T) {
+	s := allServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := s.InProcessClient(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	list, err := c.ListTools(ctx, mcpgo.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	callText := func(name string, args any) (string, bool) {
+		t.Helper()
+		req := mcpgo.CallToolRequest{}
+		req.Params.Name = name
+		req.Params.Arguments = args
+		res, err := c.CallTool(ctx, req)
+		if err != nil {
+			t.Fatalf("call %s: protocol error %v", name, err)
+		}
+		var parts []string
+		for _, ct := range res.Content {
+			if tc, ok := mcpgo.AsTextContent(ct); ok {
+				parts = append(parts, tc.Text)
+			}
+		}
+		return strings.Join(parts, "\n"), res.IsError
+	}
+	for _, tl := range list.Tools {
+		if ap, ok := tl.InputSchema.AdditionalProperties.(bool); !ok || ap {
+			t.Errorf("%s: additionalProperties %v, want false", tl.Name, tl.InputSchema.AdditionalProperties)
+		}
+		want := `invalid arguments for ` + tl.Name + `: unknown argument "zz_unknown"`
+		if got, isErr := callText(tl.Name, map[string]any{"zz_unknown": 1}); !isErr || !strings.Contains(got, want) {
+			t.Errorf("%s with an unknown argument: isError=%v %q, want %q", tl.Name, isErr, got, want)
+		}
+		want = "invalid arguments for " + tl.Name + ": arguments must be a JSON object, got string"
+		if got, isErr := callText(tl.Name, `{}`); !isErr || !strings.Contains(got, want) {
+			t.Errorf("%s with arguments as a string: isError=%v %q, want %q", tl.Name, isErr, got, want)
+		}
+	}
+	// The probe of the issue, and the same call without the extra key.
+	if got, isErr := callText("calc_evaluate", map[string]any{"expression": "1+1", "foo": "bar"}); !isErr ||
+		!strings.Contains(got, `unknown argument "foo": this tool takes only expression`) {
+		t.Errorf("calc_evaluate with foo: isError=%v %q", isErr, got)
+	}
+	if got, isErr := callText("calc_evaluate", map[string]any{"expression": "1+1"}); isErr || !strings.Contains(got, "2") {
+		t.Errorf("calc_evaluate: isError=%v %q", isErr, got)
+	}
+}

@@ -41,6 +41,7 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 		mcpgo.WithDestructiveHintAnnotation(false),
 		mcpgo.WithIdempotentHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
+		mcpgo.WithSchemaAdditionalProperties(false),
 		mcpgo.WithString("expression", mcpgo.Required(), mcpgo.MaxLength(MaxLength),
 			mcpgo.Description("The expression, e.g. (17.5 * 3 - 2) / 4 or sqrt(2)^2 or round(100 / 7, 2)")),
 	)

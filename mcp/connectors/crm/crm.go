@@ -257,6 +257,7 @@ func toolDef(tpl Template, cfg Config) mcpgo.Tool {
 		mcpgo.WithDestructiveHintAnnotation(false),
 		mcpgo.WithIdempotentHintAnnotation(true),
 		mcpgo.WithOpenWorldHintAnnotation(false),
+		mcpgo.WithSchemaAdditionalProperties(false),
 	}
 	for _, p := range tpl.Params {
 		po := []mcpgo.PropertyOption{}

@@ -47,6 +47,7 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithDestructiveHintAnnotation(false),
 		mcpgo.WithOpenWorldHintAnnotation(false),
+		mcpgo.WithSchemaAdditionalProperties(false),
 	)
 	procs := mcpgo.NewTool("gpu_processes",
 		mcpgo.WithDescription("Processes holding GPU memory right now: GPU index, PID, process name and MiB used, largest first. "+
@@ -54,6 +55,7 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithDestructiveHintAnnotation(false),
 		mcpgo.WithOpenWorldHintAnnotation(false),
+		mcpgo.WithSchemaAdditionalProperties(false),
 	)
 	return []mcp.Tool{
 		{Def: status, Handler: func(ctx context.Context, _ mcp.Args) (any, error) {

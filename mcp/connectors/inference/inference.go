@@ -76,7 +76,7 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 	sort.Strings(t.profiles)
 
 	ro := []mcpgo.ToolOption{mcpgo.WithReadOnlyHintAnnotation(true), mcpgo.WithDestructiveHintAnnotation(false),
-		mcpgo.WithOpenWorldHintAnnotation(false)}
+		mcpgo.WithOpenWorldHintAnnotation(false), mcpgo.WithSchemaAdditionalProperties(false)}
 	opts := func(o ...mcpgo.ToolOption) []mcpgo.ToolOption {
 		return append(append([]mcpgo.ToolOption{}, ro...), o...)
 	}

@@ -83,6 +83,7 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 				mcpgo.WithReadOnlyHintAnnotation(true),
 				mcpgo.WithDestructiveHintAnnotation(false),
 				mcpgo.WithIdempotentHintAnnotation(true),
+				mcpgo.WithSchemaAdditionalProperties(false),
 				mcpgo.WithString("nas", mcpgo.Required(), mcpgo.Enum(names...), mcpgo.Description("Configured NAS name")),
 			),
 			Handler: func(ctx context.Context, args mcp.Args) (any, error) {

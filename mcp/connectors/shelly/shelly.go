@@ -82,6 +82,7 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithDestructiveHintAnnotation(false),
 		mcpgo.WithIdempotentHintAnnotation(true),
+		mcpgo.WithSchemaAdditionalProperties(false),
 		mcpgo.WithString("device", mcpgo.Required(), mcpgo.Enum(names...),
 			mcpgo.Description("Configured Shelly device name")),
 	)

@@ -69,6 +69,7 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithDestructiveHintAnnotation(false),
 		mcpgo.WithOpenWorldHintAnnotation(true),
+		mcpgo.WithSchemaAdditionalProperties(false),
 		mcpgo.WithString("city", mcpgo.Required(), mcpgo.MinLength(2), mcpgo.MaxLength(maxCityLen),
 			mcpgo.Description("City or place name, e.g. \"Berlin\" or \"Springfield\" (no country suffix needed)")),
 		mcpgo.WithInteger("days", mcpgo.Min(1), mcpgo.Max(maxDays), mcpgo.DefaultNumber(defaultDays),
