@@ -133,6 +133,10 @@ func NewAPI(sup *Supervisor, doctor DoctorFunc, log *slog.Logger) (*echo.Echo, e
 	cfg := sup.cfg
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
+	// The daemon is not behind a reverse proxy: the client is the peer
+	// address, never an X-Forwarded-For or X-Real-IP header a client sets
+	// (logs and per-client limits must not be spoofable).
+	e.IPExtractor = echo.ExtractIPDirect()
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
 		if c.Response().Committed {
 			return

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
+
 	"gpuhost/internal/testkit"
 )
 
@@ -249,5 +251,30 @@ func TestAPIThrottlesWrongTokens(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "authentication failures throttled"); n != 1 || !strings.Contains(logs.String(), "client=127.0.0.1") {
 		t.Errorf("%d throttle lines, want 1 naming the client:\n%s", n, logs.String())
+	}
+}
+
+// TestClientAddressIsThePeer: X-Forwarded-For and X-Real-IP, which any
+// client can send, do not change the address logs and limits see.
+func TestClientAddressIsThePeer(t *testing.T) {
+	f := newProcFixture(t, "10ms")
+	e, err := NewAPI(f.sup, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.GET("/test/ip", func(c echo.Context) error { return c.String(http.StatusOK, c.RealIP()) })
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	req, _ := http.NewRequest("GET", srv.URL+"/test/ip", nil)
+	req.Header.Set("X-Forwarded-For", "203.0.113.9")
+	req.Header.Set("X-Real-IP", "203.0.113.10")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "127.0.0.1" {
+		t.Fatalf("client address %q, want the peer 127.0.0.1", b)
 	}
 }
