@@ -953,7 +953,9 @@ func (r *switchRun) baseURL(p *units.Profile) string {
 
 // waitReady polls the backend's health endpoint on the adaptive schedule and
 // watches the unit, so a backend that dies while loading fails the switch at
-// once (with its journal) instead of at the ready timeout.
+// once (with its journal) instead of at the ready timeout. An answer counts
+// only from the unit's own listener (portowner.go): another program on the
+// profile's port fails the switch at once, naming it.
 func (r *switchRun) waitReady(ctx context.Context, p *units.Profile, unit string) (string, map[string]any, error) {
 	s := r.s
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.ReadyTimeout.D())
@@ -961,23 +963,38 @@ func (r *switchRun) waitReady(ctx context.Context, p *units.Profile, unit string
 	url := r.baseURL(p) + units.HealthPath(p.Backend)
 	pl := newPoller(readyPollCap)
 	polls := 0
+	var ownerErr error
 	for {
 		polls++
-		if code, err := r.get(ctx, url, time.Second); err == nil && code == http.StatusOK {
-			return fmt.Sprintf("%s answered after %d polls", url, polls), map[string]any{"polls": polls}, nil
-		}
-		st, err := s.units.Unit(ctx, unit)
-		if err == nil && !st.Active() {
+		code, gerr := r.get(ctx, url, time.Second)
+		st, uerr := s.units.Unit(ctx, unit)
+		if uerr == nil && !st.Active() {
 			return "", nil, &stepError{
 				err:     fmt.Errorf("%s stopped while loading (state %s, result %s)", unit, st.ActiveState, st.Result),
 				journal: r.journalTail(unit),
 			}
 		}
-		if werr := pl.wait(ctx); werr != nil {
-			return "", map[string]any{"polls": polls}, &stepError{
-				err:     fmt.Errorf("%s not ready within %s (%d polls of %s)", unit, s.cfg.Switch.ReadyTimeout.D(), polls, url),
-				journal: r.journalTail(unit),
+		if gerr == nil && code == http.StatusOK && uerr == nil {
+			owner, oerr := provePortOwner(p.Port, st)
+			if oerr == nil {
+				return fmt.Sprintf("%s answered after %d polls; %s", url, polls, owner), map[string]any{"polls": polls}, nil
 			}
+			if !errors.Is(oerr, errPortUnproven) {
+				return "", map[string]any{"polls": polls}, &stepError{err: oerr, journal: r.journalTail(unit)}
+			}
+			ownerErr = oerr
+		}
+		if werr := pl.wait(ctx); werr != nil {
+			err := fmt.Errorf("%s not ready within %s (%d polls of %s)", unit, s.cfg.Switch.ReadyTimeout.D(), polls, url)
+			// Whatever holds the port may be why: name it.
+			if st, uerr := s.units.Unit(s.baseCtx, unit); uerr == nil {
+				if _, oerr := provePortOwner(p.Port, st); oerr != nil && !errors.Is(oerr, errPortUnproven) {
+					err = fmt.Errorf("%w; %w", err, oerr)
+				} else if ownerErr != nil {
+					err = fmt.Errorf("%w; %w", err, ownerErr)
+				}
+			}
+			return "", map[string]any{"polls": polls}, &stepError{err: err, journal: r.journalTail(unit)}
 		}
 	}
 }
@@ -1104,6 +1121,15 @@ func (r *switchRun) verify(ctx context.Context, p *units.Profile) (string, map[s
 		if !found {
 			return "", detail, fmt.Errorf("ollama has %v loaded, not %q", names, p.Model)
 		}
+	}
+	// The answers above must have come from the unit's own listener.
+	unit := r.s.cfg.BackendFor(p.Backend).Unit
+	st, err := r.s.units.Unit(ctx, unit)
+	if err != nil {
+		return "", detail, fmt.Errorf("read state of %s: %w", unit, err)
+	}
+	if _, err := provePortOwner(p.Port, st); err != nil {
+		return "", detail, err
 	}
 	msg := "serving " + p.ServedName
 	if r.s.gpu == nil {
