@@ -139,3 +139,54 @@ func TestForeignListenerFailsSwitch(t *testing.T) {
 		t.Errorf("the failed vLLM unit is still %s", vst.ActiveState)
 	}
 }
+
+// TestSystemdForeignListenerFailsSwitch is TestForeignListenerFailsSwitch
+// under a private systemd: another unit's simulator holds the profile's
+// port, so the listener is in a cgroup other than the backend unit's.
+func TestSystemdForeignListenerFailsSwitch(t *testing.T) {
+	bin := gpuhostBinary(t)
+	port := freePort(t)
+	foreign := "[Unit]\nDescription=another program on the profile's port\n[Service]\nExecStart=" + bin +
+		" simulate vllm Qwen/Qwen3-Coder-30B-A3B-Instruct --port " + strconv.Itoa(port) +
+		" --served-model-name qwen3-coder --load-time 0s\n"
+	e := startE2EWith(t, "300ms", t.TempDir(), func(y string) string {
+		// The coder profile's port is the foreign program's.
+		return strings.Replace(y, "port: ", "port: "+strconv.Itoa(port)+" #", 2)
+	}, map[string]string{"foreign.service": foreign})
+	if e.cfg.Profiles["coder"].Port != port {
+		t.Fatalf("coder port = %d, want %d", e.cfg.Profiles["coder"].Port, port)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if out, err := e.sd.Systemctl(ctx, "start", "foreign.service"); err != nil {
+		t.Fatalf("start foreign.service: %v %s", err, out)
+	}
+	var pid int
+	for pid == 0 {
+		if socks, _ := systemd.ListeningOn(port); len(socks) > 0 {
+			out, _ := e.sd.Systemctl(ctx, "show", "-P", "MainPID", "foreign.service")
+			pid, _ = strconv.Atoi(strings.TrimSpace(out))
+		}
+		if ctx.Err() != nil {
+			t.Fatal("foreign.service does not listen")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var evs []Event
+	err := e.client.SwitchAndFollow(ctx, SwitchRequest{Profile: "coder"}, func(ev Event) { evs = append(evs, ev) })
+	if err == nil {
+		t.Fatalf("switch to coder succeeded on another unit's port:%s", describe(evs))
+	}
+	failed, ok := stepEvent(evs, "ready", "failed")
+	if !ok {
+		t.Fatalf("no failed ready step:%s", describe(evs))
+	}
+	for _, w := range []string{"port " + strconv.Itoa(port), "PID " + strconv.Itoa(pid), "(gpuhost)", e.cfg.Backends.VLLM.Unit} {
+		if !strings.Contains(failed.Message, w) {
+			t.Errorf("ready failure %q lacks %q", failed.Message, w)
+		}
+	}
+	if got := e.isActive(t, e.cfg.Backends.VLLM.Unit); got == "active" {
+		t.Errorf("the vLLM unit is still %s after the failed switch", got)
+	}
+}
