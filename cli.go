@@ -82,6 +82,9 @@ func newDemoCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			for from, to := range cfg.DemoPortMoves {
+				log.Warn("demo: a backend port is taken (another demo?); using a free one", "busy_port", from, "port", to)
+			}
 			if _, err := demo.Seed(cfg.Triage.Source.Maildir); err != nil {
 				return fmt.Errorf("seed the demo mailbox: %w", err)
 			}

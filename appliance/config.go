@@ -52,6 +52,10 @@ type Config struct {
 	Triage         TriageConfig              `yaml:"triage"`
 	Agent          AgentConfig               `yaml:"agent"`
 
+	// DemoPortMoves: profile ports the demo found busy, and the free ports
+	// it used instead (DemoConfig only).
+	DemoPortMoves map[int]int `yaml:"-" json:"-"`
+
 	// path is the file this config came from, for messages.
 	path string
 }
