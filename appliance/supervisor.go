@@ -133,6 +133,11 @@ type Supervisor struct {
 	gen        uint64
 	lastSwitch *SwitchSummary
 	switches   uint64
+
+	// ready closes once Run has reconciled from systemd and started the
+	// restore switch, if any (see Ready).
+	ready     chan struct{}
+	readyOnce sync.Once
 }
 
 // SwitchSummary is the outcome of the most recent switch, for the panel,
@@ -217,6 +222,7 @@ func NewSupervisor(cfg *Config, gpu GPU, u Units, journal JournalFunc, log *slog
 		baseCtx: ctx,
 		cancel:  cancel,
 		state:   State{Phase: PhaseIdle, Since: time.Now()},
+		ready:   make(chan struct{}),
 	}
 	s.baseline = cfg.GPU.IdleBaselineMiB
 	s.state.LastWanted = s.readLastWanted()
@@ -258,6 +264,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.measureBaseline(ctx)
 	st := s.Reconcile(ctx)
 	s.restore(ctx, st)
+	s.readyOnce.Do(func() { close(s.ready) })
 	for {
 		select {
 		case <-ctx.Done():
@@ -290,40 +297,6 @@ func (s *Supervisor) isSwitching() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.current != nil
-}
-
-// restore decides what to do at start-up: systemd is the truth; the last
-// wanted profile only fills the gap when nothing runs, or finishes a switch
-// that a crash interrupted after the target unit was started.
-func (s *Supervisor) restore(ctx context.Context, st State) {
-	if !*s.cfg.Switch.RestoreOnBoot {
-		return
-	}
-	want := st.LastWanted
-	if want != "" {
-		if _, ok := s.cfg.Profiles[want]; !ok {
-			s.log.Warn("last wanted profile is no longer in the config; using default_profile", "profile", want, "default_profile", s.cfg.DefaultProfile)
-			want = ""
-		}
-	}
-	if want == "" {
-		want = s.cfg.DefaultProfile
-	}
-	switch {
-	case st.Phase == PhaseIdle && want != "":
-		s.bus.publish(Event{Kind: "reconcile", Profile: want, Message: "no backend runs; restoring " + want})
-	case st.Phase == PhaseFailed && want != "":
-		s.bus.publish(Event{Kind: "reconcile", Profile: want, Message: "inconsistent backends at start-up (" + st.Error + "); converging on " + want})
-	case st.Phase == PhaseActive && st.Profile == want:
-		// Possibly started by us before a crash and not ready yet: the switch
-		// sees the unit running with the right profile and only waits.
-		s.bus.publish(Event{Kind: "reconcile", Profile: want, Message: "backend of " + want + " already runs; checking readiness"})
-	default:
-		return
-	}
-	if _, _, err := s.Switch(ctx, want, SwitchOptions{Force: true}); err != nil {
-		s.log.Error("restore last wanted profile", "profile", want, "err", err)
-	}
 }
 
 // measureBaseline sets the idle VRAM baseline when the config leaves it to
