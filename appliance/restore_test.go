@@ -178,3 +178,63 @@ func TestRestartCompletesLastWanted(t *testing.T) {
 		})
 	}
 }
+
+// TestSystemdKillDuringSlowStop is the crash of the issue under a real
+// systemd: the daemon is killed (SIGKILL) while the old backend takes
+// seconds to stop. Before, the restarted daemon took the "deactivating"
+// unit for the active one, ended idle with last_wanted set and never
+// started the wanted profile; now it completes the switch. It also checks
+// that READY=1 (the return of `systemctl start` for Type=notify) comes
+// only once the restore switch is under way.
+func TestSystemdKillDuringSlowStop(t *testing.T) {
+	e := startE2EWith(t, "100ms", t.TempDir(), func(y string) string {
+		return strings.Replace(y, "simulate, vllm,", "simulate, vllm, --stop-delay, 4s,", 1)
+	}, nil)
+	e.switchTo(t, "coder")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if _, err := e.client.Switch(ctx, SwitchRequest{Profile: "llama"}); err != nil {
+		t.Fatal(err)
+	}
+	vllm := e.cfg.Backends.VLLM.Unit
+	for e.isActive(t, vllm) != "deactivating" {
+		if ctx.Err() != nil {
+			t.Fatalf("%s never deactivating", vllm)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if out, err := e.sd.Systemctl(ctx, "kill", "--kill-whom=main", "--signal=KILL", "gpuhost.service"); err != nil {
+		t.Fatalf("kill gpuhost: %v %s", err, out)
+	}
+	// Start it at once rather than after RestartSec; `systemctl start`
+	// returns when the daemon sent READY=1.
+	for e.isActive(t, "gpuhost.service") == "active" {
+		if ctx.Err() != nil {
+			t.Fatal("gpuhost.service survived SIGKILL")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if out, err := e.sd.Systemctl(ctx, "start", "gpuhost.service"); err != nil {
+		t.Fatalf("restart gpuhost: %v %s", err, out)
+	}
+	st, err := e.client.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State.Phase != PhaseSwitching || st.State.Target != "llama" {
+		// Unless the old backend already stopped and the switch finished.
+		if !(st.State.Phase == PhaseActive && st.State.Profile == "llama") {
+			t.Errorf("right after READY the state is %+v, want the restore switch to llama under way", st.State)
+		}
+	}
+	final := e.waitState(t, "llama active after the restart", 60*time.Second, func(s Status) bool {
+		return s.State.Phase == PhaseActive && s.State.Profile == "llama" && s.State.Step == "" ||
+			s.State.Phase != PhaseSwitching && s.State.Step == "" && s.State.Phase != PhaseActive
+	})
+	if final.State.Phase != PhaseActive || final.State.Profile != "llama" {
+		t.Fatalf("after the restart the box settled %+v, want llama active", final.State)
+	}
+	if got := e.isActive(t, vllm); got != "inactive" {
+		t.Errorf("%s is %s, want inactive", vllm, got)
+	}
+}
