@@ -190,3 +190,28 @@ func TestSystemdForeignListenerFailsSwitch(t *testing.T) {
 		t.Errorf("the vLLM unit is still %s after the failed switch", got)
 	}
 }
+
+// BenchmarkProvePortOwner: the cost the check adds to ready and verify,
+// when the unit's main process holds the listener (one look at its open
+// files) and when another process does (every process's open files).
+func BenchmarkProvePortOwner(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	for _, bc := range []struct {
+		name string
+		st   systemd.UnitStatus
+	}{
+		{"owner", systemd.UnitStatus{Name: "u.service", MainPID: os.Getpid()}},
+		{"foreign", systemd.UnitStatus{Name: "u.service", MainPID: 1 << 30}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				_, _ = provePortOwner(port, bc.st)
+			}
+		})
+	}
+}

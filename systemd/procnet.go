@@ -93,8 +93,16 @@ func parseHexAddrPort(s string) (netip.AddrPort, error) {
 }
 
 // ListeningOn returns the listening TCP sockets (IPv4 and IPv6) on port in
-// this process's network namespace.
+// this process's network namespace: from sock_diag, else /proc/net/tcp{,6}.
 func ListeningOn(port int) ([]Socket, error) {
+	if socks, err := listenersDiag(port); err == nil {
+		return socks, nil
+	}
+	return listeningFromProc(port)
+}
+
+// listeningFromProc is ListeningOn from /proc/net/tcp{,6}.
+func listeningFromProc(port int) ([]Socket, error) {
 	var out []Socket
 	for _, path := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		data, err := os.ReadFile(path)

@@ -111,6 +111,31 @@ func TestListenerHolder(t *testing.T) {
 	if len(socks) != 1 || socks[0].Local.Addr() != netip.MustParseAddr("127.0.0.1") || socks[0].UID != os.Getuid() {
 		t.Fatalf("ListeningOn(%d) = %+v, want our one loopback listener", port, socks)
 	}
+	// sock_diag and /proc/net/tcp agree.
+	fromProc, err := listeningFromProc(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fromProc) != 1 || fromProc[0] != socks[0] {
+		t.Fatalf("/proc/net/tcp says %+v, ListeningOn %+v", fromProc, socks)
+	}
+	fromDiag, err := listenersDiag(port)
+	if err != nil {
+		t.Fatalf("sock_diag: %v", err)
+	}
+	if len(fromDiag) != 1 || fromDiag[0] != socks[0] {
+		t.Fatalf("sock_diag says %+v, /proc/net/tcp %+v", fromDiag, fromProc)
+	}
+	ln6, err := net.Listen("tcp6", "[::1]:0")
+	if err == nil {
+		defer ln6.Close()
+		p6 := ln6.Addr().(*net.TCPAddr).Port
+		a, errA := listenersDiag(p6)
+		b, errB := listeningFromProc(p6)
+		if errA != nil || errB != nil || len(a) != 1 || len(b) != 1 || a[0] != b[0] || a[0].Local.Addr() != netip.IPv6Loopback() {
+			t.Errorf("IPv6 listener: sock_diag %+v %v, /proc %+v %v", a, errA, b, errB)
+		}
+	}
 	mine, err := SocketInodes(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
