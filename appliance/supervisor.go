@@ -257,6 +257,8 @@ func (s *Supervisor) LastSeq() uint64 { return s.bus.lastSeq() }
 // nothing runs, and then follows unit events until ctx ends.
 func (s *Supervisor) Run(ctx context.Context) error {
 	defer s.cancel()
+	// Ready also when Run fails early, so READY=1 is never held back for good.
+	defer s.readyOnce.Do(func() { close(s.ready) })
 	evs, err := s.units.Subscribe(ctx, s.cfg.Backends.VLLM.Unit, s.cfg.Backends.Ollama.Unit)
 	if err != nil {
 		return fmt.Errorf("subscribe to backend unit changes: %w", err)
