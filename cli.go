@@ -82,6 +82,9 @@ func newDemoCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			for from, to := range cfg.DemoPortMoves {
+				log.Warn("demo: a backend port is taken (another demo?); using a free one", "busy_port", from, "port", to)
+			}
 			if _, err := demo.Seed(cfg.Triage.Source.Maildir); err != nil {
 				return fmt.Errorf("seed the demo mailbox: %w", err)
 			}
@@ -192,6 +195,9 @@ func printStatus(w io.Writer, st appliance.Status) {
 	fmt.Fprintf(w, "state:   %s\n", appliance.StatusLine(st.State, st.GPU))
 	if st.State.LastError != "" {
 		fmt.Fprintf(w, "last error: %s\n", st.State.LastError)
+	}
+	if drift := appliance.WantedDrift(st.State); drift != "" {
+		fmt.Fprintf(w, "wanted:  %s; `gpuhost switch %s` completes it\n", drift, st.State.LastWanted)
 	}
 	if st.GPU != nil {
 		for _, d := range st.GPU.Devices {
@@ -342,6 +348,7 @@ Simulator flags: --port, --host, --model (repeatable for ollama), --served-name,
 --load-time, --prefill-tps, --decode-tps, --vram-mib, --sim-dir,
 --scripted-tools (call offered tools as the question names them, retry a
 failed call once, answer from the results, labelled "[simulated model]"),
+--stop-delay (keep serving that long after SIGTERM, a slow stop),
 --schema-fault prose|invalid|prose-once (structured output misbehaves) and
 --transcription-fault error (/v1/audio/transcriptions answers 500), for tests.
 For vllm every vLLM serve flag is accepted too (--gpu-memory-utilization,
@@ -370,7 +377,7 @@ For ollama the address also comes from OLLAMA_HOST.`,
 // out before the rest is read as `vllm serve` words.
 var simFlags = map[string]bool{"--sim-dir": true, "--load-time": true, "--prefill-tps": true,
 	"--decode-tps": true, "--vram-mib": true, "--served-name": true, "--model": true,
-	"--schema-fault": true, "--transcription-fault": true}
+	"--schema-fault": true, "--transcription-fault": true, "--stop-delay": true}
 
 // simBoolFlags are the simulator's own flags without a value.
 var simBoolFlags = map[string]bool{"--scripted-tools": true}
@@ -425,6 +432,7 @@ func simulateOptions(flavor string, args []string) (simulator.Options, error) {
 	models := fs.StringArray("model", nil, "")
 	served := fs.String("served-name", "", "")
 	load := fs.Duration("load-time", 0, "")
+	fs.DurationVar(&opts.StopDelay, "stop-delay", 0, "")
 	prefill := fs.Float64("prefill-tps", 0, "")
 	decode := fs.Float64("decode-tps", 0, "")
 	vram := fs.Int("vram-mib", 0, "")

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -218,6 +219,13 @@ func TestDemo(t *testing.T) {
 	consoleMu.Lock()
 	printed := console.String()
 	consoleMu.Unlock()
+	// The triage worker waits for the default profile instead of failing
+	// its first polls while it loads.
+	for _, line := range strings.Split(text+"\n"+printed, "\n") {
+		if strings.Contains(line, "level=ERROR") {
+			t.Errorf("the demo logged an error on its way up: %s", line)
+		}
+	}
 	if !strings.Contains(printed, "November newsletter") || !strings.Contains(printed, "https://news.toolvendor.example/u/4711?list=weekly&sig=Zm9v%2Bbar") {
 		t.Errorf("the demo's console sink did not print the newsletter post:\n%s", printed)
 	}
@@ -411,4 +419,85 @@ func demoTriage(t *testing.T, url string) {
 	if resp.State.Checkpoint.LastUID != 6 {
 		t.Errorf("checkpoint = %+v, want last_uid 6", resp.State.Checkpoint)
 	}
+}
+
+// TestTwoDemosSideBySide: a second demo with its own state directory and
+// listen address finds the first one's backend ports taken and uses free
+// ones. Before, its switch was declared active on the strength of the
+// first demo's simulator answering on the shared port, while its own
+// backend had failed to bind.
+func TestTwoDemosSideBySide(t *testing.T) {
+	type demo struct {
+		url string
+		out *syncBuffer
+	}
+	start := func() demo {
+		addr := freeAddr(t)
+		cmd := exec.Command(binPath, "demo", "--listen", addr, "--state-dir", t.TempDir())
+		out := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGINT); _ = cmd.Wait() })
+		return demo{url: "http://" + addr, out: out}
+	}
+	active := func(d demo) appliance.Status {
+		c := appliance.NewClient(d.url, "")
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			st, err := c.Status(context.Background())
+			if err == nil && st.State.Phase == appliance.PhaseActive && st.State.Profile == "qwen3-coder" && st.State.Step == "" {
+				return st
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("demo at %s did not activate qwen3-coder: %+v %v\n%s", d.url, st.State, err, d.out.String())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	port := func(st appliance.Status) int {
+		for _, p := range st.Profiles {
+			if p.Name == "qwen3-coder" {
+				return p.Port
+			}
+		}
+		return 0
+	}
+	a := start()
+	stA := active(a)
+	b := start()
+	stB := active(b)
+	if port(stA) == port(stB) {
+		t.Fatalf("both demos use port %d for qwen3-coder", port(stA))
+	}
+	if !strings.Contains(b.out.String(), "busy_port="+strconv.Itoa(port(stA))) {
+		t.Errorf("the second demo does not say which port was taken:\n%s", b.out.String())
+	}
+	// Each demo's own backend runs and stays running.
+	for _, st := range []appliance.Status{stA, stB} {
+		for _, u := range st.Units {
+			if u.Name == "gpuhost-vllm.service" && (u.ActiveState != "active" || u.MainPID == 0) {
+				t.Errorf("vLLM unit %+v, want active", u)
+			}
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a child's output and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -166,7 +166,7 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 				}
 			}
 			go func() {
-				if err := tw.Run(runCtx); err != nil {
+				if err := runTriage(runCtx, cfg, sup, tw, log); err != nil {
 					log.Error("triage worker stopped; the daemon carries on", "component", "triage", "err", err)
 				}
 			}()
@@ -211,6 +211,13 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 // and keeps STATUS= current (one line, e.g. "active: qwen3-coder (vllm) ·
 // 18.4/24.0 GiB"). Without NOTIFY_SOCKET every call is a no-op.
 func notifySystemd(ctx context.Context, sup *appliance.Supervisor, log *slog.Logger) {
+	// READY=1 only after the first reconcile (and the restore switch's
+	// start), as the unit file says: earlier, a switch would see "idle".
+	select {
+	case <-sup.Ready():
+	case <-ctx.Done():
+		return
+	}
 	status := func() string {
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()

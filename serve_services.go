@@ -127,3 +127,19 @@ func startTriage(ctx context.Context, cfg *appliance.Config, sup *appliance.Supe
 	}
 	return tw
 }
+
+// runTriage runs the triage worker; when it classifies with the managed
+// model (no triage.model.base_url) its first poll waits for the first
+// active profile, so the demo's worker does not fail (and log an ERROR)
+// while the default profile is still loading.
+func runTriage(ctx context.Context, cfg *appliance.Config, sup *appliance.Supervisor, tw *triage.Worker, log *slog.Logger) error {
+	if cfg.Triage.Model.BaseURL == "" {
+		if st := sup.State(); st.Phase != appliance.PhaseActive || st.Step != "" {
+			log.Info("triage: waiting for the first active profile before polling", "component", "triage", "phase", st.Phase)
+		}
+		if err := sup.AwaitFirstActive(ctx); err != nil {
+			return nil // shutting down
+		}
+	}
+	return tw.Run(ctx)
+}

@@ -55,6 +55,10 @@ type Config struct {
 	Agent          AgentConfig               `yaml:"agent"`
 	HTTP           HTTPConfig                `yaml:"http"`
 
+	// DemoPortMoves: profile ports the demo found busy, and the free ports
+	// it used instead (DemoConfig only).
+	DemoPortMoves map[int]int `yaml:"-" json:"-"`
+
 	// path is the file this config came from, for messages.
 	path string
 }

@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -212,5 +213,37 @@ func TestTelegramAPIURL(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDemoConfigMovesBusyPorts: a second demo finds the first one's backend
+// ports taken and uses free ones; profiles that shared a port still do.
+func TestDemoConfigMovesBusyPorts(t *testing.T) {
+	first, err := DemoConfig("/usr/local/bin/gpuhost", t.TempDir(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vllmPort := first.Profiles["qwen3-coder"].Port
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(vllmPort))
+	if err != nil {
+		t.Skipf("port %d is taken by someone else already: %v", vllmPort, err)
+	}
+	defer ln.Close()
+	second, err := DemoConfig("/usr/local/bin/gpuhost", t.TempDir(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := second.Profiles["qwen3-coder"].Port
+	if moved == vllmPort || moved == 0 {
+		t.Fatalf("qwen3-coder kept the busy port %d", vllmPort)
+	}
+	if g := second.Profiles["gemma3-27b"].Port; g != moved {
+		t.Errorf("gemma3-27b port %d, want the shared vLLM port %d", g, moved)
+	}
+	if second.Profiles["llama3-8b"].Port != first.Profiles["llama3-8b"].Port {
+		t.Errorf("the free Ollama port moved: %d → %d", first.Profiles["llama3-8b"].Port, second.Profiles["llama3-8b"].Port)
+	}
+	if second.DemoPortMoves[vllmPort] != moved {
+		t.Errorf("moves = %v, want %d→%d", second.DemoPortMoves, vllmPort, moved)
 	}
 }

@@ -2,7 +2,13 @@ package appliance
 
 import (
 	_ "embed"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 )
 
 //go:embed demo.yaml
@@ -11,7 +17,57 @@ var demoYAML string
 // DemoConfig is the embedded default that `gpuhost demo` runs: a simulated
 // GPU, simulator backends started by the process runner, three profiles.
 // self is the gpuhost binary (the simulator), state a writable directory.
+// A profile port that is taken on this machine (another demo, anything
+// else) is replaced by a free one, so two demos with their own state
+// directory and listen address run side by side; Moved in the result
+// says which.
 func DemoConfig(self, state, listen string) (*Config, error) {
 	r := strings.NewReplacer("{{SELF}}", self, "{{STATE}}", state, "{{LISTEN}}", listen)
-	return ParseConfig("embedded demo config", []byte(r.Replace(demoYAML)))
+	cfg, err := ParseConfig("embedded demo config", []byte(r.Replace(demoYAML)))
+	if err != nil {
+		return nil, err
+	}
+	if err := pickDemoPorts(cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// pickDemoPorts moves every profile whose port is busy on loopback to a
+// free port (profiles sharing a port keep sharing one), and records the
+// moves in cfg.DemoPortMoves.
+func pickDemoPorts(cfg *Config) error {
+	byPort := map[int][]string{}
+	for name, p := range cfg.Profiles {
+		byPort[p.Port] = append(byPort[p.Port], name)
+	}
+	ports := make([]int, 0, len(byPort))
+	for port := range byPort {
+		ports = append(ports, port)
+	}
+	sort.Ints(ports)
+	for _, port := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			ln.Close()
+			continue
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("demo: check port %d of profiles %s: %w", port, strings.Join(byPort[port], ", "), err)
+		}
+		free, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("demo: port %d of profiles %s is busy and no free port was found: %w", port, strings.Join(byPort[port], ", "), err)
+		}
+		to := free.Addr().(*net.TCPAddr).Port
+		free.Close()
+		for _, name := range byPort[port] {
+			cfg.Profiles[name].Port = to
+		}
+		if cfg.DemoPortMoves == nil {
+			cfg.DemoPortMoves = map[int]int{}
+		}
+		cfg.DemoPortMoves[port] = to
+	}
+	return nil
 }

@@ -109,6 +109,7 @@ func (d *Doctor) Run(ctx context.Context) DoctorReport {
 			add(DoctorCheck{ID: "units.systemd", Severity: units.SeverityFail, Message: err.Error(), Fix: "check `systemctl status`"})
 		} else {
 			checks = append(checks, unitChecks(d.Cfg, bs)...)
+			checks = append(checks, wantedCheck(d.Cfg, bs))
 			if haveGPU {
 				checks = append(checks, foreignProcessCheck(dev, bs))
 			}
@@ -279,7 +280,7 @@ func (d *Doctor) endpointCheck(ctx context.Context, bs []backendState) DoctorChe
 		return c
 	}
 	c.Profile = p.Name
-	sup := &Supervisor{cfg: d.Cfg, gpu: d.GPU, client: newBackendClient()}
+	sup := &Supervisor{cfg: d.Cfg, gpu: d.GPU, units: d.Units, client: newBackendClient()}
 	r := &switchRun{s: sup, target: p}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -135,6 +135,11 @@ type Supervisor struct {
 	switches   uint64
 
 	telegram telegramSlot // the bot's status, for Status (SetTelegramStatus)
+
+	// ready closes once Run has reconciled from systemd and started the
+	// restore switch, if any (see Ready).
+	ready     chan struct{}
+	readyOnce sync.Once
 }
 
 // SwitchSummary is the outcome of the most recent switch, for the panel,
@@ -219,6 +224,7 @@ func NewSupervisor(cfg *Config, gpu GPU, u Units, journal JournalFunc, log *slog
 		baseCtx: ctx,
 		cancel:  cancel,
 		state:   State{Phase: PhaseIdle, Since: time.Now()},
+		ready:   make(chan struct{}),
 	}
 	s.baseline = cfg.GPU.IdleBaselineMiB
 	s.state.LastWanted = s.readLastWanted()
@@ -253,6 +259,8 @@ func (s *Supervisor) LastSeq() uint64 { return s.bus.lastSeq() }
 // nothing runs, and then follows unit events until ctx ends.
 func (s *Supervisor) Run(ctx context.Context) error {
 	defer s.cancel()
+	// Ready also when Run fails early, so READY=1 is never held back for good.
+	defer s.readyOnce.Do(func() { close(s.ready) })
 	evs, err := s.units.Subscribe(ctx, s.cfg.Backends.VLLM.Unit, s.cfg.Backends.Ollama.Unit)
 	if err != nil {
 		return fmt.Errorf("subscribe to backend unit changes: %w", err)
@@ -260,6 +268,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.measureBaseline(ctx)
 	st := s.Reconcile(ctx)
 	s.restore(ctx, st)
+	s.readyOnce.Do(func() { close(s.ready) })
 	for {
 		select {
 		case <-ctx.Done():
@@ -292,40 +301,6 @@ func (s *Supervisor) isSwitching() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.current != nil
-}
-
-// restore decides what to do at start-up: systemd is the truth; the last
-// wanted profile only fills the gap when nothing runs, or finishes a switch
-// that a crash interrupted after the target unit was started.
-func (s *Supervisor) restore(ctx context.Context, st State) {
-	if !*s.cfg.Switch.RestoreOnBoot {
-		return
-	}
-	want := st.LastWanted
-	if want != "" {
-		if _, ok := s.cfg.Profiles[want]; !ok {
-			s.log.Warn("last wanted profile is no longer in the config; using default_profile", "profile", want, "default_profile", s.cfg.DefaultProfile)
-			want = ""
-		}
-	}
-	if want == "" {
-		want = s.cfg.DefaultProfile
-	}
-	switch {
-	case st.Phase == PhaseIdle && want != "":
-		s.bus.publish(Event{Kind: "reconcile", Profile: want, Message: "no backend runs; restoring " + want})
-	case st.Phase == PhaseFailed && want != "":
-		s.bus.publish(Event{Kind: "reconcile", Profile: want, Message: "inconsistent backends at start-up (" + st.Error + "); converging on " + want})
-	case st.Phase == PhaseActive && st.Profile == want:
-		// Possibly started by us before a crash and not ready yet: the switch
-		// sees the unit running with the right profile and only waits.
-		s.bus.publish(Event{Kind: "reconcile", Profile: want, Message: "backend of " + want + " already runs; checking readiness"})
-	default:
-		return
-	}
-	if _, _, err := s.Switch(ctx, want, SwitchOptions{Force: true}); err != nil {
-		s.log.Error("restore last wanted profile", "profile", want, "err", err)
-	}
 }
 
 // measureBaseline sets the idle VRAM baseline when the config leaves it to
@@ -955,7 +930,9 @@ func (r *switchRun) baseURL(p *units.Profile) string {
 
 // waitReady polls the backend's health endpoint on the adaptive schedule and
 // watches the unit, so a backend that dies while loading fails the switch at
-// once (with its journal) instead of at the ready timeout.
+// once (with its journal) instead of at the ready timeout. An answer counts
+// only from the unit's own listener (portowner.go): another program on the
+// profile's port fails the switch at once, naming it.
 func (r *switchRun) waitReady(ctx context.Context, p *units.Profile, unit string) (string, map[string]any, error) {
 	s := r.s
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.ReadyTimeout.D())
@@ -963,23 +940,38 @@ func (r *switchRun) waitReady(ctx context.Context, p *units.Profile, unit string
 	url := r.baseURL(p) + units.HealthPath(p.Backend)
 	pl := newPoller(readyPollCap)
 	polls := 0
+	var ownerErr error
 	for {
 		polls++
-		if code, err := r.get(ctx, url, time.Second); err == nil && code == http.StatusOK {
-			return fmt.Sprintf("%s answered after %d polls", url, polls), map[string]any{"polls": polls}, nil
-		}
-		st, err := s.units.Unit(ctx, unit)
-		if err == nil && !st.Active() {
+		code, gerr := r.get(ctx, url, time.Second)
+		st, uerr := s.units.Unit(ctx, unit)
+		if uerr == nil && !st.Active() {
 			return "", nil, &stepError{
 				err:     fmt.Errorf("%s stopped while loading (state %s, result %s)", unit, st.ActiveState, st.Result),
 				journal: r.journalTail(unit),
 			}
 		}
-		if werr := pl.wait(ctx); werr != nil {
-			return "", map[string]any{"polls": polls}, &stepError{
-				err:     fmt.Errorf("%s not ready within %s (%d polls of %s)", unit, s.cfg.Switch.ReadyTimeout.D(), polls, url),
-				journal: r.journalTail(unit),
+		if gerr == nil && code == http.StatusOK && uerr == nil {
+			owner, oerr := provePortOwner(p.Port, st)
+			if oerr == nil {
+				return fmt.Sprintf("%s answered after %d polls; %s", url, polls, owner), map[string]any{"polls": polls}, nil
 			}
+			if !errors.Is(oerr, errPortUnproven) {
+				return "", map[string]any{"polls": polls}, &stepError{err: oerr, journal: r.journalTail(unit)}
+			}
+			ownerErr = oerr
+		}
+		if werr := pl.wait(ctx); werr != nil {
+			err := fmt.Errorf("%s not ready within %s (%d polls of %s)", unit, s.cfg.Switch.ReadyTimeout.D(), polls, url)
+			// Whatever holds the port may be why: name it.
+			if st, uerr := s.units.Unit(s.baseCtx, unit); uerr == nil {
+				if _, oerr := provePortOwner(p.Port, st); oerr != nil && !errors.Is(oerr, errPortUnproven) {
+					err = fmt.Errorf("%w; %w", err, oerr)
+				} else if ownerErr != nil {
+					err = fmt.Errorf("%w; %w", err, ownerErr)
+				}
+			}
+			return "", map[string]any{"polls": polls}, &stepError{err: err, journal: r.journalTail(unit)}
 		}
 	}
 }
@@ -1106,6 +1098,15 @@ func (r *switchRun) verify(ctx context.Context, p *units.Profile) (string, map[s
 		if !found {
 			return "", detail, fmt.Errorf("ollama has %v loaded, not %q", names, p.Model)
 		}
+	}
+	// The answers above must have come from the unit's own listener.
+	unit := r.s.cfg.BackendFor(p.Backend).Unit
+	st, err := r.s.units.Unit(ctx, unit)
+	if err != nil {
+		return "", detail, fmt.Errorf("read state of %s: %w", unit, err)
+	}
+	if _, err := provePortOwner(p.Port, st); err != nil {
+		return "", detail, err
 	}
 	msg := "serving " + p.ServedName
 	if r.s.gpu == nil {

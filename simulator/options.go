@@ -119,6 +119,10 @@ type Options struct {
 	// TranscriptionFault "error" makes /v1/audio/transcriptions answer 500
 	// (`--transcription-fault`); "" transcribes.
 	TranscriptionFault string
+	// StopDelay is how long the server keeps running (listening, holding
+	// its simulated VRAM) after its context ends, like a backend that takes
+	// seconds to stop (`--stop-delay`); default 0.
+	StopDelay time.Duration
 	// SimDir is the simulated GPU's claims directory; empty means no claim.
 	SimDir string
 	// Version is the reported server version; default 0.11.0 (vLLM) or 0.17.4
@@ -178,6 +182,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.ServedName == "" {
 		o.ServedName = o.Model
+	}
+	if o.StopDelay < 0 {
+		return o, fmt.Errorf("simulator options: negative stop delay %s", o.StopDelay)
 	}
 	if o.LoadTime < 0 {
 		return o, fmt.Errorf("simulator options: negative load time %s", o.LoadTime)

@@ -102,6 +102,10 @@ func Run(ctx context.Context, opts Options) error {
 	case err := <-serveErr:
 		return fmt.Errorf("simulated %s: serve on %s: %w", o.Flavor, bound, err)
 	}
+	if o.StopDelay > 0 {
+		log.Info("stopping slowly", "stop_delay", o.StopDelay)
+		time.Sleep(o.StopDelay)
+	}
 	log.Info("shutting down")
 	cancel()
 	sctx, scancel := context.WithTimeout(context.Background(), shutdownGrace)
