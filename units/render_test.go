@@ -56,7 +56,7 @@ func wantValue(t *testing.T, uf UnitFile, section, key, want string) {
 
 func TestRenderBackendUnit(t *testing.T) {
 	odd := vllmUnit()
-	odd.Exec = []string{"/opt/my models/bin/vllm", "100%", "$HOME", `say "hi"`, "back\\slash", "new\nline", ";", ""}
+	odd.Exec = []string{"/opt/my models/bin/vllm", "100%", "$HOME", `say "hi"`, "back\\slash", ";", ""}
 	odd.User = ""
 
 	for _, u := range []BackendUnit{vllmUnit(), simUnit(), odd} {
@@ -200,6 +200,14 @@ func TestBackendUnitValidate(t *testing.T) {
 		{"no exec", func(u *BackendUnit) { u.Exec = nil }, "exec"},
 		{"exec prefix char", func(u *BackendUnit) { u.Exec = []string{"-/usr/bin/vllm"} }, "prefixes"},
 		{"exec NUL", func(u *BackendUnit) { u.Exec = []string{"/bin/x", "a\x00b"} }, "NUL"},
+		{"exec newline", func(u *BackendUnit) { u.Exec = []string{"/bin/x", "a\nExecStartPre=/bin/evil"} }, "control character"},
+		{"exec escape", func(u *BackendUnit) { u.Exec = []string{"/bin/x", "a\x1b[2J"} }, "control character"},
+		{"name with newline", func(u *BackendUnit) { u.Name = "a\nUser=root.service" }, "contains"},
+		{"template name", func(u *BackendUnit) { u.Name = "gpuhost-vllm@.service" }, "template"},
+		{"user with newline", func(u *BackendUnit) { u.User = "x\nExecStartPre=/bin/evil" }, "user"},
+		{"upper-case user", func(u *BackendUnit) { u.User = "Root" }, "user"},
+		{"user starting with a digit", func(u *BackendUnit) { u.User = "1abc" }, "user"},
+		{"numeric UID", func(u *BackendUnit) { u.User = "1001" }, ""},
 		{"relative env file", func(u *BackendUnit) { u.EnvFile = "vllm.env" }, "absolute"},
 		{"unclean env file", func(u *BackendUnit) { u.EnvFile = "/var/lib/../x.env" }, "clean"},
 		{"env file with newline", func(u *BackendUnit) { u.EnvFile = "/var/x\n.env" }, "control"},
