@@ -85,3 +85,19 @@ func TestUnitsHardenedUnderRealSystemd(t *testing.T) {
 		}
 	}
 }
+
+// TestUnitsRenderRefusesInjection: `gpuhost units render|install` validate
+// the units again before writing them; --binary reaches ExecStart= only
+// here, so only this check can refuse it.
+func TestUnitsRenderRefusesInjection(t *testing.T) {
+	dir := t.TempDir()
+	for _, bin := range []string{"/usr/local/bin/gpuhost\nUser=root", "relative/gpuhost"} {
+		out, code := gpuhost(t, "units", "render", "--config", "appliance/gpuhost.example.yaml", "--binary", bin, "--dir", dir)
+		if code == 0 || !strings.Contains(out, "gpuhost.service: binary") {
+			t.Errorf("--binary %q: exit %d, output %q; want a refusal naming the binary", bin, code, out)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("a refused render wrote %d files", len(entries))
+	}
+}
