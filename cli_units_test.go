@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,49 +15,76 @@ import (
 	"gpuhost/systemd/systemdtest"
 )
 
-// exposureLimits are the highest `systemd-analyze security` exposure
-// scores the rendered units may have (0 = locked down, 10 = unprotected).
-// gpuhost.service still talks to systemd over D-Bus and reads NVML; the
-// backends still reach /dev/nvidia*.
-var exposureLimits = map[string]float64{
-	"gpuhost.service":        4.5,
-	"gpuhost-vllm.service":   7.0,
-	"gpuhost-ollama.service": 7.0,
-}
+// Exposure limits of `systemd-analyze security` (0 = locked down, 10 =
+// unprotected): gpuhost.service still talks to systemd over D-Bus and reads
+// NVML; the backends still reach /dev/nvidia*.
+const (
+	daemonExposureLimit  = 4.5
+	backendExposureLimit = 7.0
+)
 
 var overallRE = regexp.MustCompile(`Overall exposure level for (\S+): (\d+\.\d+) `)
 
 // TestUnitsHardenedUnderRealSystemd renders the units of the shipped example
-// config with `gpuhost units render`, loads them into a private systemd and
-// has the running manager score them (`systemd-analyze security UNIT`, the
-// manager's view, not --offline) and check them (`systemd-analyze verify`).
+// config with `gpuhost units render` (as shipped, with the backends as
+// root, and with a state_dir elsewhere and a port below 1024), loads them
+// into a private systemd and has the running manager score them
+// (`systemd-analyze security UNIT`, the manager's view, not --offline) and
+// check them (`systemd-analyze verify`).
 func TestUnitsHardenedUnderRealSystemd(t *testing.T) {
-	dir := t.TempDir()
 	// The example config with programs that exist here, so that verify
 	// judges the units rather than the missing vLLM and Ollama binaries.
 	example := strings.NewReplacer("/opt/vllm/bin/vllm", "/bin/sleep", "/usr/local/bin/ollama", "/bin/sleep").Replace(string(appliance.ExampleConfig))
-	cfgPath := filepath.Join(dir, "gpuhost.yaml")
-	if err := os.WriteFile(cfgPath, []byte(example), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, code := gpuhost(t, "units", "render", "--config", cfgPath, "--binary", binPath, "--dir", filepath.Join(dir, "units"))
-	if code != 0 {
-		t.Fatalf("units render: exit %d: %s", code, out)
+	variants := []struct {
+		name   string // prefix of the unit names inside the private systemd
+		config string
+	}{
+		{"", example},
+		{"root-", strings.ReplaceAll(example, "user: gpuhost-backend", "user: root")},
+		{"alt-", strings.Replace(strings.Replace(example, "state_dir: /var/lib/gpuhost", "state_dir: /srv/gpuhost", 1), "listen: 127.0.0.1:8080", "listen: 127.0.0.1:80", 1)},
 	}
 	files := map[string]string{}
-	for name := range exposureLimits {
-		b, err := os.ReadFile(filepath.Join(dir, "units", name))
-		if err != nil {
+	limits := map[string]float64{}
+	dir := t.TempDir()
+	for _, v := range variants {
+		cfgPath := filepath.Join(dir, v.name+"gpuhost.yaml")
+		if err := os.WriteFile(cfgPath, []byte(v.config), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		files[name] = string(b)
+		out := filepath.Join(dir, v.name+"units")
+		if o, code := gpuhost(t, "units", "render", "--config", cfgPath, "--binary", binPath, "--dir", out); code != 0 {
+			t.Fatalf("units render %s: exit %d: %s", cfgPath, code, o)
+		}
+		for name, limit := range map[string]float64{"gpuhost.service": daemonExposureLimit,
+			"gpuhost-vllm.service": backendExposureLimit, "gpuhost-ollama.service": backendExposureLimit} {
+			b, err := os.ReadFile(filepath.Join(out, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := string(b)
+			if v.name != "" {
+				text = strings.NewReplacer("gpuhost-vllm.service", v.name+"gpuhost-vllm.service",
+					"gpuhost-ollama.service", v.name+"gpuhost-ollama.service").Replace(text)
+			}
+			files[v.name+name], limits[v.name+name] = text, limit
+		}
 	}
-	if !strings.Contains(files["gpuhost-vllm.service"], "\nUser=gpuhost-backend\n") {
-		t.Errorf("backend unit does not run as the unprivileged default user:\n%s", files["gpuhost-vllm.service"])
+	for _, want := range []struct{ unit, line string }{
+		{"gpuhost-vllm.service", "User=gpuhost-backend"},
+		{"gpuhost-ollama.service", "ReadWritePaths=-/var/lib/gpuhost-backend"},
+		{"root-gpuhost-vllm.service", "User=root"},
+		{"alt-gpuhost.service", "ReadWritePaths=/etc/systemd/system -/run/systemd/system /srv/gpuhost"},
+		{"alt-gpuhost.service", "CapabilityBoundingSet=CAP_SYS_PTRACE CAP_NET_BIND_SERVICE"},
+	} {
+		if !strings.Contains(files[want.unit], "\n"+want.line+"\n") {
+			t.Errorf("%s lacks the line %q:\n%s", want.unit, want.line, files[want.unit])
+		}
 	}
 	for name, text := range files {
-		if strings.Contains(text, "\nPrivateDevices=") || strings.Contains(text, "\nDevicePolicy=") || strings.Contains(text, "\nDeviceAllow=") {
-			t.Errorf("%s restricts devices; NVML and CUDA need /dev/nvidia*:\n%s", name, text)
+		for _, k := range []string{"PrivateDevices=", "DevicePolicy=", "DeviceAllow="} {
+			if strings.Contains(text, "\n"+k) {
+				t.Errorf("%s sets %s; NVML and CUDA need /dev/nvidia*", name, k)
+			}
 		}
 	}
 
@@ -66,17 +94,21 @@ func TestUnitsHardenedUnderRealSystemd(t *testing.T) {
 	if out, err := sd.Systemctl(ctx, "daemon-reload"); err != nil {
 		t.Fatalf("daemon-reload: %v %s", err, out)
 	}
-	for name, limit := range exposureLimits {
-		cmd := sd.Command(ctx, "systemd-analyze", "security", "--no-pager", name)
-		b, err := cmd.CombinedOutput()
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		b, err := sd.Command(ctx, "systemd-analyze", "security", "--no-pager", name).CombinedOutput()
 		m := overallRE.FindStringSubmatch(string(b))
 		if m == nil || m[1] != name {
 			t.Fatalf("systemd-analyze security %s: %v\n%s", name, err, b)
 		}
 		score, _ := strconv.ParseFloat(m[2], 64)
 		t.Logf("systemd-analyze security %s: %s", name, m[2])
-		if score > limit {
-			t.Errorf("%s: exposure %.1f, want at most %.1f\n%s", name, score, limit, b)
+		if score > limits[name] {
+			t.Errorf("%s: exposure %.1f, want at most %.1f\n%s", name, score, limits[name], b)
 		}
 		// verify exits 0 on most warnings: any line is a finding.
 		v, err := sd.Command(ctx, "systemd-analyze", "verify", "--man=no", "/etc/systemd/system/"+name).CombinedOutput()
