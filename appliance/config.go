@@ -692,7 +692,8 @@ const DefaultUnitDir = "/etc/systemd/system"
 // configPath are where the installed gpuhost and its config live. A
 // state_dir or unit_dir other than the defaults is added to
 // ReadWritePaths=: under ProtectSystem=strict it would be read-only, and
-// every switch would fail when it writes the backend's environment file.
+// every switch would fail when it writes the backend's environment file. So
+// is a simulated GPU's sim_dir outside state_dir.
 func (c *Config) DaemonUnit(binary, configPath string) units.DaemonUnit {
 	d := units.DaemonUnit{Binary: binary, Config: configPath, WatchdogSec: units.DefaultWatchdogSec}
 	if _, port, err := net.SplitHostPort(c.Listen); err == nil {
@@ -705,6 +706,10 @@ func (c *Config) DaemonUnit(binary, configPath string) units.DaemonUnit {
 	}
 	if c.Systemd.UnitDir != DefaultUnitDir {
 		d.ReadWritePaths = append(d.ReadWritePaths, c.Systemd.UnitDir)
+	}
+	if c.GPU.Backend == "sim" && !strings.HasPrefix(c.GPU.SimDir+"/", c.StateDir+"/") {
+		// gpuhost creates the simulated GPU's folder and reads its claims.
+		d.ReadWritePaths = append(d.ReadWritePaths, c.GPU.SimDir)
 	}
 	return d
 }

@@ -299,6 +299,8 @@ func TestDaemonUnitWritesStateDir(t *testing.T) {
 		{minimal, "ReadWritePaths=/etc/systemd/system -/run/systemd/system\n"},
 		{strings.Replace(minimal, "/var/lib/gpuhost", "/srv/gpuhost", 1), "ReadWritePaths=/etc/systemd/system -/run/systemd/system /srv/gpuhost\n"},
 		{minimal + "systemd: {unit_dir: /run/systemd/system}\n", "ReadWritePaths=/etc/systemd/system -/run/systemd/system /run/systemd/system\n"},
+		{minimal + "gpu: {backend: sim}\n", "ReadWritePaths=/etc/systemd/system -/run/systemd/system\n"},
+		{minimal + "gpu: {backend: sim, sim_dir: /srv/sim}\n", "ReadWritePaths=/etc/systemd/system -/run/systemd/system /srv/sim\n"},
 	} {
 		c, err := ParseConfig("test.yaml", []byte(tc.yaml))
 		if err != nil {
