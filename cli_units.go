@@ -23,18 +23,42 @@ type unitFile struct {
 }
 
 // renderUnits returns gpuhost.service plus, per backend, either our own
-// unit file or, for an adopted unit, the drop-in that adds Conflicts=.
-func renderUnits(cfg *appliance.Config, binary, configPath string, adopt bool) []unitFile {
-	files := []unitFile{{Path: "gpuhost.service", Content: units.RenderDaemonUnit(units.DaemonUnit{Binary: binary, Config: configPath, WatchdogSec: 30})}}
-	for _, bu := range cfg.BackendUnits() {
-		if adopt || bu.Adopt {
+// unit file or, for an adopted unit, the drop-in that adds Conflicts=. It
+// validates every unit first (the config loader did too; this also covers
+// --binary and --config, which only reach the unit here) and renders
+// nothing when one is refused.
+func renderUnits(cfg *appliance.Config, binary, configPath string, adopt bool) ([]unitFile, error) {
+	// ExecStart= needs an absolute path; a relative --config is meant from here.
+	if abs, err := filepath.Abs(configPath); err == nil {
+		configPath = abs
+	}
+	du := cfg.DaemonUnit(binary, configPath)
+	var errs []error
+	if err := du.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	bus := cfg.BackendUnits()
+	for i := range bus {
+		if adopt {
+			bus[i].Adopt = true
+		}
+		if err := bus[i].Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("render units from %s: %w", configPath, err)
+	}
+	files := []unitFile{{Path: "gpuhost.service", Content: units.RenderDaemonUnit(du)}}
+	for _, bu := range bus {
+		if bu.Adopt {
 			p, c := units.RenderAdoptDropIn(bu)
 			files = append(files, unitFile{Path: p, Content: c})
 			continue
 		}
 		files = append(files, unitFile{Path: bu.Name, Content: units.RenderBackendUnit(bu)})
 	}
-	return files
+	return files, nil
 }
 
 func newUnitsCmd() *cobra.Command {
@@ -50,7 +74,10 @@ func newUnitsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			files := renderUnits(cfg, binary, path, adopt)
+			files, err := renderUnits(cfg, binary, path, adopt)
+			if err != nil {
+				return err
+			}
 			if dir == "" {
 				for _, f := range files {
 					fmt.Fprintf(cmd.OutOrStdout(), "# ===== %s =====\n%s\n", f.Path, f.Content)
@@ -80,7 +107,10 @@ func newUnitsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			files := renderUnits(cfg, binary, path, adopt)
+			files, err := renderUnits(cfg, binary, path, adopt)
+			if err != nil {
+				return err
+			}
 			if err := writeUnitFiles(cfg.Systemd.UnitDir, files); err != nil {
 				return err
 			}

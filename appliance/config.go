@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
@@ -61,6 +63,9 @@ type Config struct {
 
 	// path is the file this config came from, for messages.
 	path string
+	// keyLines maps a key path (e.g. "backends.vllm.user") to its line in
+	// the file, so that value errors name the line as well as the key.
+	keyLines map[string]int
 }
 
 // GPUConfig selects the GPU facts source and the VRAM-release rules.
@@ -99,8 +104,15 @@ type BackendConfig struct {
 	Exec  []string `yaml:"exec"`
 	// Simulated marks Exec as `gpuhost simulate …`: the profile's sim options
 	// are appended to the arguments.
-	Simulated bool   `yaml:"simulated"`
-	User      string `yaml:"user"`
+	Simulated bool `yaml:"simulated"`
+	// User runs the backend; default units.DefaultBackendUser (created by
+	// scripts/install.sh). "root" is allowed but opts out of that.
+	User string `yaml:"user"`
+	// ReadWritePaths are the folders the backend may write under the unit's
+	// ProtectSystem=strict: model caches and model folders. Default: the
+	// default backend user's home, units.DefaultBackendHome, which holds
+	// ~/.cache/huggingface, ~/.cache/vllm and ~/.ollama.
+	ReadWritePaths []string `yaml:"read_write_paths"`
 }
 
 // SwitchConfig tunes the switch state machine.
@@ -221,7 +233,8 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 		return nil, cerr
 	}
 	lines := map[int]string{}
-	walkKeys(root.Content[0], reflect.TypeOf(Config{}), "", 0, lines, &cerr.Problems)
+	keyLines := map[string]int{}
+	walkKeys(root.Content[0], reflect.TypeOf(Config{}), "", 0, lines, keyLines, &cerr.Problems)
 	if len(cerr.Problems) > 0 {
 		return nil, cerr
 	}
@@ -233,6 +246,7 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 		return nil, cerr
 	}
 	c.path = name
+	c.keyLines = keyLines
 	c.applyDefaults()
 	cerr.Problems = append(cerr.Problems, c.validate()...)
 	if len(cerr.Problems) > 0 {
@@ -242,9 +256,10 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 }
 
 // walkKeys checks every mapping key against the struct it decodes into,
-// records the key path of each line (to translate decoder errors) and
-// reports unknown keys by their full path.
-func walkKeys(n *yaml.Node, t reflect.Type, path string, depth int, lines map[int]string, problems *[]string) {
+// records the key path of each line (to translate decoder errors) and the
+// line of each key path (for value errors), and reports unknown keys by
+// their full path.
+func walkKeys(n *yaml.Node, t reflect.Type, path string, depth int, lines map[int]string, keyLines map[string]int, problems *[]string) {
 	if depth > 32 {
 		return // deeper than any config key; aliases can make cycles
 	}
@@ -283,12 +298,13 @@ func walkKeys(n *yaml.Node, t reflect.Type, path string, depth int, lines map[in
 			k, v := n.Content[i], n.Content[i+1]
 			p := joinKey(path, k.Value)
 			lines[k.Line] = p
+			keyLines[p] = k.Line
 			ft, ok := fields[k.Value]
 			if !ok {
 				*problems = append(*problems, fmt.Sprintf("%s (line %d): unknown key (known keys here: %s)", p, k.Line, strings.Join(names, ", ")))
 				continue
 			}
-			walkKeys(v, ft, p, depth+1, lines, problems)
+			walkKeys(v, ft, p, depth+1, lines, keyLines, problems)
 		}
 	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
@@ -298,14 +314,17 @@ func walkKeys(n *yaml.Node, t reflect.Type, path string, depth int, lines map[in
 			k, v := n.Content[i], n.Content[i+1]
 			p := joinKey(path, k.Value)
 			lines[k.Line] = p
-			walkKeys(v, t.Elem(), p, depth+1, lines, problems)
+			keyLines[p] = k.Line
+			walkKeys(v, t.Elem(), p, depth+1, lines, keyLines, problems)
 		}
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
 			return
 		}
 		for i, v := range n.Content {
-			walkKeys(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i), depth+1, lines, problems)
+			p := fmt.Sprintf("%s[%d]", path, i)
+			keyLines[p] = v.Line
+			walkKeys(v, t.Elem(), p, depth+1, lines, keyLines, problems)
 		}
 	}
 }
@@ -348,7 +367,7 @@ func (c *Config) applyDefaults() {
 		c.Listen = "127.0.0.1:8080"
 	}
 	if c.StateDir == "" {
-		c.StateDir = "/var/lib/gpuhost"
+		c.StateDir = DefaultStateDir
 	}
 	if c.APITokenEnv == "" {
 		c.APITokenEnv = "GPUHOST_API_TOKEN"
@@ -366,7 +385,7 @@ func (c *Config) applyDefaults() {
 		c.GPU.ReleaseTimeout = Duration(60 * time.Second)
 	}
 	if c.Systemd.UnitDir == "" {
-		c.Systemd.UnitDir = "/etc/systemd/system"
+		c.Systemd.UnitDir = DefaultUnitDir
 	}
 	if c.Systemd.Runner == "" {
 		c.Systemd.Runner = "systemd"
@@ -376,6 +395,14 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Backends.Ollama.Unit == "" {
 		c.Backends.Ollama.Unit = "gpuhost-ollama.service"
+	}
+	for _, b := range []*BackendConfig{&c.Backends.VLLM, &c.Backends.Ollama} {
+		if b.User == "" {
+			b.User = units.DefaultBackendUser
+		}
+		if b.ReadWritePaths == nil {
+			b.ReadWritePaths = []string{units.DefaultBackendHome}
+		}
 	}
 	if len(c.Backends.VLLM.Exec) == 0 {
 		c.Backends.VLLM.Exec = []string{"/usr/local/bin/vllm"}
@@ -431,6 +458,10 @@ var profileNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 func (c *Config) validate() []string {
 	var ps []string
 	add := func(key, format string, args ...any) {
+		// A key written in the file gets its line; a defaulted one has none.
+		if ln, ok := c.keyLines[key]; ok {
+			key = fmt.Sprintf("%s (line %d)", key, ln)
+		}
 		ps = append(ps, key+": "+fmt.Sprintf(format, args...))
 	}
 	host, port, err := net.SplitHostPort(c.Listen)
@@ -441,16 +472,20 @@ func (c *Config) validate() []string {
 	} else if host != "" && net.ParseIP(host) == nil && host != "localhost" {
 		add("listen", "host %q must be an IP address or localhost", host)
 	}
-	if !filepath.IsAbs(c.StateDir) {
-		add("state_dir", "%q must be an absolute path", c.StateDir)
+	// state_dir reaches gpuhost.service (ReadWritePaths=, a space-separated
+	// list) and the backend units (EnvironmentFile=).
+	if err := unitPath(c.StateDir); err != nil {
+		add("state_dir", "%v", err)
 	}
 	switch c.GPU.Backend {
 	case "nvml", "sim":
 	default:
 		add("gpu.backend", "%q is not one of nvml, sim", c.GPU.Backend)
 	}
-	if c.GPU.Backend == "sim" && !filepath.IsAbs(c.GPU.SimDir) {
-		add("gpu.sim_dir", "%q must be an absolute path", c.GPU.SimDir)
+	if c.GPU.Backend == "sim" {
+		if err := unitPath(c.GPU.SimDir); err != nil {
+			add("gpu.sim_dir", "%v", err)
+		}
 	}
 	switch c.Systemd.Runner {
 	case "systemd", "process":
@@ -460,19 +495,48 @@ func (c *Config) validate() []string {
 	if c.Systemd.Socket != "" && !filepath.IsAbs(c.Systemd.Socket) {
 		add("systemd.socket", "%q must be an absolute path", c.Systemd.Socket)
 	}
+	if err := unitPath(c.Systemd.UnitDir); err != nil {
+		add("systemd.unit_dir", "%v", err)
+	}
+	backendsOK := true
 	for _, b := range []struct {
 		key string
 		cfg BackendConfig
 	}{{"backends.vllm", c.Backends.VLLM}, {"backends.ollama", c.Backends.Ollama}} {
-		if !strings.HasSuffix(b.cfg.Unit, ".service") || strings.ContainsAny(b.cfg.Unit, "/ \t") {
-			add(b.key+".unit", "%q must be a unit name ending in .service", b.cfg.Unit)
+		n := len(ps)
+		if err := units.ValidServiceName(b.cfg.Unit); err != nil {
+			add(b.key+".unit", "%v", err)
+		}
+		if b.cfg.User != "" {
+			if err := units.ValidUser(b.cfg.User); err != nil {
+				add(b.key+".user", "%v", err)
+			}
 		}
 		if !filepath.IsAbs(b.cfg.Exec[0]) {
 			add(b.key+".exec[0]", "%q must be an absolute path (systemd runs it without a shell)", b.cfg.Exec[0])
 		}
+		for i, w := range b.cfg.Exec {
+			if err := unitValue(w); err != nil {
+				add(fmt.Sprintf("%s.exec[%d]", b.key, i), "%v", err)
+			}
+		}
+		for i, p := range b.cfg.ReadWritePaths {
+			if err := unitPath(p); err != nil {
+				add(fmt.Sprintf("%s.read_write_paths[%d]", b.key, i), "%v", err)
+			}
+		}
+		backendsOK = backendsOK && len(ps) == n
 	}
 	if c.Backends.VLLM.Unit == c.Backends.Ollama.Unit {
 		add("backends.ollama.unit", "%q is the same unit as backends.vllm.unit", c.Backends.Ollama.Unit)
+	} else if backendsOK && len(ps) == 0 {
+		// The renderer's own check, as `gpuhost units` runs it: anything it
+		// refuses that the checks above let through is still a load error.
+		for i, bu := range c.BackendUnits() {
+			if err := bu.Validate(); err != nil {
+				add([]string{"backends.vllm", "backends.ollama"}[i], "%v", err)
+			}
+		}
 	}
 	if len(c.Profiles) == 0 {
 		add("profiles", "at least one profile is needed")
@@ -496,6 +560,7 @@ func (c *Config) validate() []string {
 			add(key+"."+fe.Key, "%s", fe.Msg)
 		}
 	}
+	c.checkAliases(add, names)
 	if c.DefaultProfile != "" {
 		if _, ok := c.Profiles[c.DefaultProfile]; !ok {
 			add("default_profile", "%q is not a profile (profiles: %s)", c.DefaultProfile, strings.Join(names, ", "))
@@ -553,6 +618,76 @@ func checkBotAPIURL(raw string) string {
 	return ""
 }
 
+// checkAliases refuses a model name that would resolve to two profiles or be
+// listed twice by /v1/models: an alias equal to a served name (its own
+// profile's or another's), or one alias in two profiles.
+func (c *Config) checkAliases(add func(key, format string, args ...any), names []string) {
+	served := map[string]string{} // served name → first profile serving it
+	for _, name := range names {
+		if p := c.Profiles[name]; p != nil {
+			if _, ok := served[p.ServedModelName()]; !ok {
+				served[p.ServedModelName()] = name
+			}
+		}
+	}
+	aliasOf := map[string]string{}
+	for _, name := range names {
+		p := c.Profiles[name]
+		if p == nil {
+			continue
+		}
+		for i, a := range p.Aliases {
+			key := fmt.Sprintf("profiles.%s.aliases[%d]", name, i)
+			if owner, ok := served[a]; ok {
+				if owner == name {
+					add(key, "%q is this profile's own served name; remove the alias", a)
+				} else {
+					add(key, "%q is the served name of profile %q; an alias must not name another profile's model", a, owner)
+				}
+				continue
+			}
+			if owner, ok := aliasOf[a]; ok {
+				add(key, "%q is already an alias of profile %q", a, owner)
+				continue
+			}
+			aliasOf[a] = name
+		}
+	}
+}
+
+// unitValue refuses what must never reach a unit file or an environment
+// file, where a newline would start a new setting (an injected
+// ExecStartPre= or User=root): control characters and invalid UTF-8.
+func unitValue(v string) error {
+	if !utf8.ValidString(v) {
+		return fmt.Errorf("%q is not valid UTF-8", v)
+	}
+	if i := strings.IndexFunc(v, unicode.IsControl); i >= 0 {
+		return fmt.Errorf("%q contains the control character %U; values that reach a unit file must be one visible line", v, []rune(v[i:])[0])
+	}
+	return nil
+}
+
+// unitPath checks a folder that reaches a unit file: absolute, clean (no
+// "..", "." or doubled and trailing slashes), and free of control
+// characters, whitespace, quotes and backslashes, which systemd's
+// space-separated path lists (ReadWritePaths=) would split or unescape.
+func unitPath(p string) error {
+	if err := unitValue(p); err != nil {
+		return err
+	}
+	if !filepath.IsAbs(p) {
+		return fmt.Errorf("%q must be an absolute path", p)
+	}
+	if filepath.Clean(p) != p {
+		return fmt.Errorf("%q must be a clean path (write %q)", p, filepath.Clean(p))
+	}
+	if strings.ContainsFunc(p, func(r rune) bool { return unicode.IsSpace(r) || strings.ContainsRune(`"'\`, r) }) {
+		return fmt.Errorf("%q must not contain whitespace, quotes or backslashes", p)
+	}
+	return nil
+}
+
 // ProfileNames returns the profile names sorted, for messages and listings.
 func (c *Config) ProfileNames() []string {
 	names := make([]string, 0, len(c.Profiles))
@@ -575,7 +710,7 @@ func (c *Config) BackendFor(b units.Backend) BackendConfig {
 // as the pure units package describes them.
 func (c *Config) BackendUnits() []units.BackendUnit {
 	mk := func(b units.Backend, bc BackendConfig, other string) units.BackendUnit {
-		return units.BackendUnit{
+		u := units.BackendUnit{
 			Backend:   b,
 			Name:      bc.Unit,
 			Adopt:     bc.Adopt,
@@ -584,11 +719,50 @@ func (c *Config) BackendUnits() []units.BackendUnit {
 			User:      bc.User,
 			Conflicts: []string{other},
 		}
+		u.ReadWritePaths = append(u.ReadWritePaths, bc.ReadWritePaths...)
+		if bc.Simulated && c.GPU.Backend == "sim" {
+			// `gpuhost simulate` writes the simulated GPU's state there.
+			u.ReadWritePaths = append(u.ReadWritePaths, c.GPU.SimDir)
+		}
+		return u
 	}
 	return []units.BackendUnit{
 		mk(units.VLLM, c.Backends.VLLM, c.Backends.Ollama.Unit),
 		mk(units.Ollama, c.Backends.Ollama, c.Backends.VLLM.Unit),
 	}
+}
+
+// DefaultStateDir is state_dir's default, the folder gpuhost.service's
+// StateDirectory=gpuhost makes writable.
+const DefaultStateDir = "/var/lib/gpuhost"
+
+// DefaultUnitDir is systemd.unit_dir's default.
+const DefaultUnitDir = "/etc/systemd/system"
+
+// DaemonUnit describes gpuhost.service for this config: binary and
+// configPath are where the installed gpuhost and its config live. A
+// state_dir or unit_dir other than the defaults is added to
+// ReadWritePaths=: under ProtectSystem=strict it would be read-only, and
+// every switch would fail when it writes the backend's environment file. So
+// is a simulated GPU's sim_dir outside state_dir.
+func (c *Config) DaemonUnit(binary, configPath string) units.DaemonUnit {
+	d := units.DaemonUnit{Binary: binary, Config: configPath, WatchdogSec: units.DefaultWatchdogSec}
+	if _, port, err := net.SplitHostPort(c.Listen); err == nil {
+		if n, err := strconv.Atoi(port); err == nil && n > 0 && n < 1024 {
+			d.BindPrivilegedPort = true
+		}
+	}
+	if c.StateDir != DefaultStateDir {
+		d.ReadWritePaths = append(d.ReadWritePaths, c.StateDir)
+	}
+	if c.Systemd.UnitDir != DefaultUnitDir {
+		d.ReadWritePaths = append(d.ReadWritePaths, c.Systemd.UnitDir)
+	}
+	if c.GPU.Backend == "sim" && !strings.HasPrefix(c.GPU.SimDir+"/", c.StateDir+"/") {
+		// gpuhost creates the simulated GPU's folder and reads its claims.
+		d.ReadWritePaths = append(d.ReadWritePaths, c.GPU.SimDir)
+	}
+	return d
 }
 
 // EnvFilePath is where gpuhost writes the per-switch environment of a unit.

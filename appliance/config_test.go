@@ -56,7 +56,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"wrong type", minimal + "    vllm:\n      max_num_seqs: many\n", []string{"profiles.p1.vllm.max_num_seqs (line", "cannot unmarshal"}},
 		{"bad duration", minimal + "switch:\n  ready_timeout: soon\n", []string{"switch.ready_timeout", "invalid duration"}},
 		{"bad backend", minimal + "gpu:\n  backend: cuda\n", []string{"gpu.backend", `"cuda"`}},
-		{"bad listen", minimal + "listen: nowhere\n", []string{"listen:", "host:port"}},
+		{"bad listen", minimal + "listen: nowhere\n", []string{"listen (line 8):", "host:port"}},
 		{"bad profile value", strings.Replace(minimal, "port: 8000", "port: 70000", 1), []string{"profiles.p1.port"}},
 		{"bad utilisation", minimal + "    vllm:\n      gpu_memory_utilization: 1.5\n", []string{"profiles.p1.vllm.gpu_memory_utilization"}},
 		{"unknown default profile", minimal + "default_profile: nope\n", []string{"default_profile", `"nope"`, "p1"}},

@@ -57,7 +57,9 @@ func TestSwitchToRealOllama(t *testing.T) {
 	e := startE2EWith(t, "10ms", state, func(y string) string {
 		i := strings.Index(y, "  ollama:\n")
 		j := strings.Index(y, "switch:\n")
-		y = y[:i] + "  ollama:\n    exec: [" + bin + "]\n" + y[j:]
+		// The real server writes its model store and ~/.ollama below
+		// state: the unit's sandbox must let it (read_write_paths).
+		y = y[:i] + "  ollama:\n    exec: [" + bin + "]\n    user: root\n    read_write_paths: [" + state + "]\n" + y[j:]
 		return strings.Replace(y, "model: llama3.1:8b", "model: tiny", 1)
 	}, map[string]string{
 		"gpuhost-ollama.service.d/test.conf": "[Service]\nEnvironment=OLLAMA_MODELS=" + models + " HOME=" + home + "\n",

@@ -28,7 +28,13 @@ func (u unavailableGPU) Snapshot(context.Context) (nvml.Snapshot, error) {
 func OpenGPU(cfg *Config) (GPU, func(), error) {
 	if cfg.GPU.Backend == "sim" {
 		s := nvml.NewSim(nvml.SimConfig{Dir: cfg.GPU.SimDir})
-		return s, func() { s.Close() }, nil
+		// The simulated backends write their claims here, but their units
+		// may only write into it (ReadWritePaths=), not create it.
+		var err error
+		if merr := os.MkdirAll(cfg.GPU.SimDir, 0o755); merr != nil {
+			err = fmt.Errorf("create gpu.sim_dir: %w", merr)
+		}
+		return s, func() { s.Close() }, err
 	}
 	n, err := nvml.Open()
 	if err != nil {

@@ -86,4 +86,18 @@ for r in d["results"]:
 '
 curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^gpuhost_triage_(energy|mails|cost)' | head
 step "gpuhost mcp test (gpu, inference)"; "$BIN" --config "$W/gpuhost.yaml" mcp test; echo "exit=$?"
+step "hardened units: NVML under the sandboxes that gpuhost units render writes (systemd-run)"
+if [ "$(id -u)" -eq 0 ] && [ "$(ps -o comm= -p 1)" = systemd ]; then
+  "$BIN" units render --config "$W/gpuhost.yaml" --binary "$BIN" --dir "$W/units" >/dev/null
+  # The settings after "# --- Sandbox ---" as systemd-run properties (not User=/paths:
+  # the smoke test's files live under /tmp and maybe a home directory).
+  props() { sed -n '/^# --- Sandbox ---/,$p' "$1" | grep -E '^[A-Za-z]+=' | grep -vE '^(User|ReadWritePaths|WantedBy)=' | sed 's/^/-p/'; }
+  relax=(-pPrivateTmp=no -pProtectHome=read-only)
+  mapfile -t bp < <(props "$W/units/gpuhost-vllm.service")
+  systemd-run --wait --pipe --quiet "${bp[@]}" "${relax[@]}" nvidia-smi -L; echo "backend sandbox, nvidia-smi: exit=$?"
+  mapfile -t dp < <(props "$W/units/gpuhost.service")
+  systemd-run --wait --pipe --quiet "${dp[@]}" "${relax[@]}" "-pReadWritePaths=$W" "$BIN" --config "$W/gpuhost.yaml" doctor --json | head -c 600; echo; echo "daemon sandbox, doctor (NVML): exit=${PIPESTATUS[0]}"
+else
+  echo "skipped: needs root and systemd as PID 1"
+fi
 step "serve log (tail)"; tail -20 "$W/serve.log"

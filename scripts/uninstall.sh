@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # Remove gpuhost's units, drop-ins and binary. Keeps /etc/gpuhost (your
-# config) and /var/lib/gpuhost (state); the backends are stopped.
+# config), /var/lib/gpuhost (state) and the backend user gpuhost-backend with
+# its home /var/lib/gpuhost-backend (the downloaded models); the backends are
+# stopped. --purge-backend-user also removes that user and its home.
+# Usage: sudo scripts/uninstall.sh [--purge-backend-user]
 set -euo pipefail
+purge=no
+for a in "$@"; do
+  case "$a" in
+    --purge-backend-user) purge=yes ;;
+    *) echo "uninstall.sh: unknown argument $a" >&2; exit 2 ;;
+  esac
+done
 if [ "$(id -u)" -ne 0 ]; then echo "uninstall.sh: run as root (sudo)" >&2; exit 1; fi
 systemctl disable --now gpuhost.service 2>/dev/null || true
 for u in gpuhost-vllm.service gpuhost-ollama.service; do
@@ -14,4 +24,10 @@ for d in /etc/systemd/system/*.service.d/10-gpuhost.conf; do
 done
 systemctl daemon-reload
 rm -f /usr/local/bin/gpuhost
-echo "gpuhost removed; /etc/gpuhost and /var/lib/gpuhost kept"
+if [ "$purge" = yes ] && getent passwd gpuhost-backend >/dev/null; then
+  userdel gpuhost-backend
+  rm -rf /var/lib/gpuhost-backend
+  echo "gpuhost removed, with the backend user gpuhost-backend and /var/lib/gpuhost-backend; /etc/gpuhost and /var/lib/gpuhost kept"
+else
+  echo "gpuhost removed; /etc/gpuhost, /var/lib/gpuhost and the backend user gpuhost-backend (home /var/lib/gpuhost-backend: model caches) kept"
+fi

@@ -175,8 +175,8 @@ func (p Profile) Validate() []FieldError {
 		word("served_name", p.ServedName)
 	}
 	for i, a := range p.Aliases {
-		if strings.TrimSpace(a) == "" || strings.ContainsAny(a, " \t\n\"'") {
-			add(fmt.Sprintf("aliases[%d]", i), "%q must be a non-empty name without spaces or quotes", a)
+		if strings.TrimSpace(a) == "" || strings.ContainsAny(a, " \t\n\"'") || strings.ContainsFunc(a, unicode.IsControl) || !utf8.ValidString(a) {
+			add(fmt.Sprintf("aliases[%d]", i), "%q must be a non-empty UTF-8 name without spaces, quotes or control characters", a)
 		}
 	}
 	if p.Port < 1 || p.Port > 65535 {

@@ -17,9 +17,22 @@ type BackendUnit struct {
 	Adopt     bool     // true: operator's unit, we only add a drop-in
 	Exec      []string // command prefix, e.g. ["/usr/local/bin/vllm"] or ["/usr/local/bin/gpuhost","simulate","vllm","--sim-dir","/var/lib/gpuhost/simgpu"]
 	EnvFile   string   // absolute path of the environment file gpuhost writes per switch
-	User      string   // optional User=
+	User      string   // User=; empty: root (gpuhost's config defaults it to DefaultBackendUser)
 	Conflicts []string // the other backend unit name(s)
+	// ReadWritePaths are the folders the backend writes despite
+	// ProtectSystem=strict: model caches, model folders, the simulator's
+	// state. Each is optional ('-'): a missing one does not fail the start.
+	ReadWritePaths []string
 }
+
+// DefaultBackendUser is the unprivileged user the backends run as unless
+// the config names another; scripts/install.sh creates it as a system user
+// with the home DefaultBackendHome (which holds the model caches).
+const DefaultBackendUser = "gpuhost-backend"
+
+// DefaultBackendHome is DefaultBackendUser's home: ~/.cache/huggingface,
+// ~/.cache/vllm and ~/.ollama live below it.
+const DefaultBackendHome = "/var/lib/gpuhost-backend"
 
 // DropInName is the file name of the drop-in gpuhost adds to an adopted unit.
 // The "10-" prefix sorts it before operator drop-ins such as "50-local.conf",
@@ -34,13 +47,11 @@ func (u BackendUnit) Validate() error {
 	if u.Backend != VLLM && u.Backend != Ollama {
 		errs = append(errs, fmt.Errorf("backend unit %q: unknown backend %q", u.Name, u.Backend))
 	}
-	if err := validUnitName(u.Name); err != nil {
+	if err := ValidServiceName(u.Name); err != nil {
 		errs = append(errs, fmt.Errorf("backend unit name: %w", err))
-	} else if !strings.HasSuffix(u.Name, ".service") {
-		errs = append(errs, fmt.Errorf("backend unit name %q must end in .service", u.Name))
 	}
 	for _, c := range u.Conflicts {
-		if err := validUnitName(c); err != nil {
+		if err := ValidUnitName(c); err != nil {
 			errs = append(errs, fmt.Errorf("backend unit %q: conflicts: %w", u.Name, err))
 		} else if c == u.Name {
 			errs = append(errs, fmt.Errorf("backend unit %q: cannot conflict with itself", u.Name))
@@ -52,8 +63,11 @@ func (u BackendUnit) Validate() error {
 		} else if strings.ContainsAny(u.Exec[0][:1], "@-:+!") {
 			errs = append(errs, fmt.Errorf("backend unit %q: exec program %q must not start with one of @-:+! (systemd reads those as ExecStart prefixes)", u.Name, u.Exec[0]))
 		}
+		// QuoteExecWord could escape a control character, but no program
+		// path or flag needs one, and refusing it keeps every value that
+		// reaches a unit file to one visible line.
 		for _, w := range u.Exec {
-			if err := unitText(w); err != nil {
+			if err := unitLine(w); err != nil {
 				errs = append(errs, fmt.Errorf("backend unit %q: exec word %q: %w", u.Name, w, err))
 			}
 		}
@@ -63,8 +77,13 @@ func (u BackendUnit) Validate() error {
 			errs = append(errs, fmt.Errorf("backend unit %q: env file %q: %w", u.Name, u.EnvFile, err))
 		}
 		if u.User != "" {
-			if err := validUser(u.User); err != nil {
+			if err := ValidUser(u.User); err != nil {
 				errs = append(errs, fmt.Errorf("backend unit %q: %w", u.Name, err))
+			}
+		}
+		for _, p := range u.ReadWritePaths {
+			if err := listPath(p); err != nil {
+				errs = append(errs, fmt.Errorf("backend unit %q: read-write path: %w", u.Name, err))
 			}
 		}
 	}
@@ -103,10 +122,102 @@ func RenderBackendUnit(u BackendUnit) string {
 	w("TimeoutStopSec=30")
 	w("# gpuhost's supervisor decides about restarts; a restart behind its back would race a switch.")
 	w("Restart=no")
+	writeBackendSandbox(w, u)
+	return b.String()
+}
+
+// underAny reports whether p is one of dirs or below one of them.
+func underAny(p string, dirs ...string) bool {
+	for _, d := range dirs {
+		if p == d || strings.HasPrefix(p, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// writeBackendSandbox writes the backend's hardening. The model server is
+// large third-party code that downloads and runs model files; it gets no
+// capabilities, a read-only system, only its caches writable, and the
+// system calls of an ordinary service. What stays open is what CUDA and
+// the NVIDIA driver need; each such line is listed, with its reason, in the
+// unit itself so that an operator tightening it knows what breaks.
+func writeBackendSandbox(w func(string, ...any), u BackendUnit) {
+	var execPath string
+	if len(u.Exec) > 0 {
+		execPath = u.Exec[0]
+	}
+	rw := make([]string, 0, len(u.ReadWritePaths))
+	privateTmp, protectHome := "yes", "yes"
+	for _, p := range append([]string{execPath}, u.ReadWritePaths...) {
+		if underAny(p, "/tmp", "/var/tmp") {
+			privateTmp = "no"
+		}
+		if underAny(p, "/home", "/root", "/run/user") {
+			protectHome = "read-only"
+		}
+	}
+	for _, p := range u.ReadWritePaths {
+		rw = append(rw, "-"+escapeSpecifiers(p))
+	}
+	w("")
+	w("# --- Sandbox ---")
 	if u.User != "" {
+		w("# Not root: the default user is created by scripts/install.sh; its home holds the model caches.")
 		w("User=%s", u.User)
 	}
-	return b.String()
+	w("NoNewPrivileges=yes")
+	w("# No capabilities at all, even when User=root: a model server needs none.")
+	w("CapabilityBoundingSet=")
+	w("AmbientCapabilities=")
+	w("ProtectSystem=strict")
+	if len(rw) > 0 {
+		w("# The only writable folders: model caches and model folders (backends.*.read_write_paths)")
+		w("# and, for the simulator, its state. '-': a folder that does not exist yet is no error.")
+		w("ReadWritePaths=%s", strings.Join(rw, " "))
+	}
+	if protectHome == "read-only" {
+		w("# read-only, not yes: the program or a writable folder lives under a home directory.")
+	}
+	w("ProtectHome=%s", protectHome)
+	if privateTmp == "no" {
+		w("# PrivateTmp=no: the program or a writable folder lives under /tmp or /var/tmp, which a")
+		w("# private /tmp would hide.")
+	}
+	w("PrivateTmp=%s", privateTmp)
+	w("ProtectKernelTunables=yes")
+	w("ProtectKernelModules=yes")
+	w("ProtectKernelLogs=yes")
+	w("ProtectControlGroups=yes")
+	w("ProtectHostname=yes")
+	w("# Other users' processes are hidden; /proc/driver/nvidia stays visible (see ProcSubset= below).")
+	w("ProtectProc=invisible")
+	w("LockPersonality=yes")
+	w("RestrictRealtime=yes")
+	w("RestrictSUIDSGID=yes")
+	w("RestrictNamespaces=yes")
+	w("RemoveIPC=yes")
+	w("UMask=0027")
+	w("SystemCallArchitectures=native")
+	w("# @system-service covers what Python, PyTorch, CUDA and Go need (ioctl on /dev/nvidia*,")
+	w("# mmap, NUMA and affinity calls); anything else fails with EPERM instead of killing the server.")
+	w("SystemCallFilter=@system-service")
+	w("SystemCallErrorNumber=EPERM")
+	w("# AF_UNIX: vLLM's engine processes talk over Unix sockets (ZMQ). AF_NETLINK: interface")
+	w("# lookups. AF_INET/AF_INET6: the API port and model downloads.")
+	w("RestrictAddressFamilies=AF_UNIX AF_NETLINK AF_INET AF_INET6")
+	w("# Deliberately not set (each would break the GPU or the server):")
+	w("#   PrivateDevices=, DevicePolicy=, DeviceAllow=: CUDA opens /dev/nvidiactl, /dev/nvidia0,")
+	w("#     /dev/nvidia-uvm and /dev/nvidia-caps/*, whose majors differ per driver.")
+	w("#   ProtectClock=: it implies DeviceAllow=char-rtc r, which on systemd before v253 (issue")
+	w("#     18142) switches on the device allow-list and hides /dev/nvidia*.")
+	w("#   ProcSubset=pid: the NVIDIA driver library reads /proc/driver/nvidia, PyTorch")
+	w("#     /proc/meminfo and /proc/cpuinfo.")
+	w("#   MemoryDenyWriteExecute=: the CUDA driver, Triton and PyTorch's inductor JIT-compile")
+	w("#     kernels into writable and executable memory.")
+	w("#   PrivateNetwork=, IPAddressDeny=: gpuhost reaches the server over loopback and the")
+	w("#     server downloads models.")
+	w("#   PrivateUsers=: the server's cache folders belong to its user on the host.")
 }
 
 // RenderAdoptDropIn renders the drop-in for a unit the operator owns. It adds
@@ -134,8 +245,10 @@ type DaemonUnit struct {
 	WatchdogSec    int    // <= 0: 30
 	User           string // empty: root (needed to manage units without polkit rules)
 	// ReadWritePaths are further paths gpuhost must write despite
-	// ProtectSystem=strict, e.g. an EnvFile outside /var/lib/gpuhost.
+	// ProtectSystem=strict, e.g. a state_dir other than /var/lib/gpuhost.
 	ReadWritePaths []string
+	// BindPrivilegedPort keeps CAP_NET_BIND_SERVICE (listen port < 1024).
+	BindPrivilegedPort bool
 }
 
 // DefaultWatchdogSec is the watchdog interval when DaemonUnit.WatchdogSec is unset.
@@ -147,19 +260,17 @@ func (d DaemonUnit) Validate() error {
 	for _, f := range []struct{ what, p string }{{"binary", d.Binary}, {"config", d.Config}} {
 		if !filepath.IsAbs(f.p) {
 			errs = append(errs, fmt.Errorf("gpuhost.service: %s %q must be an absolute path", f.what, f.p))
-		} else if err := unitText(f.p); err != nil {
+		} else if err := unitLine(f.p); err != nil {
 			errs = append(errs, fmt.Errorf("gpuhost.service: %s %q: %w", f.what, f.p, err))
 		}
 	}
 	for _, p := range d.ReadWritePaths {
-		if !filepath.IsAbs(p) {
-			errs = append(errs, fmt.Errorf("gpuhost.service: read-write path %q must be absolute", p))
-		} else if err := unitLine(p); err != nil || strings.ContainsFunc(p, unicode.IsSpace) {
-			errs = append(errs, fmt.Errorf("gpuhost.service: read-write path %q must not contain whitespace or control characters", p))
+		if err := listPath(p); err != nil {
+			errs = append(errs, fmt.Errorf("gpuhost.service: read-write path: %w", err))
 		}
 	}
 	if d.User != "" {
-		if err := validUser(d.User); err != nil {
+		if err := ValidUser(d.User); err != nil {
 			errs = append(errs, fmt.Errorf("gpuhost.service: %w", err))
 		}
 	}
@@ -234,15 +345,36 @@ func RenderDaemonUnit(d DaemonUnit) string {
 	w("# AF_UNIX: D-Bus to systemd, sd_notify, the journal. AF_NETLINK: Go's net package lists")
 	w("# interfaces over netlink. AF_INET/AF_INET6: the HTTP front doors and outbound APIs.")
 	w("RestrictAddressFamilies=AF_UNIX AF_NETLINK AF_INET AF_INET6")
+	w("RemoveIPC=yes")
+	w("UMask=0027")
+	w("# Root without root's powers: CAP_SYS_PTRACE only, to read GPUHOST_PROFILE from")
+	w("# /proc/<pid>/environ of a backend that runs as another user (which profile really runs,")
+	w("# not what the environment file says now). Managing units needs none: systemd authorizes")
+	w("# the D-Bus caller by its UID.")
+	caps := []string{"CAP_SYS_PTRACE"}
+	if d.BindPrivilegedPort {
+		caps = append(caps, "CAP_NET_BIND_SERVICE")
+		w("# CAP_NET_BIND_SERVICE: listen is on a port below 1024.")
+	}
+	w("CapabilityBoundingSet=%s", strings.Join(caps, " "))
+	w("# The Go runtime, D-Bus, HTTP and NVML (ioctl on /dev/nvidia*) are all within")
+	w("# @system-service; of the rest, a blocked call fails with EPERM instead of killing gpuhost.")
+	w("SystemCallFilter=@system-service")
+	w("SystemCallFilter=~@privileged")
+	w("SystemCallErrorNumber=EPERM")
 	w("# Deliberately not set:")
 	w("#   PrivateDevices=, DevicePolicy=, DeviceAllow=: NVML opens /dev/nvidiactl, /dev/nvidia0 and")
 	w("#     /dev/nvidia-uvm.")
 	w("#   ProtectClock=: it implies DeviceAllow=char-rtc r, which on systemd without the fix for")
 	w("#     issue 18142 (v252) switches on the device allow-list and hides /dev/nvidia*.")
-	w("#   ProtectProc=invisible, ProcSubset=pid: gpuhost reads /proc/<pid>/cmdline of backend")
-	w("#     processes owned by other users, and NVML reads /proc/driver/nvidia.")
-	w("#   MemoryDenyWriteExecute=, SystemCallFilter=: not verified against the closed NVIDIA")
-	w("#     driver library that NVML loads.")
+	w("#   ProtectProc=invisible, ProcSubset=pid: gpuhost reads /proc/<pid>/cmdline and environ of")
+	w("#     backend processes owned by other users, and NVML reads /proc/driver/nvidia.")
+	w("#   MemoryDenyWriteExecute=: not verified against the closed NVIDIA driver library that")
+	w("#     NVML loads.")
+	w("#   PrivateUsers=: gpuhost must be the host's root towards systemd's D-Bus API and the")
+	w("#     unit folder.")
+	w("#   PrivateNetwork=, IPAddressDeny=: gpuhost serves HTTP and calls Telegram, Slack and")
+	w("#     the backends.")
 	if d.User != "" {
 		w("# Not root: this user needs polkit rights for org.freedesktop.systemd1.manage-units and")
 		w("# write access to the unit directories above.")
@@ -472,6 +604,22 @@ func unitText(s string) error {
 	return nil
 }
 
+// listPath checks a path for a space-separated path list such as
+// ReadWritePaths=: absolute, clean, one line, no whitespace, quotes or
+// backslashes (the list splits at whitespace and unquotes).
+func listPath(p string) error {
+	if err := unitLine(p); err != nil {
+		return fmt.Errorf("%q: %w", p, err)
+	}
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return fmt.Errorf("%q must be a clean absolute path", p)
+	}
+	if strings.ContainsFunc(p, func(r rune) bool { return unicode.IsSpace(r) || strings.ContainsRune(`"'\`, r) }) {
+		return fmt.Errorf("%q must not contain whitespace, quotes or backslashes", p)
+	}
+	return nil
+}
+
 // unitLine rejects what would break a one-line unit file setting.
 func unitLine(s string) error {
 	if err := unitText(s); err != nil {
@@ -486,9 +634,9 @@ func unitLine(s string) error {
 	return nil
 }
 
-// validUnitName follows systemd's unit_name_is_valid closely enough for the
+// ValidUnitName follows systemd's unit_name_is_valid closely enough for the
 // names gpuhost writes: [A-Za-z0-9:_.\@-], at most 255 bytes, with a suffix.
-func validUnitName(n string) error {
+func ValidUnitName(n string) error {
 	if n == "" {
 		return errors.New("unit name must not be empty")
 	}
@@ -507,15 +655,40 @@ func validUnitName(n string) error {
 	return nil
 }
 
-// validUser accepts user names and numeric UIDs as systemd's User= does for
-// the common cases: [A-Za-z0-9_.-], not starting with '-' or a '.'-only name.
-func validUser(u string) error {
-	if len(u) > 32 || u[0] == '-' || strings.Trim(u, ".") == "" {
-		return fmt.Errorf("user %q is not a valid user name", u)
+// ValidServiceName is ValidUnitName for a plain (not templated) .service
+// unit, the only kind gpuhost renders or adopts as a backend.
+func ValidServiceName(n string) error {
+	if err := ValidUnitName(n); err != nil {
+		return err
 	}
-	for _, r := range u {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-') {
-			return fmt.Errorf("user %q contains %q", u, r)
+	if !strings.HasSuffix(n, ".service") {
+		return fmt.Errorf("unit name %q must end in .service", n)
+	}
+	if strings.HasSuffix(n, "@.service") {
+		return fmt.Errorf("unit name %q is a template; name an instance or a plain unit", n)
+	}
+	return nil
+}
+
+// ValidUser accepts what useradd accepts by default (NAME_REGEX
+// ^[a-z_][a-z0-9_-]*[$]?$, at most 32 bytes, without the trailing '$' of
+// machine accounts) and numeric UIDs, which systemd's User= also takes.
+func ValidUser(u string) error {
+	if u == "" {
+		return errors.New("user must not be empty")
+	}
+	if len(u) > 32 {
+		return fmt.Errorf("user %q is longer than 32 bytes", u)
+	}
+	if strings.Trim(u, "0123456789") == "" {
+		if _, err := strconv.ParseUint(u, 10, 32); err != nil || u == "4294967295" || u == "65535" {
+			return fmt.Errorf("user %q is not a valid UID", u)
+		}
+		return nil
+	}
+	for i, r := range u {
+		if !(r >= 'a' && r <= 'z' || r == '_' || i > 0 && (r >= '0' && r <= '9' || r == '-')) {
+			return fmt.Errorf("user %q is not a valid user name (useradd: lower-case letters, digits, '_' and '-', not starting with a digit or '-'); it contains %q", u, r)
 		}
 	}
 	return nil

@@ -56,7 +56,7 @@ func wantValue(t *testing.T, uf UnitFile, section, key, want string) {
 
 func TestRenderBackendUnit(t *testing.T) {
 	odd := vllmUnit()
-	odd.Exec = []string{"/opt/my models/bin/vllm", "100%", "$HOME", `say "hi"`, "back\\slash", "new\nline", ";", ""}
+	odd.Exec = []string{"/opt/my models/bin/vllm", "100%", "$HOME", `say "hi"`, "back\\slash", ";", ""}
 	odd.User = ""
 
 	for _, u := range []BackendUnit{vllmUnit(), simUnit(), odd} {
@@ -200,6 +200,14 @@ func TestBackendUnitValidate(t *testing.T) {
 		{"no exec", func(u *BackendUnit) { u.Exec = nil }, "exec"},
 		{"exec prefix char", func(u *BackendUnit) { u.Exec = []string{"-/usr/bin/vllm"} }, "prefixes"},
 		{"exec NUL", func(u *BackendUnit) { u.Exec = []string{"/bin/x", "a\x00b"} }, "NUL"},
+		{"exec newline", func(u *BackendUnit) { u.Exec = []string{"/bin/x", "a\nExecStartPre=/bin/evil"} }, "control character"},
+		{"exec escape", func(u *BackendUnit) { u.Exec = []string{"/bin/x", "a\x1b[2J"} }, "control character"},
+		{"name with newline", func(u *BackendUnit) { u.Name = "a\nUser=root.service" }, "contains"},
+		{"template name", func(u *BackendUnit) { u.Name = "gpuhost-vllm@.service" }, "template"},
+		{"user with newline", func(u *BackendUnit) { u.User = "x\nExecStartPre=/bin/evil" }, "user"},
+		{"upper-case user", func(u *BackendUnit) { u.User = "Root" }, "user"},
+		{"user starting with a digit", func(u *BackendUnit) { u.User = "1abc" }, "user"},
+		{"numeric UID", func(u *BackendUnit) { u.User = "1001" }, ""},
 		{"relative env file", func(u *BackendUnit) { u.EnvFile = "vllm.env" }, "absolute"},
 		{"unclean env file", func(u *BackendUnit) { u.EnvFile = "/var/lib/../x.env" }, "clean"},
 		{"env file with newline", func(u *BackendUnit) { u.EnvFile = "/var/x\n.env" }, "control"},
@@ -371,6 +379,61 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	for _, line := range strings.Split(string(out), "\n") {
 		if strings.Contains(line, dir) || strings.Contains(line, "gpuhost") {
 			t.Errorf("systemd-analyze: %s", line)
+		}
+	}
+}
+
+// TestBackendUnitSandbox: the backend's writable folders are exactly its
+// ReadWritePaths (optional, '-'), /tmp and home directories are only opened
+// as far as the program or a writable folder needs, and device access stays
+// open for /dev/nvidia*.
+func TestBackendUnitSandbox(t *testing.T) {
+	tests := []struct {
+		name                     string
+		exec                     string
+		rw                       []string
+		wantRW                   string // "" = no ReadWritePaths=
+		wantPrivateTmp, wantHome string
+	}{
+		{"default", "/usr/local/bin/vllm", []string{DefaultBackendHome}, "-" + DefaultBackendHome, "yes", "yes"},
+		{"no writable folders", "/usr/local/bin/vllm", nil, "", "yes", "yes"},
+		{"models in a home", "/usr/local/bin/vllm", []string{"/home/op/models", "/srv/hf%cache"}, "-/home/op/models -/srv/hf%%cache", "yes", "read-only"},
+		{"program under /tmp", "/tmp/x/vllm", []string{"/srv/models"}, "-/srv/models", "no", "yes"},
+		{"writable folder under /var/tmp", "/usr/bin/vllm", []string{"/var/tmp/cache"}, "-/var/tmp/cache", "no", "yes"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			u := vllmUnit()
+			u.Exec, u.ReadWritePaths = []string{tc.exec}, tc.rw
+			if err := u.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			uf := mustParse(t, RenderBackendUnit(u))
+			if tc.wantRW == "" {
+				if v, ok := uf.Value("Service", "ReadWritePaths"); ok {
+					t.Errorf("ReadWritePaths=%s, want none", v)
+				}
+			} else {
+				wantValue(t, uf, "Service", "ReadWritePaths", tc.wantRW)
+			}
+			wantValue(t, uf, "Service", "PrivateTmp", tc.wantPrivateTmp)
+			wantValue(t, uf, "Service", "ProtectHome", tc.wantHome)
+			wantValue(t, uf, "Service", "User", "vllm")
+			wantValue(t, uf, "Service", "CapabilityBoundingSet", "")
+			wantValue(t, uf, "Service", "ProtectSystem", "strict")
+			wantValue(t, uf, "Service", "SystemCallFilter", "@system-service")
+			for _, k := range []string{"PrivateDevices", "DevicePolicy", "DeviceAllow", "ProtectClock", "ProcSubset", "MemoryDenyWriteExecute", "PrivateNetwork"} {
+				if v, ok := uf.Value("Service", k); ok {
+					t.Errorf("%s=%s is set; it breaks CUDA, NVIDIA device access or the server", k, v)
+				}
+			}
+		})
+	}
+	for _, bad := range []string{"models", "/srv/a b", "/srv/../x", "/srv/x\nUser=root", `/srv/"x"`} {
+		u := vllmUnit()
+		u.ReadWritePaths = []string{bad}
+		if err := u.Validate(); err == nil || !strings.Contains(err.Error(), "read-write path") {
+			t.Errorf("ReadWritePaths %q: Validate() = %v, want a read-write path error", bad, err)
 		}
 	}
 }

@@ -52,7 +52,8 @@ func TestUnitsUnderRealSystemd(t *testing.T) {
 		return strings.TrimSpace(out)
 	}
 
-	// The "backend" records its argv and environment, then stays up.
+	// The "backend" records its argv and environment, then stays up; the
+	// sandbox lets it write only dir (its ReadWritePaths=).
 	dump := filepath.Join(dir, "dump-argv")
 	writeFile(t, dump, "#!/bin/sh\nprintf '%s\\0' \"$0\" \"$@\" > \""+dir+"/argv-$GPUHOST_PROFILE\"\nenv > \""+dir+"/env-$GPUHOST_PROFILE\"\nexec sleep 300\n")
 	if err := os.Chmod(dump, 0o755); err != nil {
@@ -67,10 +68,10 @@ func TestUnitsUnderRealSystemd(t *testing.T) {
 	}
 	o := llamaOllama()
 	vu := BackendUnit{Backend: VLLM, Name: "gpuhost-vllm.service", EnvFile: filepath.Join(dir, "vllm.env"),
-		Exec:      []string{dump, "100%", "$HOME", `say "hi" \ there`, ";", "tab\tand ünï"},
-		Conflicts: []string{"gpuhost-ollama.service"}}
+		Exec:      []string{dump, "100%", "$HOME", `say "hi" \ there`, ";", "tab and ünï"},
+		Conflicts: []string{"gpuhost-ollama.service"}, ReadWritePaths: []string{dir}}
 	ou := BackendUnit{Backend: Ollama, Name: "gpuhost-ollama.service", EnvFile: filepath.Join(dir, "ollama.env"),
-		Exec: []string{dump}, Conflicts: []string{"gpuhost-vllm.service"}}
+		Exec: []string{dump}, Conflicts: []string{"gpuhost-vllm.service"}, ReadWritePaths: []string{dir}}
 	adopted := BackendUnit{Backend: VLLM, Name: "vllm-op.service", Adopt: true, Conflicts: []string{"gpuhost-ollama.service"}}
 	for _, u := range []BackendUnit{vu, ou, adopted} {
 		if err := u.Validate(); err != nil {

@@ -51,6 +51,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"path"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -340,6 +343,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.done(rec)
 	}()
 
+	clean, aerr := cleanPath(r.URL.Path)
+	if aerr != nil {
+		p.fail(w, rec, aerr)
+		return
+	}
+	if clean != r.URL.Path {
+		// Doubled slashes: the backend gets the path it would route.
+		r.URL.Path, r.URL.RawPath = clean, ""
+	}
 	body, reserved, aerr := p.readBody(w, r)
 	defer p.mem.give(reserved)
 	if aerr != nil {
@@ -413,6 +425,24 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+}
+
+// cleanPath checks the (decoded) request path before it is forwarded: a dot
+// segment ("/v1/../api/x", also written "%2e%2e") is refused, since the
+// backend (or anything behind it) might resolve it to a path outside /v1;
+// doubled slashes are collapsed. A trailing slash is kept.
+func cleanPath(p string) (string, *apiErr) {
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "." || seg == ".." {
+			return "", &apiErr{status: http.StatusBadRequest, typ: "invalid_request_error", code: "invalid_path",
+				msg: "request path " + strconv.Quote(truncate(p, 200)) + " contains a '.' or '..' segment; gpuhost forwards only paths below /v1 without dot segments"}
+		}
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c, nil
 }
 
 // noteBackend closes pooled connections when requests start going to a

@@ -563,3 +563,40 @@ func TestSwitchFailures(t *testing.T) {
 		t.Fatalf("left while held: observation %+v, want 499 with no byte sent", o)
 	}
 }
+
+// TestDotSegmentsRefused: "/v1/../api/x" was forwarded as written, so the
+// backend (or a server behind it that resolves dot segments) saw a path
+// outside /v1. Dot segments, also percent-encoded, get a 400 naming the
+// rule and never reach the backend; doubled slashes are collapsed.
+func TestDotSegmentsRefused(t *testing.T) {
+	e := newEnv(t, appliancetest.Options{Activate: "coder"})
+	client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, p := range []string{"/v1/../health", "/v1/%2e%2e/health", "/v1/./models", "/v1/chat/..", "/v1/x/../../version", "/v1/.%2E/health"} {
+		t.Run(p, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodGet, e.url+p, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Fatalf("status %d, want 400: %s", resp.StatusCode, readAll(resp))
+			}
+			ae := decodeError(t, resp)
+			if ae.Error.Code != "invalid_path" || !strings.Contains(ae.Error.Message, "'..' segment") {
+				t.Errorf("error %+v, want code invalid_path naming the rule", ae.Error)
+			}
+		})
+	}
+	// Doubled slashes reach the backend as the path it routes.
+	resp, err := client.Post(e.url+"/v1//chat/completions", "application/json", bytes.NewReader(chatBody(t, "qwen3-coder", false, 3, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("POST /v1//chat/completions: status %d, want 200: %s", resp.StatusCode, readAll(resp))
+	}
+	resp.Body.Close()
+}

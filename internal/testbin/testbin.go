@@ -60,7 +60,8 @@ func FreePort(t testing.TB) int {
 // ConfigYAML is a gpuhost config whose backends are the simulator in bin.
 // runner is "process" or "systemd"; profiles: coder (vLLM, known-good
 // flags, load time vllmLoad), coder-greedy (fails doctor: 0.96) and llama
-// (Ollama, 6200 MiB).
+// (Ollama, 6200 MiB). The backends run as root: the private systemd of the
+// tests has no gpuhost-backend user.
 func ConfigYAML(bin, state, runner, socket string, vllmPort, ollamaPort int, vllmLoad string) string {
 	return fmt.Sprintf(`
 listen: 127.0.0.1:0
@@ -76,9 +77,11 @@ backends:
   vllm:
     exec: [%[1]s, simulate, vllm, --sim-dir, %[2]s/simgpu]
     simulated: true
+    user: root
   ollama:
     exec: [%[1]s, simulate, ollama, --sim-dir, %[2]s/simgpu]
     simulated: true
+    user: root
 switch:
   ready_timeout: 30s
   stop_timeout: 10s

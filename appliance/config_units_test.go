@@ -1,0 +1,314 @@
+package appliance
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"unicode"
+
+	"gopkg.in/yaml.v3"
+
+	"gpuhost/units"
+)
+
+// unitsBase is a config in which every setting that can reach a rendered
+// file does: simulated vLLM and Ollama backends with a user and writable
+// folders, and profiles that fill every field of the environment file.
+const unitsBase = `
+listen: 127.0.0.1:8080
+state_dir: /srv/gpuhost
+gpu: {backend: sim, sim_dir: /srv/gpuhost/simgpu}
+systemd: {unit_dir: /etc/systemd/system}
+backends:
+  vllm:
+    unit: gpuhost-vllm.service
+    exec: [/usr/local/bin/gpuhost, simulate, vllm, --sim-dir, /srv/gpuhost/simgpu]
+    simulated: true
+    user: gpuhost-backend
+    read_write_paths: [/srv/models]
+  ollama:
+    unit: gpuhost-ollama.service
+    exec: [/usr/local/bin/gpuhost, simulate, ollama]
+    simulated: true
+    user: gpuhost-backend
+    read_write_paths: [/srv/ollama]
+profiles:
+  v:
+    backend: vllm
+    model: org/model
+    served_name: served
+    aliases: [alias]
+    port: 8000
+    vllm: {tool_call_parser: hermes, quantization: awq, kv_cache_dtype: fp8, extra_args: [--enable-prefix-caching]}
+    sim: {load_time: 1s}
+  o:
+    backend: ollama
+    model: llama3.1:8b
+    port: 11434
+    ollama: {keep_alive: 5m}
+`
+
+// configLeaves lists the yaml key path of every string (or first []string
+// element) a config can hold, by reflection over Config: a field added
+// later is walked without anyone updating a list. Map-valued sections are
+// entered through the keys that base gives them (the profiles "v" and "o").
+func configLeaves(t reflect.Type, path string, mapKeys []string, out *[]string) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == reflect.TypeOf(yaml.Node{}) {
+		return // decoded and checked by its owner (mcp connectors)
+	}
+	switch t.Kind() {
+	case reflect.String:
+		*out = append(*out, path)
+	case reflect.Slice:
+		configLeaves(t.Elem(), path+"[0]", mapKeys, out)
+	case reflect.Map:
+		for _, k := range mapKeys {
+			configLeaves(t.Elem(), joinKey(path, k), nil, out)
+		}
+	case reflect.Struct:
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			tag := strings.Split(f.Tag.Get("yaml"), ",")[0]
+			if tag == "" || tag == "-" || !f.IsExported() {
+				continue
+			}
+			configLeaves(f.Type, joinKey(path, tag), mapKeys, out)
+		}
+	}
+}
+
+// setLeaf sets path (a.b[0].c) in a generic YAML document to v, creating
+// mappings and one-element sequences as needed, and returns the old value.
+func setLeaf(doc map[string]any, path string, v string) string {
+	parts := strings.Split(path, ".")
+	var cur any = doc
+	for i, p := range parts {
+		last := i == len(parts)-1
+		name, idx := p, false
+		if strings.HasSuffix(p, "[0]") {
+			name, idx = strings.TrimSuffix(p, "[0]"), true
+		}
+		m := cur.(map[string]any)
+		if idx {
+			seq, _ := m[name].([]any)
+			if len(seq) == 0 {
+				seq = []any{nil}
+			}
+			m[name] = seq
+			if last {
+				old, _ := seq[0].(string)
+				seq[0] = v
+				return old
+			}
+			if _, ok := seq[0].(map[string]any); !ok {
+				seq[0] = map[string]any{}
+			}
+			cur = seq[0]
+			continue
+		}
+		if last {
+			old, _ := m[name].(string)
+			m[name] = v
+			return old
+		}
+		if _, ok := m[name].(map[string]any); !ok {
+			m[name] = map[string]any{}
+		}
+		cur = m[name]
+	}
+	return ""
+}
+
+// renderAll is every file gpuhost writes from a config for systemd:
+// gpuhost.service, the backend units, and each profile's environment file.
+func renderAll(c *Config) map[string]string {
+	files := map[string]string{"gpuhost.service": units.RenderDaemonUnit(c.DaemonUnit("/usr/local/bin/gpuhost", "/etc/gpuhost/gpuhost.yaml"))}
+	for _, bu := range c.BackendUnits() {
+		files[bu.Name] = units.RenderBackendUnit(bu)
+		_, files[bu.Name+".d/"+units.DropInName] = units.RenderAdoptDropIn(bu)
+	}
+	for name, p := range c.Profiles {
+		files["env:"+name] = units.EnvFile(*p, c.BackendFor(p.Backend).Simulated)
+	}
+	return files
+}
+
+// TestControlCharactersNeverReachUnitFiles walks every string setting of the
+// config. A setting that reaches a rendered unit or environment file (its
+// value shows up there) must refuse a control character at load, naming
+// its key and line; no setting may ever put one, or an injected line, into
+// a rendered file.
+func TestControlCharactersNeverReachUnitFiles(t *testing.T) {
+	var leaves []string
+	configLeaves(reflect.TypeOf(Config{}), "", []string{"v", "o"}, &leaves)
+	sort.Strings(leaves)
+	if len(leaves) < 50 {
+		t.Fatalf("only %d settings found by reflection: %v", len(leaves), leaves)
+	}
+	parse := func(path, value string) (*Config, error) {
+		t.Helper()
+		var doc map[string]any
+		if err := yaml.Unmarshal([]byte(unitsBase), &doc); err != nil {
+			t.Fatal(err)
+		}
+		setLeaf(doc, path, value)
+		data, err := yaml.Marshal(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ParseConfig("units.yaml", data)
+	}
+	base, err := ParseConfig("units.yaml", []byte(unitsBase))
+	if err != nil {
+		t.Fatalf("base config: %v", err)
+	}
+	baseFiles := renderAll(base)
+
+	var reaching []string
+	for _, leaf := range leaves {
+		var doc map[string]any
+		_ = yaml.Unmarshal([]byte(unitsBase), &doc)
+		orig := setLeaf(doc, leaf, "")
+		if orig == "" {
+			orig = "/x"
+		}
+		// A harmless marker inserted after the first character keeps the
+		// value's shape (absolute paths stay absolute, names stay names).
+		const marker = "zq7mark"
+		benign := orig[:1] + marker + orig[1:]
+		reaches := false
+		if c, err := parse(leaf, benign); err == nil {
+			for _, text := range renderAll(c) {
+				if strings.Contains(text, marker) {
+					reaches = true
+				}
+			}
+		}
+		if reaches {
+			reaching = append(reaching, leaf)
+		}
+		for _, inject := range []string{"\nExecStartPre=/bin/sh -c evil\n", "\rUser=root", "\x1b[2J", "\u0085", "\t"} {
+			bad := orig[:1] + inject + orig[1:]
+			c, err := parse(leaf, bad)
+			if err != nil {
+				if reaches && !strings.Contains(err.Error(), leaf+" (line ") {
+					t.Errorf("%s = %q: error does not name the key and its line: %v", leaf, bad, err)
+				}
+				continue
+			}
+			if reaches {
+				t.Errorf("%s = %q: accepted, and the setting reaches a unit or environment file", leaf, bad)
+			}
+			for name, text := range renderAll(c) {
+				if text == baseFiles[name] {
+					continue
+				}
+				for _, line := range strings.Split(text, "\n") {
+					if strings.ContainsFunc(line, unicode.IsControl) || strings.HasPrefix(line, "ExecStartPre=") || strings.HasPrefix(line, "User=root") {
+						t.Errorf("%s = %q: %s has the line %q", leaf, bad, name, line)
+					}
+				}
+			}
+		}
+	}
+	// The walk must see the settings the issue found injectable, and the
+	// rest that reach a file; otherwise it proves nothing. (ollama.keep_alive
+	// and sim.load_time reach the environment file too, but only as valid
+	// durations, so no marker gets through them.)
+	for _, want := range []string{
+		"state_dir", "backends.vllm.unit", "backends.vllm.user", "backends.vllm.exec[0]", "backends.vllm.read_write_paths[0]",
+		"backends.ollama.unit", "backends.ollama.user", "gpu.sim_dir", "profiles.v.model", "profiles.v.served_name",
+		"profiles.v.vllm.extra_args[0]", "profiles.v.vllm.tool_call_parser", "systemd.unit_dir",
+	} {
+		if !slices.Contains(reaching, want) {
+			t.Errorf("%s was not seen to reach a rendered file; settings that do: %v", want, reaching)
+		}
+	}
+	t.Logf("%d settings walked; %d reach a rendered file: %s", len(leaves), len(reaching), fmt.Sprint(reaching))
+}
+
+// TestUnitValuesRefusedWithLine is the issue's probe: a newline in
+// backends.*.unit, backends.*.user or state_dir used to load and render an
+// injected line. Each is refused now, with its key and line.
+func TestUnitValuesRefusedWithLine(t *testing.T) {
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"newline in unit", minimal + "backends:\n  vllm:\n    unit: \"x.service\\nExecStartPre=/bin/evil\"\n", "backends.vllm.unit (line 10)"},
+		{"newline in user", minimal + "backends:\n  ollama:\n    user: \"nobody\\nUser=root\"\n", "backends.ollama.user (line 10)"},
+		{"newline in state_dir", strings.Replace(minimal, "state_dir: /var/lib/gpuhost", "state_dir: \"/var/lib/x\\nExecStartPre=/bin/evil\"", 1), "state_dir (line 2)"},
+		{"relative state_dir", strings.Replace(minimal, "state_dir: /var/lib/gpuhost", "state_dir: var/lib", 1), "state_dir (line 2)"},
+		{"unclean state_dir", strings.Replace(minimal, "state_dir: /var/lib/gpuhost", "state_dir: /var/lib/../gpuhost/", 1), "state_dir (line 2)"},
+		{"state_dir with a space", strings.Replace(minimal, "state_dir: /var/lib/gpuhost", "state_dir: /var/lib/gpu host", 1), "state_dir (line 2)"},
+		{"user not useradd-style", minimal + "backends:\n  vllm:\n    user: Root\n", "backends.vllm.user (line 10)"},
+		{"unit name with a slash", minimal + "backends:\n  vllm:\n    unit: a/b.service\n", "backends.vllm.unit (line 10)"},
+		{"template unit", minimal + "backends:\n  vllm:\n    unit: vllm@.service\n", "backends.vllm.unit (line 10)"},
+		{"exec with a newline", minimal + "backends:\n  vllm:\n    exec: [/usr/bin/vllm, \"a\\nb\"]\n", "backends.vllm.exec[1] (line 10)"},
+		{"relative writable path", minimal + "backends:\n  vllm:\n    read_write_paths: [models]\n", "backends.vllm.read_write_paths[0] (line 10)"},
+		{"value error in a profile", strings.Replace(minimal, "port: 8000", "port: 70000", 1), "profiles.p1.port (line 7)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig("test.yaml", []byte(tt.yaml))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("ParseConfig = %v, want an error naming %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestAliasClashes: an alias that is another profile's served name made
+// /v1/models list the name twice and routing ambiguous.
+func TestAliasClashes(t *testing.T) {
+	two := minimal + "  p2:\n    backend: ollama\n    model: llama3.1:8b\n    port: 11434\n"
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"alias is another profile's served name", strings.Replace(two, "port: 11434", "port: 11434\n    aliases: [org/model]", 1), `profiles.p2.aliases[0] (line 12): "org/model" is the served name of profile "p1"`},
+		{"alias is its own served name", strings.Replace(two, "port: 8000", "port: 8000\n    aliases: [org/model]", 1), `profiles.p1.aliases[0] (line 8): "org/model" is this profile's own served name`},
+		{"one alias in two profiles", strings.Replace(strings.Replace(two, "port: 8000", "port: 8000\n    aliases: [fast]", 1), "port: 11434", "port: 11434\n    aliases: [fast]", 1), `profiles.p2.aliases[0] (line 13): "fast" is already an alias of profile "p1"`},
+		{"alias with a control character", strings.Replace(two, "port: 11434", "port: 11434\n    aliases: [\"a\\rb\"]", 1), `profiles.p2.aliases[0] (line 12)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig("test.yaml", []byte(tt.yaml))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("ParseConfig = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := ParseConfig("test.yaml", []byte(strings.Replace(two, "port: 11434", "port: 11434\n    aliases: [llama]", 1))); err != nil {
+		t.Errorf("a distinct alias is refused: %v", err)
+	}
+}
+
+// TestDaemonUnitWritesStateDir: under ProtectSystem=strict a state_dir other
+// than /var/lib/gpuhost was read-only and every switch failed at
+// "configure"; it is now in gpuhost.service's ReadWritePaths=.
+func TestDaemonUnitWritesStateDir(t *testing.T) {
+	for _, tc := range []struct {
+		yaml   string
+		wantRW string
+	}{
+		{minimal, "ReadWritePaths=/etc/systemd/system -/run/systemd/system\n"},
+		{strings.Replace(minimal, "/var/lib/gpuhost", "/srv/gpuhost", 1), "ReadWritePaths=/etc/systemd/system -/run/systemd/system /srv/gpuhost\n"},
+		{minimal + "systemd: {unit_dir: /run/systemd/system}\n", "ReadWritePaths=/etc/systemd/system -/run/systemd/system /run/systemd/system\n"},
+		{minimal + "gpu: {backend: sim}\n", "ReadWritePaths=/etc/systemd/system -/run/systemd/system\n"},
+		{minimal + "gpu: {backend: sim, sim_dir: /srv/sim}\n", "ReadWritePaths=/etc/systemd/system -/run/systemd/system /srv/sim\n"},
+	} {
+		c, err := ParseConfig("test.yaml", []byte(tc.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := units.RenderDaemonUnit(c.DaemonUnit("/usr/local/bin/gpuhost", "/etc/gpuhost/gpuhost.yaml"))
+		if !strings.Contains(text, "\n"+tc.wantRW) {
+			t.Errorf("state_dir %s: want %q in\n%s", c.StateDir, tc.wantRW, text)
+		}
+	}
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gpuhost/appliance"
+	"gpuhost/systemd/systemdtest"
+)
+
+// Exposure limits of `systemd-analyze security` (0 = locked down, 10 =
+// unprotected): gpuhost.service still talks to systemd over D-Bus and reads
+// NVML; the backends still reach /dev/nvidia*.
+const (
+	daemonExposureLimit  = 4.5
+	backendExposureLimit = 7.0
+)
+
+var overallRE = regexp.MustCompile(`Overall exposure level for (\S+): (\d+\.\d+) `)
+
+// TestUnitsHardenedUnderRealSystemd renders the units of the shipped example
+// config with `gpuhost units render` (as shipped, with the backends as
+// root, and with a state_dir elsewhere and a port below 1024), loads them
+// into a private systemd and has the running manager score them
+// (`systemd-analyze security UNIT`, the manager's view, not --offline) and
+// check them (`systemd-analyze verify`).
+func TestUnitsHardenedUnderRealSystemd(t *testing.T) {
+	// The example config with programs that exist here, so that verify
+	// judges the units rather than the missing vLLM and Ollama binaries.
+	example := strings.NewReplacer("/opt/vllm/bin/vllm", "/bin/sleep", "/usr/local/bin/ollama", "/bin/sleep").Replace(string(appliance.ExampleConfig))
+	variants := []struct {
+		name   string // prefix of the unit names inside the private systemd
+		config string
+	}{
+		{"", example},
+		{"root-", strings.ReplaceAll(example, "user: gpuhost-backend", "user: root")},
+		{"alt-", strings.Replace(strings.Replace(example, "state_dir: /var/lib/gpuhost", "state_dir: /srv/gpuhost", 1), "listen: 127.0.0.1:8080", "listen: 127.0.0.1:80", 1)},
+	}
+	files := map[string]string{}
+	limits := map[string]float64{}
+	dir := t.TempDir()
+	for _, v := range variants {
+		cfgPath := filepath.Join(dir, v.name+"gpuhost.yaml")
+		if err := os.WriteFile(cfgPath, []byte(v.config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(dir, v.name+"units")
+		if o, code := gpuhost(t, "units", "render", "--config", cfgPath, "--binary", binPath, "--dir", out); code != 0 {
+			t.Fatalf("units render %s: exit %d: %s", cfgPath, code, o)
+		}
+		for name, limit := range map[string]float64{"gpuhost.service": daemonExposureLimit,
+			"gpuhost-vllm.service": backendExposureLimit, "gpuhost-ollama.service": backendExposureLimit} {
+			b, err := os.ReadFile(filepath.Join(out, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := string(b)
+			if v.name != "" {
+				text = strings.NewReplacer("gpuhost-vllm.service", v.name+"gpuhost-vllm.service",
+					"gpuhost-ollama.service", v.name+"gpuhost-ollama.service").Replace(text)
+			}
+			files[v.name+name], limits[v.name+name] = text, limit
+		}
+	}
+	for _, want := range []struct{ unit, line string }{
+		{"gpuhost-vllm.service", "User=gpuhost-backend"},
+		{"gpuhost-ollama.service", "ReadWritePaths=-/var/lib/gpuhost-backend"},
+		{"root-gpuhost-vllm.service", "User=root"},
+		{"alt-gpuhost.service", "ReadWritePaths=/etc/systemd/system -/run/systemd/system /srv/gpuhost"},
+		{"alt-gpuhost.service", "CapabilityBoundingSet=CAP_SYS_PTRACE CAP_NET_BIND_SERVICE"},
+	} {
+		if !strings.Contains(files[want.unit], "\n"+want.line+"\n") {
+			t.Errorf("%s lacks the line %q:\n%s", want.unit, want.line, files[want.unit])
+		}
+	}
+	for name, text := range files {
+		for _, k := range []string{"PrivateDevices=", "DevicePolicy=", "DeviceAllow="} {
+			if strings.Contains(text, "\n"+k) {
+				t.Errorf("%s sets %s; NVML and CUDA need /dev/nvidia*", name, k)
+			}
+		}
+	}
+
+	sd := systemdtest.Start(t, systemdtest.Options{Units: files, Keep: []string{filepath.Dir(binPath)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, err := sd.Systemctl(ctx, "daemon-reload"); err != nil {
+		t.Fatalf("daemon-reload: %v %s", err, out)
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		b, err := sd.Command(ctx, "systemd-analyze", "security", "--no-pager", name).CombinedOutput()
+		m := overallRE.FindStringSubmatch(string(b))
+		if m == nil || m[1] != name {
+			t.Fatalf("systemd-analyze security %s: %v\n%s", name, err, b)
+		}
+		score, _ := strconv.ParseFloat(m[2], 64)
+		t.Logf("systemd-analyze security %s: %s", name, m[2])
+		if score > limits[name] {
+			t.Errorf("%s: exposure %.1f, want at most %.1f\n%s", name, score, limits[name], b)
+		}
+		// verify exits 0 on most warnings: any line is a finding.
+		v, err := sd.Command(ctx, "systemd-analyze", "verify", "--man=no", "/etc/systemd/system/"+name).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(v)) != "" {
+			t.Errorf("systemd-analyze verify %s: %v\n%s", name, err, v)
+		}
+	}
+}
+
+// TestUnitsRenderRefusesInjection: `gpuhost units render|install` validate
+// the units again before writing them; --binary reaches ExecStart= only
+// here, so only this check can refuse it.
+func TestUnitsRenderRefusesInjection(t *testing.T) {
+	dir := t.TempDir()
+	for _, bin := range []string{"/usr/local/bin/gpuhost\nUser=root", "relative/gpuhost"} {
+		out, code := gpuhost(t, "units", "render", "--config", "appliance/gpuhost.example.yaml", "--binary", bin, "--dir", dir)
+		if code == 0 || !strings.Contains(out, "gpuhost.service: binary") {
+			t.Errorf("--binary %q: exit %d, output %q; want a refusal naming the binary", bin, code, out)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("a refused render wrote %d files", len(entries))
+	}
+}
