@@ -57,7 +57,8 @@ func New(t testing.TB, opts Options) *Fixture {
 	}
 	gpu, closeGPU, err := appliance.OpenGPU(cfg)
 	if err != nil {
-		t.Fatal(err)
+		// As serve does: the GPU value reports the error on every call.
+		t.Logf("GPU facts unavailable (the daemon serves anyway): %v", err)
 	}
 	u, journal, closeUnits, err := appliance.OpenUnits(context.Background(), cfg)
 	if err != nil {

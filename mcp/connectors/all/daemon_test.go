@@ -26,7 +26,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts simulator processes")
 	}
-	const token = "e2e-token-51c0"
+	const token = "e2e-token-51c0-0123456789abcdef"
 	t.Setenv("GPUHOST_MCP_E2E_TOKEN", token)
 	f := appliancetest.New(t, appliancetest.Options{Activate: "coder", Hook: func(c *appliance.Config) {
 		c.Listen = "0.0.0.0:0"
