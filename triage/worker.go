@@ -167,17 +167,39 @@ func (w *Worker) uidValidityChanged(ctx context.Context, batch source.Batch) err
 }
 
 // handle processes one mail and posts it, with the checkpoint protocol:
-// inflight marker before the first post, each accepting sink recorded,
-// then last_uid and the cleared marker in one write.
+// inflight marker (with the judged result) before the first post, each
+// accepting sink recorded, then last_uid and the cleared marker in one
+// write. A mail whose marker already holds its judged result is not
+// processed again: it is classified and its cost counted once.
 func (w *Worker) handle(ctx context.Context, uidValidity uint32, m source.Mail) error {
 	key := Key(w.name, uidValidity, m.UID)
-	res, err := w.process(ctx, m, key)
-	if err != nil {
-		return err
-	}
 	st := w.st.clone()
+	resumed := st.Inflight != nil && st.Inflight.Key == key
+	var res *Result
+	if resumed && st.Inflight.Judged != nil {
+		// An earlier poll (or run) judged this mail and paid for it; only
+		// its post is still missing.
+		res = st.Inflight.Judged.result()
+		w.log.Info("triage: reusing the mail's judged result from an earlier attempt; not classifying it again",
+			"key", key, "class", res.Class, "judged_at", res.At)
+	} else {
+		var err error
+		res, err = w.process(ctx, m, key)
+		if err != nil {
+			return err
+		}
+		if resumed {
+			st.Inflight.Judged = newJudged(res)
+		} else {
+			st.Inflight = &Inflight{UID: m.UID, Key: key, Since: w.o.Clock.Now(), Judged: newJudged(res)}
+		}
+		if err := w.save(st); err != nil {
+			return err
+		}
+		st = w.st.clone()
+	}
 	done := map[string]bool{}
-	if st.Inflight != nil && st.Inflight.Key == key {
+	if resumed {
 		// A run before this one began posting this mail.
 		for _, name := range st.Inflight.Posted {
 			done[name] = true
@@ -203,11 +225,6 @@ func (w *Worker) handle(ctx context.Context, uidValidity uint32, m source.Mail) 
 			res.AlreadyPosted = append(res.AlreadyPosted, name)
 		}
 		slices.Sort(res.AlreadyPosted)
-	} else {
-		st.Inflight = &Inflight{UID: m.UID, Key: key, Since: w.o.Clock.Now()}
-		if err := w.save(st); err != nil {
-			return err
-		}
 	}
 	for i, s := range w.o.Sinks {
 		if done[s.Name()] {

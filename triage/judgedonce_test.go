@@ -1,0 +1,101 @@
+package triage
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"gpuhost/appliance"
+	"gpuhost/triage/sink"
+	"gpuhost/triage/sink/slacktest"
+	"gpuhost/triage/source/dovecottest"
+)
+
+// TestDovecotSlackDownClassifiesOnce: a mail from a real Dovecot whose
+// Slack post fails for several polls (and across a restart of the worker)
+// is classified once and its cost counted once; the post that finally
+// goes out carries that one cost.
+func TestDovecotSlackDownClassifiesOnce(t *testing.T) {
+	srv := dovecottest.Start(t, dovecottest.Options{})
+	fake := slacktest.New(t)
+	token := fake.Token()
+	slack, err := sink.NewSlack(sink.SlackOptions{
+		Token: func() (string, error) { return token, nil }, APIURL: fake.URL(),
+		Channel: "C0TRIAGE", ImportantChannel: "C0IMPORTANT", Timeout: 10 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cls := &fakeClassifier{}
+	dir := t.TempDir()
+	newWorker := func() *Worker {
+		w, err := New(Options{Source: imapSource(srv), Classifier: cls, Sinks: []sink.Sink{slack},
+			StateDir: dir, Log: testLogger(t), AlertFailures: 100,
+			Prices: appliance.TriageCostsConfig{Currency: "EUR", Models: map[string]appliance.ModelPrice{
+				"fake": {PromptPerMillion: 1, CompletionPerMillion: 10},
+			}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Close() })
+		return w
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w := newWorker()
+	srv.Append(t, []byte(eml("ann@customer.test", "sales@example.com", "stuck", "body")))
+
+	fake.SetToken("xoxb-not-the-right-one") // every Slack call fails
+	const failedPolls = 5
+	for i := range failedPolls {
+		if n, err := w.Once(ctx); err == nil || n != 0 {
+			t.Fatalf("poll %d with Slack down = %d, %v; want an error", i+1, n, err)
+		}
+	}
+	if got := cls.calls; got != 1 {
+		t.Errorf("classified %d times over %d failed polls, want once", got, failedPolls)
+	}
+	if v := testutil.ToFloat64(w.metrics.cost.WithLabelValues("classification")); !near(v, 0.002) {
+		t.Errorf("cost_total{classification} = %v after %d failed polls, want one mail's 0.002", v, failedPolls)
+	}
+	if v := testutil.ToFloat64(w.metrics.tokens.WithLabelValues("prompt")); v != 1000 {
+		t.Errorf("tokens_total{prompt} = %v, want 1000", v)
+	}
+	c := readCheckpoint(t, w)
+	if c.LastUID != 0 || c.Inflight == nil || c.Inflight.Judged == nil || c.Inflight.Judged.Result.Class != "customer" {
+		t.Fatalf("checkpoint while Slack is down = %+v, want the judged mail in flight", c)
+	}
+
+	// A restart keeps the judged result too.
+	w.Close()
+	w = newWorker()
+	if _, err := w.Once(ctx); err == nil {
+		t.Fatal("poll after restart succeeded with Slack down")
+	}
+	fake.SetToken(token)
+	if n, err := w.Once(ctx); n != 1 || err != nil {
+		t.Fatalf("poll with Slack back = %d, %v; want 1", n, err)
+	}
+	if got := cls.calls; got != 1 {
+		t.Errorf("classified %d times in all, want once", got)
+	}
+	if v := testutil.ToFloat64(w.metrics.cost.WithLabelValues("classification")); v != 0 {
+		t.Errorf("restarted worker counted cost %v for a mail judged before the restart", v)
+	}
+	if v := testutil.ToFloat64(w.metrics.mails.WithLabelValues("customer")); v != 1 {
+		t.Errorf("mails_total{customer} = %v, want 1", v)
+	}
+	msgs := fake.All()
+	if len(msgs) != 1 {
+		t.Fatalf("Slack has %d messages, want 1", len(msgs))
+	}
+	if !strings.Contains(msgs[0].Text+string(msgs[0].Blocks), "1000+100 tok") {
+		t.Errorf("post does not carry the one classification's cost: %s", msgs[0].Text)
+	}
+	if c := readCheckpoint(t, w); c.LastUID != 1 || c.Inflight != nil {
+		t.Errorf("final checkpoint = %+v", c)
+	}
+}
