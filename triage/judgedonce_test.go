@@ -99,3 +99,51 @@ func TestDovecotSlackDownClassifiesOnce(t *testing.T) {
 		t.Errorf("final checkpoint = %+v", c)
 	}
 }
+
+// TestDovecotSlackRetryAfterAcrossPolls: after Slack answers 429 with
+// Retry-After (twice: the sink's own retry is spent), the worker's next
+// polls do not call Slack until that time has passed, and a failed poll
+// waits at least that long.
+func TestDovecotSlackRetryAfterAcrossPolls(t *testing.T) {
+	srv := dovecottest.Start(t, dovecottest.Options{})
+	fake := slacktest.New(t)
+	clock := newFakeClock()
+	w, err := New(Options{Source: imapSource(srv), Classifier: &fakeClassifier{}, Sinks: []sink.Sink{newSlack(t, fake)},
+		StateDir: t.TempDir(), Log: testLogger(t), Clock: clock, Interval: 100 * time.Millisecond, AlertFailures: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv.Append(t, []byte(eml("ann@customer.test", "sales@example.com", "limited", "body")))
+
+	const retryAfter = 2 * time.Second
+	fake.RateLimitNext(2, retryAfter)
+	if _, err := w.Once(ctx); err == nil {
+		t.Fatal("poll succeeded while Slack rate limits")
+	}
+	calls := fake.PostCalls() + fake.HistoryCalls()
+	if got := w.failedPollWait(); got != retryAfter {
+		t.Errorf("wait after the failed poll = %v, want Slack's Retry-After %v (the interval is 100ms)", got, retryAfter)
+	}
+	for _, step := range []time.Duration{0, 100 * time.Millisecond, 1500 * time.Millisecond} {
+		clock.Advance(step)
+		if _, err := w.Once(ctx); err == nil || !strings.Contains(err.Error(), "Retry-After") {
+			t.Fatalf("poll %v into the back-off = %v, want the Retry-After refusal", step, err)
+		}
+	}
+	if got := fake.PostCalls() + fake.HistoryCalls(); got != calls {
+		t.Errorf("Slack got %d calls during its Retry-After", got-calls)
+	}
+	clock.Advance(retryAfter - 1600*time.Millisecond) // the Retry-After is over
+	if n, err := w.Once(ctx); n != 1 || err != nil {
+		t.Fatalf("poll after the back-off = %d, %v; want 1", n, err)
+	}
+	if got := w.failedPollWait(); got != 100*time.Millisecond {
+		t.Errorf("wait after the back-off ended = %v, want the interval", got)
+	}
+	if got := len(fake.All()); got != 1 {
+		t.Errorf("Slack has %d messages, want 1", got)
+	}
+}

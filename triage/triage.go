@@ -172,6 +172,9 @@ type Worker struct {
 	status  Status
 	alert   alertState
 	metrics *metrics
+	// hold is, by sink name, the time before which the sink's service
+	// asked not to be called again (Retry-After); guarded by smu.
+	hold map[string]time.Time
 }
 
 // New checks the options, reads the mailbox's checkpoint and returns a
