@@ -98,6 +98,10 @@ type TriageCRMConfig struct {
 	Tool    string `yaml:"tool"` // default crm_search_users
 	// ProfileURL is the customer link; {id} is replaced by the user id.
 	ProfileURL string `yaml:"profile_url"`
+	// Match is how Tool compares its query: "like" (default; the
+	// substring template crm_search_users: the address goes with %, _ and
+	// \ escaped) or "equal" (a template with lower(email) = lower($1)).
+	Match string `yaml:"match"`
 }
 
 // TriageSlackConfig posts with chat.postMessage.
@@ -281,6 +285,11 @@ func (c *Config) triageValidate(add func(key, format string, args ...any)) {
 	}
 	if t.CRM.ProfileURL != "" && !strings.Contains(t.CRM.ProfileURL, "{id}") {
 		add("triage.crm.profile_url", "%q has no {id} placeholder", t.CRM.ProfileURL)
+	}
+	switch t.CRM.Match {
+	case "", "like", "equal":
+	default:
+		add("triage.crm.match", "%q is neither like nor equal", t.CRM.Match)
 	}
 	if !t.Enabled {
 		return

@@ -202,7 +202,7 @@ func FromConfig(ctx context.Context, cfg *appliance.Config, deps Deps) (*Worker,
 		if deps.MCP == nil {
 			return nil, errors.New("triage.crm.enabled: no MCP client for the crm connector (enable mcp.connectors.crm)")
 		}
-		customers = &customer.Lookup{Client: deps.MCP, Tool: t.CRM.Tool, ProfileURL: t.CRM.ProfileURL}
+		customers = &customer.Lookup{Client: deps.MCP, Tool: t.CRM.Tool, ProfileURL: t.CRM.ProfileURL, Match: t.CRM.Match}
 	}
 
 	// Sinks.
