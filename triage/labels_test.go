@@ -1,0 +1,71 @@
+package triage
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"gpuhost/triage/sink"
+	"gpuhost/triage/sink/slacktest"
+	"gpuhost/triage/source/dovecottest"
+)
+
+// postThroughDovecot delivers each raw mail to a real Dovecot, runs one
+// poll of the worker and returns what the Slack fake got for each, in
+// order (text fallback plus the blocks JSON).
+func postThroughDovecot(t *testing.T, raws ...string) []string {
+	t.Helper()
+	srv := dovecottest.Start(t, dovecottest.Options{})
+	fake := slacktest.New(t)
+	w, err := New(Options{Source: imapSource(srv), Classifier: &fakeClassifier{}, Sinks: []sink.Sink{newSlack(t, fake)},
+		StateDir: t.TempDir(), Log: testLogger(t),
+		Rules: Rules{InternalDomains: []string{"example.com"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	for _, raw := range raws {
+		srv.Append(t, []byte(raw))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if n, err := w.Once(ctx); n != len(raws) || err != nil {
+		t.Fatalf("Once = %d, %v; want %d", n, err, len(raws))
+	}
+	var out []string
+	for _, m := range fake.Messages("C0TRIAGE") {
+		out = append(out, m.Text+"\n"+string(m.Blocks))
+	}
+	if len(out) != len(raws) {
+		t.Fatalf("Slack got %d posts, want %d", len(out), len(raws))
+	}
+	return out
+}
+
+// TestDovecotOneClickOnlyForHTTPS: RFC 8058 one-click needs an https URI;
+// an http List-Unsubscribe with List-Unsubscribe-Post is a plain link.
+func TestDovecotOneClickOnlyForHTTPS(t *testing.T) {
+	tests := []struct {
+		name, header string
+		oneClick     bool
+	}{
+		{"https with Post", "List-Unsubscribe: <https://news.example.org/u/1>", true},
+		{"http with Post", "List-Unsubscribe: <http://news.example.org/u/2>", false},
+		{"http and mailto with Post", "List-Unsubscribe: <mailto:u@news.example.org>, <http://news.example.org/u/3>", false},
+	}
+	var raws []string
+	for _, tt := range tests {
+		raws = append(raws, eml("News <news@news.example.org>", "sales@example.com", "[promo] "+tt.name, "deals",
+			tt.header, "List-Unsubscribe-Post: List-Unsubscribe=One-Click"))
+	}
+	posts := postThroughDovecot(t, raws...)
+	for i, tt := range tests {
+		if !strings.Contains(posts[i], "news.example.org/u/") {
+			t.Errorf("%s: no unsubscribe link in the post:\n%s", tt.name, posts[i])
+		}
+		if got := strings.Contains(posts[i], "one-click"); got != tt.oneClick {
+			t.Errorf("%s: labelled one-click = %v, want %v:\n%s", tt.name, got, tt.oneClick, posts[i])
+		}
+	}
+}
