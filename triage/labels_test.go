@@ -69,3 +69,28 @@ func TestDovecotOneClickOnlyForHTTPS(t *testing.T) {
 		}
 	}
 }
+
+// TestDovecotFromAsReceived: the post's From line shows the sender's
+// address as the mail wrote it (escaped for Slack), never a normalised one.
+func TestDovecotFromAsReceived(t *testing.T) {
+	tests := []struct {
+		name, from string
+		want       string // in the text fallback
+		not        string
+	}{
+		{"quoted local part", `"x' OR 1=1 --"@evil.com`, `From: "x' OR 1=1 --"@evil.com`, "x'or1=1--@evil.com"},
+		{"case kept", `Ann Lee <Ann.Lee@Customer.TEST>`, "From: Ann Lee &lt;Ann.Lee@Customer.TEST&gt;", "ann.lee@customer.test"},
+		{"mention in the name is escaped", `"<!channel> boss" <boss@evil.test>`, "From: &lt;!channel&gt; boss &lt;boss@evil.test&gt;", "<!channel>"},
+	}
+	var raws []string
+	for _, tt := range tests {
+		raws = append(raws, eml(tt.from, "sales@example.com", tt.name, "hello"))
+	}
+	posts := postThroughDovecot(t, raws...)
+	for i, tt := range tests {
+		text, _, _ := strings.Cut(posts[i], "\n[") // the text fallback, without the blocks JSON
+		if !strings.Contains(text, tt.want) || strings.Contains(text, tt.not) {
+			t.Errorf("%s: post text\n%s\nwant %q and not %q", tt.name, text, tt.want, tt.not)
+		}
+	}
+}

@@ -11,6 +11,12 @@ import "time"
 type Address struct {
 	Name string `json:"name,omitempty"`
 	Addr string `json:"addr"` // lower-cased local@domain
+	// Display is the addr-spec as the header wrote it (quoted local part,
+	// case and escapes kept; one line), for showing the sender to people:
+	// Addr is normalised for matching and must not be shown as what the
+	// mail said. Set for From (or Sender); "" when it could not be read
+	// back reliably, and then Addr is shown.
+	Display string `json:"display,omitempty"`
 }
 
 // Attachment is one non-body part. Data is nil when the part is larger than
