@@ -104,6 +104,10 @@ func FromConfig(ctx context.Context, cfg *appliance.Config, deps Deps) (*Worker,
 		if _, err := password(); err != nil {
 			return nil, err
 		}
+		if t.Source.InsecureSkipVerify {
+			log.Warn("triage: triage.source.insecure_skip_verify is on: the IMAP server's TLS certificate is not verified, so anyone on the path can read the mailbox password and the mail",
+				"addr", t.Source.Addr)
+		}
 		src = source.NewIMAP(source.IMAPOptions{
 			Addr:               t.Source.Addr,
 			Security:           t.Source.Security,

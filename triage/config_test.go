@@ -1,7 +1,10 @@
 package triage
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -166,5 +169,25 @@ func TestActiveClassifierFollowsSwitches(t *testing.T) {
 	}
 	if strings.Join(built, ",") != "qwen3-coder,llama3.1:8b" {
 		t.Errorf("built %v, want one classifier per model switch", built)
+	}
+}
+
+// TestInsecureSkipVerifyWarnsAtStart: turning certificate checks off is
+// logged as a warning when the worker is built.
+func TestInsecureSkipVerifyWarnsAtStart(t *testing.T) {
+	for _, insecure := range []bool{false, true} {
+		cfg := parseTestConfig(t, fmt.Sprintf("triage:\n  enabled: true\n  source: {kind: imap, addr: 'mail.example.test:993', security: tls, username: u, password_env: TRIAGE_PW, insecure_skip_verify: %v}\n", insecure))
+		var buf bytes.Buffer
+		deps := Deps{LookupEnv: func(k string) (string, bool) { return "pw", k == "TRIAGE_PW" },
+			ManagedBaseURL: "http://127.0.0.1:18080/v1", Log: slog.New(slog.NewTextHandler(&buf, nil))}
+		w, err := FromConfig(context.Background(), cfg, deps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		warned := strings.Contains(buf.String(), "level=WARN") && strings.Contains(buf.String(), "insecure_skip_verify")
+		if warned != insecure {
+			t.Errorf("insecure_skip_verify %v: warned %v; log:\n%s", insecure, warned, buf.String())
+		}
 	}
 }
