@@ -87,8 +87,16 @@ type TriageRulesConfig struct {
 	// Delivered-To, X-Original-To) gets importance 10.
 	PriorityMailboxes []string `yaml:"priority_mailboxes"`
 	// InternalDomains: a sender in one of these domains gets importance 1
-	// and is not looked up in the CRM.
+	// and is not looked up in the CRM — only when the receiving server's
+	// Authentication-Results (authserv_id) shows dmarc, dkim or spf
+	// passing for the domain, or with trust_from_header.
 	InternalDomains []string `yaml:"internal_domains"`
+	// AuthservID is the authserv-id the receiving mail server writes in
+	// its Authentication-Results header (e.g. mx.example.com).
+	AuthservID string `yaml:"authserv_id"`
+	// TrustFromHeader applies the internal-sender rule on the From header
+	// alone, which any external sender can forge.
+	TrustFromHeader bool `yaml:"trust_from_header"`
 }
 
 // TriageCRMConfig: external senders are looked up through the MCP crm

@@ -121,6 +121,12 @@ func FromConfig(ctx context.Context, cfg *appliance.Config, deps Deps) (*Worker,
 	default:
 		return nil, fmt.Errorf("triage.source.kind: %q is not imap or maildir", t.Source.Kind)
 	}
+	if len(t.Rules.InternalDomains) > 0 && t.Rules.AuthservID == "" && !t.Rules.TrustFromHeader {
+		log.Warn("triage: triage.rules.internal_domains is set without triage.rules.authserv_id: the internal-sender rule never fires (set the receiving server's authserv-id, or trust_from_header: true to trust the forgeable From header)")
+	}
+	if t.Rules.TrustFromHeader {
+		log.Warn("triage: triage.rules.trust_from_header is on: any external sender can claim an internal From address to get importance 1 and skip the CRM lookup")
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -277,7 +283,7 @@ func FromConfig(ctx context.Context, cfg *appliance.Config, deps Deps) (*Worker,
 		TranscriberLocal: trLocal,
 		Customers:        customers,
 		Sinks:            sinks,
-		Rules:            Rules{PriorityMailboxes: t.Rules.PriorityMailboxes, InternalDomains: t.Rules.InternalDomains},
+		Rules:            Rules{PriorityMailboxes: t.Rules.PriorityMailboxes, InternalDomains: t.Rules.InternalDomains, AuthservID: t.Rules.AuthservID, TrustFromHeader: t.Rules.TrustFromHeader},
 		Threshold:        t.ImportantThreshold,
 		StateDir:         cfg.StateDir,
 		Clock:            deps.Clock,

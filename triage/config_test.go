@@ -191,3 +191,37 @@ func TestInsecureSkipVerifyWarnsAtStart(t *testing.T) {
 		}
 	}
 }
+
+// TestInternalRuleConfig: authserv_id and trust_from_header reach the
+// rules, and a rule that can never fire (or trusts the From header) is
+// logged at start.
+func TestInternalRuleConfig(t *testing.T) {
+	md := t.TempDir()
+	writeMaildir(t, md, 0)
+	tests := []struct {
+		rules, warn string
+		id          string
+		trust       bool
+	}{
+		{"internal_domains: [example.com], authserv_id: mx.example.com", "", "mx.example.com", false},
+		{"internal_domains: [example.com]", "never fires", "", false},
+		{"internal_domains: [example.com], trust_from_header: true", "trust_from_header is on", "", true},
+	}
+	for _, tt := range tests {
+		cfg := parseTestConfig(t, "triage:\n  enabled: true\n  source: {kind: maildir, maildir: "+md+"}\n  rules: {"+tt.rules+"}\n")
+		var buf bytes.Buffer
+		w, err := FromConfig(context.Background(), cfg, Deps{LookupEnv: func(string) (string, bool) { return "", false },
+			ManagedBaseURL: "http://127.0.0.1:18080/v1", Log: slog.New(slog.NewTextHandler(&buf, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		if w.o.Rules.AuthservID != tt.id || w.o.Rules.TrustFromHeader != tt.trust {
+			t.Errorf("%s: rules = %+v", tt.rules, w.o.Rules)
+		}
+		warned := strings.Contains(buf.String(), "level=WARN msg=\"triage: triage.rules")
+		if warned != (tt.warn != "") || (tt.warn != "" && !strings.Contains(buf.String(), tt.warn)) {
+			t.Errorf("%s: log %q, want a warning containing %q", tt.rules, buf.String(), tt.warn)
+		}
+	}
+}

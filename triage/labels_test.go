@@ -20,7 +20,7 @@ func postThroughDovecot(t *testing.T, raws ...string) []string {
 	fake := slacktest.New(t)
 	w, err := New(Options{Source: imapSource(srv), Classifier: &fakeClassifier{}, Sinks: []sink.Sink{newSlack(t, fake)},
 		StateDir: t.TempDir(), Log: testLogger(t),
-		Rules: Rules{InternalDomains: []string{"example.com"}}})
+		Rules: Rules{InternalDomains: []string{"example.com"}, AuthservID: "mx.example.com"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +91,45 @@ func TestDovecotFromAsReceived(t *testing.T) {
 		text, _, _ := strings.Cut(posts[i], "\n[") // the text fallback, without the blocks JSON
 		if !strings.Contains(text, tt.want) || strings.Contains(text, tt.not) {
 			t.Errorf("%s: post text\n%s\nwant %q and not %q", tt.name, text, tt.want, tt.not)
+		}
+	}
+}
+
+// TestDovecotInternalRuleNeedsEvidence: the internal-sender rule fires only
+// on the receiving server's Authentication-Results, and the post says on
+// what evidence; a forged From (alone, first of several, or with a
+// verdict from another server) is judged like any external mail.
+func TestDovecotInternalRuleNeedsEvidence(t *testing.T) {
+	tests := []struct {
+		name, from string
+		headers    []string
+		want       string // "" = no internal rule in the post
+	}{
+		{"dmarc pass from our server", "colleague@example.com", []string{arPass},
+			"internal sender (example.com; dkim=pass header.d=example.com per mx.example.com)"},
+		{"From header alone", "colleague@example.com", nil, ""},
+		{"internal address first of several", "colleague@example.com, eve@evil.test",
+			[]string{"Authentication-Results: mx.example.com; dmarc=pass header.from=example.com"}, ""},
+		{"verdict from another server", "colleague@example.com",
+			[]string{"Authentication-Results: mx.evil.test; dmarc=pass header.from=example.com"}, ""},
+		{"dkim of the sender's own domain", "colleague@example.com",
+			[]string{"Authentication-Results: mx.example.com; dkim=pass header.d=evil.test; dmarc=fail header.from=example.com"}, ""},
+	}
+	var raws []string
+	for _, tt := range tests {
+		raws = append(raws, eml(tt.from, "sales@example.com", tt.name, "hello", tt.headers...))
+	}
+	posts := postThroughDovecot(t, raws...)
+	for i, tt := range tests {
+		text, _, _ := strings.Cut(posts[i], "\n[")
+		if tt.want == "" {
+			if strings.Contains(text, "internal sender") || strings.Contains(text, "Importance: 1") {
+				t.Errorf("%s: the internal rule fired on a forgeable From:\n%s", tt.name, text)
+			}
+			continue
+		}
+		if !strings.Contains(text, tt.want) {
+			t.Errorf("%s: post text\n%s\nwant the rule with its evidence %q", tt.name, text, tt.want)
 		}
 	}
 }

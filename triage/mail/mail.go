@@ -46,6 +46,12 @@ type Message struct {
 	// unfolded (CRLF+WSP removed) but otherwise byte for byte.
 	ListUnsubscribe     string `json:"-"`
 	ListUnsubscribePost string `json:"-"`
+	// FromCount is how many addresses the From header lists (From is the
+	// first); a sender rule must not trust a multi-address From.
+	FromCount int `json:"from_count,omitempty"`
+	// AuthResults are the Authentication-Results header values (RFC 8601),
+	// top (added last, by the receiving server) first, unfolded.
+	AuthResults []string `json:"-"`
 	// Problems are non-fatal parse findings (unknown charset, broken part,
 	// truncated attachment), each one line naming the part.
 	Problems []string `json:"problems,omitempty"`

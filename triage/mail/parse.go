@@ -261,6 +261,7 @@ func (p *parser) header(h gomail.Header) {
 	if from := p.addresses(h, "From"); len(from) > 0 {
 		m.From = from[0]
 		m.From.Display = displayAddr(h.Get("From"), m.From.Addr)
+		m.FromCount = len(from)
 	} else if sender := p.addresses(h, "Sender"); len(sender) > 0 {
 		m.From = sender[0]
 		m.From.Display = displayAddr(h.Get("Sender"), m.From.Addr)
@@ -276,6 +277,9 @@ func (p *parser) header(h gomail.Header) {
 		} else {
 			m.Date = d
 		}
+	}
+	for _, v := range h.Values("Authentication-Results") {
+		m.AuthResults = append(m.AuthResults, CleanLine(v))
 	}
 	m.ListUnsubscribe = rawValue(h.Header.Header, "List-Unsubscribe")
 	m.ListUnsubscribePost = rawValue(h.Header.Header, "List-Unsubscribe-Post")
