@@ -61,7 +61,7 @@ func triageConfig(t *testing.T, enabled bool, source string) (cfgPath, state str
 	cfg := testbin.ConfigYAML("/bin/true", state, "process", "", testbin.FreePort(t), testbin.FreePort(t), "10ms") +
 		"triage:\n  enabled: " + map[bool]string{true: "true", false: "false"}[enabled] + "\n  interval: 200ms\n  first_run: all\n  source:\n" + source +
 		"  model:\n    base_url: " + triageSim(t) + "\n    model: qwen3-triage\n" +
-		"  rules:\n    priority_mailboxes: [urgent@ourcompany.example]\n    internal_domains: [ourcompany.example]\n"
+		"  rules:\n    priority_mailboxes: [urgent@ourcompany.example]\n    internal_domains: [ourcompany.example]\n    authserv_id: mx.ourcompany.example\n"
 	cfgPath = filepath.Join(dir, "gpuhost.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -104,7 +104,7 @@ func TestTriageCLI(t *testing.T) {
 			[]string{"Unsubscribe: https://news.toolvendor.example/u/4711?list=weekly&sig=Zm9v%2Bbar"}, ""},
 		{"dry run of the priority mail shows the rule", []string{"triage", "mail", "--uid", "5", "--dry-run"},
 			[]string{"10", "priority mailbox urgent@ourcompany.example"}, ""},
-		{"json", []string{"triage", "mail", "--uid", "4", "--dry-run", "--json"}, []string{`"importance": 1`, `"rule": "internal sender (ourcompany.example)"`}, ""},
+		{"json", []string{"triage", "mail", "--uid", "4", "--dry-run", "--json"}, []string{`"importance": 1`, `"rule": "internal sender (ourcompany.example; dmarc=pass header.from=ourcompany.example per mx.ourcompany.example)"`}, ""},
 		{"neither flag", []string{"triage", "mail"}, nil, "exactly one of --uid"},
 		{"both flags", []string{"triage", "mail", "--uid", "1", "--eml", eml}, nil, "exactly one of --uid"},
 		{"unknown UID", []string{"triage", "mail", "--uid", "99", "--dry-run"}, nil, "no mail with UID 99"},

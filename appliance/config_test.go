@@ -73,6 +73,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"triage threshold", minimal + "triage:\n  important_threshold: 11\n", []string{"triage.important_threshold", "1..10"}},
 		{"triage priority mailbox", minimal + "triage:\n  rules: {priority_mailboxes: [support]}\n", []string{"triage.rules.priority_mailboxes[0]", `"support"`}},
 		{"triage profile url", minimal + "triage:\n  crm: {enabled: true, profile_url: 'https://crm/x'}\n", []string{"triage.crm.profile_url", "{id}"}},
+		{"triage crm match", minimal + "triage:\n  crm: {enabled: true, match: regex}\n", []string{"triage.crm.match", `"regex"`}},
 		{"agent steps", minimal + "agent:\n  max_steps: 99\n", []string{"agent.max_steps", "1..50"}},
 	}
 	for _, tt := range tests {

@@ -87,8 +87,16 @@ type TriageRulesConfig struct {
 	// Delivered-To, X-Original-To) gets importance 10.
 	PriorityMailboxes []string `yaml:"priority_mailboxes"`
 	// InternalDomains: a sender in one of these domains gets importance 1
-	// and is not looked up in the CRM.
+	// and is not looked up in the CRM — only when the receiving server's
+	// Authentication-Results (authserv_id) shows dmarc, dkim or spf
+	// passing for the domain, or with trust_from_header.
 	InternalDomains []string `yaml:"internal_domains"`
+	// AuthservID is the authserv-id the receiving mail server writes in
+	// its Authentication-Results header (e.g. mx.example.com).
+	AuthservID string `yaml:"authserv_id"`
+	// TrustFromHeader applies the internal-sender rule on the From header
+	// alone, which any external sender can forge.
+	TrustFromHeader bool `yaml:"trust_from_header"`
 }
 
 // TriageCRMConfig: external senders are looked up through the MCP crm
@@ -98,6 +106,10 @@ type TriageCRMConfig struct {
 	Tool    string `yaml:"tool"` // default crm_search_users
 	// ProfileURL is the customer link; {id} is replaced by the user id.
 	ProfileURL string `yaml:"profile_url"`
+	// Match is how Tool compares its query: "like" (default; the
+	// substring template crm_search_users: the address goes with %, _ and
+	// \ escaped) or "equal" (a template with lower(email) = lower($1)).
+	Match string `yaml:"match"`
 }
 
 // TriageSlackConfig posts with chat.postMessage.
@@ -281,6 +293,11 @@ func (c *Config) triageValidate(add func(key, format string, args ...any)) {
 	}
 	if t.CRM.ProfileURL != "" && !strings.Contains(t.CRM.ProfileURL, "{id}") {
 		add("triage.crm.profile_url", "%q has no {id} placeholder", t.CRM.ProfileURL)
+	}
+	switch t.CRM.Match {
+	case "", "like", "equal":
+	default:
+		add("triage.crm.match", "%q is neither like nor equal", t.CRM.Match)
 	}
 	if !t.Enabled {
 		return

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"gpuhost/internal/atomicfile"
+	"gpuhost/triage/sink"
 )
 
 // Checkpoint is one mailbox's progress, written atomically after every mail
@@ -30,12 +31,42 @@ type Checkpoint struct {
 
 // Inflight marks a mail whose posting has begun. Posted lists the sinks
 // that accepted it, recorded after each one, so that a failure at a later
-// sink never re-posts to an earlier one.
+// sink never re-posts to an earlier one. Judged is the mail's judged
+// result (classification, cost, the post), kept until the post succeeds
+// so that a sink that stays down for many polls, or a restart, never has
+// the mail classified (and billed) again.
 type Inflight struct {
 	UID    uint32    `json:"uid"`
 	Key    string    `json:"key"`
 	Since  time.Time `json:"since"`
 	Posted []string  `json:"posted,omitempty"`
+	Judged *Judged   `json:"judged,omitempty"`
+}
+
+// Judged is a Result as the checkpoint keeps it: the Result (whose Post is
+// not in its JSON) and the Post itself.
+type Judged struct {
+	Result Result    `json:"result"`
+	Post   sink.Post `json:"post"`
+}
+
+func newJudged(r *Result) *Judged {
+	j := &Judged{Result: *r, Post: r.Post}
+	j.Result.Post, j.Result.Text = sink.Post{}, ""
+	j.Result.Posted, j.Result.AlreadyPosted = nil, nil
+	return j
+}
+
+// result is a fresh copy of the judged Result with its Post and Text.
+func (j *Judged) result() *Result {
+	r := j.Result
+	r.Problems = append([]string(nil), r.Problems...)
+	r.Transcribed = append([]string(nil), r.Transcribed...)
+	r.Posted, r.AlreadyPosted = nil, nil
+	r.Post = j.Post
+	r.Post.Problems = append([]string(nil), j.Post.Problems...)
+	r.Text = sink.Text(r.Post)
+	return &r
 }
 
 func (c Checkpoint) clone() Checkpoint {

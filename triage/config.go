@@ -104,6 +104,10 @@ func FromConfig(ctx context.Context, cfg *appliance.Config, deps Deps) (*Worker,
 		if _, err := password(); err != nil {
 			return nil, err
 		}
+		if t.Source.InsecureSkipVerify {
+			log.Warn("triage: triage.source.insecure_skip_verify is on: the IMAP server's TLS certificate is not verified, so anyone on the path can read the mailbox password and the mail",
+				"addr", t.Source.Addr)
+		}
 		src = source.NewIMAP(source.IMAPOptions{
 			Addr:               t.Source.Addr,
 			Security:           t.Source.Security,
@@ -116,6 +120,12 @@ func FromConfig(ctx context.Context, cfg *appliance.Config, deps Deps) (*Worker,
 		})
 	default:
 		return nil, fmt.Errorf("triage.source.kind: %q is not imap or maildir", t.Source.Kind)
+	}
+	if len(t.Rules.InternalDomains) > 0 && t.Rules.AuthservID == "" && !t.Rules.TrustFromHeader {
+		log.Warn("triage: triage.rules.internal_domains is set without triage.rules.authserv_id: the internal-sender rule never fires (set the receiving server's authserv-id, or trust_from_header: true to trust the forgeable From header)")
+	}
+	if t.Rules.TrustFromHeader {
+		log.Warn("triage: triage.rules.trust_from_header is on: any external sender can claim an internal From address to get importance 1 and skip the CRM lookup")
 	}
 	ok := false
 	defer func() {
@@ -202,7 +212,7 @@ func FromConfig(ctx context.Context, cfg *appliance.Config, deps Deps) (*Worker,
 		if deps.MCP == nil {
 			return nil, errors.New("triage.crm.enabled: no MCP client for the crm connector (enable mcp.connectors.crm)")
 		}
-		customers = &customer.Lookup{Client: deps.MCP, Tool: t.CRM.Tool, ProfileURL: t.CRM.ProfileURL}
+		customers = &customer.Lookup{Client: deps.MCP, Tool: t.CRM.Tool, ProfileURL: t.CRM.ProfileURL, Match: t.CRM.Match}
 	}
 
 	// Sinks.
@@ -273,7 +283,7 @@ func FromConfig(ctx context.Context, cfg *appliance.Config, deps Deps) (*Worker,
 		TranscriberLocal: trLocal,
 		Customers:        customers,
 		Sinks:            sinks,
-		Rules:            Rules{PriorityMailboxes: t.Rules.PriorityMailboxes, InternalDomains: t.Rules.InternalDomains},
+		Rules:            Rules{PriorityMailboxes: t.Rules.PriorityMailboxes, InternalDomains: t.Rules.InternalDomains, AuthservID: t.Rules.AuthservID, TrustFromHeader: t.Rules.TrustFromHeader},
 		Threshold:        t.ImportantThreshold,
 		StateDir:         cfg.StateDir,
 		Clock:            deps.Clock,

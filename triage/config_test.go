@@ -1,7 +1,10 @@
 package triage
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -166,5 +169,59 @@ func TestActiveClassifierFollowsSwitches(t *testing.T) {
 	}
 	if strings.Join(built, ",") != "qwen3-coder,llama3.1:8b" {
 		t.Errorf("built %v, want one classifier per model switch", built)
+	}
+}
+
+// TestInsecureSkipVerifyWarnsAtStart: turning certificate checks off is
+// logged as a warning when the worker is built.
+func TestInsecureSkipVerifyWarnsAtStart(t *testing.T) {
+	for _, insecure := range []bool{false, true} {
+		cfg := parseTestConfig(t, fmt.Sprintf("triage:\n  enabled: true\n  source: {kind: imap, addr: 'mail.example.test:993', security: tls, username: u, password_env: TRIAGE_PW, insecure_skip_verify: %v}\n", insecure))
+		var buf bytes.Buffer
+		deps := Deps{LookupEnv: func(k string) (string, bool) { return "pw", k == "TRIAGE_PW" },
+			ManagedBaseURL: "http://127.0.0.1:18080/v1", Log: slog.New(slog.NewTextHandler(&buf, nil))}
+		w, err := FromConfig(context.Background(), cfg, deps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		warned := strings.Contains(buf.String(), "level=WARN") && strings.Contains(buf.String(), "insecure_skip_verify")
+		if warned != insecure {
+			t.Errorf("insecure_skip_verify %v: warned %v; log:\n%s", insecure, warned, buf.String())
+		}
+	}
+}
+
+// TestInternalRuleConfig: authserv_id and trust_from_header reach the
+// rules, and a rule that can never fire (or trusts the From header) is
+// logged at start.
+func TestInternalRuleConfig(t *testing.T) {
+	md := t.TempDir()
+	writeMaildir(t, md, 0)
+	tests := []struct {
+		rules, warn string
+		id          string
+		trust       bool
+	}{
+		{"internal_domains: [example.com], authserv_id: mx.example.com", "", "mx.example.com", false},
+		{"internal_domains: [example.com]", "never fires", "", false},
+		{"internal_domains: [example.com], trust_from_header: true", "trust_from_header is on", "", true},
+	}
+	for _, tt := range tests {
+		cfg := parseTestConfig(t, "triage:\n  enabled: true\n  source: {kind: maildir, maildir: "+md+"}\n  rules: {"+tt.rules+"}\n")
+		var buf bytes.Buffer
+		w, err := FromConfig(context.Background(), cfg, Deps{LookupEnv: func(string) (string, bool) { return "", false },
+			ManagedBaseURL: "http://127.0.0.1:18080/v1", Log: slog.New(slog.NewTextHandler(&buf, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		if w.o.Rules.AuthservID != tt.id || w.o.Rules.TrustFromHeader != tt.trust {
+			t.Errorf("%s: rules = %+v", tt.rules, w.o.Rules)
+		}
+		warned := strings.Contains(buf.String(), "level=WARN msg=\"triage: triage.rules")
+		if warned != (tt.warn != "") || (tt.warn != "" && !strings.Contains(buf.String(), tt.warn)) {
+			t.Errorf("%s: log %q, want a warning containing %q", tt.rules, buf.String(), tt.warn)
+		}
 	}
 }

@@ -335,8 +335,14 @@ func (w *Worker) post(res *Result, transcript string) sink.Post {
 	return p
 }
 
+// formatAddr shows the sender as the mail wrote it (Display); the
+// normalised Addr only when that could not be read back.
 func formatAddr(a mail.Address) string {
-	name, addr := clean(a.Name, 100), clean(a.Addr, 254)
+	shown := a.Display
+	if shown == "" {
+		shown = a.Addr
+	}
+	name, addr := clean(a.Name, 100), clean(shown, 254)
 	switch {
 	case name != "" && addr != "":
 		return name + " <" + addr + ">"

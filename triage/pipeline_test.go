@@ -180,7 +180,7 @@ func TestPipelineAgainstSimulator(t *testing.T) {
 	w, err := New(Options{
 		Source: md, Classifier: cls, Transcriber: tr,
 		Sinks:    []sink.Sink{newSlack(t, fake), newTelegram(t, tg, filepath.Join(dir, "state"), chat)},
-		Rules:    Rules{PriorityMailboxes: []string{"urgent@ourcompany.example"}, InternalDomains: []string{"ourcompany.example"}},
+		Rules:    Rules{PriorityMailboxes: []string{"urgent@ourcompany.example"}, InternalDomains: []string{"ourcompany.example"}, AuthservID: "mx.ourcompany.example"},
 		StateDir: filepath.Join(dir, "state"), Log: testLogger(t),
 		// The default 30 MiB limit: the 50 MB memo is judged from its headers.
 		MaxMessageBytes: 30 << 20,

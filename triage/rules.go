@@ -19,7 +19,9 @@ type ruleResult struct {
 func (r Rules) apply(m *mail.Message) ruleResult {
 	var out ruleResult
 	if d := r.internalDomain(m.From.Addr); d != "" {
-		out = ruleResult{Importance: 1, Rule: "internal sender (" + d + ")", Internal: true}
+		if ev := r.internalEvidence(m, d); ev != "" {
+			out = ruleResult{Importance: 1, Rule: "internal sender (" + d + "; " + ev + ")", Internal: true}
+		}
 	}
 	if addr, header := r.priorityMatch(m); addr != "" {
 		out.Importance = 10
@@ -95,4 +97,94 @@ func addrsOf(as []mail.Address) []string {
 // boss@example.com.
 func normAddr(a string) string {
 	return strings.ToLower(strings.Trim(strings.TrimSpace(a), "<> \t"))
+}
+
+// internalEvidence says why a From in the internal domain d can be
+// believed, or "" when it cannot: a multi-address From never; with
+// TrustFromHeader the header alone; otherwise the topmost
+// Authentication-Results of the configured authserv-id must show dmarc
+// (header.from), dkim (header.d) or spf (smtp.mailfrom) passing for d or a
+// subdomain of it. Only the topmost such header counts: the receiving
+// server adds its own on top, and anything below may come from the sender.
+func (r Rules) internalEvidence(m *mail.Message, d string) string {
+	if m.FromCount > 1 {
+		return ""
+	}
+	if r.TrustFromHeader {
+		return "From header only, trust_from_header is on"
+	}
+	id := strings.ToLower(strings.TrimSpace(r.AuthservID))
+	if id == "" {
+		return ""
+	}
+	for _, ar := range m.AuthResults {
+		head, rest, _ := strings.Cut(stripComments(ar), ";")
+		fields := strings.Fields(head)
+		if len(fields) == 0 || strings.ToLower(fields[0]) != id {
+			continue
+		}
+		for _, res := range strings.Split(rest, ";") {
+			if ev := passFor(res, d); ev != "" {
+				return ev + " per " + id
+			}
+		}
+		return "" // the topmost header of our server decides
+	}
+	return ""
+}
+
+// passFor reads one resinfo ("dkim=pass header.d=example.com") and returns
+// it, shortened to method, result and the property that names the domain,
+// when it passes for d or a subdomain; else "".
+func passFor(res, d string) string {
+	fields := strings.Fields(strings.ToLower(res))
+	if len(fields) == 0 {
+		return ""
+	}
+	method, result, _ := strings.Cut(fields[0], "=")
+	if result != "pass" {
+		return ""
+	}
+	want := map[string]string{"dmarc": "header.from", "dkim": "header.d", "spf": "smtp.mailfrom"}[method]
+	if want == "" {
+		return ""
+	}
+	for _, f := range fields[1:] {
+		prop, val, ok := strings.Cut(f, "=")
+		if !ok || prop != want {
+			continue
+		}
+		dom := val
+		if _, after, ok := strings.Cut(val, "@"); ok {
+			dom = after
+		}
+		dom = strings.Trim(dom, `"<>.`)
+		if dom == d || strings.HasSuffix(dom, "."+d) {
+			return method + "=pass " + prop + "=" + dom
+		}
+	}
+	return ""
+}
+
+// stripComments removes RFC 5322 comments "(...)" (nested) outside quotes.
+func stripComments(s string) string {
+	var b strings.Builder
+	depth, inQuote := 0, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' && depth == 0:
+			inQuote = !inQuote
+		case c == '(' && !inQuote:
+			depth++
+			continue
+		case c == ')' && !inQuote && depth > 0:
+			depth--
+			continue
+		}
+		if depth == 0 {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }

@@ -99,8 +99,17 @@ type Rules struct {
 	// Delivered-To, X-Original-To) gets importance 10.
 	PriorityMailboxes []string
 	// InternalDomains: a sender in one of these domains (or a subdomain)
-	// gets importance 1 and is not looked up in the CRM.
+	// gets importance 1 and is not looked up in the CRM — only when the
+	// receiving server's Authentication-Results (authserv-id AuthservID)
+	// shows dmarc, dkim or spf passing for the internal domain, or when
+	// TrustFromHeader is set. A From header alone proves nothing.
 	InternalDomains []string
+	// AuthservID is the authserv-id of the receiving mail server's
+	// Authentication-Results header (e.g. mx.example.com).
+	AuthservID string
+	// TrustFromHeader applies the internal-sender rule on the From header
+	// alone (the operator's explicit opt-out of the evidence check).
+	TrustFromHeader bool
 }
 
 // Options configure a Worker. Source, Classifier and StateDir are required;
@@ -172,6 +181,9 @@ type Worker struct {
 	status  Status
 	alert   alertState
 	metrics *metrics
+	// hold is, by sink name, the time before which the sink's service
+	// asked not to be called again (Retry-After); guarded by smu.
+	hold map[string]time.Time
 }
 
 // New checks the options, reads the mailbox's checkpoint and returns a

@@ -44,8 +44,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
-			w.log.Error("triage: poll failed; retrying after the interval", "err", err, "processed", n)
-			if !w.sleep(ctx, w.o.Interval) {
+			wait := w.failedPollWait()
+			w.log.Error("triage: poll failed; retrying after the interval", "wait", wait, "err", err, "processed", n)
+			if !w.sleep(ctx, wait) {
 				return nil
 			}
 			continue
@@ -61,6 +62,52 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// failedPollWait is how long to wait after a failed poll: the interval,
+// or longer while a sink's Retry-After has not run out.
+func (w *Worker) failedPollWait() time.Duration {
+	wait := w.o.Interval
+	now := w.o.Clock.Now()
+	w.smu.Lock()
+	defer w.smu.Unlock()
+	for _, until := range w.hold {
+		wait = max(wait, until.Sub(now))
+	}
+	return wait
+}
+
+// holdErr is the error for a call to a sink that asked (Retry-After) not
+// to be called before a time still ahead; nil when the sink may be called.
+func (w *Worker) holdErr(name string) error {
+	now := w.o.Clock.Now()
+	w.smu.Lock()
+	defer w.smu.Unlock()
+	until, ok := w.hold[name]
+	if !ok {
+		return nil
+	}
+	if !now.Before(until) {
+		delete(w.hold, name)
+		return nil
+	}
+	return fmt.Errorf("%s asked not to be called before %s (Retry-After); not calling it", name, until.UTC().Format(time.RFC3339))
+}
+
+// noteHold remembers a sink error's Retry-After for the polls that follow.
+func (w *Worker) noteHold(name string, err error) {
+	d := sink.RetryAfter(err)
+	if d <= 0 {
+		return
+	}
+	until := w.o.Clock.Now().Add(d)
+	w.smu.Lock()
+	defer w.smu.Unlock()
+	if w.hold == nil {
+		w.hold = map[string]time.Time{}
+	}
+	w.hold[name] = until
+	w.log.Warn("triage: sink rate limited; not calling it again before its Retry-After", "sink", name, "retry_after", d, "until", until)
 }
 
 func (w *Worker) sleep(ctx context.Context, d time.Duration) bool {
@@ -167,17 +214,39 @@ func (w *Worker) uidValidityChanged(ctx context.Context, batch source.Batch) err
 }
 
 // handle processes one mail and posts it, with the checkpoint protocol:
-// inflight marker before the first post, each accepting sink recorded,
-// then last_uid and the cleared marker in one write.
+// inflight marker (with the judged result) before the first post, each
+// accepting sink recorded, then last_uid and the cleared marker in one
+// write. A mail whose marker already holds its judged result is not
+// processed again: it is classified and its cost counted once.
 func (w *Worker) handle(ctx context.Context, uidValidity uint32, m source.Mail) error {
 	key := Key(w.name, uidValidity, m.UID)
-	res, err := w.process(ctx, m, key)
-	if err != nil {
-		return err
-	}
 	st := w.st.clone()
+	resumed := st.Inflight != nil && st.Inflight.Key == key
+	var res *Result
+	if resumed && st.Inflight.Judged != nil {
+		// An earlier poll (or run) judged this mail and paid for it; only
+		// its post is still missing.
+		res = st.Inflight.Judged.result()
+		w.log.Info("triage: reusing the mail's judged result from an earlier attempt; not classifying it again",
+			"key", key, "class", res.Class, "judged_at", res.At)
+	} else {
+		var err error
+		res, err = w.process(ctx, m, key)
+		if err != nil {
+			return err
+		}
+		if resumed {
+			st.Inflight.Judged = newJudged(res)
+		} else {
+			st.Inflight = &Inflight{UID: m.UID, Key: key, Since: w.o.Clock.Now(), Judged: newJudged(res)}
+		}
+		if err := w.save(st); err != nil {
+			return err
+		}
+		st = w.st.clone()
+	}
 	done := map[string]bool{}
-	if st.Inflight != nil && st.Inflight.Key == key {
+	if resumed {
 		// A run before this one began posting this mail.
 		for _, name := range st.Inflight.Posted {
 			done[name] = true
@@ -187,11 +256,15 @@ func (w *Worker) handle(ctx context.Context, uidValidity uint32, m source.Mail) 
 			if !ok || done[s.Name()] {
 				continue
 			}
+			if err := w.holdErr(s.Name()); err != nil {
+				return &retryError{what: fmt.Sprintf("check whether %s already has %s", s.Name(), key), err: err}
+			}
 			cctx, cancel := context.WithTimeout(ctx, w.o.CallTimeout)
 			posted, err := c.Posted(cctx, key)
 			cancel()
 			w.metrics.checks.WithLabelValues(s.Name(), strconv.FormatBool(posted && err == nil)).Inc()
 			if err != nil {
+				w.noteHold(s.Name(), err)
 				return &retryError{what: fmt.Sprintf("check whether %s already has %s", s.Name(), key), err: err}
 			}
 			if posted {
@@ -203,20 +276,19 @@ func (w *Worker) handle(ctx context.Context, uidValidity uint32, m source.Mail) 
 			res.AlreadyPosted = append(res.AlreadyPosted, name)
 		}
 		slices.Sort(res.AlreadyPosted)
-	} else {
-		st.Inflight = &Inflight{UID: m.UID, Key: key, Since: w.o.Clock.Now()}
-		if err := w.save(st); err != nil {
-			return err
-		}
 	}
 	for i, s := range w.o.Sinks {
 		if done[s.Name()] {
 			continue
 		}
+		if err := w.holdErr(s.Name()); err != nil {
+			return &retryError{what: fmt.Sprintf("post %s to %s", key, s.Name()), err: err}
+		}
 		pctx, cancel := context.WithTimeout(ctx, w.o.CallTimeout)
 		err := s.Post(pctx, res.Post)
 		cancel()
 		if err != nil {
+			w.noteHold(s.Name(), err)
 			w.metrics.postErrors.WithLabelValues(s.Name()).Inc()
 			return &retryError{what: fmt.Sprintf("post %s to %s", key, s.Name()), err: err}
 		}

@@ -45,7 +45,7 @@ func newUnit(t *testing.T, mod func(*Options)) *unitEnv {
 	o := Options{
 		Source: e.src, Classifier: e.cls, Transcriber: fakeTranscriber{},
 		Sinks:    []sink.Sink{e.a, e.b},
-		Rules:    Rules{PriorityMailboxes: []string{"ceo@example.com"}, InternalDomains: []string{"example.com"}},
+		Rules:    Rules{PriorityMailboxes: []string{"ceo@example.com"}, InternalDomains: []string{"example.com"}, AuthservID: "mx.example.com"},
 		StateDir: e.dir, Clock: e.clock, Log: testLogger(t),
 		Prices: appliance.TriageCostsConfig{Currency: "EUR", Models: map[string]appliance.ModelPrice{
 			"fake": {PromptPerMillion: 1, CompletionPerMillion: 10},
@@ -207,30 +207,59 @@ func TestUnclassifiedIsPostedNotDropped(t *testing.T) {
 	}
 }
 
+// arPass is the receiving server's verdict for a genuine internal mail.
+const arPass = "Authentication-Results: mx.example.com; dkim=pass header.d=example.com header.s=s1; spf=pass smtp.mailfrom=colleague@example.com; dmarc=pass (p=reject) header.from=example.com"
+
 func TestRules(t *testing.T) {
-	r := Rules{PriorityMailboxes: []string{"CEO@Example.com", "urgent@example.com"}, InternalDomains: []string{"example.com", "corp.test"}}
+	r := Rules{PriorityMailboxes: []string{"CEO@Example.com", "urgent@example.com"}, InternalDomains: []string{"example.com", "corp.test"}, AuthservID: "MX.example.com"}
+	trusting := r
+	trusting.TrustFromHeader, trusting.AuthservID = true, ""
+	noID := r
+	noID.AuthservID = ""
 	addr := func(a string) mail.Address { return mail.Address{Addr: a} }
+	from := func(a string, ar ...string) mail.Message {
+		return mail.Message{From: addr(a), FromCount: 1, AuthResults: ar}
+	}
 	tests := []struct {
 		name     string
+		rules    *Rules
 		msg      mail.Message
 		want     int
 		rule     string
 		internal bool
 	}{
-		{"external to nobody special", mail.Message{From: addr("x@other.test"), To: []mail.Address{addr("sales@example.com")}}, 0, "", false},
-		{"priority in To", mail.Message{From: addr("x@other.test"), To: []mail.Address{addr("ceo@example.com")}}, 10, "priority mailbox ceo@example.com (To)", false},
-		{"priority in Cc", mail.Message{From: addr("x@other.test"), Cc: []mail.Address{addr("urgent@example.com")}}, 10, "priority mailbox urgent@example.com (Cc)", false},
-		{"priority in Delivered-To", mail.Message{From: addr("x@other.test"), DeliveredTo: []string{"<ceo@example.com>"}}, 10, "priority mailbox ceo@example.com (Delivered-To)", false},
-		{"priority in X-Original-To", mail.Message{From: addr("x@other.test"), XOriginalTo: []string{"urgent@example.com"}}, 10, "priority mailbox urgent@example.com (X-Original-To)", false},
-		{"internal sender", mail.Message{From: addr("colleague@example.com")}, 1, "internal sender (example.com)", true},
-		{"internal subdomain", mail.Message{From: addr("ci@build.corp.test")}, 1, "internal sender (corp.test)", true},
-		{"lookalike domain is external", mail.Message{From: addr("x@notexample.com")}, 0, "", false},
-		{"priority wins over internal", mail.Message{From: addr("colleague@example.com"), To: []mail.Address{addr("ceo@example.com")}}, 10, "priority mailbox ceo@example.com (To)", true},
-		{"no sender", mail.Message{}, 0, "", false},
+		{"external to nobody special", nil, mail.Message{From: addr("x@other.test"), To: []mail.Address{addr("sales@example.com")}}, 0, "", false},
+		{"priority in To", nil, mail.Message{From: addr("x@other.test"), To: []mail.Address{addr("ceo@example.com")}}, 10, "priority mailbox ceo@example.com (To)", false},
+		{"priority in Cc", nil, mail.Message{From: addr("x@other.test"), Cc: []mail.Address{addr("urgent@example.com")}}, 10, "priority mailbox urgent@example.com (Cc)", false},
+		{"priority in Delivered-To", nil, mail.Message{From: addr("x@other.test"), DeliveredTo: []string{"<ceo@example.com>"}}, 10, "priority mailbox ceo@example.com (Delivered-To)", false},
+		{"priority in X-Original-To", nil, mail.Message{From: addr("x@other.test"), XOriginalTo: []string{"urgent@example.com"}}, 10, "priority mailbox urgent@example.com (X-Original-To)", false},
+		{"internal sender, dmarc pass", nil, from("colleague@example.com", "mx.example.com; dmarc=pass (p=reject dis=none) header.from=example.com"),
+			1, "internal sender (example.com; dmarc=pass header.from=example.com per mx.example.com)", true},
+		{"internal sender, dkim pass for the parent domain", nil, from("ci@build.corp.test", "mx.example.com 1; dkim=pass header.d=corp.test header.s=k; spf=fail smtp.mailfrom=x@evil.test"),
+			1, "internal sender (corp.test; dkim=pass header.d=corp.test per mx.example.com)", true},
+		{"internal sender, spf pass", nil, from("colleague@example.com", "mx.example.com; spf=pass smtp.mailfrom=bounce@mail.example.com"),
+			1, "internal sender (example.com; spf=pass smtp.mailfrom=mail.example.com per mx.example.com)", true},
+		{"spoofed From without evidence", nil, from("colleague@example.com"), 0, "", false},
+		{"evidence for another domain", nil, from("colleague@example.com", "mx.example.com; dkim=pass header.d=evil.test; dmarc=fail header.from=example.com"), 0, "", false},
+		{"dkim pass for a lookalike domain", nil, from("colleague@example.com", "mx.example.com; dkim=pass header.d=notexample.com"), 0, "", false},
+		{"other authserv-id", nil, from("colleague@example.com", "mx.evil.test; dmarc=pass header.from=example.com"), 0, "", false},
+		{"forged header below the server's own", nil, from("colleague@example.com", "mx.example.com; dmarc=fail header.from=example.com", "mx.example.com; dmarc=pass header.from=example.com"), 0, "", false},
+		{"pass only in a comment", nil, from("colleague@example.com", "mx.example.com; dmarc=fail (dmarc=pass header.from=example.com) header.from=example.com"), 0, "", false},
+		{"multi-address From is never internal", nil, mail.Message{From: addr("colleague@example.com"), FromCount: 2, AuthResults: []string{"mx.example.com; dmarc=pass header.from=example.com"}}, 0, "", false},
+		{"no authserv-id configured", &noID, from("colleague@example.com", "mx.example.com; dmarc=pass header.from=example.com"), 0, "", false},
+		{"operator opted out", &trusting, from("colleague@example.com"), 1, "internal sender (example.com; From header only, trust_from_header is on)", true},
+		{"opt-out still refuses a multi-address From", &trusting, mail.Message{From: addr("colleague@example.com"), FromCount: 2}, 0, "", false},
+		{"lookalike domain is external", nil, from("x@notexample.com", "mx.example.com; dmarc=pass header.from=notexample.com"), 0, "", false},
+		{"priority wins over internal", nil, mail.Message{From: addr("colleague@example.com"), FromCount: 1, AuthResults: []string{"mx.example.com; dmarc=pass header.from=example.com"}, To: []mail.Address{addr("ceo@example.com")}}, 10, "priority mailbox ceo@example.com (To)", true},
+		{"no sender", nil, mail.Message{}, 0, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := r.apply(&tt.msg)
+			rr := r
+			if tt.rules != nil {
+				rr = *tt.rules
+			}
+			got := rr.apply(&tt.msg)
 			if got.Rule != tt.rule || (tt.rule != "" && got.Importance != tt.want) || got.Internal != tt.internal {
 				t.Errorf("apply = %+v, want importance %d rule %q internal %v", got, tt.want, tt.rule, tt.internal)
 			}
@@ -241,7 +270,7 @@ func TestRules(t *testing.T) {
 func TestRuleOverridesModelInPost(t *testing.T) {
 	e := newUnit(t, nil)
 	e.src.add(eml("ann@customer.test", "ceo@example.com", "to the boss", "x"))
-	e.src.add(eml("colleague@example.com", "sales@example.com", "lunch?", "x"))
+	e.src.add(eml("colleague@example.com", "sales@example.com", "lunch?", "x", arPass))
 	if _, err := e.w.Once(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -643,7 +672,7 @@ func TestCustomerLookup(t *testing.T) {
 	e := newUnit(t, func(o *Options) { o.Customers = crm })
 	e.src.add(eml("Ann <ann@customer.test>", "sales@example.com", "known", "x"))
 	e.src.add(eml("new@prospect.test", "sales@example.com", "unknown", "x"))
-	e.src.add(eml("colleague@example.com", "sales@example.com", "internal", "x"))
+	e.src.add(eml("colleague@example.com", "sales@example.com", "internal", "x", arPass))
 	e.src.add(eml("down@customer.test", "sales@example.com", "crm down", "x"))
 	if n, err := e.w.Once(context.Background()); n != 4 || err != nil {
 		t.Fatalf("Once = %d, %v (a CRM failure must not hold mail back)", n, err)

@@ -58,7 +58,22 @@ type Lookup struct {
 	ProfileURL string
 	// Timeout bounds one lookup (default DefaultTimeout).
 	Timeout time.Duration
+	// Match says how Tool's SQL uses the query: MatchLike (the default, as
+	// crm_search_users: ILIKE '%' || $1 || '%') gets the address with the
+	// LIKE wildcards %, _ and the escape \ escaped, so it is matched
+	// literally; MatchEqual (a template comparing with =) gets it as is.
+	Match string
 }
+
+// Match kinds of Lookup.Match.
+const (
+	MatchLike  = "like"
+	MatchEqual = "equal"
+)
+
+// likeEscaper makes an address literal inside a LIKE/ILIKE pattern with
+// PostgreSQL's default escape character (backslash).
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
 // Find returns the customer whose email is exactly email (ignoring case),
 // or nil, nil when there is none. The search template matches substrings,
@@ -77,8 +92,19 @@ func (l *Lookup) Find(ctx context.Context, email string) (*Customer, error) {
 	if want == "" || !strings.Contains(want, "@") {
 		return nil, fmt.Errorf("customer lookup via %s: %q is not an email address", tool, email)
 	}
-	if len(want) > crm.MaxStringLen {
-		return nil, fmt.Errorf("customer lookup via %s: email address of %d bytes is longer than the %d the CRM search accepts", tool, len(want), crm.MaxStringLen)
+	var query string
+	switch l.Match {
+	case "", MatchLike:
+		// A sender's "%@%" must not turn the lookup into a scan of other
+		// customers (nor "_" into a one-character wildcard).
+		query = likeEscaper.Replace(want)
+	case MatchEqual:
+		query = want
+	default:
+		return nil, fmt.Errorf("customer lookup via %s: match %q is neither %q nor %q", tool, l.Match, MatchLike, MatchEqual)
+	}
+	if len(query) > crm.MaxStringLen {
+		return nil, fmt.Errorf("customer lookup via %s: email address of %d bytes is longer than the %d the CRM search accepts", tool, len(query), crm.MaxStringLen)
 	}
 	timeout := l.Timeout
 	if timeout <= 0 {
@@ -89,7 +115,7 @@ func (l *Lookup) Find(ctx context.Context, email string) (*Customer, error) {
 
 	req := mcpgo.CallToolRequest{}
 	req.Params.Name = tool
-	req.Params.Arguments = map[string]any{"query": want}
+	req.Params.Arguments = map[string]any{"query": query}
 	res, err := l.Client.CallTool(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("customer lookup via %s for %s: %w", tool, want, err)
@@ -104,7 +130,7 @@ func (l *Lookup) Find(ctx context.Context, email string) (*Customer, error) {
 		}
 		return nil, fmt.Errorf("customer lookup via %s for %s: %s", tool, want, text)
 	}
-	c, err := pickExact(text, want)
+	c, err := pickExact(text, want, l.Match == MatchEqual)
 	if err != nil {
 		return nil, fmt.Errorf("customer lookup via %s for %s: %w", tool, want, err)
 	}
@@ -128,8 +154,10 @@ func resultText(res *mcpgo.CallToolResult) string {
 // pickExact decodes a crm.Result (the JSON text of a template tool) and
 // returns the first row whose email equals want, ignoring case and
 // surrounding spaces. A truncated result without an exact match is an
-// error: the match may be among the rows not returned.
-func pickExact(text, want string) (*Customer, error) {
+// error: the match may be among the rows not returned. equal says the
+// template compares with = (so many rows for one address are duplicates),
+// otherwise it matches the (escaped) address as a substring.
+func pickExact(text, want string, equal bool) (*Customer, error) {
 	dec := json.NewDecoder(strings.NewReader(text))
 	dec.UseNumber()
 	var res crm.Result
@@ -156,7 +184,10 @@ func pickExact(text, want string) (*Customer, error) {
 		return &Customer{ID: id, Name: name, Email: strings.TrimSpace(email), Company: company}, nil
 	}
 	if res.Truncated {
-		return nil, fmt.Errorf("the search stopped at %d rows without an exact match, so the customer may be among the rest; raise max_rows or narrow the template", res.RowCount)
+		if equal {
+			return nil, fmt.Errorf("the search stopped at %d rows (the connector's max_rows) without one whose email is exactly the address, so the customer may be among the rest: the template (triage.crm.match: equal) returns rows that do not equal the address; make it compare the email column with =", res.RowCount)
+		}
+		return nil, fmt.Errorf("the search stopped at %d rows (the connector's max_rows) without an exact match, so the customer may be among the rest: the template matches the address as a substring of name, email or company, and more than %d CRM rows contain it; use an exact-match template for the lookup (triage.crm.tool naming a template with lower(email) = lower($1), and triage.crm.match: equal)", res.RowCount, res.RowCount)
 	}
 	return nil, nil
 }

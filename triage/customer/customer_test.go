@@ -30,7 +30,9 @@ INSERT INTO users (id, name, email, company) VALUES
   (4, 'Zed Sales', 'sales@big.test', 'Big'),
   (5, 'Anna Sales', 'anna.sales@big.test', 'Big'),
   (6, 'Bert Sales', 'bert.sales@big.test', 'Big'),
-  (7, 'Carl Sales', 'carl.sales@big.test', 'Big');
+  (7, 'Carl Sales', 'carl.sales@big.test', 'Big'),
+  (8, 'Una Score', 'una_score@big.test', 'Big'),
+  (9, 'Per Cent', 'per%cent@big.test', 'Big');
 `
 
 // startCRM starts a real PostgreSQL (or skips, see pgtest), loads a small
@@ -109,6 +111,10 @@ templates:
       WHERE name ILIKE '%' || $1 || '%' OR email ILIKE '%' || $1 || '%' OR company ILIKE '%' || $1 || '%'
       ORDER BY name, id
     params: [{name: query, type: string, required: true}]
+  - name: by_email
+    description: The user with exactly this email.
+    sql: SELECT id, name, email, company FROM users WHERE lower(email) = lower($1) ORDER BY id
+    params: [{name: query, type: string, required: true}]
   - name: names_only
     description: Names without emails.
     sql: SELECT id, name FROM users WHERE email ILIKE '%' || $1 || '%' ORDER BY id
@@ -119,6 +125,7 @@ templates:
 		name    string
 		client  Caller
 		tool    string
+		match   string
 		email   string
 		want    *Customer
 		wantErr string
@@ -133,7 +140,22 @@ templates:
 		{name: "LIKE wildcard in the address matches nothing exact", email: "a_ice@acme.test"},
 		{name: "exact match among several substring matches", email: "sales@big.test",
 			want: &Customer{ID: 4, Name: "Zed Sales", Email: "sales@big.test", Company: "Big", URL: "https://crm.example.com/users/4"}},
-		{name: "truncated result without the exact row is an error", client: small, email: "sales@big.test", wantErr: "stopped at 2 rows"},
+		{name: "truncated result without the exact row is an error naming the substring template", client: small, email: "sales@big.test",
+			wantErr: "contain it; use an exact-match template"},
+		// LIKE wildcards in a sender are literal: "%@%" reads no other
+		// customer's row (before, it read max_rows of them and advised
+		// raising max_rows).
+		{name: "percent wildcards read no other customer", client: small, email: "%@%"},
+		{name: "underscore wildcard reads no other customer", client: small, email: "_ales@big.test"},
+		{name: "backslash is literal", client: small, email: `\ales@big.test`},
+		{name: "real address with an underscore", client: small, email: "una_score@big.test",
+			want: &Customer{ID: 8, Name: "Una Score", Email: "una_score@big.test", Company: "Big", URL: "https://crm.example.com/users/8"}},
+		{name: "real address with a percent sign", client: small, email: "per%cent@big.test",
+			want: &Customer{ID: 9, Name: "Per Cent", Email: "per%cent@big.test", Company: "Big", URL: "https://crm.example.com/users/9"}},
+		{name: "equality template gets the address as is", client: small, tool: "crm_by_email", match: MatchEqual, email: "una_score@big.test",
+			want: &Customer{ID: 8, Name: "Una Score", Email: "una_score@big.test", Company: "Big", URL: "https://crm.example.com/users/8"}},
+		{name: "equality template: wildcards match nothing", client: small, tool: "crm_by_email", match: MatchEqual, email: "%@%"},
+		{name: "unknown match kind", match: "regex", email: "alice@acme.test", wantErr: `match "regex"`},
 		{name: "template without an email column", client: small, tool: "crm_names_only", email: "alice@acme.test", wantErr: "no email column"},
 		{name: "unknown tool", tool: "crm_nope", email: "alice@acme.test", wantErr: "crm_nope"},
 		{name: "not an email", email: "acme", wantErr: "not an email address"},
@@ -144,7 +166,7 @@ templates:
 			if c == nil {
 				c = client
 			}
-			l := &Lookup{Client: c, Tool: tc.tool, ProfileURL: profileURL, Timeout: time.Minute}
+			l := &Lookup{Client: c, Tool: tc.tool, Match: tc.match, ProfileURL: profileURL, Timeout: time.Minute}
 			got, err := l.Find(context.Background(), tc.email)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -223,7 +245,7 @@ func TestPickExact(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := pickExact(tc.text, tc.want)
+			c, err := pickExact(tc.text, tc.want, false)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
@@ -246,7 +268,7 @@ func FuzzPickExact(f *testing.F) {
 	f.Add(`{"rows":null,"truncated":true}`, "")
 	f.Add(`[1,2]`, "a@b.test")
 	f.Fuzz(func(t *testing.T, text, want string) {
-		c, err := pickExact(text, want)
+		c, err := pickExact(text, want, false)
 		if err != nil && c != nil {
 			t.Fatalf("both a customer and an error: %+v, %v", c, err)
 		}

@@ -11,6 +11,12 @@ import "time"
 type Address struct {
 	Name string `json:"name,omitempty"`
 	Addr string `json:"addr"` // lower-cased local@domain
+	// Display is the addr-spec as the header wrote it (quoted local part,
+	// case and escapes kept; one line), for showing the sender to people:
+	// Addr is normalised for matching and must not be shown as what the
+	// mail said. Set for From (or Sender); "" when it could not be read
+	// back reliably, and then Addr is shown.
+	Display string `json:"display,omitempty"`
 }
 
 // Attachment is one non-body part. Data is nil when the part is larger than
@@ -40,6 +46,12 @@ type Message struct {
 	// unfolded (CRLF+WSP removed) but otherwise byte for byte.
 	ListUnsubscribe     string `json:"-"`
 	ListUnsubscribePost string `json:"-"`
+	// FromCount is how many addresses the From header lists (From is the
+	// first); a sender rule must not trust a multi-address From.
+	FromCount int `json:"from_count,omitempty"`
+	// AuthResults are the Authentication-Results header values (RFC 8601),
+	// top (added last, by the receiving server) first, unfolded.
+	AuthResults []string `json:"-"`
 	// Problems are non-fatal parse findings (unknown charset, broken part,
 	// truncated attachment), each one line naming the part.
 	Problems []string `json:"problems,omitempty"`

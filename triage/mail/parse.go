@@ -260,8 +260,11 @@ func (p *parser) header(h gomail.Header) {
 	}
 	if from := p.addresses(h, "From"); len(from) > 0 {
 		m.From = from[0]
+		m.From.Display = displayAddr(h.Get("From"), m.From.Addr)
+		m.FromCount = len(from)
 	} else if sender := p.addresses(h, "Sender"); len(sender) > 0 {
 		m.From = sender[0]
+		m.From.Display = displayAddr(h.Get("Sender"), m.From.Addr)
 	}
 	m.To = p.addresses(h, "To")
 	m.Cc = p.addresses(h, "Cc")
@@ -274,6 +277,9 @@ func (p *parser) header(h gomail.Header) {
 		} else {
 			m.Date = d
 		}
+	}
+	for _, v := range h.Values("Authentication-Results") {
+		m.AuthResults = append(m.AuthResults, CleanLine(v))
 	}
 	m.ListUnsubscribe = rawValue(h.Header.Header, "List-Unsubscribe")
 	m.ListUnsubscribePost = rawValue(h.Header.Header, "List-Unsubscribe-Post")
@@ -399,6 +405,72 @@ func plainAddresses(vals []string) []string {
 		}
 	}
 	return out
+}
+
+// displayAddr finds the first address of the header value v as written
+// (inside its angle brackets, or the bare addr-spec) and returns it when it
+// is the same mailbox as addr (the parsed, normalised address) apart from
+// quoting, escapes, spaces and case; otherwise "".
+func displayAddr(v, addr string) string {
+	if addr == "" {
+		return ""
+	}
+	for _, piece := range splitAddressList(v) {
+		if !strings.Contains(piece, "@") {
+			continue
+		}
+		spec := specOf(piece)
+		if sameMailbox(spec, addr) {
+			return CleanLine(spec)
+		}
+		return ""
+	}
+	return ""
+}
+
+// specOf is the addr-spec of one address list entry: the text in its last
+// angle brackets outside quotes, or the entry itself without a group name.
+func specOf(piece string) string {
+	inQuote, lt, gt := false, -1, -1
+	colon := -1
+	for i := 0; i < len(piece); i++ {
+		switch c := piece[i]; {
+		case c == '\\' && inQuote:
+			i++
+		case c == '"':
+			inQuote = !inQuote
+		case c == '<' && !inQuote:
+			lt, gt = i, -1
+		case c == '>' && !inQuote && lt >= 0 && gt < 0:
+			gt = i
+		case c == ':' && !inQuote && lt < 0 && colon < 0:
+			colon = i
+		}
+	}
+	if lt >= 0 && gt > lt {
+		return strings.TrimSpace(piece[lt+1 : gt])
+	}
+	if colon >= 0 {
+		piece = piece[colon+1:]
+	}
+	return strings.TrimSpace(strings.TrimRight(strings.TrimSpace(piece), ";"))
+}
+
+// sameMailbox compares an addr-spec as written with a normalised address,
+// ignoring quotes, backslashes, white space and case.
+func sameMailbox(spec, addr string) bool {
+	norm := func(s string) string {
+		var b strings.Builder
+		for i := 0; i < len(s); i++ {
+			switch c := s[i]; c {
+			case '"', '\\', ' ', '\t':
+			default:
+				b.WriteByte(c)
+			}
+		}
+		return strings.ToLower(CleanLine(b.String()))
+	}
+	return norm(spec) == norm(addr)
 }
 
 func cleanAddr(a string) string {

@@ -54,7 +54,7 @@ weil er l=C3=A4nger als 76 Zeichen ist.
 			if m.Subject != "Grüße aus München" {
 				t.Errorf("Subject = %q", m.Subject)
 			}
-			if m.From != (Address{Name: "Anna Müller", Addr: "anna.mueller@example.com"}) {
+			if m.From != (Address{Name: "Anna Müller", Addr: "anna.mueller@example.com", Display: "Anna.Mueller@Example.COM"}) {
 				t.Errorf("From = %+v", m.From)
 			}
 			if len(m.To) != 2 || m.To[0].Addr != "info@firma.test" || m.To[0].Name != "Info" || m.To[1].Addr != "bob@firma.test" {
@@ -902,5 +902,34 @@ func BenchmarkParseNested(b *testing.B) {
 		if _, err := Parse(raw, Limits{}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestFromDisplayAsReceived: the From address is shown as the header wrote
+// it (quoted local part, case, escapes), while Addr stays normalised for
+// matching.
+func TestFromDisplayAsReceived(t *testing.T) {
+	tests := []struct {
+		name, from, addr, display string
+	}{
+		{"quoted local part with spaces", `"x' OR 1=1 --"@evil.com`, "x'or1=1--@evil.com", `"x' OR 1=1 --"@evil.com`},
+		{"quoted local part in brackets", `Mallory <"x' OR 1=1 --"@Evil.com>`, "x'or1=1--@evil.com", `"x' OR 1=1 --"@Evil.com`},
+		{"case kept", `Ann <Ann.Lee@Example.COM>`, "ann.lee@example.com", "Ann.Lee@Example.COM"},
+		{"bare", `ann@example.com`, "ann@example.com", "ann@example.com"},
+		{"quoted-pair", `"a\"b"@example.com`, `a"b@example.com`, `"a\"b"@example.com`},
+		{"angle bracket inside the quoted name", `"Eve <ceo@example.com>" <eve@evil.test>`, "eve@evil.test", "eve@evil.test"},
+		{"first of several", `ceo@example.com, Eve <eve@evil.test>`, "ceo@example.com", "ceo@example.com"},
+		{"group", `Team: ann@example.com, bob@example.com;`, "ann@example.com", "ann@example.com"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := Parse(crlf("From: "+tt.from+"\nSubject: s\n\nx"), Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.From.Addr != tt.addr || m.From.Display != tt.display {
+				t.Errorf("From = %+v, want addr %q display %q", m.From, tt.addr, tt.display)
+			}
+		})
 	}
 }

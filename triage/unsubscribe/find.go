@@ -72,9 +72,10 @@ func fromHeader(value, post string) Result {
 	if r.URL != "" || r.Mailto != "" {
 		r.Source = SourceHeader
 	}
-	// RFC 8058: one-click needs the exact Post value and an HTTP(S) URI to
-	// POST to.
-	r.OneClick = r.URL != "" && strings.EqualFold(strings.TrimSpace(post), oneClick)
+	// RFC 8058: one-click needs the exact Post value and an HTTPS URI to
+	// POST to (section 3.1: a plain http URI is not one-click, whatever
+	// the Post header says).
+	r.OneClick = scheme(r.URL) == "https" && strings.EqualFold(strings.TrimSpace(post), oneClick)
 	return r
 }
 

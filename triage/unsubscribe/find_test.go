@@ -54,10 +54,16 @@ var findCases = []struct {
 		want:   Result{URL: "HTTPS://secure.example.com/u", Source: "header"},
 	},
 	{
-		name:   "http when there is no https",
+		name:   "http when there is no https, never one-click (RFC 8058 needs https)",
 		header: "<http://plain.example.com/u?id=1>",
 		post:   "List-Unsubscribe=One-Click",
-		want:   Result{URL: "http://plain.example.com/u?id=1", OneClick: true, Source: "header"},
+		want:   Result{URL: "http://plain.example.com/u?id=1", Source: "header"},
+	},
+	{
+		name:   "https with the Post header is one-click, also in upper case",
+		header: "<mailto:u@example.com>, <HTTPS://secure.example.com/u>",
+		post:   "List-Unsubscribe=One-Click",
+		want:   Result{URL: "HTTPS://secure.example.com/u", Mailto: "mailto:u@example.com", OneClick: true, Source: "header"},
 	},
 	{
 		name:   "wrong Post value is not one-click",
