@@ -151,7 +151,8 @@ type Options struct {
 	// Keep lists extra host folders that must be visible inside at the same
 	// path. Folders outside /tmp and /var/tmp are visible anyway; folders
 	// under them are hidden by the private tmpfs and bound back. The folder
-	// of the test binary and the test's temp-dir root are always kept.
+	// of the test binary, the test's temp-dir root, the working directory
+	// and its module root are always kept.
 	// Folders under /run cannot be kept.
 	Keep []string
 }
@@ -210,7 +211,11 @@ func Start(t testing.TB, opts Options) *Systemd {
 	if err != nil {
 		t.Fatalf("systemdtest: find the test binary: %v", err)
 	}
-	keep, err := keepDirs(append([]string{filepath.Dir(exe), filepath.Dir(dir)}, opts.Keep...))
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatalf("systemdtest: find the working directory: %v", err)
+	}
+	keep, err := keepDirs(append(defaultKeeps(exe, dir, wd), opts.Keep...))
 	if err != nil {
 		t.Fatalf("systemdtest: %v", err)
 	}
@@ -381,6 +386,40 @@ func maskedUnitNames() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// defaultKeeps lists the folders every harness keeps visible inside: the
+// test binary's folder, the root of the test's temp dirs, the working
+// directory (the package folder under go test: RunTest's inside half runs
+// there and reads its testdata) and the module root above it (the files of
+// other packages). A checkout under /tmp would otherwise be hidden by the
+// private /tmp. A working directory the private mounts cannot keep (/, /tmp
+// itself, anything under /run) is left out: commands inside then run in /.
+func defaultKeeps(exe, tempDir, wd string) []string {
+	keep := []string{filepath.Dir(exe), filepath.Dir(tempDir)}
+	for _, d := range []string{wd, moduleRoot(wd)} {
+		if d == "" || d == "/" || d == "/tmp" || d == "/var/tmp" || d == "/run" || isUnder(d, "/run") {
+			continue
+		}
+		keep = append(keep, d)
+	}
+	return keep
+}
+
+// moduleRoot returns the nearest folder at or above dir that holds a go.mod,
+// or "".
+func moduleRoot(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if fi, err := os.Stat(filepath.Join(d, "go.mod")); err == nil && fi.Mode().IsRegular() {
+			return d
+		}
+		if d == filepath.Dir(d) {
+			return ""
+		}
+	}
 }
 
 // keepDirs resolves the folders to keep and returns those that the private
