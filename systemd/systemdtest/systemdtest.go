@@ -29,7 +29,9 @@
 //     fails the test loudly.
 //
 // journald runs inside (volatile, in the private /run; no /dev/log), so
-// journalctl works for processes that run inside.
+// journalctl works for processes that run inside. PID 1 logs to the console
+// file (Log) until journald is up and to the journal from then on, as on a
+// real machine: UnitEvents reads its job and state messages from there.
 //
 // If the test binary is killed before its cleanup runs, unshare dies with it
 // (PR_SET_PDEATHSIG) and takes the namespace along (--kill-child); the empty
@@ -541,7 +543,7 @@ printf '[Journal]\nStorage=volatile\nReadKMsg=no\nForwardToKMsg=no\nForwardToCon
 printf '[Manager]\nShowStatus=no\nDefaultCPUAccounting=no\nDefaultIOAccounting=no\nDefaultIPAccounting=no\nDefaultBlockIOAccounting=no\nDefaultMemoryAccounting=no\nDefaultTasksAccounting=no\n' >/run/systemd/system.conf.d/gpuhost-test.conf
 exec setpriv --bounding-set "$GPUHOST_DROP_CAPS" \
 	env -i container=gpuhost-test PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-	"$GPUHOST_SYSTEMD" --system --unit="$GPUHOST_TARGET" --log-target=kmsg --log-color=no --show-status=no
+	"$GPUHOST_SYSTEMD" --system --unit="$GPUHOST_TARGET" --log-target=journal-or-kmsg --log-color=no --show-status=no
 `
 
 // waitBoot finds systemd's PID and waits until its initial transaction is
@@ -738,7 +740,8 @@ func (s *Systemd) HostPath(p string) string {
 }
 
 // Log returns what systemd and journald wrote to their console and kernel log
-// (both are a file in the test's temp dir).
+// (both are a file in the test's temp dir): PID 1's messages until journald
+// was up (boot), journald's own, and anything the boot script printed.
 func (s *Systemd) Log() string {
 	data, err := os.ReadFile(s.logPath)
 	if err != nil {
