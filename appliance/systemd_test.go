@@ -136,8 +136,39 @@ func (e *e2e) waitState(t testing.TB, what string, timeout time.Duration, ok fun
 	return last
 }
 
+// checkJournal checks the exclusion on PID 1's own journal: no backend
+// unit's start began while another backend unit had not finished stopping.
+// The journal has no blind spots between samples, so unlike the sampler its
+// verdict does not depend on the machine's speed. It waits (journald reads
+// PID 1's messages asynchronously) until at least minStarts backend starts
+// are there, so an empty journal cannot pass, and returns their number.
+func (e *e2e) checkJournal(t testing.TB, minStarts int) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		evs, err := e.sd.UnitEvents(ctx, e.cfg.Backends.VLLM.Unit, e.cfg.Backends.Ollama.Unit)
+		if err != nil {
+			t.Fatalf("read PID 1's journal: %v", err)
+		}
+		violations, starts := systemdtest.Overlaps(evs)
+		for _, v := range violations {
+			t.Errorf("PID 1's journal: two backends at once: %s", v)
+		}
+		if len(violations) > 0 || starts >= minStarts {
+			return starts
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("PID 1's journal shows %d backend starts, want ≥ %d:\n%v", starts, minStarts, evs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // sampler runs inside the private systemd's PID namespace (the private bus
-// refuses peers outside it) and reads both backend units' states at 50 Hz.
+// refuses peers outside it) and reads both backend units' states, aiming at
+// 50 Hz (under -race on a loaded machine it reaches less: the rate is
+// logged, and checkJournal is the check that does not depend on it).
 type sampler struct {
 	cmd   *exec.Cmd
 	out   *bufio.Scanner
@@ -204,6 +235,17 @@ func (s *sampler) stop(t testing.TB) samplerReport {
 		t.Fatal("sampler printed no report")
 	}
 	return rep
+}
+
+// log reports the sampler's rate, which depends on the machine's load and
+// is therefore not asserted.
+func (r samplerReport) log(t testing.TB) {
+	t.Helper()
+	hz := 0.0
+	if r.Seconds > 0 {
+		hz = float64(r.Samples) / r.Seconds
+	}
+	t.Logf("sampler: %d samples in %.1f s (%.0f Hz), %d errors, %d with two backends active", r.Samples, r.Seconds, hz, r.Errors, r.Both)
 }
 
 // TestSamplerChild is the sampler's body; it only runs when re-executed by
@@ -312,6 +354,7 @@ func TestSystemdEndToEnd(t *testing.T) {
 		if out, err := e.sd.Systemctl(ctx, "daemon-reload"); err != nil {
 			t.Fatalf("%v %s", err, out)
 		}
+		before := e.checkJournal(t, 0)
 		s := startSampler(t, e)
 		for i := 0; i < 3; i++ {
 			if out, err := e.sd.Systemctl(ctx, "start", e.cfg.Backends.Ollama.Unit); err != nil {
@@ -323,9 +366,12 @@ func TestSystemdEndToEnd(t *testing.T) {
 		}
 		// With Conflicts= and After=, systemd finishes the stop of one
 		// before the start of the other returns: never both.
-		if rep := s.stop(t); rep.Both != 0 {
+		rep := s.stop(t)
+		rep.log(t)
+		if rep.Both != 0 {
 			t.Errorf("hand starts ran two backends at once %d times, first: %s", rep.Both, rep.First)
 		}
+		e.checkJournal(t, before+6)
 		if got := e.isActive(t, e.cfg.Backends.Ollama.Unit); got != "inactive" {
 			t.Errorf("starting the vLLM unit left the Ollama unit %q", got)
 		}
@@ -338,6 +384,7 @@ func TestSystemdEndToEnd(t *testing.T) {
 	})
 
 	t.Run("switch vllm-ollama-vllm never runs two backends", func(t *testing.T) {
+		before := e.checkJournal(t, 0)
 		s := startSampler(t, e)
 		for _, p := range []string{"coder", "llama", "coder"} {
 			evs := e.switchTo(t, p)
@@ -346,16 +393,16 @@ func TestSystemdEndToEnd(t *testing.T) {
 			}
 		}
 		rep := s.stop(t)
-		t.Logf("sampler: %d samples in %.1f s (%.0f Hz), %d errors", rep.Samples, rep.Seconds, float64(rep.Samples)/rep.Seconds, rep.Errors)
+		rep.log(t)
 		if rep.Both != 0 {
 			t.Errorf("sampler saw two backends active %d times, first: %s", rep.Both, rep.First)
-		}
-		if hz := float64(rep.Samples) / rep.Seconds; hz < 20 {
-			t.Errorf("sampler ran at %.1f Hz, need ≥ 20", hz)
 		}
 		if rep.Errors > 0 {
 			t.Errorf("sampler had %d D-Bus errors", rep.Errors)
 		}
+		// The sampler's rate depends on the machine's load (11–19 Hz under
+		// -race on a busy 2-core machine); PID 1's journal does not.
+		e.checkJournal(t, before+3)
 		st := e.waitState(t, "coder active", 10*time.Second, func(s Status) bool { return s.State.Phase == PhaseActive && s.State.Profile == "coder" })
 		if d, ok := st.GPU.Device0(); !ok || d.MemoryUsedMiB < 22000 {
 			t.Errorf("GPU after switching to vLLM at 0.92: %+v", st.GPU)
@@ -365,6 +412,7 @@ func TestSystemdEndToEnd(t *testing.T) {
 	t.Run("reconcile after a hand-started backend", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
+		before := e.checkJournal(t, 0)
 		if out, err := e.sd.Systemctl(ctx, "start", e.cfg.Backends.Ollama.Unit); err != nil {
 			t.Fatalf("%v %s", err, out)
 		}
@@ -378,9 +426,11 @@ func TestSystemdEndToEnd(t *testing.T) {
 			t.Fatalf("%v %s", err, out)
 		}
 		e.waitState(t, "idle after the hand stop", 10*time.Second, func(s Status) bool { return s.State.Phase == PhaseIdle })
+		e.checkJournal(t, before+1)
 	})
 
 	t.Run("kill -9 mid-switch converges", func(t *testing.T) {
+		before := e.checkJournal(t, 0)
 		s := startSampler(t, e)
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
@@ -422,8 +472,10 @@ func TestSystemdEndToEnd(t *testing.T) {
 			t.Errorf("gpuhost.service was not restarted by systemd: %s", out)
 		}
 		rep := s.stop(t)
+		rep.log(t)
 		if rep.Both != 0 {
 			t.Errorf("two backends active during the crash recovery: %s", rep.First)
 		}
+		e.checkJournal(t, before+1)
 	})
 }

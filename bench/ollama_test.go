@@ -55,7 +55,8 @@ func TestRealOllama(t *testing.T) {
 	}
 	for i, d := range r.Decode {
 		c := r.CrossChecks[i]
-		t.Logf("decode %d: client %.1f ± %.1f tok/s, Ollama %.1f tok/s: %+.2f %%", d.Tokens, d.TokS.Mean, d.TokS.Stddev, c.Server, c.DisagreementPct)
+		t.Logf("decode %d: client %.1f ± %.1f tok/s, Ollama %.1f ± %.1f tok/s; %s: %+.2f %% (%s)", d.Tokens, d.TokS.Mean, d.TokS.Stddev,
+			d.ServerTokS.Mean, d.ServerTokS.Stddev, c.Name, c.DisagreementPct, c.Note)
 		if d.API != "ollama" || d.TokS.N != 3 || d.ServerTokS == nil || d.ServerTokS.N != 3 {
 			t.Errorf("decode %+v", d)
 		}

@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"regexp"
@@ -652,6 +654,7 @@ func (ru *runner) decodePhase(ctx context.Context) {
 	}
 	type acc struct {
 		tps, server []float64
+		pairs       []decodePair // native: the client's and the server's rate of each request
 		errs        []string
 	}
 	lengths := slices.Clone(o.DecodeTokens)
@@ -689,6 +692,7 @@ func (ru *runner) decodePhase(ctx context.Context) {
 				accs[i].tps = append(accs[i].tps, tps)
 				if native {
 					accs[i].server = append(accs[i].server, serverTPS)
+					accs[i].pairs = append(accs[i].pairs, decodePair{client: tps, server: serverTPS})
 				}
 			}
 			ru.step(PhaseDecode, msg)
@@ -699,10 +703,8 @@ func (ru *runner) decodePhase(ctx context.Context) {
 		if native {
 			st := NewStat(accs[i].server)
 			d.ServerTokS = &st
-			if st.N > 0 && d.TokS.N > 0 {
-				r.CrossChecks = append(r.CrossChecks, newCross(
-					fmt.Sprintf("decode.%d client tok/s vs Ollama eval_count/eval_duration", n), "tok/s",
-					d.TokS.Mean, st.Mean, ""))
+			if c, ok := decodeCross(n, accs[i].pairs); ok {
+				r.CrossChecks = append(r.CrossChecks, c)
 			}
 		}
 		for _, e := range d.Errors {
@@ -710,6 +712,42 @@ func (ru *runner) decodePhase(ctx context.Context) {
 		}
 		r.Decode = append(r.Decode, d)
 	}
+}
+
+// decodePair is one decode request's rate as the client saw it and as the
+// server reported it (Ollama: eval_count / eval_duration).
+type decodePair struct{ client, server float64 }
+
+// decodeCross compares the client's decode rate with the server's like with
+// like: each request with its own eval_duration, so that a request slowed
+// down by the machine's load moves both figures, not only the client's
+// mean. The figure shown is that of the request with the median
+// disagreement (the lower one of an even count: a real request), so one
+// request that the client was descheduled in does not move the verdict.
+func decodeCross(tokens int, pairs []decodePair) (Cross, bool) {
+	type scored struct {
+		decodePair
+		pct float64
+	}
+	var all []scored
+	for _, p := range pairs {
+		if p.server <= 0 || math.IsNaN(p.client) || math.IsNaN(p.server) {
+			continue
+		}
+		all = append(all, scored{p, (p.client - p.server) / p.server * 100})
+	}
+	if len(all) == 0 {
+		return Cross{}, false
+	}
+	slices.SortStableFunc(all, func(a, b scored) int { return cmp.Compare(a.pct, b.pct) })
+	each := make([]string, len(all))
+	for i, s := range all {
+		each[i] = fmt.Sprintf("%+.2f %%", s.pct)
+	}
+	mid := all[(len(all)-1)/2]
+	note := fmt.Sprintf("per request (client vs the same request's eval_duration): %s; the request with the median disagreement is shown", strings.Join(each, ", "))
+	return newCross(fmt.Sprintf("decode.%d client tok/s vs Ollama eval_count/eval_duration, same request, median of %d", tokens, len(all)),
+		"tok/s", mid.client, mid.server, note), true
 }
 
 // decodeRate checks one decode sample and returns the client's rate

@@ -4,10 +4,14 @@
 # backend and simulator backends as child processes, its status, a switch,
 # /metrics, the MCP gpu tool, the agent loop (`gpuhost ask`) and the mail
 # triage worker on the sample mails (energy cost from the real power). Usage: scripts/gpu-smoke.sh [path/to/gpuhost]
-# Build the binary with cgo first: CGO_ENABLED=1 go build -o bin/gpuhost .
+# Build the binary with cgo first: make build-gpu (needs gcc).
 set -u
 BIN=${1:-bin/gpuhost}
 BIN=$(readlink -f "$BIN")
+if grep -qa 'gpuhost was built without cgo' "$BIN"; then
+  echo "gpu-smoke.sh: $BIN was built without cgo (make build / make demo) and cannot use the NVIDIA driver; build it with: make build-gpu" >&2
+  exit 1
+fi
 W=$(mktemp -d)
 PORT=${PORT:-18980}
 trap 'kill $DPID 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT

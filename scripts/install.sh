@@ -13,9 +13,15 @@ for a in "$@"; do
 done
 if [ "$(id -u)" -ne 0 ]; then echo "install.sh: run as root (sudo)" >&2; exit 1; fi
 if [ ! -x "$bin" ]; then
-  echo "install.sh: $bin not found; building it" >&2
-  make build
+  echo "install.sh: $bin not found; building it with cgo (make build-gpu; needs gcc)" >&2
+  make build-gpu
   bin="bin/gpuhost"
+fi
+# `make build` / `make demo` leave a binary without cgo, which cannot read a
+# real GPU (the NVML stub answers "built without cgo"): refuse it.
+if grep -qa 'gpuhost was built without cgo' "$bin"; then
+  echo "install.sh: $bin was built without cgo (make build / make demo) and cannot use the NVIDIA driver; build it with: make build-gpu" >&2
+  exit 1
 fi
 install -D -m 0755 "$bin" /usr/local/bin/gpuhost.new
 mv -f /usr/local/bin/gpuhost.new /usr/local/bin/gpuhost   # atomic replace of a running binary

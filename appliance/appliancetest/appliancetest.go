@@ -25,6 +25,9 @@ type Options struct {
 	Hook func(*appliance.Config)
 	// Activate switches to this profile before returning ("" = none).
 	Activate string
+	// Log, if set, is the Supervisor's logger (default: discarded, or
+	// slog.Default() under go test -v).
+	Log *slog.Logger
 }
 
 // Fixture is a running Supervisor with profiles coder (vLLM, served name
@@ -67,6 +70,9 @@ func New(t testing.TB, opts Options) *Fixture {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.Default()
+	}
+	if opts.Log != nil {
+		log = opts.Log
 	}
 	sup := appliance.NewSupervisor(cfg, gpu, u, journal, log)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -21,6 +21,11 @@ import (
 // switch is running, wait for it" lead to another round.
 const maxRouteRounds = 6
 
+// busyPoll is how often a request retries a switch that the Supervisor
+// refused as busy although no switch shows in its state (the last one is
+// recording its end).
+const busyPoll = 2 * time.Millisecond
+
 // route picks the profile a request goes to, holding it while a switch runs
 // and starting one when auto_switch asks for it (at most one per request).
 // requested is the body's "model" ("" = whatever is active). It returns a
@@ -75,6 +80,22 @@ func (p *Proxy) route(reqCtx, holdCtx context.Context, requested string, rec *re
 			return nil, aerr
 		}
 		if name == "" {
+			if st := p.sup.State(); st.Phase != appliance.PhaseSwitching {
+				// The busy switch has set its final state (active after a
+				// rollback, or failed) but not yet let go of the Supervisor:
+				// it is recording its end. Awaiting the state would return
+				// at once and spend the rounds in a moment, answering 503
+				// without a switch ever being tried; hold the request until
+				// the Supervisor is free instead (bounded by hold_timeout).
+				t0 := time.Now()
+				err := sleepCtx(holdCtx, busyPoll)
+				rec.held += time.Since(t0)
+				if err != nil {
+					return nil, holdError(p.sup.State(), holdCtx, reqCtx, err)
+				}
+				round-- // a hold, not a routing round
+				continue
+			}
 			// Another switch runs: wait for it, then route again.
 			if _, err := p.awaitActive(holdCtx, p.sup.State(), profiles, rec); err != nil && !errors.Is(err, appliance.ErrNoBackend) {
 				return nil, holdError(p.sup.State(), holdCtx, reqCtx, err)

@@ -93,7 +93,12 @@ func CachePath() (string, error) {
 // is true when a failure is a missing prerequisite. CI runs it up front
 // (go run ./bench/ollamatest/buildollama) so that no test's timeout has to
 // cover a cold build.
-func Ensure() (path string, skip bool, err error) {
+func Ensure() (path string, skip bool, err error) { return EnsureProgress(nil) }
+
+// EnsureProgress is Ensure that reports on progress, when not nil: what it
+// waits for, what it downloads, and while compiling (minutes) a line every
+// ProgressEvery with the time spent and the packages built so far.
+func EnsureProgress(progress io.Writer) (path string, skip bool, err error) {
 	if p := os.Getenv("GPUHOST_OLLAMA_BIN"); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return "", false, fmt.Errorf("GPUHOST_OLLAMA_BIN=%s: %w", p, err)
@@ -116,17 +121,33 @@ func Ensure() (path string, skip bool, err error) {
 		return "", true, fmt.Errorf("open the ollama build lock: %w", err)
 	}
 	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", true, fmt.Errorf("lock the ollama build: %w", err)
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return "", true, fmt.Errorf("lock the ollama build: %w", err)
+		}
+		report(progress, "another process is building ollama %s (lock %s); waiting for it", Version, lock.Name())
+		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+			return "", true, fmt.Errorf("lock the ollama build: %w", err)
+		}
 	}
 	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck // released on close anyway
 	if usable(path) {
 		return path, false, nil
 	}
 	t0 := time.Now()
-	skip, err = Build(context.Background(), path)
+	skip, err = build(context.Background(), path, progress)
 	BuildDuration = time.Since(t0)
 	return path, skip, err
+}
+
+// ProgressEvery is how often a build with a progress writer says it is
+// still compiling.
+var ProgressEvery = 30 * time.Second
+
+func report(w io.Writer, format string, args ...any) {
+	if w != nil {
+		fmt.Fprintf(w, "buildollama: "+format+"\n", args...)
+	}
 }
 
 // usable reports whether path is an executable file.
@@ -148,7 +169,9 @@ var missingPrereq = regexp.MustCompile(`(?m)fatal error: [^\n]*: No such file or
 // Build compiles Ollama Version from the Go module proxy into out (written
 // atomically). skip is true when the failure is a missing prerequisite (no
 // compiler, header packages or module proxy).
-func Build(ctx context.Context, out string) (skip bool, err error) {
+func Build(ctx context.Context, out string) (skip bool, err error) { return build(ctx, out, nil) }
+
+func build(ctx context.Context, out string, progress io.Writer) (skip bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
 	for _, v := range [][2]string{{"CC", "gcc"}, {"CXX", "g++"}} {
@@ -172,6 +195,7 @@ func Build(ctx context.Context, out string) (skip bool, err error) {
 	defer os.RemoveAll(work)
 	env := buildEnv(work)
 
+	report(progress, "downloading %s@v%s from the module proxy", Module, Version)
 	dl := exec.CommandContext(ctx, "go", "mod", "download", "-json", Module+"@v"+Version)
 	dl.Dir, dl.Env = work, env
 	dlOut, err := dl.Output()
@@ -192,12 +216,41 @@ func Build(ctx context.Context, out string) (skip bool, err error) {
 	}
 
 	tmp := out + ".tmp-" + strconv.Itoa(os.Getpid())
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath",
+	// -v names each package as it is built: the progress lines count them.
+	goBuild := exec.CommandContext(ctx, "go", "build", "-v", "-trimpath",
 		"-ldflags", "-s -w -X "+Module+"/version.Version="+Version, "-o", tmp, ".")
-	build.Dir, build.Env = mod.Dir, env
-	var buf bytes.Buffer
-	build.Stdout, build.Stderr = &buf, &buf
-	if err := build.Run(); err != nil {
+	goBuild.Dir, goBuild.Env = mod.Dir, env
+	buf := &buildLog{}
+	goBuild.Stdout, goBuild.Stderr = buf, buf
+	report(progress, "compiling ollama %s with cgo (llama.cpp; about 4 minutes on 2 idle cores, much longer on a loaded machine)", Version)
+	t0 := time.Now()
+	stopProgress := make(chan struct{})
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		if progress == nil {
+			return
+		}
+		tick := time.NewTicker(ProgressEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopProgress:
+				return
+			case <-tick.C:
+				pkgs, downloads, last := buf.progress()
+				report(progress, "still compiling ollama %s: %s, %d packages built, %d modules downloaded (last: %s)",
+					Version, time.Since(t0).Round(time.Second), pkgs, downloads, orNone(last))
+			}
+		}
+	}()
+	err = goBuild.Run()
+	close(stopProgress)
+	<-progressDone
+	if pkgs, _, _ := buf.progress(); err == nil {
+		report(progress, "compiled ollama %s in %s (%d packages built)", Version, time.Since(t0).Round(time.Second), pkgs)
+	}
+	if err != nil {
 		os.Remove(tmp)
 		text := buf.String()
 		if len(text) > 6000 {
@@ -210,6 +263,61 @@ func Build(ctx context.Context, out string) (skip bool, err error) {
 		return false, fmt.Errorf("install the ollama build at %s: %w", out, err)
 	}
 	return false, nil
+}
+
+// buildLog keeps go build -v's output for the error message and counts,
+// for the progress lines, the packages built (lines that are an import path)
+// and the modules downloaded ("go: downloading ..."). It is written by the
+// build and read by the progress ticker.
+type buildLog struct {
+	mu        sync.Mutex
+	buf       bytes.Buffer
+	partial   []byte
+	pkgs      int
+	downloads int
+	last      string
+}
+
+func (b *buildLog) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Write(p)
+	b.partial = append(b.partial, p...)
+	for {
+		i := bytes.IndexByte(b.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := strings.TrimSpace(string(b.partial[:i]))
+		b.partial = b.partial[i+1:]
+		switch {
+		case strings.HasPrefix(line, "go: downloading "):
+			b.downloads++
+		case line != "" && !strings.ContainsAny(line, " \t:") && !strings.HasPrefix(line, "#"):
+			b.pkgs++
+			b.last = line
+		}
+	}
+	return len(p), nil
+}
+
+func (b *buildLog) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *buildLog) progress() (pkgs, downloads int, last string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pkgs, b.downloads, b.last
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none yet"
+	}
+	return s
 }
 
 // buildEnv is the environment of the build: cgo on, the stand-in header on

@@ -208,6 +208,75 @@ func TestInsideHarness(t *testing.T) {
 	}
 }
 
+// TestRunTestFromTmpCheckout runs the inside half from a working directory
+// under /tmp that is neither the test binary's folder nor a temp dir of the
+// test, as go test does for a checkout under /tmp: the private /tmp must not
+// hide the package folder or its module root.
+func TestRunTestFromTmpCheckout(t *testing.T) {
+	root, err := os.MkdirTemp("/tmp", "gpuhost-systemdtest-checkout-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	pkg := filepath.Join(root, "pkg", "sub")
+	if err := os.MkdirAll(pkg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "go.mod"), []byte("module checkout\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(pkg)
+	s := Start(t, Options{})
+	s.RunTest(t, "TestInsideTmpCheckout", "GPUHOST_SYSTEMDTEST_WANT_WD="+pkg, "GPUHOST_SYSTEMDTEST_WANT_MOD="+root)
+}
+
+func TestInsideTmpCheckout(t *testing.T) {
+	if !Inside() {
+		t.Skip("inside half of TestRunTestFromTmpCheckout")
+	}
+	want := os.Getenv("GPUHOST_SYSTEMDTEST_WANT_WD")
+	if wd, err := os.Getwd(); err != nil || wd != want {
+		t.Errorf("working directory inside = %q (%v), want %q", wd, err, want)
+	}
+	mod := filepath.Join(os.Getenv("GPUHOST_SYSTEMDTEST_WANT_MOD"), "go.mod")
+	if data, err := os.ReadFile(mod); err != nil || string(data) != "module checkout\n" {
+		t.Errorf("module root's go.mod inside: %q, %v", data, err)
+	}
+}
+
+func TestDefaultKeeps(t *testing.T) {
+	root := t.TempDir()
+	pkg := filepath.Join(root, "a", "b")
+	if err := os.MkdirAll(pkg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "go.mod"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	noMod := t.TempDir()
+	const exe, tmp = "/x/bin/pkg.test", "/y/TestX123/001"
+	base := []string{"/x/bin", "/y/TestX123"}
+	tests := []struct {
+		name string
+		wd   string
+		want []string
+	}{
+		{"package folder and module root", pkg, append(slices.Clone(base), pkg, root)},
+		{"module root is the working directory", root, append(slices.Clone(base), root, root)},
+		{"no go.mod above", noMod, append(slices.Clone(base), noMod)},
+		{"root folder left out", "/", base},
+		{"all of /tmp left out", "/tmp", base},
+		{"under /run left out", "/run/systemd", base},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := defaultKeeps(exe, tmp, tt.wd); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("defaultKeeps(%q) = %q, want %q", tt.wd, got, tt.want)
+			}
+		})
+	}
+}
+
 func TestSignal(t *testing.T) {
 	s := Start(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -255,7 +324,8 @@ func TestKeepDirs(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	elsewhere, _ := os.Getwd()
+	// Not the working directory: a checkout may itself lie under /tmp.
+	const elsewhere = "/etc"
 	tests := []struct {
 		name    string
 		in      []string

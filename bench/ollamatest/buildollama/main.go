@@ -18,7 +18,9 @@ import (
 
 func main() {
 	t0 := time.Now()
-	path, skip, err := ollamatest.Ensure()
+	// Progress on stderr: a cold build takes minutes, a loaded machine's
+	// many more, and CI should not sit silent meanwhile.
+	path, skip, err := ollamatest.EnsureProgress(os.Stderr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "buildollama: %v\n", err)
 		if skip {
