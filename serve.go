@@ -68,7 +68,7 @@ func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready f
 	selfV1 := loopbackV1(ln.Addr())
 	selfClient := &http.Client{Transport: &selfAuth{base: selfV1, cfg: cfg, next: http.DefaultTransport}}
 	// The front doors: each can be disabled, and one failing does not stop
-	// the others or the backend (DESIGN.md decision 6).
+	// the others or the backend (docs/architecture.md decision 6).
 	px := proxy.New(sup, cfg.Proxy, func() map[string]*units.Profile { return cfg.Profiles }, log.With("component", "proxy"))
 	defer px.Close()
 	var m *metrics.Metrics

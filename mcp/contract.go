@@ -2,7 +2,7 @@
 // connector under mcp/connectors/<name>/ registers itself at init (like
 // database/sql drivers); the registry builds each enabled connector's tools
 // from the gpuhost config and enforces the rules that hold for all of them
-// (DESIGN.md decisions 1 and 2): tools only read, targets are enumerated
+// (docs/architecture.md decisions 1 and 2): tools only read, targets are enumerated
 // from config, secrets are read at call time and scrubbed from everything
 // that leaves, failures are isError results the model can act on.
 package mcp
