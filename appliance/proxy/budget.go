@@ -38,13 +38,6 @@ func (b *memBudget) give(n int64) {
 	b.mu.Unlock()
 }
 
-// inUse is what is reserved now (tests).
-func (b *memBudget) inUse() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used
-}
-
 var errOverBudget = errors.New("the proxy's body memory budget is used up")
 
 // budgetReader reserves every chunk it reads beyond what was reserved up
