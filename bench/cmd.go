@@ -334,15 +334,30 @@ func newShowCmd(deps Deps) *cobra.Command {
 func newCompareCmd(deps Deps) *cobra.Command {
 	var (
 		asJSON bool
-		alpha  float64
+		co     CompareOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "compare A B",
-		Short: "Compare two results: per metric both values, delta and significance (Welch's t-test)",
-		Args:  cobra.ExactArgs(2),
+		Short: "Compare two results: per metric both values, delta with its confidence interval and a verdict",
+		Long: `Compare result B against the baseline A. A metric is "better" or "worse" only when the
+confidence interval of its change lies entirely beyond ±--min-effect percent, after Holm's
+correction over all metrics compared (Welch's t-test across the repeats): with no change of
+that size anywhere, the chance of any such verdict is at most --alpha. "~" means no such
+change was shown, "?" that a side has fewer than --min-repeats repeats. Failed runs are refused.`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !(alpha > 0 && alpha < 1) {
-				return fmt.Errorf("--alpha %v: want a level between 0 and 1, e.g. 0.05", alpha)
+			if !(co.Alpha > 0 && co.Alpha < 1) {
+				return fmt.Errorf("--alpha %v: want a level between 0 and 1, e.g. 0.05", co.Alpha)
+			}
+			if !(co.MinEffectPct >= 0 && co.MinEffectPct < 100) {
+				return fmt.Errorf("--min-effect %v: want a percentage from 0 to below 100, e.g. 3", co.MinEffectPct)
+			}
+			if co.MinRepeats < 2 {
+				return fmt.Errorf("--min-repeats %d: want 2 or more", co.MinRepeats)
+			}
+			opts := co
+			if opts.MinEffectPct == 0 {
+				opts.MinEffectPct = -1 // explicitly none; 0 would mean the default
 			}
 			env, _ := loadEnv(cmd, deps, true)
 			store, err := storeFor(cmd, env)
@@ -357,7 +372,10 @@ func newCompareCmd(deps Deps) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c := Compare(a, b, alpha)
+			c, err := Compare(a, b, opts)
+			if err != nil {
+				return fmt.Errorf("compare %s %s: %w", a.ID, b.ID, err)
+			}
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -367,7 +385,9 @@ func newCompareCmd(deps Deps) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().Float64Var(&alpha, "alpha", DefaultAlpha, "significance level")
+	cmd.Flags().Float64Var(&co.Alpha, "alpha", DefaultAlpha, "family-wise significance level over all metrics (Holm)")
+	cmd.Flags().Float64Var(&co.MinEffectPct, "min-effect", DefaultMinEffectPct, "smallest change in percent a verdict needs (0: any significant change)")
+	cmd.Flags().IntVar(&co.MinRepeats, "min-repeats", DefaultMinRepeats, "fewest repeats on each side for a verdict")
 	addDirFlag(cmd)
 	return cmd
 }
