@@ -57,9 +57,30 @@ func NewCmd(deps Deps) *cobra.Command {
 		Long: `Measure an OpenAI-compatible endpoint (default: the daemon's /v1 on the active
 profile) the way vLLM's bench serve defines the figures, with repeats, and store one
 JSON result per run under <state_dir>/bench. Compare two results with a significance
-test across repeats.`,
+test across repeats.
+
+Exit status: 0 ok; 1 partial (some figures missing, or the run aborted); 2 failed
+(nothing measured, or list/show/compare could not do their job); 64 usage (bad flag
+or argument).`,
 	}
 	cmd.AddCommand(newRunCmd(deps), newListCmd(deps), newShowCmd(deps), newCompareCmd(deps))
+	// Every error leaves with a documented exit status (see ExitOK …):
+	// flag and argument errors are usage, anything else a failure unless
+	// the command said otherwise (a partial run).
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	for _, sub := range cmd.Commands() {
+		if args := sub.Args; args != nil {
+			sub.Args = func(c *cobra.Command, a []string) error {
+				if err := args(c, a); err != nil {
+					return usageError(err)
+				}
+				return nil
+			}
+		}
+		if run := sub.RunE; run != nil {
+			sub.RunE = func(c *cobra.Command, a []string) error { return withExitCode(run(c, a), ExitFailed) }
+		}
+	}
 	return cmd
 }
 
@@ -108,6 +129,7 @@ func newRunCmd(deps Deps) *cobra.Command {
 		url, serverURL, flavor string
 		model, profile, keyEnv string
 		asJSON, noSave         bool
+		keepFailed             bool
 		params                 units.ModelParams
 	)
 	cmd := &cobra.Command{
@@ -137,14 +159,14 @@ func newRunCmd(deps Deps) *cobra.Command {
 			case FlavorVLLM, FlavorOllama, FlavorOpenAI:
 				o.Target.Flavor = Flavor(flavor)
 			default:
-				return fmt.Errorf("--flavor %q: want auto, vllm, ollama or openai", flavor)
+				return usageError(fmt.Errorf("--flavor %q: want auto, vllm, ollama or openai", flavor))
 			}
 			if url != "" {
 				o.Target.URL, o.Target.ServerURL, o.Target.Model = url, serverURL, model
 				if profile != "" {
 					p, ok := env.Profiles[profile]
 					if !ok {
-						return fmt.Errorf("--profile %q: no such profile in the config", profile)
+						return usageError(fmt.Errorf("--profile %q: no such profile in the config", profile))
 					}
 					o.ProfileName, o.Profile = profile, p
 				}
@@ -170,19 +192,22 @@ func newRunCmd(deps Deps) *cobra.Command {
 			if keyEnv != "" {
 				key := os.Getenv(keyEnv)
 				if key == "" {
-					return fmt.Errorf("--api-key-env %s: the variable is empty or unset", keyEnv)
+					return usageError(fmt.Errorf("--api-key-env %s: the variable is empty or unset", keyEnv))
 				}
 				o.Target.APIKey = key
 			}
 			o.Params = params
 			o.GPU = env.GPU
 			o.GpuhostVersion, o.GpuhostCommit = deps.GpuhostVersion, deps.GpuhostCommit
+			if _, err := o.withDefaults(); err != nil {
+				return usageError(err)
+			}
 			bar := newBar(cmd.ErrOrStderr(), !asJSON)
 			o.Progress = bar.update
 			r, runErr := Run(ctx, o)
 			bar.finish()
 			var path string
-			if !noSave {
+			if !noSave && (r.Status != StatusFailed || keepFailed) {
 				var err error
 				if path, err = store.Save(r); err != nil {
 					return errors.Join(runErr, err)
@@ -199,15 +224,25 @@ func newRunCmd(deps Deps) *cobra.Command {
 				if err := WriteReport(out, r); err != nil {
 					return err
 				}
-				if path != "" {
+				switch {
+				case path != "":
 					fmt.Fprintf(out, "\nsaved %s\n", path)
+				case !noSave:
+					fmt.Fprintf(out, "\nnot saved: the run failed (--keep-failed stores failed runs)\n")
 				}
 			}
-			if r.Status == StatusFailed {
+			switch r.Status {
+			case StatusFailed:
 				if runErr == nil {
 					runErr = errors.New("nothing was measured")
 				}
-				return fmt.Errorf("bench run failed: %w", runErr)
+				return &ExitError{Code: ExitFailed, Err: fmt.Errorf("bench run failed: %w", runErr)}
+			case StatusPartial:
+				why := "some figures are missing; see the errors above"
+				if runErr != nil {
+					why = runErr.Error()
+				}
+				return &ExitError{Code: ExitPartial, Err: fmt.Errorf("bench run partial: %s", why)}
 			}
 			return nil
 		},
@@ -233,6 +268,7 @@ func newRunCmd(deps Deps) *cobra.Command {
 	f.Float64Var(&params.WeightBits, "weight-bits", 0, "roofline: bits per weight (4 for INT4/AWQ; default 16)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON (no progress bar)")
 	f.BoolVar(&noSave, "no-save", false, "do not store the result")
+	f.BoolVar(&keepFailed, "keep-failed", false, "store the result even when the run failed (nothing measured); compare refuses such results")
 	addDirFlag(cmd)
 	return cmd
 }
@@ -347,13 +383,13 @@ change was shown, "?" that a side has fewer than --min-repeats repeats. Failed r
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !(co.Alpha > 0 && co.Alpha < 1) {
-				return fmt.Errorf("--alpha %v: want a level between 0 and 1, e.g. 0.05", co.Alpha)
+				return usageError(fmt.Errorf("--alpha %v: want a level between 0 and 1, e.g. 0.05", co.Alpha))
 			}
 			if !(co.MinEffectPct >= 0 && co.MinEffectPct < 100) {
-				return fmt.Errorf("--min-effect %v: want a percentage from 0 to below 100, e.g. 3", co.MinEffectPct)
+				return usageError(fmt.Errorf("--min-effect %v: want a percentage from 0 to below 100, e.g. 3", co.MinEffectPct))
 			}
 			if co.MinRepeats < 2 {
-				return fmt.Errorf("--min-repeats %d: want 2 or more", co.MinRepeats)
+				return usageError(fmt.Errorf("--min-repeats %d: want 2 or more", co.MinRepeats))
 			}
 			opts := co
 			if opts.MinEffectPct == 0 {
