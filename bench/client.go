@@ -132,6 +132,11 @@ func errorMessage(body []byte) string {
 			return string(v.Detail)
 		}
 	}
+	if len(body) > 0 && body[0] == '<' {
+		// An HTML or XML page (a web server's 404, a login page): its
+		// markup says nothing to an operator; the status text does.
+		return ""
+	}
 	s := string(body)
 	if len(s) > 300 {
 		s = s[:300] + "…"
@@ -283,14 +288,47 @@ type modelInfo struct {
 	MaxModelLen int    `json:"max_model_len"`
 }
 
-func (e *endpoint) models(ctx context.Context) ([]modelInfo, error) {
-	var v struct {
-		Data []modelInfo `json:"data"`
-	}
-	if err := e.getJSON(ctx, e.api+"/models", &v); err != nil {
+// models is the pre-flight probe: one GET /v1/models bounded by timeout.
+// An answer that is not an OpenAI model list (an HTML page, a 404, JSON
+// without "data") is reported as "not an OpenAI-compatible server" rather
+// than with the page's markup.
+func (e *endpoint) models(ctx context.Context, timeout time.Duration) ([]modelInfo, error) {
+	url := e.api + "/models"
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := e.do(ctx, http.MethodGet, url, nil)
+	var he *HTTPError
+	switch {
+	case errors.As(err, &he) && (he.Status == http.StatusUnauthorized || he.Status == http.StatusForbidden):
+		return nil, fmt.Errorf("list the served models (is a token needed? --api-key-env): %w", err)
+	case errors.As(err, &he) && he.Status >= 500:
+		return nil, fmt.Errorf("list the served models: %w", err)
+	case errors.As(err, &he):
+		return nil, fmt.Errorf("not an OpenAI-compatible server (HTTP %d from %s)", he.Status, url)
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
+		return nil, fmt.Errorf("list the served models: no answer from %s within %s (--preflight-timeout): %w", url, timeout, err)
+	case err != nil:
 		return nil, fmt.Errorf("list the served models: %w", err)
 	}
-	return v.Data, nil
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("list the served models: GET %s: read: %w", url, err)
+	}
+	var v struct {
+		Data *[]modelInfo `json:"data"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil {
+		ct := resp.Header.Get("Content-Type")
+		if ct == "" {
+			ct = "no content type"
+		}
+		return nil, fmt.Errorf("not an OpenAI-compatible server (HTTP %d from %s is %s, not a JSON model list)", resp.StatusCode, url, ct)
+	}
+	if v.Data == nil {
+		return nil, fmt.Errorf("not an OpenAI-compatible server (the JSON from %s has no \"data\" model list)", url)
+	}
+	return *v.Data, nil
 }
 
 // resolveModel checks that the model is served (Ollama's implicit :latest

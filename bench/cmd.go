@@ -263,6 +263,7 @@ func newRunCmd(deps Deps) *cobra.Command {
 	f.IntVar(&o.ServingOutputTokens, "serving-output", DefaultServingOutputTokens, "serving sweep output length in tokens")
 	f.StringSliceVar(&o.Phases, "phases", AllPhases, "phases to run: prefill, decode, serving")
 	f.DurationVar(&o.RequestTimeout, "request-timeout", DefaultRequestTimeout, "limit for one request")
+	f.DurationVar(&o.PreflightTimeout, "preflight-timeout", DefaultPreflightTimeout, "limit for the first probe (GET /v1/models) that checks the endpoint answers")
 	f.Float64Var(&params.TotalParamsB, "params-b", 0, "roofline: total parameters in billions (overrides the profile's model_params)")
 	f.Float64Var(&params.ActiveParamsB, "active-params-b", 0, "roofline: active parameters per token in billions (MoE)")
 	f.Float64Var(&params.WeightBits, "weight-bits", 0, "roofline: bits per weight (4 for INT4/AWQ; default 16)")

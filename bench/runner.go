@@ -33,6 +33,7 @@ const (
 	DefaultServingInputTokens  = 512
 	DefaultServingOutputTokens = 128
 	DefaultRequestTimeout      = 10 * time.Minute
+	DefaultPreflightTimeout    = 10 * time.Second
 	// maxRepeats and the length bounds keep a typo from starting a run that
 	// never ends.
 	maxRepeats     = 100
@@ -84,6 +85,10 @@ type Options struct {
 	Phases []string
 	// RequestTimeout bounds one request; default 10 minutes.
 	RequestTimeout time.Duration
+	// PreflightTimeout bounds the one probe (GET /v1/models) that decides
+	// whether the endpoint answers at all, before anything else is asked;
+	// default 10 seconds.
+	PreflightTimeout time.Duration
 
 	// GPU returns the GPU facts for the fingerprint and the roofline; nil
 	// leaves them out.
@@ -137,6 +142,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.RequestTimeout == 0 {
 		o.RequestTimeout = DefaultRequestTimeout
 	}
+	if o.PreflightTimeout == 0 {
+		o.PreflightTimeout = DefaultPreflightTimeout
+	}
 	if len(o.Phases) == 0 {
 		o.Phases = AllPhases
 	}
@@ -174,6 +182,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.RequestTimeout < 0 {
 		return o, fmt.Errorf("request timeout %s: must be positive", o.RequestTimeout)
+	}
+	if o.PreflightTimeout < 0 {
+		return o, fmt.Errorf("pre-flight timeout %s: must be positive", o.PreflightTimeout)
 	}
 	for _, p := range o.Phases {
 		if !slices.Contains(AllPhases, p) {
@@ -317,16 +328,19 @@ func (ru *runner) run(parent context.Context) error {
 		defer hc.CloseIdleConnections()
 	}
 	ru.ep = &endpoint{hc: hc, api: api, root: root, key: o.Target.APIKey}
-	ru.gpuFacts(ctx)
-
-	flavor, version := ru.ep.detect(ctx, o.Target.Flavor)
-	ru.ep.flavor = flavor
-	r.Fingerprint.Backend, r.Fingerprint.BackendVersion = string(flavor), version
-	served, err := ru.ep.models(ctx)
+	// Pre-flight: one bounded probe decides whether the endpoint is an
+	// answering OpenAI-compatible server before anything else is asked.
+	served, err := ru.ep.models(ctx, o.PreflightTimeout)
 	if err != nil {
 		r.addError("preflight", err.Error())
 		return err
 	}
+	ru.gpuFacts(ctx)
+	dctx, dcancel := context.WithTimeout(ctx, o.PreflightTimeout)
+	flavor, version := ru.ep.detect(dctx, o.Target.Flavor)
+	dcancel()
+	ru.ep.flavor = flavor
+	r.Fingerprint.Backend, r.Fingerprint.BackendVersion = string(flavor), version
 	m, err := resolveModel(o.Target.Model, served)
 	if err != nil {
 		err = fmt.Errorf("%s: %w", api, err)

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"gpuhost/nvml"
 	"gpuhost/simulator"
@@ -409,4 +410,62 @@ func TestRoofline(t *testing.T) {
 	if !strings.HasSuffix(r.ID, "-gemma") {
 		t.Fatalf("id %s", r.ID)
 	}
+}
+
+// TestPreflight: a URL that is not an inference server is named as such
+// (no page markup in the message), and a hung endpoint fails after one
+// bounded probe instead of three 30 s ones.
+func TestPreflight(t *testing.T) {
+	const page = `<!DOCTYPE html><html><head><title>404 Not Found</title></head><body><h1>Not Found</h1>` +
+		`<p>The requested URL was not found on this server.</p><hr><address>Apache/2.4.58 (Ubuntu) Server at localhost Port 80</address></body></html>`
+	serve := func(h http.HandlerFunc) string {
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	for _, c := range []struct {
+		name string
+		h    http.HandlerFunc
+		want string
+	}{
+		{"HTML 404", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(w, page)
+		}, "not an OpenAI-compatible server (HTTP 404 from "},
+		{"HTML 200", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			_, _ = io.WriteString(w, page)
+		}, "not an OpenAI-compatible server (HTTP 200 from "},
+		{"JSON without a model list", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"status":"ok"}`)
+		}, `has no "data" model list`},
+		{"token needed", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, `{"error":{"message":"invalid api key"}}`)
+		}, "--api-key-env"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := Run(context.Background(), Options{Target: Target{URL: serve(c.h)}, Repeats: 1})
+			if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "<") || r.Status != StatusFailed {
+				t.Fatalf("err %v, status %s; want %q without markup", err, r.Status, c.want)
+			}
+		})
+	}
+	t.Run("hung endpoint", func(t *testing.T) {
+		var probes atomic.Int64
+		url := serve(func(w http.ResponseWriter, r *http.Request) {
+			probes.Add(1)
+			<-r.Context().Done()
+		})
+		r, err := Run(context.Background(), Options{Target: Target{URL: url}, Repeats: 1, PreflightTimeout: 200 * time.Millisecond})
+		if err == nil || !strings.Contains(err.Error(), "no answer from "+url+"/v1/models within 200ms (--preflight-timeout)") || r.Status != StatusFailed {
+			t.Fatalf("err %v, status %s", err, r.Status)
+		}
+		if n := probes.Load(); n != 1 {
+			t.Errorf("%d probes of a hung endpoint, want 1", n)
+		}
+	})
 }
