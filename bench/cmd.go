@@ -256,7 +256,8 @@ func newRunCmd(deps Deps) *cobra.Command {
 	f.StringVar(&keyEnv, "api-key-env", "", "environment variable holding a bearer token for --url")
 	f.IntVar(&o.Repeats, "repeats", DefaultRepeats, "measured repeats of every figure (mean ± stddev; compare needs ≥ 2)")
 	f.IntSliceVar(&o.PrefillTokens, "prefill", DefaultPrefillTokens, "prompt lengths in tokens (capped to the model's context)")
-	f.IntSliceVar(&o.DecodeTokens, "decode", DefaultDecodeTokens, "generated lengths in tokens (forced: ignore_eos/min_tokens, or num_predict on Ollama)")
+	f.IntSliceVar(&o.DecodeTokens, "decode", DefaultDecodeTokens, "generated lengths in tokens (vLLM: forced with ignore_eos + min_tokens; Ollama: only capped by num_predict, the rate is over the tokens produced)")
+	f.IntVar(&o.DecodeMinTokens, "decode-min-tokens", DefaultDecodeMinTokens, "where the length is only capped (Ollama): fewest tokens a decode request must produce to count")
 	f.IntSliceVar(&o.Concurrency, "concurrency", DefaultConcurrency, "serving sweep concurrencies")
 	f.IntVar(&o.ServingRequests, "serving-requests", 0, "requests per concurrency and repeat (0: max(2×concurrency, 4))")
 	f.IntVar(&o.ServingInputTokens, "serving-input", DefaultServingInputTokens, "serving sweep prompt length in tokens")
@@ -497,14 +498,21 @@ func WriteReport(w io.Writer, r *Result) error {
 		tw.Flush()
 	}
 	if len(r.Decode) > 0 {
-		fmt.Fprintln(w, "\ndecode ((out − 1) / (t_last − t_first))")
-		fmt.Fprintln(tw, "tokens\ttok/s\tserver tok/s\tapi\t")
+		fmt.Fprintln(w, "\ndecode ((out − 1) / (t_last − t_first) over the tokens produced)")
+		fmt.Fprintln(tw, "tokens\tlength\tproduced\ttok/s\tserver tok/s\tapi\t")
 		for _, d := range r.Decode {
 			srv := "-"
 			if d.ServerTokS != nil {
 				srv = fmtStat(*d.ServerTokS)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t\n", d.Tokens, fmtStat(d.TokS), srv, d.API)
+			produced := "-"
+			if d.Produced.N > 0 {
+				produced = fmt.Sprintf("%.0f", d.Produced.Mean)
+				if d.Short > 0 {
+					produced += fmt.Sprintf(" (min %.0f)", slices.Min(d.Produced.Samples))
+				}
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t\n", d.Tokens, orDash(d.Length), produced, fmtStat(d.TokS), srv, d.API)
 		}
 		tw.Flush()
 	}

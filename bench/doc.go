@@ -13,9 +13,11 @@
 //     /tokenize where it exists (vLLM) or from usage.prompt_tokens
 //     feedback, each with a fresh random prefix so no prefix cache helps;
 //     prefill tok/s = prompt tokens / TTFT with max_tokens 1;
-//   - decode lengths are forced (vLLM: ignore_eos + min_tokens; Ollama:
-//     num_predict on the native /api/generate) and checked: a server that
-//     produces fewer tokens is a recorded error, never a silent number;
+//   - decode lengths are forced on vLLM (ignore_eos + min_tokens) and
+//     checked: a server that produces fewer tokens is a recorded error,
+//     never a silent number; on Ollama num_predict (native /api/generate)
+//     only caps them, so a request counts when it produced at least
+//     Options.DecodeMinTokens and its rate is over the tokens it produced;
 //     decode tok/s = (out − 1) / (t_last − t_first);
 //   - the serving sweep reports TTFT, TPOT, ITL and E2E (mean, p50, p90,
 //     p99), output tok/s and req/s per concurrency, as vLLM's bench serve;

@@ -26,7 +26,8 @@ const SchemaVersion = 1
 //	fingerprint     Fingerprint   what was measured on what
 //	config          RunConfig     what was asked for
 //	prefill[]       {target_tokens, prompt_tokens, calibration, ttft_ms, tok_s, errors}
-//	decode[]        {tokens, api, tok_s, server_tok_s, errors}
+//	decode[]        {tokens, api, length ("forced" | "capped"), min_tokens,
+//	                 produced_tokens, short, tok_s, server_tok_s, errors}
 //	serving[]       {concurrency, requests, input_tokens, output_tokens,
 //	                 ttft_ms, tpot_ms, itl_ms, e2e_ms ({mean, p50, p90, p99} of Stat),
 //	                 output_tok_s, req_s, completed, failed, failures{reason: count}}
@@ -105,16 +106,33 @@ type Prefill struct {
 
 // Decode is the generation measurement at one output length.
 type Decode struct {
+	// Tokens is the asked length.
 	Tokens int `json:"tokens"`
 	// API is "openai" (/v1/chat/completions with ignore_eos and min_tokens)
 	// or "ollama" (/api/generate with num_predict).
-	API  string `json:"api"`
-	TokS Stat   `json:"tok_s"`
+	API string `json:"api"`
+	// Length is "forced" (ignore_eos + min_tokens: every counted request
+	// produced Tokens) or "capped" (Ollama's num_predict: the model may
+	// stop early; a request counts when it produced at least MinTokens,
+	// and its rate is over the tokens it produced).
+	Length    string `json:"length,omitempty"`
+	MinTokens int    `json:"min_tokens,omitempty"`
+	// Produced is the tokens each counted request produced; Short how
+	// many of them stopped before Tokens.
+	Produced Stat `json:"produced_tokens"`
+	Short    int  `json:"short,omitempty"`
+	TokS     Stat `json:"tok_s"`
 	// ServerTokS is the server's own figure where it reports one (Ollama:
 	// eval_count / eval_duration).
 	ServerTokS *Stat    `json:"server_tok_s,omitempty"`
 	Errors     []string `json:"errors,omitempty"`
 }
+
+// Decode lengths.
+const (
+	LengthForced = "forced"
+	LengthCapped = "capped"
+)
 
 // Serving is the load measurement at one concurrency.
 type Serving struct {

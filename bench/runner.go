@@ -34,6 +34,7 @@ const (
 	DefaultServingOutputTokens = 128
 	DefaultRequestTimeout      = 10 * time.Minute
 	DefaultPreflightTimeout    = 10 * time.Second
+	DefaultDecodeMinTokens     = 32
 	// maxRepeats and the length bounds keep a typo from starting a run that
 	// never ends.
 	maxRepeats     = 100
@@ -85,6 +86,11 @@ type Options struct {
 	Phases []string
 	// RequestTimeout bounds one request; default 10 minutes.
 	RequestTimeout time.Duration
+	// DecodeMinTokens is the fewest tokens a decode request must produce
+	// for its rate to count where the length is only capped (Ollama's
+	// num_predict; the model may stop early): below it the request is an
+	// error. Lengths shorter than it need their full length. Default 32.
+	DecodeMinTokens int
 	// PreflightTimeout bounds the one probe (GET /v1/models) that decides
 	// whether the endpoint answers at all, before anything else is asked;
 	// default 10 seconds.
@@ -117,6 +123,7 @@ type RunConfig struct {
 	Repeats             int      `json:"repeats"`
 	Phases              []string `json:"phases"`
 	RequestTimeoutS     float64  `json:"request_timeout_s"`
+	DecodeMinTokens     int      `json:"decode_min_tokens,omitempty"`
 }
 
 // withDefaults fills in defaults and validates, naming the bad option.
@@ -144,6 +151,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.PreflightTimeout == 0 {
 		o.PreflightTimeout = DefaultPreflightTimeout
+	}
+	if o.DecodeMinTokens == 0 {
+		o.DecodeMinTokens = DefaultDecodeMinTokens
 	}
 	if len(o.Phases) == 0 {
 		o.Phases = AllPhases
@@ -183,6 +193,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.RequestTimeout < 0 {
 		return o, fmt.Errorf("request timeout %s: must be positive", o.RequestTimeout)
 	}
+	if o.DecodeMinTokens < 2 {
+		return o, fmt.Errorf("decode minimum %d tokens: want at least 2 (the rate needs two token times)", o.DecodeMinTokens)
+	}
 	if o.PreflightTimeout < 0 {
 		return o, fmt.Errorf("pre-flight timeout %s: must be positive", o.PreflightTimeout)
 	}
@@ -206,7 +219,7 @@ func (o Options) runConfig() RunConfig {
 		PrefillTokens: o.PrefillTokens, DecodeTokens: o.DecodeTokens, Concurrency: o.Concurrency,
 		ServingRequests: o.ServingRequests, ServingInputTokens: o.ServingInputTokens,
 		ServingOutputTokens: o.ServingOutputTokens, Repeats: o.Repeats, Phases: o.Phases,
-		RequestTimeoutS: o.RequestTimeout.Seconds(),
+		RequestTimeoutS: o.RequestTimeout.Seconds(), DecodeMinTokens: o.DecodeMinTokens,
 	}
 }
 
@@ -665,8 +678,9 @@ func (ru *runner) decodePhase(ctx context.Context) {
 		api = "ollama"
 	}
 	type acc struct {
-		tps, server []float64
-		errs        []string
+		tps, server, produced []float64
+		errs                  []string
+		short                 int // counted requests that stopped before the asked length
 	}
 	lengths := slices.Clone(o.DecodeTokens)
 	for i, n := range lengths {
@@ -684,7 +698,7 @@ func (ru *runner) decodePhase(ctx context.Context) {
 			var err error
 			if native {
 				rctx, cancel := context.WithTimeout(ctx, o.RequestTimeout)
-				s, err = ru.ep.ollamaGenerate(rctx, promptText(decodePromptChars), n)
+				s, err = ru.ep.ollamaGenerate(rctx, longOutputPrompt(), n)
 				cancel()
 				ru.observe(s, err)
 			} else {
@@ -696,11 +710,15 @@ func (ru *runner) decodePhase(ctx context.Context) {
 			if s != nil && s.prompt > 0 {
 				ru.decodePromptTokens = s.prompt
 			}
-			tps, serverTPS, err := decodeRate(s, n, native, err)
+			tps, serverTPS, err := decodeRate(s, n, min(n, o.DecodeMinTokens), native, err)
 			if err != nil {
 				accs[i].errs = append(accs[i].errs, err.Error())
 			} else {
 				accs[i].tps = append(accs[i].tps, tps)
+				accs[i].produced = append(accs[i].produced, float64(s.completion))
+				if s.completion < n {
+					accs[i].short++
+				}
 				if native {
 					accs[i].server = append(accs[i].server, serverTPS)
 				}
@@ -709,8 +727,15 @@ func (ru *runner) decodePhase(ctx context.Context) {
 		}
 	}
 	for i, n := range lengths {
-		d := Decode{Tokens: n, API: api, TokS: NewStat(accs[i].tps), Errors: dedupe(accs[i].errs)}
+		d := Decode{Tokens: n, API: api, Length: LengthForced, TokS: NewStat(accs[i].tps), Produced: NewStat(accs[i].produced),
+			Short: accs[i].short, Errors: dedupe(accs[i].errs)}
 		if native {
+			d.Length, d.MinTokens = LengthCapped, min(n, o.DecodeMinTokens)
+			if d.Short > 0 {
+				r.Notes = append(r.Notes, fmt.Sprintf("decode %d on Ollama: %d of %d counted requests stopped early (num_predict is a cap, not forced); "+
+					"their rate is over the tokens produced (mean %.0f, min %.0f; requests under %d tokens are errors)",
+					n, d.Short, d.TokS.N, d.Produced.Mean, slices.Min(d.Produced.Samples), d.MinTokens))
+			}
 			st := NewStat(accs[i].server)
 			d.ServerTokS = &st
 			if st.N > 0 && d.TokS.N > 0 {
@@ -727,24 +752,30 @@ func (ru *runner) decodePhase(ctx context.Context) {
 }
 
 // decodeRate checks one decode sample and returns the client's rate
-// (out − 1)/(t_last − t_first) and, for Ollama, the server's.
-func decodeRate(s *sample, want int, native bool, err error) (tps, server float64, _ error) {
+// (out − 1)/(t_last − t_first) and, for Ollama, the server's. Where the
+// length is forced (ignore_eos + min_tokens) the server must produce want
+// tokens; where it is only capped (Ollama's num_predict) the rate is over
+// the tokens produced, at least minTokens of them.
+func decodeRate(s *sample, want, minTokens int, native bool, err error) (tps, server float64, _ error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	if s.completion != want {
-		how := "it ignored ignore_eos/min_tokens"
-		if native {
-			how = "it stopped before num_predict"
-		}
-		return 0, 0, fmt.Errorf("the server produced %d of %d tokens (finish reason %q): %s, so no decode rate is recorded", s.completion, want, s.finish, how)
+	switch {
+	case native && s.completion > want:
+		return 0, 0, fmt.Errorf("Ollama produced %d tokens for num_predict %d", s.completion, want)
+	case native && s.completion < minTokens:
+		return 0, 0, fmt.Errorf("Ollama produced %d of %d tokens (done reason %q): num_predict is only a cap and the model stopped early, "+
+			"under the %d-token minimum for a rate (--decode-min-tokens)", s.completion, want, s.finish, minTokens)
+	case !native && s.completion != want:
+		return 0, 0, fmt.Errorf("the server produced %d of %d tokens (finish reason %q): it ignored ignore_eos/min_tokens, so no decode rate is recorded",
+			s.completion, want, s.finish)
 	}
 	if len(s.tokenAt) < 2 {
-		return 0, 0, fmt.Errorf("only %d token-carrying chunk(s) for %d tokens: the server does not stream per token", len(s.tokenAt), want)
+		return 0, 0, fmt.Errorf("only %d token-carrying chunk(s) for %d tokens: the server does not stream per token", len(s.tokenAt), s.completion)
 	}
 	span := s.tokenAt[len(s.tokenAt)-1] - s.tokenAt[0]
 	if span <= 0 {
-		return 0, 0, fmt.Errorf("all %d tokens arrived at once: the server does not stream", want)
+		return 0, 0, fmt.Errorf("all %d tokens arrived at once: the server does not stream", s.completion)
 	}
 	tps = float64(s.completion-1) / span.Seconds()
 	if native {

@@ -469,3 +469,42 @@ func TestPreflight(t *testing.T) {
 		}
 	})
 }
+
+// TestOllamaDecodeCapped: Ollama's num_predict only caps the length. A
+// model that stops at 40 tokens gives a decode rate over those 40, with
+// the count reported and the length marked "capped"; one that stops at 10
+// (under the 32-token minimum) gives no rate but an error saying why.
+func TestOllamaDecodeCapped(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		natural    int
+		wantStatus string
+		wantN      int
+	}{{40, StatusOK, 3}, {10, StatusFailed, 0}} {
+		url := startSim(t, simulator.Options{Flavor: simulator.FlavorOllama, Model: "llama3.1:8b", PrefillTPS: 1e6,
+			DecodeTPS: 1000, NaturalTokens: c.natural})
+		r, err := Run(context.Background(), Options{Target: Target{URL: url, Model: "llama3.1:8b"}, Repeats: 3,
+			DecodeTokens: []int{128}, Phases: []string{PhaseDecode}})
+		if r.Status != c.wantStatus || len(r.Decode) != 1 {
+			t.Fatalf("natural %d: status %s (err %v), errors %+v", c.natural, r.Status, err, r.Errors)
+		}
+		d := r.Decode[0]
+		if d.Length != LengthCapped || d.MinTokens != 32 || d.TokS.N != c.wantN || d.Produced.N != c.wantN {
+			t.Fatalf("natural %d: decode %+v", c.natural, d)
+		}
+		var buf bytes.Buffer
+		_ = WriteReport(&buf, r)
+		if c.wantN > 0 {
+			if d.Produced.Mean != 40 || d.Short != 3 || d.TokS.Mean <= 0 ||
+				len(r.Notes) == 0 || !strings.Contains(strings.Join(r.Notes, "\n"), "3 of 3 counted requests stopped early") {
+				t.Errorf("decode %+v, notes %v", d, r.Notes)
+			}
+			if !strings.Contains(buf.String(), "capped") || !strings.Contains(buf.String(), "40 (min 40)") {
+				t.Errorf("report:\n%s", buf.String())
+			}
+		} else if len(r.Errors) == 0 || !strings.Contains(r.Errors[0].Message, "produced 10 of 128 tokens") ||
+			!strings.Contains(r.Errors[0].Message, "num_predict is only a cap") {
+			t.Errorf("errors %+v", r.Errors)
+		}
+	}
+}
