@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -486,6 +487,14 @@ func WriteReport(w io.Writer, r *Result) error {
 	}
 	if f.Profile != "" {
 		fmt.Fprintf(w, "  profile %s\n", f.Profile)
+	}
+	if len(f.Server) > 0 {
+		keys := slices.Sorted(maps.Keys(f.Server))
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = k + "=" + f.Server[k]
+		}
+		fmt.Fprintf(w, "  server settings: %s\n", strings.Join(parts, " "))
 	}
 	fmt.Fprintf(w, "  %d repeats; gpuhost %s %s on %s\n", r.Config.Repeats, orDash(f.GpuhostVersion), f.GpuhostCommit, orDash(f.Host))
 	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)

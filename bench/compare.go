@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -279,7 +281,25 @@ func fingerprintDiff(a, b Fingerprint) []string {
 	add("model", a.Model, b.Model)
 	add("gpuhost", a.GpuhostVersion, b.GpuhostVersion)
 	add("host", a.Host, b.Host)
+	add("context", itoaOrEmpty(a.MaxModelLen), itoaOrEmpty(b.MaxModelLen))
+	keys := slices.Sorted(maps.Keys(a.Server))
+	for k := range b.Server {
+		if _, ok := a.Server[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		add("server "+k, a.Server[k], b.Server[k])
+	}
 	return out
+}
+
+func itoaOrEmpty(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.Itoa(n)
 }
 
 func orDash(s string) string {

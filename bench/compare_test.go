@@ -3,8 +3,10 @@ package bench
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -337,5 +339,37 @@ func TestCompareDetails(t *testing.T) {
 	}
 	if strings.Index(out, "driver: 535.104") > strings.Index(out, "decode.128.tok_s") {
 		t.Errorf("setup changes are not listed first:\n%s", out)
+	}
+}
+
+// TestCompareServerSettings: a --url run has no profile flags; what the
+// server revealed (Ollama parameters, vLLM cache config, the context) is
+// listed as a setup change, before the metrics.
+func TestCompareServerSettings(t *testing.T) {
+	a := synthetic("20260101T000000Z-a", 1, 5, 100, 200, 2)
+	b := synthetic("20260101T000001Z-b", 2, 5, 100, 200, 2)
+	a.Fingerprint.Server = map[string]string{"ollama.param.num_ctx": "4096", "ollama.param.num_thread": "1", "ollama.quantization": "F16"}
+	b.Fingerprint.Server = map[string]string{"ollama.param.num_ctx": "16384", "ollama.quantization": "F16", "ollama.ps.context_length": "65536"}
+	a.Fingerprint.MaxModelLen, b.Fingerprint.MaxModelLen = 4096, 65536
+	c := mustCompare(t, a, b, CompareOptions{})
+	want := []string{"context: 4096 → 65536", "server ollama.param.num_ctx: 4096 → 16384", "server ollama.param.num_thread: 1 → -",
+		"server ollama.ps.context_length: - → 65536"}
+	if !slices.Equal(c.Fingerprint, want) {
+		t.Errorf("setup changes\n got %q\nwant %q", c.Fingerprint, want)
+	}
+}
+
+func TestVLLMCacheConfig(t *testing.T) {
+	text := []byte("# TYPE vllm:cache_config_info gauge\n" +
+		`vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",gpu_memory_utilization="0.9",odd="a\"b, c"} 1.0` + "\n" +
+		"vllm:num_requests_running 0\n")
+	got := vllmCacheConfig(text)
+	want := map[string]string{"vllm.cache_config.block_size": "16", "vllm.cache_config.cache_dtype": "auto",
+		"vllm.cache_config.gpu_memory_utilization": "0.9", "vllm.cache_config.odd": `a"b, c`}
+	if !maps.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if len(vllmCacheConfig([]byte("vllm:cache_config_info{broken"))) != 0 {
+		t.Error("broken line parsed")
 	}
 }

@@ -43,6 +43,11 @@ func TestRealOllama(t *testing.T) {
 		f.GpuhostVersion != "test" || f.GpuhostCommit != "abc123" {
 		t.Fatalf("fingerprint %+v", f)
 	}
+	// What Ollama reveals of its settings is in the fingerprint.
+	if f.Server["ollama.param.num_ctx"] != "4096" || f.Server["ollama.param.num_thread"] != "1" ||
+		f.Server["ollama.ps.context_length"] == "" || f.Server["ollama.quantization"] == "" {
+		t.Errorf("server settings %v", f.Server)
+	}
 	for _, p := range r.Prefill {
 		if p.TokS.N != 3 || p.Calibration != "usage" || p.PromptTokens != float64(p.TargetTokens) {
 			t.Errorf("prefill %+v", p)
@@ -126,5 +131,8 @@ func TestRealOllamaEarlyStop(t *testing.T) {
 	}
 	if len(r.CrossChecks) != 1 || math.Abs(r.CrossChecks[0].DisagreementPct) > 5 {
 		t.Errorf("cross-check %+v", r.CrossChecks)
+	}
+	if r.Fingerprint.Server["ollama.param.stop"] != `"~"` {
+		t.Errorf("server settings %v", r.Fingerprint.Server)
 	}
 }

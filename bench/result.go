@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
 	"time"
@@ -88,6 +89,23 @@ type Fingerprint struct {
 	Host            string   `json:"host,omitempty"`
 	MaxModelLen     int      `json:"max_model_len,omitempty"`
 	FingerprintNote []string `json:"fingerprint_notes,omitempty"`
+	// Server is what the server reveals of its settings, so that compare
+	// can name a server-side change (a --url run has no profile flags):
+	// Ollama's /api/show parameters ("ollama.param.num_ctx", num_thread,
+	// stop …) and details (quantization, parameter size, family) and
+	// /api/ps ("ollama.ps.context_length", size_vram); vLLM's
+	// vllm:cache_config_info labels ("vllm.cache_config.block_size", …).
+	Server map[string]string `json:"server_settings,omitempty"`
+}
+
+func (f *Fingerprint) addServer(kv map[string]string) {
+	if len(kv) == 0 {
+		return
+	}
+	if f.Server == nil {
+		f.Server = map[string]string{}
+	}
+	maps.Copy(f.Server, kv)
 }
 
 // Prefill is the prompt-processing measurement at one prompt length.

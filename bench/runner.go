@@ -370,12 +370,14 @@ func (ru *runner) run(parent context.Context) error {
 		if before, err = ru.ep.getText(ctx, root+"/metrics"); err != nil {
 			r.Notes = append(r.Notes, "no vLLM /metrics cross-check: "+err.Error())
 		}
+		r.Fingerprint.addServer(vllmCacheConfig(before))
 	}
 	if err := ru.warmup(ctx); err != nil {
 		r.addError("warmup", err.Error())
 		return err
 	}
 	if flavor == FlavorOllama {
+		r.Fingerprint.addServer(ru.ep.ollamaSettings(ctx))
 		ru.maxLen = ru.ep.ollamaContext(ctx)
 		if ru.maxLen == 0 {
 			ru.maxLen = units.OllamaDefaultNumCtx

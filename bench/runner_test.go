@@ -127,7 +127,8 @@ func TestOllamaNative(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v: %+v", err, r.Errors)
 	}
-	if r.Fingerprint.Backend != "ollama" || r.Fingerprint.BackendVersion != "0.17.4" || r.Fingerprint.MaxModelLen != 4096 {
+	if r.Fingerprint.Backend != "ollama" || r.Fingerprint.BackendVersion != "0.17.4" || r.Fingerprint.MaxModelLen != 4096 ||
+		r.Fingerprint.Server["ollama.ps.context_length"] != "4096" || r.Fingerprint.Server["ollama.quantization"] == "" {
 		t.Fatalf("fingerprint %+v", r.Fingerprint)
 	}
 	// 8192 is capped to the 4096 context.
