@@ -528,10 +528,11 @@ func WriteReport(w io.Writer, r *Result) error {
 	if len(r.Serving) > 0 {
 		s0 := r.Serving[0]
 		fmt.Fprintf(w, "\nserving (%d in / %d out tokens; latencies ms, p50 / p99)\n", s0.InputTokens, s0.OutputTokens)
-		fmt.Fprintln(tw, "concurrency\trequests\tout tok/s\treq/s\tTTFT\tTPOT\tITL\tE2E\tfailed\t")
+		fmt.Fprintln(tw, "concurrency\trequests\tout tok/s\ttotal tok/s\treq/s\tTTFT\tTPOT\tITL\tE2E\tfailed\tduration s\ttokens in / out\t")
 		for _, s := range r.Serving {
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", s.Concurrency, s.Completed, fmtStat(s.OutputTPS), fmtStat(s.ReqPerS),
-				pq(s.TTFT), pq(s.TPOT), pq(s.ITL), pq(s.E2E), s.Failed)
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d / %d\t\n", s.Concurrency, s.Completed, fmtStat(s.OutputTPS),
+				fmtStat(s.TotalTPS), fmtStat(s.ReqPerS), pq(s.TTFT), pq(s.TPOT), pq(s.ITL), pq(s.E2E), s.Failed, fmtStat(s.DurationS),
+				s.TotalInputTokens, s.TotalOutputTokens)
 		}
 		tw.Flush()
 	}

@@ -31,7 +31,8 @@ const SchemaVersion = 1
 //	                 produced_tokens, short, tok_s, server_tok_s, errors}
 //	serving[]       {concurrency, requests, input_tokens, output_tokens,
 //	                 ttft_ms, tpot_ms, itl_ms, e2e_ms ({mean, p50, p90, p99} of Stat),
-//	                 output_tok_s, req_s, completed, failed, failures{reason: count}}
+//	                 output_tok_s, req_s, total_tok_s, duration_s, total_input_tokens,
+//	                 total_output_tokens, completed, failed, failures{reason: count}}
 //	roofline        {bandwidth_gbs, params_b, weight_bits, kv_bytes_per_token,
 //	                 context_tokens, bytes_per_token, ceiling_tok_s, decode[]{tokens, tok_s, pct_of_ceiling}}
 //	cross_checks[]  {name, client, server, unit, disagreement_pct, note}
@@ -167,8 +168,16 @@ type Serving struct {
 	E2E       DistStat `json:"e2e_ms"`
 	OutputTPS Stat     `json:"output_tok_s"`
 	ReqPerS   Stat     `json:"req_s"`
-	Completed int      `json:"completed"` // over all repeats
-	Failed    int      `json:"failed"`
+	// TotalTPS is (prompt + output tokens) / duration per repeat, as
+	// vLLM's "total token throughput"; DurationS the wall time of each
+	// repeat of this level; the totals are over all repeats (server
+	// counts).
+	TotalTPS          Stat `json:"total_tok_s"`
+	DurationS         Stat `json:"duration_s"`
+	TotalInputTokens  int  `json:"total_input_tokens"`
+	TotalOutputTokens int  `json:"total_output_tokens"`
+	Completed         int  `json:"completed"` // over all repeats
+	Failed            int  `json:"failed"`
 	// Failures counts failed requests by reason.
 	Failures map[string]int `json:"failures,omitempty"`
 	// Short counts requests that ended before the asked output length (a
@@ -237,7 +246,7 @@ type Metric struct {
 
 // Metrics flattens the result into named figures in a stable order:
 // prefill.<len>.tok_s, decode.<len>.tok_s, then per concurrency
-// serving.c<N>.{output_tok_s, req_s, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms,
+// serving.c<N>.{output_tok_s, req_s, total_tok_s, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms,
 // itl_p50_ms, e2e_p50_ms}. Figures without samples are left out.
 func (r *Result) Metrics() []Metric {
 	var out []Metric
@@ -257,6 +266,7 @@ func (r *Result) Metrics() []Metric {
 		pre := fmt.Sprintf("serving.c%d.", s.Concurrency)
 		add(pre+"output_tok_s", "tok/s", true, s.OutputTPS)
 		add(pre+"req_s", "req/s", true, s.ReqPerS)
+		add(pre+"total_tok_s", "tok/s", true, s.TotalTPS)
 		add(pre+"ttft_p50_ms", "ms", false, s.TTFT.P50)
 		add(pre+"ttft_p99_ms", "ms", false, s.TTFT.P99)
 		add(pre+"tpot_p50_ms", "ms", false, s.TPOT.P50)

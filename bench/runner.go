@@ -792,7 +792,7 @@ func decodeRate(s *sample, want, minTokens int, native bool, err error) (tps, se
 // servingRun is one concurrency level of one repeat.
 type servingRun struct {
 	ttft, tpot, itl, e2e []float64 // ms
-	outTokens            int
+	outTokens, inTokens  int
 	ok, failed, short    int
 	failures             map[string]int
 	duration             time.Duration
@@ -833,11 +833,16 @@ func (ru *runner) servingPhase(ctx context.Context) {
 		s := Serving{Concurrency: c, Requests: o.servingRequests(c), InputTokens: in, OutputTokens: out,
 			Failures: map[string]int{}}
 		var ttft, tpot, itl, e2e []Dist
-		var otps, rps []float64
+		var otps, rps, ttps, dur []float64
 		for _, sr := range runs[i] {
 			s.Completed += sr.ok
 			s.Failed += sr.failed
 			s.Short += sr.short
+			s.TotalInputTokens += sr.inTokens
+			s.TotalOutputTokens += sr.outTokens
+			if sr.duration > 0 {
+				dur = append(dur, sr.duration.Seconds())
+			}
 			for k, v := range sr.failures {
 				s.Failures[k] += v
 			}
@@ -848,9 +853,10 @@ func (ru *runner) servingPhase(ctx context.Context) {
 			itl, e2e = append(itl, NewDist(sr.itl)), append(e2e, NewDist(sr.e2e))
 			otps = append(otps, float64(sr.outTokens)/sr.duration.Seconds())
 			rps = append(rps, float64(sr.ok)/sr.duration.Seconds())
+			ttps = append(ttps, float64(sr.inTokens+sr.outTokens)/sr.duration.Seconds())
 		}
 		s.TTFT, s.TPOT, s.ITL, s.E2E = newDistStat(ttft), newDistStat(tpot), newDistStat(itl), newDistStat(e2e)
-		s.OutputTPS, s.ReqPerS = NewStat(otps), NewStat(rps)
+		s.OutputTPS, s.ReqPerS, s.TotalTPS, s.DurationS = NewStat(otps), NewStat(rps), NewStat(ttps), NewStat(dur)
 		for k, v := range s.Failures {
 			ru.mu.Lock()
 			r.addError(PhaseServing, fmt.Sprintf("concurrency %d: %s", c, k))
@@ -900,6 +906,9 @@ func (ru *runner) servingLevel(ctx context.Context, c, n, chars, out, rep int) s
 				default:
 					sr.ok++
 					sr.outTokens += s.completion
+					if s.prompt > 0 {
+						sr.inTokens += s.prompt
+					}
 					if s.completion < out {
 						sr.short++
 					}

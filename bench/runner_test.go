@@ -112,6 +112,20 @@ func TestServingConcurrency(t *testing.T) {
 	if ratio < 3 || ratio > 4.4 || c4.Completed != 16 || c4.ReqPerS.Mean <= c1.ReqPerS.Mean {
 		t.Fatalf("c4/c1 output rate ratio %.2f (c1 %.0f, c4 %.0f tok/s), completed %d", ratio, c1.OutputTPS.Mean, c4.OutputTPS.Mean, c4.Completed)
 	}
+	// Totals and total-token throughput: 16 requests of 64 in + 64 out
+	// tokens per level, so total tok/s is twice the output rate.
+	for _, s := range r.Serving {
+		if s.TotalInputTokens != 16*64 || s.TotalOutputTokens != 16*64 || s.DurationS.N != 2 || s.TotalTPS.N != 2 ||
+			relErr(s.TotalTPS.Mean, 2*s.OutputTPS.Mean) > 1e-9 || relErr(s.DurationS.Mean, 8*64/s.OutputTPS.Mean) > 0.05 {
+			t.Errorf("c=%d: totals %d / %d tokens, duration %+v, total tok/s %+v, output tok/s %.1f", s.Concurrency,
+				s.TotalInputTokens, s.TotalOutputTokens, s.DurationS, s.TotalTPS, s.OutputTPS.Mean)
+		}
+	}
+	var buf bytes.Buffer
+	_ = WriteReport(&buf, r)
+	if !strings.Contains(buf.String(), "total tok/s") || !strings.Contains(buf.String(), "1024 / 1024") {
+		t.Errorf("report:\n%s", buf.String())
+	}
 }
 
 // TestOllamaNative measures an Ollama: decode through /api/generate with
