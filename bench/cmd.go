@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -259,7 +260,9 @@ func newRunCmd(deps Deps) *cobra.Command {
 	f.IntSliceVar(&o.PrefillTokens, "prefill", DefaultPrefillTokens, "prompt lengths in tokens (capped to the model's context)")
 	f.IntSliceVar(&o.DecodeTokens, "decode", DefaultDecodeTokens, "generated lengths in tokens (vLLM: forced with ignore_eos + min_tokens; Ollama: only capped by num_predict, the rate is over the tokens produced)")
 	f.IntVar(&o.DecodeMinTokens, "decode-min-tokens", DefaultDecodeMinTokens, "where the length is only capped (Ollama): fewest tokens a decode request must produce to count")
-	f.IntSliceVar(&o.Concurrency, "concurrency", DefaultConcurrency, "serving sweep concurrencies")
+	f.IntSliceVar(&o.Concurrency, "concurrency", DefaultConcurrency, "serving sweep concurrencies (closed loop)")
+	f.Float64SliceVar(&o.RequestRates, "request-rate", nil, "open-loop serving levels: Poisson arrivals at these rates in requests/s (as vLLM's bench serve --request-rate)")
+	f.Uint64Var(&o.ArrivalSeed, "arrival-seed", 0, "seed of the --request-rate arrival times (same seed, same schedule)")
 	f.IntVar(&o.ServingRequests, "serving-requests", 0, "requests per concurrency and repeat (0: max(2×concurrency, 4))")
 	f.IntVar(&o.ServingInputTokens, "serving-input", DefaultServingInputTokens, "serving sweep prompt length in tokens")
 	f.IntVar(&o.ServingOutputTokens, "serving-output", DefaultServingOutputTokens, "serving sweep output length in tokens")
@@ -530,7 +533,11 @@ func WriteReport(w io.Writer, r *Result) error {
 		fmt.Fprintf(w, "\nserving (%d in / %d out tokens; latencies ms, p50 / p99)\n", s0.InputTokens, s0.OutputTokens)
 		fmt.Fprintln(tw, "concurrency\trequests\tout tok/s\ttotal tok/s\treq/s\tTTFT\tTPOT\tITL\tE2E\tfailed\tduration s\ttokens in / out\t")
 		for _, s := range r.Serving {
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d / %d\t\n", s.Concurrency, s.Completed, fmtStat(s.OutputTPS),
+			level := strconv.Itoa(s.Concurrency)
+			if s.RequestRate > 0 {
+				level = fmt.Sprintf("rate %g/s", s.RequestRate)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d / %d\t\n", level, s.Completed, fmtStat(s.OutputTPS),
 				fmtStat(s.TotalTPS), fmtStat(s.ReqPerS), pq(s.TTFT), pq(s.TPOT), pq(s.ITL), pq(s.E2E), s.Failed, fmtStat(s.DurationS),
 				s.TotalInputTokens, s.TotalOutputTokens)
 		}

@@ -155,10 +155,13 @@ const (
 
 // Serving is the load measurement at one concurrency.
 type Serving struct {
-	Concurrency  int `json:"concurrency"`
-	Requests     int `json:"requests"` // per repeat
-	InputTokens  int `json:"input_tokens"`
-	OutputTokens int `json:"output_tokens"`
+	// Concurrency is the closed-loop level (requests in flight); 0 for an
+	// open-loop level, which has RequestRate (Poisson arrivals per second).
+	Concurrency  int     `json:"concurrency"`
+	RequestRate  float64 `json:"request_rate,omitempty"`
+	Requests     int     `json:"requests"` // per repeat
+	InputTokens  int     `json:"input_tokens"`
+	OutputTokens int     `json:"output_tokens"`
 	// Latencies (ms): each field of the distribution is a Stat across
 	// repeats, e.g. TTFT.P99.Mean is the mean over repeats of each repeat's
 	// p99.
@@ -264,6 +267,9 @@ func (r *Result) Metrics() []Metric {
 	}
 	for _, s := range r.Serving {
 		pre := fmt.Sprintf("serving.c%d.", s.Concurrency)
+		if s.RequestRate > 0 {
+			pre = fmt.Sprintf("serving.r%g.", s.RequestRate)
+		}
 		add(pre+"output_tok_s", "tok/s", true, s.OutputTPS)
 		add(pre+"req_s", "req/s", true, s.ReqPerS)
 		add(pre+"total_tok_s", "tok/s", true, s.TotalTPS)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"regexp"
@@ -76,6 +78,14 @@ type Options struct {
 	PrefillTokens []int
 	DecodeTokens  []int
 	Concurrency   []int
+	// RequestRates are open-loop serving levels next to the closed-loop
+	// concurrency sweep: requests arrive as a Poisson process at each rate
+	// (req/s), whether or not earlier ones have finished, as vLLM's
+	// `bench serve --request-rate`. Empty: none.
+	RequestRates []float64
+	// ArrivalSeed seeds the arrival times, so that two runs send the same
+	// schedule; 0 is a valid seed.
+	ArrivalSeed uint64
 	// ServingRequests is the number of requests per concurrency level and
 	// repeat; 0 means max(2×concurrency, 4).
 	ServingRequests     int
@@ -114,16 +124,17 @@ type Options struct {
 
 // RunConfig is the part of Options stored with a result.
 type RunConfig struct {
-	PrefillTokens       []int    `json:"prefill_tokens"`
-	DecodeTokens        []int    `json:"decode_tokens"`
-	Concurrency         []int    `json:"concurrency"`
-	ServingRequests     int      `json:"serving_requests"`
-	ServingInputTokens  int      `json:"serving_input_tokens"`
-	ServingOutputTokens int      `json:"serving_output_tokens"`
-	Repeats             int      `json:"repeats"`
-	Phases              []string `json:"phases"`
-	RequestTimeoutS     float64  `json:"request_timeout_s"`
-	DecodeMinTokens     int      `json:"decode_min_tokens,omitempty"`
+	PrefillTokens       []int     `json:"prefill_tokens"`
+	DecodeTokens        []int     `json:"decode_tokens"`
+	Concurrency         []int     `json:"concurrency"`
+	RequestRates        []float64 `json:"request_rates,omitempty"`
+	ServingRequests     int       `json:"serving_requests"`
+	ServingInputTokens  int       `json:"serving_input_tokens"`
+	ServingOutputTokens int       `json:"serving_output_tokens"`
+	Repeats             int       `json:"repeats"`
+	Phases              []string  `json:"phases"`
+	RequestTimeoutS     float64   `json:"request_timeout_s"`
+	DecodeMinTokens     int       `json:"decode_min_tokens,omitempty"`
 }
 
 // withDefaults fills in defaults and validates, naming the bad option.
@@ -176,6 +187,11 @@ func (o Options) withDefaults() (Options, error) {
 			return o, fmt.Errorf("decode length %d tokens: want at least 2 (the rate needs two token times)", n)
 		}
 	}
+	for _, rate := range o.RequestRates {
+		if !(rate > 0 && rate <= 10000) {
+			return o, fmt.Errorf("request rate %v: want more than 0 and at most 10000 requests per second", rate)
+		}
+	}
 	for _, c := range o.Concurrency {
 		if c < 1 || c > maxConcurrency {
 			return o, fmt.Errorf("concurrency %d: want 1 to %d", c, maxConcurrency)
@@ -207,6 +223,56 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
+// servingLevel is one level of the serving sweep: closed loop at a
+// concurrency, or open loop at a request rate.
+type servingLevel struct {
+	c    int
+	rate float64
+}
+
+func (o Options) servingLevels() []servingLevel {
+	var ls []servingLevel
+	for _, c := range o.Concurrency {
+		ls = append(ls, servingLevel{c: c})
+	}
+	for _, r := range o.RequestRates {
+		ls = append(ls, servingLevel{rate: r})
+	}
+	return ls
+}
+
+func (l servingLevel) String() string {
+	if l.rate > 0 {
+		return fmt.Sprintf("rate=%g/s", l.rate)
+	}
+	return fmt.Sprintf("c=%d", l.c)
+}
+
+// requests is how many requests a level sends per repeat: ServingRequests,
+// else max(2×concurrency, 4) or max(2 s of arrivals, 4).
+func (o Options) levelRequests(l servingLevel) int {
+	if l.rate > 0 {
+		if o.ServingRequests > 0 {
+			return o.ServingRequests
+		}
+		return max(int(math.Ceil(2*l.rate)), 4)
+	}
+	return o.servingRequests(l.c)
+}
+
+// arrivals returns n arrival offsets of a Poisson process at rate per
+// second (exponential gaps), the first at 0.
+func arrivals(n int, rate float64, seed uint64) []time.Duration {
+	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	out := make([]time.Duration, n)
+	t := 0.0
+	for i := 1; i < n; i++ {
+		t += rng.ExpFloat64() / rate
+		out[i] = time.Duration(t * float64(time.Second))
+	}
+	return out
+}
+
 func (o Options) servingRequests(c int) int {
 	if o.ServingRequests > 0 {
 		return o.ServingRequests
@@ -216,7 +282,7 @@ func (o Options) servingRequests(c int) int {
 
 func (o Options) runConfig() RunConfig {
 	return RunConfig{
-		PrefillTokens: o.PrefillTokens, DecodeTokens: o.DecodeTokens, Concurrency: o.Concurrency,
+		PrefillTokens: o.PrefillTokens, DecodeTokens: o.DecodeTokens, Concurrency: o.Concurrency, RequestRates: o.RequestRates,
 		ServingRequests: o.ServingRequests, ServingInputTokens: o.ServingInputTokens,
 		ServingOutputTokens: o.ServingOutputTokens, Repeats: o.Repeats, Phases: o.Phases,
 		RequestTimeoutS: o.RequestTimeout.Seconds(), DecodeMinTokens: o.DecodeMinTokens,
@@ -452,8 +518,8 @@ func (ru *runner) plannedSteps() int {
 		n += o.Repeats * len(o.DecodeTokens)
 	}
 	if slices.Contains(o.Phases, PhaseServing) {
-		for _, c := range o.Concurrency {
-			n += o.Repeats * o.servingRequests(c)
+		for _, l := range o.servingLevels() {
+			n += o.Repeats * o.levelRequests(l)
 		}
 	}
 	return n
@@ -809,17 +875,18 @@ func (ru *runner) servingPhase(ctx context.Context) {
 		r.Notes = append(r.Notes, fmt.Sprintf("serving lengths capped to %d in + %d out (the model's context is %d)", in, out, ru.maxLen))
 	}
 	cal, calErr := ru.calibration(ctx, in)
-	runs := make([][]servingRun, len(o.Concurrency))
+	levels := o.servingLevels()
+	runs := make([][]servingRun, len(levels))
 	for rep := 0; rep < o.Repeats && ctx.Err() == nil; rep++ {
-		for i, c := range o.Concurrency {
-			n := o.servingRequests(c)
+		for i, l := range levels {
+			n := o.levelRequests(l)
 			if calErr != nil {
 				for k := 0; k < n; k++ {
-					ru.step(PhaseServing, fmt.Sprintf("serving c=%d skipped", c))
+					ru.step(PhaseServing, fmt.Sprintf("serving %s skipped", l))
 				}
 				continue
 			}
-			sr := ru.servingLevel(ctx, c, n, cal.chars, out, rep)
+			sr := ru.servingLevel(ctx, l, n, cal.chars, out, rep)
 			if ctx.Err() != nil {
 				return
 			}
@@ -829,8 +896,8 @@ func (ru *runner) servingPhase(ctx context.Context) {
 	if calErr != nil {
 		ru.addError(PhaseServing, calErr.Error())
 	}
-	for i, c := range o.Concurrency {
-		s := Serving{Concurrency: c, Requests: o.servingRequests(c), InputTokens: in, OutputTokens: out,
+	for i, l := range levels {
+		s := Serving{Concurrency: l.c, RequestRate: l.rate, Requests: o.levelRequests(l), InputTokens: in, OutputTokens: out,
 			Failures: map[string]int{}}
 		var ttft, tpot, itl, e2e []Dist
 		var otps, rps, ttps, dur []float64
@@ -859,31 +926,52 @@ func (ru *runner) servingPhase(ctx context.Context) {
 		s.OutputTPS, s.ReqPerS, s.TotalTPS, s.DurationS = NewStat(otps), NewStat(rps), NewStat(ttps), NewStat(dur)
 		for k, v := range s.Failures {
 			ru.mu.Lock()
-			r.addError(PhaseServing, fmt.Sprintf("concurrency %d: %s", c, k))
+			r.addError(PhaseServing, fmt.Sprintf("%s: %s", l, k))
 			r.Errors[len(r.Errors)-1].Count += v - 1
 			ru.mu.Unlock()
 		}
 		if s.Short > 0 {
-			r.Notes = append(r.Notes, fmt.Sprintf("serving c=%d: %d requests ended before %d output tokens (the server does not force the length)", c, s.Short, out))
+			r.Notes = append(r.Notes, fmt.Sprintf("serving %s: %d requests ended before %d output tokens (the server does not force the length)", l, s.Short, out))
 		}
 		r.Serving = append(r.Serving, s)
 	}
 }
 
-// servingLevel sends n requests with at most c in flight and measures them
-// as vLLM's bench serve does.
-func (ru *runner) servingLevel(ctx context.Context, c, n, chars, out, rep int) servingRun {
+// servingLevel sends n requests, closed loop with at most l.c in flight
+// or open loop at Poisson arrivals of l.rate, and measures them as vLLM's
+// bench serve does.
+func (ru *runner) servingLevel(ctx context.Context, l servingLevel, n, chars, out, rep int) servingRun {
 	sr := servingRun{failures: map[string]int{}}
 	var mu sync.Mutex
 	jobs := make(chan struct{}, n)
-	for k := 0; k < n; k++ {
-		jobs <- struct{}{}
-	}
-	close(jobs)
+	workers := min(l.c, n)
 	start := time.Now()
+	if l.rate > 0 {
+		// Open loop: one worker per request, each released at its arrival.
+		workers = n
+		go func() {
+			defer close(jobs)
+			t := time.NewTimer(0)
+			defer t.Stop()
+			for _, at := range arrivals(n, l.rate, ru.o.ArrivalSeed+uint64(rep)) {
+				t.Reset(time.Until(start.Add(at)))
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				jobs <- struct{}{}
+			}
+		}()
+	} else {
+		for k := 0; k < n; k++ {
+			jobs <- struct{}{}
+		}
+		close(jobs)
+	}
 	var wg sync.WaitGroup
-	msg := fmt.Sprintf("serving c=%d, repeat %d/%d", c, rep+1, ru.o.Repeats)
-	for w := 0; w < min(c, n); w++ {
+	msg := fmt.Sprintf("serving %s, repeat %d/%d", l, rep+1, ru.o.Repeats)
+	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

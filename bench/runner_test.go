@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -371,6 +372,7 @@ func TestOptionsValidation(t *testing.T) {
 	for _, o := range []Options{
 		{Repeats: -1}, {Repeats: 1000}, {PrefillTokens: []int{0}}, {DecodeTokens: []int{1}},
 		{Concurrency: []int{0}}, {Phases: []string{"warp"}}, {ServingOutputTokens: -3},
+		{RequestRates: []float64{0}}, {RequestRates: []float64{math.NaN()}}, {DecodeMinTokens: 1}, {PreflightTimeout: -time.Second},
 	} {
 		r, err := Run(context.Background(), o)
 		if err == nil || r.Status != StatusFailed || len(r.Errors) != 1 || r.Errors[0].Phase != "config" {
@@ -522,4 +524,77 @@ func TestOllamaDecodeCapped(t *testing.T) {
 			t.Errorf("errors %+v", r.Errors)
 		}
 	}
+}
+
+// TestArrivals: the open-loop schedule is a Poisson process — exponential
+// gaps with mean 1/rate (coefficient of variation 1) — and the same seed
+// gives the same schedule.
+func TestArrivals(t *testing.T) {
+	const n, rate = 20001, 8.0
+	a := arrivals(n, rate, 1)
+	if a[0] != 0 || !slices.Equal(a, arrivals(n, rate, 1)) || slices.Equal(a, arrivals(n, rate, 2)) {
+		t.Fatal("schedule is not a reproducible function of the seed")
+	}
+	gaps := make([]float64, n-1)
+	for i := range gaps {
+		gaps[i] = (a[i+1] - a[i]).Seconds()
+		if gaps[i] < 0 {
+			t.Fatalf("arrival %d before %d", i+1, i)
+		}
+	}
+	m, sd := MeanStddev(gaps)
+	if relErr(m, 1/rate) > 0.03 || relErr(sd/m, 1) > 0.05 {
+		t.Errorf("gaps: mean %.4f s (want %.4f), CV %.3f (want 1)", m, 1/rate, sd/m)
+	}
+}
+
+// TestServingRequestRate: an open-loop level sends every request at its
+// arrival whether or not earlier ones finished, so at a high rate they
+// overlap (unlike c=1), and it is reported and compared as serving.r<R>.
+func TestServingRequestRate(t *testing.T) {
+	t.Parallel()
+	sim := startSim(t, simulator.Options{Flavor: simulator.FlavorVLLM, Model: "m", PrefillTPS: 1e6, DecodeTPS: 100})
+	var inFlight, maxInFlight atomic.Int64
+	var mu sync.Mutex
+	url := startProxy(t, sim, &proxy{respond: func(int64, http.ResponseWriter) bool {
+		n := inFlight.Add(1)
+		mu.Lock()
+		maxInFlight.Store(max(maxInFlight.Load(), n))
+		mu.Unlock()
+		return false
+	}, wrap: func(_ int64, body io.ReadCloser) io.ReadCloser {
+		return &onClose{ReadCloser: body, f: func() { inFlight.Add(-1) }}
+	}})
+	r, err := Run(context.Background(), Options{Target: Target{URL: url}, Repeats: 1, Phases: []string{PhaseServing},
+		Concurrency: []int{1}, RequestRates: []float64{1000}, ServingRequests: 6, ServingInputTokens: 32, ServingOutputTokens: 16})
+	if err != nil || len(r.Serving) != 2 {
+		t.Fatalf("err %v, serving %+v", err, r.Serving)
+	}
+	open := r.Serving[1]
+	if open.RequestRate != 1000 || open.Concurrency != 0 || open.Completed != 6 || open.Failed != 0 || maxInFlight.Load() < 2 {
+		t.Fatalf("open-loop level %+v, at most %d in flight", open, maxInFlight.Load())
+	}
+	names := map[string]bool{}
+	for _, m := range r.Metrics() {
+		names[m.Name] = true
+	}
+	if !names["serving.r1000.output_tok_s"] || !names["serving.c1.output_tok_s"] {
+		t.Errorf("metrics %v", names)
+	}
+	var buf bytes.Buffer
+	_ = WriteReport(&buf, r)
+	if !strings.Contains(buf.String(), "rate 1000/s") {
+		t.Errorf("report:\n%s", buf.String())
+	}
+}
+
+type onClose struct {
+	io.ReadCloser
+	once sync.Once
+	f    func()
+}
+
+func (c *onClose) Close() error {
+	c.once.Do(c.f)
+	return c.ReadCloser.Close()
 }
