@@ -22,7 +22,9 @@
 //   - the serving sweep reports TTFT, TPOT, ITL and E2E (mean, p50, p90,
 //     p99), output tok/s and req/s per concurrency, as vLLM's bench serve;
 //   - each figure is repeated (default 5) after an unmeasured warm-up and
-//     kept as samples, so Compare can apply Welch's t-test;
+//     kept as samples, so Compare can test each change (Welch's t-test
+//     against a minimum effect, Holm's correction over the metrics) and
+//     give its confidence interval;
 //   - cross-checks put the client's figures next to the server's own
 //     (Ollama eval_count/eval_duration; vLLM /metrics token counters and
 //     TTFT histogram), and the roofline next to the bandwidth ceiling.
