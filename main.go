@@ -33,10 +33,14 @@ func main() {
 	err := newRootCmd().ExecuteContext(ctx)
 	stop()
 	var ee exitError
+	var be *bench.ExitError // bench's documented statuses, with a message
 	switch {
 	case err == nil:
 	case errors.As(err, &ee):
 		os.Exit(ee.code)
+	case errors.As(err, &be):
+		fmt.Fprintln(os.Stderr, "gpuhost:", err)
+		os.Exit(be.ExitCode())
 	default:
 		fmt.Fprintln(os.Stderr, "gpuhost:", err)
 		os.Exit(2)

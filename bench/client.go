@@ -132,6 +132,11 @@ func errorMessage(body []byte) string {
 			return string(v.Detail)
 		}
 	}
+	if len(body) > 0 && body[0] == '<' {
+		// An HTML or XML page (a web server's 404, a login page): its
+		// markup says nothing to an operator; the status text does.
+		return ""
+	}
 	s := string(body)
 	if len(s) > 300 {
 		s = s[:300] + "…"
@@ -283,14 +288,47 @@ type modelInfo struct {
 	MaxModelLen int    `json:"max_model_len"`
 }
 
-func (e *endpoint) models(ctx context.Context) ([]modelInfo, error) {
-	var v struct {
-		Data []modelInfo `json:"data"`
-	}
-	if err := e.getJSON(ctx, e.api+"/models", &v); err != nil {
+// models is the pre-flight probe: one GET /v1/models bounded by timeout.
+// An answer that is not an OpenAI model list (an HTML page, a 404, JSON
+// without "data") is reported as "not an OpenAI-compatible server" rather
+// than with the page's markup.
+func (e *endpoint) models(ctx context.Context, timeout time.Duration) ([]modelInfo, error) {
+	url := e.api + "/models"
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := e.do(ctx, http.MethodGet, url, nil)
+	var he *HTTPError
+	switch {
+	case errors.As(err, &he) && (he.Status == http.StatusUnauthorized || he.Status == http.StatusForbidden):
+		return nil, fmt.Errorf("list the served models (is a token needed? --api-key-env): %w", err)
+	case errors.As(err, &he) && he.Status >= 500:
+		return nil, fmt.Errorf("list the served models: %w", err)
+	case errors.As(err, &he):
+		return nil, fmt.Errorf("not an OpenAI-compatible server (HTTP %d from %s)", he.Status, url)
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
+		return nil, fmt.Errorf("list the served models: no answer from %s within %s (--preflight-timeout): %w", url, timeout, err)
+	case err != nil:
 		return nil, fmt.Errorf("list the served models: %w", err)
 	}
-	return v.Data, nil
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("list the served models: GET %s: read: %w", url, err)
+	}
+	var v struct {
+		Data *[]modelInfo `json:"data"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil {
+		ct := resp.Header.Get("Content-Type")
+		if ct == "" {
+			ct = "no content type"
+		}
+		return nil, fmt.Errorf("not an OpenAI-compatible server (HTTP %d from %s is %s, not a JSON model list)", resp.StatusCode, url, ct)
+	}
+	if v.Data == nil {
+		return nil, fmt.Errorf("not an OpenAI-compatible server (the JSON from %s has no \"data\" model list)", url)
+	}
+	return *v.Data, nil
 }
 
 // resolveModel checks that the model is served (Ollama's implicit :latest
@@ -719,4 +757,110 @@ func labelsEnd(s []byte) int {
 		}
 	}
 	return -1
+}
+
+// ollamaSettings collects what Ollama reveals of the model's settings:
+// /api/show's parameters (one "key value" per line; repeated keys such as
+// stop are joined with ",") and details, and /api/ps's context length and
+// VRAM size of the loaded model. Failures leave keys out.
+func (e *endpoint) ollamaSettings(ctx context.Context) map[string]string {
+	out := map[string]string{}
+	type details struct {
+		Family            string `json:"family"`
+		ParameterSize     string `json:"parameter_size"`
+		QuantizationLevel string `json:"quantization_level"`
+	}
+	var show struct {
+		Parameters string  `json:"parameters"`
+		Details    details `json:"details"`
+	}
+	if e.jsonCall(ctx, http.MethodPost, e.root+"/api/show", map[string]string{"model": e.model}, &show) == nil {
+		for _, line := range strings.Split(show.Parameters, "\n") {
+			k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
+			if !ok || k == "" {
+				continue
+			}
+			v = strings.TrimSpace(v)
+			key := "ollama.param." + k
+			if old, dup := out[key]; dup {
+				v = old + "," + v
+			}
+			out[key] = v
+		}
+		for k, v := range map[string]string{"ollama.family": show.Details.Family, "ollama.parameter_size": show.Details.ParameterSize,
+			"ollama.quantization": show.Details.QuantizationLevel} {
+			if v != "" {
+				out[k] = v
+			}
+		}
+	}
+	var ps struct {
+		Models []struct {
+			Name          string `json:"name"`
+			Model         string `json:"model"`
+			ContextLength int    `json:"context_length"`
+			SizeVRAM      int64  `json:"size_vram"`
+		} `json:"models"`
+	}
+	if e.getJSON(ctx, e.root+"/api/ps", &ps) == nil {
+		for _, m := range ps.Models {
+			if m.Name == e.model || m.Model == e.model || m.Name == e.model+":latest" {
+				if m.ContextLength > 0 {
+					out["ollama.ps.context_length"] = strconv.Itoa(m.ContextLength)
+				}
+				if m.SizeVRAM > 0 {
+					out["ollama.ps.size_vram"] = strconv.FormatInt(m.SizeVRAM, 10)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// vllmCacheConfig returns the labels of vllm:cache_config_info (block
+// size, gpu_memory_utilization, num_gpu_blocks, prefix caching …) from a
+// /metrics text, keyed "vllm.cache_config.<label>"; the engine label is
+// left out.
+func vllmCacheConfig(text []byte) map[string]string {
+	out := map[string]string{}
+	for _, line := range bytes.Split(text, []byte("\n")) {
+		rest, ok := bytes.CutPrefix(line, []byte("vllm:cache_config_info{"))
+		if !ok {
+			continue
+		}
+		end := bytes.LastIndexByte(rest, '}')
+		if end < 0 {
+			continue
+		}
+		for _, kv := range splitLabels(string(rest[:end])) {
+			if kv[0] != "engine" {
+				out["vllm.cache_config."+kv[0]] = kv[1]
+			}
+		}
+		break
+	}
+	return out
+}
+
+// splitLabels parses Prometheus labels a="x",b="y" (escapes \" and \\).
+func splitLabels(s string) [][2]string {
+	var out [][2]string
+	for len(s) > 0 {
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 || eq+1 >= len(s) || s[eq+1] != '"' {
+			return out
+		}
+		name := strings.TrimSpace(s[:eq])
+		var val strings.Builder
+		i := eq + 2
+		for ; i < len(s) && s[i] != '"'; i++ {
+			if s[i] == '\\' && i+1 < len(s) {
+				i++
+			}
+			val.WriteByte(s[i])
+		}
+		out = append(out, [2]string{name, val.String()})
+		s = strings.TrimLeft(s[min(i+1, len(s)):], ", ")
+	}
+	return out
 }

@@ -114,7 +114,8 @@ func TestErrorMessage(t *testing.T) {
 		`{"error":"model 'x' not found"}`:         "model 'x' not found",
 		`{"detail":"Not Found"}`:                  "Not Found",
 		`{"object":"error","message":"bad"}`:      "bad",
-		`<html>gateway</html>`:                    "<html>gateway</html>",
+		`<html>gateway</html>`:                    "", // markup: the HTTP status text says more
+		`  <!DOCTYPE html><p>Not Found</p>`:       "",
 		`{"detail":[{"loc":["body"],"msg":"x"}]}`: `[{"loc":["body"],"msg":"x"}]`,
 	} {
 		if got := errorMessage([]byte(body)); got != want {

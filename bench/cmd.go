@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -57,9 +59,30 @@ func NewCmd(deps Deps) *cobra.Command {
 		Long: `Measure an OpenAI-compatible endpoint (default: the daemon's /v1 on the active
 profile) the way vLLM's bench serve defines the figures, with repeats, and store one
 JSON result per run under <state_dir>/bench. Compare two results with a significance
-test across repeats.`,
+test across repeats.
+
+Exit status: 0 ok; 1 partial (some figures missing, or the run aborted); 2 failed
+(nothing measured, or list/show/compare could not do their job); 64 usage (bad flag
+or argument).`,
 	}
 	cmd.AddCommand(newRunCmd(deps), newListCmd(deps), newShowCmd(deps), newCompareCmd(deps))
+	// Every error leaves with a documented exit status (see ExitOK …):
+	// flag and argument errors are usage, anything else a failure unless
+	// the command said otherwise (a partial run).
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	for _, sub := range cmd.Commands() {
+		if args := sub.Args; args != nil {
+			sub.Args = func(c *cobra.Command, a []string) error {
+				if err := args(c, a); err != nil {
+					return usageError(err)
+				}
+				return nil
+			}
+		}
+		if run := sub.RunE; run != nil {
+			sub.RunE = func(c *cobra.Command, a []string) error { return withExitCode(run(c, a), ExitFailed) }
+		}
+	}
 	return cmd
 }
 
@@ -108,6 +131,7 @@ func newRunCmd(deps Deps) *cobra.Command {
 		url, serverURL, flavor string
 		model, profile, keyEnv string
 		asJSON, noSave         bool
+		keepFailed             bool
 		params                 units.ModelParams
 	)
 	cmd := &cobra.Command{
@@ -137,14 +161,14 @@ func newRunCmd(deps Deps) *cobra.Command {
 			case FlavorVLLM, FlavorOllama, FlavorOpenAI:
 				o.Target.Flavor = Flavor(flavor)
 			default:
-				return fmt.Errorf("--flavor %q: want auto, vllm, ollama or openai", flavor)
+				return usageError(fmt.Errorf("--flavor %q: want auto, vllm, ollama or openai", flavor))
 			}
 			if url != "" {
 				o.Target.URL, o.Target.ServerURL, o.Target.Model = url, serverURL, model
 				if profile != "" {
 					p, ok := env.Profiles[profile]
 					if !ok {
-						return fmt.Errorf("--profile %q: no such profile in the config", profile)
+						return usageError(fmt.Errorf("--profile %q: no such profile in the config", profile))
 					}
 					o.ProfileName, o.Profile = profile, p
 				}
@@ -170,19 +194,22 @@ func newRunCmd(deps Deps) *cobra.Command {
 			if keyEnv != "" {
 				key := os.Getenv(keyEnv)
 				if key == "" {
-					return fmt.Errorf("--api-key-env %s: the variable is empty or unset", keyEnv)
+					return usageError(fmt.Errorf("--api-key-env %s: the variable is empty or unset", keyEnv))
 				}
 				o.Target.APIKey = key
 			}
 			o.Params = params
 			o.GPU = env.GPU
 			o.GpuhostVersion, o.GpuhostCommit = deps.GpuhostVersion, deps.GpuhostCommit
+			if _, err := o.withDefaults(); err != nil {
+				return usageError(err)
+			}
 			bar := newBar(cmd.ErrOrStderr(), !asJSON)
 			o.Progress = bar.update
 			r, runErr := Run(ctx, o)
 			bar.finish()
 			var path string
-			if !noSave {
+			if !noSave && (r.Status != StatusFailed || keepFailed) {
 				var err error
 				if path, err = store.Save(r); err != nil {
 					return errors.Join(runErr, err)
@@ -199,15 +226,25 @@ func newRunCmd(deps Deps) *cobra.Command {
 				if err := WriteReport(out, r); err != nil {
 					return err
 				}
-				if path != "" {
+				switch {
+				case path != "":
 					fmt.Fprintf(out, "\nsaved %s\n", path)
+				case !noSave:
+					fmt.Fprintf(out, "\nnot saved: the run failed (--keep-failed stores failed runs)\n")
 				}
 			}
-			if r.Status == StatusFailed {
+			switch r.Status {
+			case StatusFailed:
 				if runErr == nil {
 					runErr = errors.New("nothing was measured")
 				}
-				return fmt.Errorf("bench run failed: %w", runErr)
+				return &ExitError{Code: ExitFailed, Err: fmt.Errorf("bench run failed: %w", runErr)}
+			case StatusPartial:
+				why := "some figures are missing; see the errors above"
+				if runErr != nil {
+					why = runErr.Error()
+				}
+				return &ExitError{Code: ExitPartial, Err: fmt.Errorf("bench run partial: %s", why)}
 			}
 			return nil
 		},
@@ -221,18 +258,23 @@ func newRunCmd(deps Deps) *cobra.Command {
 	f.StringVar(&keyEnv, "api-key-env", "", "environment variable holding a bearer token for --url")
 	f.IntVar(&o.Repeats, "repeats", DefaultRepeats, "measured repeats of every figure (mean ± stddev; compare needs ≥ 2)")
 	f.IntSliceVar(&o.PrefillTokens, "prefill", DefaultPrefillTokens, "prompt lengths in tokens (capped to the model's context)")
-	f.IntSliceVar(&o.DecodeTokens, "decode", DefaultDecodeTokens, "generated lengths in tokens (forced: ignore_eos/min_tokens, or num_predict on Ollama)")
-	f.IntSliceVar(&o.Concurrency, "concurrency", DefaultConcurrency, "serving sweep concurrencies")
+	f.IntSliceVar(&o.DecodeTokens, "decode", DefaultDecodeTokens, "generated lengths in tokens (vLLM: forced with ignore_eos + min_tokens; Ollama: only capped by num_predict, the rate is over the tokens produced)")
+	f.IntVar(&o.DecodeMinTokens, "decode-min-tokens", DefaultDecodeMinTokens, "where the length is only capped (Ollama): fewest tokens a decode request must produce to count")
+	f.IntSliceVar(&o.Concurrency, "concurrency", DefaultConcurrency, "serving sweep concurrencies (closed loop)")
+	f.Float64SliceVar(&o.RequestRates, "request-rate", nil, "open-loop serving levels: Poisson arrivals at these rates in requests/s (as vLLM's bench serve --request-rate)")
+	f.Uint64Var(&o.ArrivalSeed, "arrival-seed", 0, "seed of the --request-rate arrival times (same seed, same schedule)")
 	f.IntVar(&o.ServingRequests, "serving-requests", 0, "requests per concurrency and repeat (0: max(2×concurrency, 4))")
 	f.IntVar(&o.ServingInputTokens, "serving-input", DefaultServingInputTokens, "serving sweep prompt length in tokens")
 	f.IntVar(&o.ServingOutputTokens, "serving-output", DefaultServingOutputTokens, "serving sweep output length in tokens")
 	f.StringSliceVar(&o.Phases, "phases", AllPhases, "phases to run: prefill, decode, serving")
 	f.DurationVar(&o.RequestTimeout, "request-timeout", DefaultRequestTimeout, "limit for one request")
+	f.DurationVar(&o.PreflightTimeout, "preflight-timeout", DefaultPreflightTimeout, "limit for the first probe (GET /v1/models) that checks the endpoint answers")
 	f.Float64Var(&params.TotalParamsB, "params-b", 0, "roofline: total parameters in billions (overrides the profile's model_params)")
 	f.Float64Var(&params.ActiveParamsB, "active-params-b", 0, "roofline: active parameters per token in billions (MoE)")
 	f.Float64Var(&params.WeightBits, "weight-bits", 0, "roofline: bits per weight (4 for INT4/AWQ; default 16)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON (no progress bar)")
 	f.BoolVar(&noSave, "no-save", false, "do not store the result")
+	f.BoolVar(&keepFailed, "keep-failed", false, "store the result even when the run failed (nothing measured); compare refuses such results")
 	addDirFlag(cmd)
 	return cmd
 }
@@ -334,15 +376,30 @@ func newShowCmd(deps Deps) *cobra.Command {
 func newCompareCmd(deps Deps) *cobra.Command {
 	var (
 		asJSON bool
-		alpha  float64
+		co     CompareOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "compare A B",
-		Short: "Compare two results: per metric both values, delta and significance (Welch's t-test)",
-		Args:  cobra.ExactArgs(2),
+		Short: "Compare two results: per metric both values, delta with its confidence interval and a verdict",
+		Long: `Compare result B against the baseline A. A metric is "better" or "worse" only when the
+confidence interval of its change lies entirely beyond ±--min-effect percent, after Holm's
+correction over all metrics compared (Welch's t-test across the repeats): with no change of
+that size anywhere, the chance of any such verdict is at most --alpha. "~" means no such
+change was shown, "?" that a side has fewer than --min-repeats repeats. Failed runs are refused.`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !(alpha > 0 && alpha < 1) {
-				return fmt.Errorf("--alpha %v: want a level between 0 and 1, e.g. 0.05", alpha)
+			if !(co.Alpha > 0 && co.Alpha < 1) {
+				return usageError(fmt.Errorf("--alpha %v: want a level between 0 and 1, e.g. 0.05", co.Alpha))
+			}
+			if !(co.MinEffectPct >= 0 && co.MinEffectPct < 100) {
+				return usageError(fmt.Errorf("--min-effect %v: want a percentage from 0 to below 100, e.g. 3", co.MinEffectPct))
+			}
+			if co.MinRepeats < 2 {
+				return usageError(fmt.Errorf("--min-repeats %d: want 2 or more", co.MinRepeats))
+			}
+			opts := co
+			if opts.MinEffectPct == 0 {
+				opts.MinEffectPct = -1 // explicitly none; 0 would mean the default
 			}
 			env, _ := loadEnv(cmd, deps, true)
 			store, err := storeFor(cmd, env)
@@ -357,7 +414,10 @@ func newCompareCmd(deps Deps) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c := Compare(a, b, alpha)
+			c, err := Compare(a, b, opts)
+			if err != nil {
+				return fmt.Errorf("compare %s %s: %w", a.ID, b.ID, err)
+			}
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -367,7 +427,9 @@ func newCompareCmd(deps Deps) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().Float64Var(&alpha, "alpha", DefaultAlpha, "significance level")
+	cmd.Flags().Float64Var(&co.Alpha, "alpha", DefaultAlpha, "family-wise significance level over all metrics (Holm)")
+	cmd.Flags().Float64Var(&co.MinEffectPct, "min-effect", DefaultMinEffectPct, "smallest change in percent a verdict needs (0: any significant change)")
+	cmd.Flags().IntVar(&co.MinRepeats, "min-repeats", DefaultMinRepeats, "fewest repeats on each side for a verdict")
 	addDirFlag(cmd)
 	return cmd
 }
@@ -429,6 +491,14 @@ func WriteReport(w io.Writer, r *Result) error {
 	if f.Profile != "" {
 		fmt.Fprintf(w, "  profile %s\n", f.Profile)
 	}
+	if len(f.Server) > 0 {
+		keys := slices.Sorted(maps.Keys(f.Server))
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = k + "=" + f.Server[k]
+		}
+		fmt.Fprintf(w, "  server settings: %s\n", strings.Join(parts, " "))
+	}
 	fmt.Fprintf(w, "  %d repeats; gpuhost %s %s on %s\n", r.Config.Repeats, orDash(f.GpuhostVersion), f.GpuhostCommit, orDash(f.Host))
 	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
 	if len(r.Prefill) > 0 {
@@ -440,24 +510,36 @@ func WriteReport(w io.Writer, r *Result) error {
 		tw.Flush()
 	}
 	if len(r.Decode) > 0 {
-		fmt.Fprintln(w, "\ndecode ((out − 1) / (t_last − t_first))")
-		fmt.Fprintln(tw, "tokens\ttok/s\tserver tok/s\tapi\t")
+		fmt.Fprintln(w, "\ndecode ((out − 1) / (t_last − t_first) over the tokens produced)")
+		fmt.Fprintln(tw, "tokens\tlength\tproduced\ttok/s\tserver tok/s\tapi\t")
 		for _, d := range r.Decode {
 			srv := "-"
 			if d.ServerTokS != nil {
 				srv = fmtStat(*d.ServerTokS)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t\n", d.Tokens, fmtStat(d.TokS), srv, d.API)
+			produced := "-"
+			if d.Produced.N > 0 {
+				produced = fmt.Sprintf("%.0f", d.Produced.Mean)
+				if d.Short > 0 {
+					produced += fmt.Sprintf(" (min %.0f)", slices.Min(d.Produced.Samples))
+				}
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t\n", d.Tokens, orDash(d.Length), produced, fmtStat(d.TokS), srv, d.API)
 		}
 		tw.Flush()
 	}
 	if len(r.Serving) > 0 {
 		s0 := r.Serving[0]
 		fmt.Fprintf(w, "\nserving (%d in / %d out tokens; latencies ms, p50 / p99)\n", s0.InputTokens, s0.OutputTokens)
-		fmt.Fprintln(tw, "concurrency\trequests\tout tok/s\treq/s\tTTFT\tTPOT\tITL\tE2E\tfailed\t")
+		fmt.Fprintln(tw, "concurrency\trequests\tout tok/s\ttotal tok/s\treq/s\tTTFT\tTPOT\tITL\tE2E\tfailed\tduration s\ttokens in / out\t")
 		for _, s := range r.Serving {
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", s.Concurrency, s.Completed, fmtStat(s.OutputTPS), fmtStat(s.ReqPerS),
-				pq(s.TTFT), pq(s.TPOT), pq(s.ITL), pq(s.E2E), s.Failed)
+			level := strconv.Itoa(s.Concurrency)
+			if s.RequestRate > 0 {
+				level = fmt.Sprintf("rate %g/s", s.RequestRate)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d / %d\t\n", level, s.Completed, fmtStat(s.OutputTPS),
+				fmtStat(s.TotalTPS), fmtStat(s.ReqPerS), pq(s.TTFT), pq(s.TPOT), pq(s.ITL), pq(s.E2E), s.Failed, fmtStat(s.DurationS),
+				s.TotalInputTokens, s.TotalOutputTokens)
 		}
 		tw.Flush()
 	}

@@ -5,13 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
 
+	"gpuhost/internal/testbin"
 	"gpuhost/nvml"
 	"gpuhost/simulator"
 	"gpuhost/units"
@@ -48,7 +52,7 @@ func TestCmdRunListShowCompare(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, out)
 	}
-	for _, want := range []string{"-coder  OK", "backend vllm 0.11.0", "NVIDIA GeForce RTX 4090", "prefill", "decode", "serving",
+	for _, want := range []string{"-coder  OK", "backend vllm 0.11.0", "server settings: vllm.cache_config.block_size=16", "NVIDIA GeForce RTX 4090", "prefill", "decode", "serving",
 		"roofline: 1008 GB/s, 3.3B params", "cross-checks", "saved " + filepath.Join(state, "bench")} {
 		if !strings.Contains(out, want) {
 			t.Errorf("run output lacks %q:\n%s", want, out)
@@ -101,23 +105,118 @@ func TestCmdErrors(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		want string
+		code int
 	}{
-		{[]string{"run"}, "no --url given"},
-		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--flavor", "tgi"}, "--flavor"},
-		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--profile", "x"}, "no such profile"},
-		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--api-key-env", "GPUHOST_TEST_UNSET_KEY"}, "GPUHOST_TEST_UNSET_KEY"},
-		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--repeats", "1"}, "endpoint down"},
-		{[]string{"show", "nope", "--dir", dir}, "no such bench result"},
-		{[]string{"compare", "a", "b", "--dir", dir, "--alpha", "2"}, "--alpha"},
+		{[]string{"run"}, "no --url given", ExitFailed},
+		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--flavor", "tgi"}, "--flavor", ExitUsage},
+		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--profile", "x"}, "no such profile", ExitUsage},
+		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--api-key-env", "GPUHOST_TEST_UNSET_KEY"}, "GPUHOST_TEST_UNSET_KEY", ExitUsage},
+		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--repeats", "-1"}, "repeats -1", ExitUsage},
+		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--no-such-flag"}, "unknown flag", ExitUsage},
+		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--repeats", "1"}, "endpoint down", ExitFailed},
+		{[]string{"show", "nope", "--dir", dir}, "no such bench result", ExitFailed},
+		{[]string{"show", "--dir", dir}, "accepts 1 arg", ExitUsage},
+		{[]string{"compare", "a", "b", "--dir", dir, "--alpha", "2"}, "--alpha", ExitUsage},
+		{[]string{"compare", "a", "b", "--dir", dir, "--min-repeats", "1"}, "--min-repeats", ExitUsage},
+		{[]string{"compare", "a", "--dir", dir}, "accepts 2 arg", ExitUsage},
 	} {
 		_, _, err := runCmd(t, noConfig, c.args...)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%v: err %v, want %q", c.args, err, c.want)
+		var ee *ExitError
+		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.As(err, &ee) || ee.Code != c.code {
+			t.Errorf("%v: err %v, want %q with exit status %d", c.args, err, c.want, c.code)
 		}
 	}
-	// The failed run above was stored with its reason.
-	all, _, _ := (&Store{Dir: dir}).List()
-	if len(all) != 1 || all[0].Status != StatusFailed || !strings.Contains(all[0].Errors[0].Message, "connection refused") {
-		t.Fatalf("stored failed run: %+v", all)
+	// The failed run above was not stored.
+	if all, _, _ := (&Store{Dir: dir}).List(); len(all) != 0 {
+		t.Fatalf("a failed run was stored: %+v", all)
 	}
+}
+
+// TestCmdExitStatus runs the real gpuhost binary: each outcome of `bench
+// run` ends with its documented status, failed runs are stored only with
+// --keep-failed, and compare refuses them.
+func TestCmdExitStatus(t *testing.T) {
+	bin := testbin.Binary(t)
+	vllm := startSim(t, simulator.Options{Flavor: simulator.FlavorVLLM, Model: "m", PrefillTPS: 1e6, DecodeTPS: 3000})
+	flaky := startProxy(t, vllm, &proxy{respond: func(n int64, w http.ResponseWriter) bool {
+		if n < 4 || n%4 != 0 {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte(`{"error":{"message":"CUDA error: out of memory"}}`))
+		return true
+	}})
+	closed := "http://" + freeAddr(t)
+	dir := t.TempDir()
+	quick := []string{"--dir", dir, "--repeats", "3", "--prefill", "64", "--decode", "16", "--phases", "prefill,decode"}
+	gpuhost := func(args ...string) (string, int) {
+		t.Helper()
+		out, err := exec.Command(bin, append([]string{"bench"}, args...)...).CombinedOutput()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			return string(out), 0
+		case errors.As(err, &ee):
+			return string(out), ee.ExitCode()
+		}
+		t.Fatalf("gpuhost bench %v: %v", args, err)
+		return "", 0
+	}
+	stored := func() []*Result {
+		all, _, err := (&Store{Dir: dir}).List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return all
+	}
+	for _, c := range []struct {
+		name   string
+		args   []string
+		code   int
+		want   string
+		stored int // results in the store afterwards
+	}{
+		{"ok", append([]string{"run", "--url", vllm}, quick...), ExitOK, "saved ", 1},
+		{"partial", append([]string{"run", "--url", flaky}, quick...), ExitPartial, "bench run partial", 2},
+		{"failed: endpoint down", append([]string{"run", "--url", closed}, quick...), ExitFailed, "not saved: the run failed", 2},
+		{"failed, kept", append([]string{"run", "--url", closed, "--keep-failed"}, quick...), ExitFailed, "saved ", 3},
+		{"usage", append([]string{"run", "--url", vllm, "--flavor", "tgi"}, quick...), ExitUsage, "--flavor", 3},
+		{"usage: unknown flag", []string{"list", "--bogus"}, ExitUsage, "unknown flag", 3},
+	} {
+		out, code := gpuhost(c.args...)
+		if code != c.code || !strings.Contains(out, c.want) {
+			t.Errorf("%s: exit %d (want %d), output lacks %q?\n%s", c.name, code, c.code, c.want, out)
+		}
+		if n := len(stored()); n != c.stored {
+			t.Errorf("%s: %d results stored, want %d", c.name, n, c.stored)
+		}
+	}
+	all := stored()
+	var ok, failed string
+	for _, r := range all {
+		switch r.Status {
+		case StatusOK:
+			ok = r.ID
+		case StatusFailed:
+			failed = r.ID
+		}
+	}
+	if out, code := gpuhost("compare", ok, failed, "--dir", dir); code != ExitFailed || !strings.Contains(out, "failed run") {
+		t.Errorf("compare with a failed run: exit %d\n%s", code, out)
+	}
+	if out, code := gpuhost("compare", ok, ok, "--dir", dir); code != ExitOK || !strings.Contains(out, "Holm") {
+		t.Errorf("compare: exit %d\n%s", code, out)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }

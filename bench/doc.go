@@ -13,14 +13,18 @@
 //     /tokenize where it exists (vLLM) or from usage.prompt_tokens
 //     feedback, each with a fresh random prefix so no prefix cache helps;
 //     prefill tok/s = prompt tokens / TTFT with max_tokens 1;
-//   - decode lengths are forced (vLLM: ignore_eos + min_tokens; Ollama:
-//     num_predict on the native /api/generate) and checked: a server that
-//     produces fewer tokens is a recorded error, never a silent number;
+//   - decode lengths are forced on vLLM (ignore_eos + min_tokens) and
+//     checked: a server that produces fewer tokens is a recorded error,
+//     never a silent number; on Ollama num_predict (native /api/generate)
+//     only caps them, so a request counts when it produced at least
+//     Options.DecodeMinTokens and its rate is over the tokens it produced;
 //     decode tok/s = (out − 1) / (t_last − t_first);
 //   - the serving sweep reports TTFT, TPOT, ITL and E2E (mean, p50, p90,
 //     p99), output tok/s and req/s per concurrency, as vLLM's bench serve;
 //   - each figure is repeated (default 5) after an unmeasured warm-up and
-//     kept as samples, so Compare can apply Welch's t-test;
+//     kept as samples, so Compare can test each change (Welch's t-test
+//     against a minimum effect, Holm's correction over the metrics) and
+//     give its confidence interval;
 //   - cross-checks put the client's figures next to the server's own
 //     (Ollama eval_count/eval_duration; vLLM /metrics token counters and
 //     TTFT histogram), and the roofline next to the bandwidth ceiling.

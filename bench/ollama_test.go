@@ -2,9 +2,12 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"math"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"gpuhost/bench/ollamatest"
@@ -40,6 +43,11 @@ func TestRealOllama(t *testing.T) {
 		f.GpuhostVersion != "test" || f.GpuhostCommit != "abc123" {
 		t.Fatalf("fingerprint %+v", f)
 	}
+	// What Ollama reveals of its settings is in the fingerprint.
+	if f.Server["ollama.param.num_ctx"] != "4096" || f.Server["ollama.param.num_thread"] != "1" ||
+		f.Server["ollama.ps.context_length"] == "" || f.Server["ollama.quantization"] == "" {
+		t.Errorf("server settings %v", f.Server)
+	}
 	for _, p := range r.Prefill {
 		if p.TokS.N != 3 || p.Calibration != "usage" || p.PromptTokens != float64(p.TargetTokens) {
 			t.Errorf("prefill %+v", p)
@@ -68,5 +76,64 @@ func TestRealOllama(t *testing.T) {
 	all, warns, err := (&Store{Dir: dir}).List()
 	if err != nil || len(warns) != 0 || len(all) != 1 || all[0].ID != r.ID {
 		t.Fatalf("store: %v %v %v", all, warns, err)
+	}
+}
+
+// TestRealOllamaEarlyStop: Ollama has no ignore_eos, num_predict is only a
+// cap. The generated model is given a way to end early (its Modelfile
+// stops at "~", one of ~95 printable characters it emits about evenly, so
+// a reply ends after a geometric number of tokens, mean ≈ 95, the way the
+// issue's model stopped at 4–93). Every decode request is either counted,
+// with at least the 32-token minimum and its rate over the tokens it
+// produced, or recorded as too short; the counts add up, the length is
+// "capped", and the client's rate agrees with Ollama's own. (Flake odds:
+// all 6 requests under 32 tokens ≈ 0.27⁶ ≈ 0.04 %.)
+func TestRealOllamaEarlyStop(t *testing.T) {
+	url, _ := ollamatest.Start(t)
+	dir := t.TempDir()
+	mf := ollamatest.Modelfile(t, dir)
+	text, err := os.ReadFile(mf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(mf, append(text, []byte("PARAMETER stop \"~\"\n")...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ollamatest.Create(t, ollamatest.Binary(t), url, "tiny-eos", mf)
+	const repeats = 6
+	r, runErr := Run(context.Background(), Options{Target: Target{URL: url + "/v1", Model: "tiny-eos"}, Repeats: repeats,
+		DecodeTokens: []int{384}, Phases: []string{PhaseDecode}})
+	if len(r.Decode) != 1 {
+		t.Fatalf("status %s (%v), errors %+v", r.Status, runErr, r.Errors)
+	}
+	d := r.Decode[0]
+	t.Logf("decode 384 capped: %d counted (produced %v), %d too short; client %.1f tok/s, server %v; notes %v",
+		d.TokS.N, d.Produced.Samples, len(d.Errors), d.TokS.Mean, d.ServerTokS, r.Notes)
+	if d.Length != LengthCapped || d.MinTokens != 32 || d.TokS.N == 0 || d.Produced.N != d.TokS.N || d.ServerTokS == nil || d.ServerTokS.N != d.TokS.N {
+		t.Fatalf("decode %+v, errors %+v", d, r.Errors)
+	}
+	for _, p := range d.Produced.Samples {
+		if p < 32 || p > 384 {
+			t.Errorf("a counted request produced %v tokens", p)
+		}
+	}
+	// Each of the repeats is counted or recorded as too short.
+	tooShort := 0
+	for _, e := range r.Errors {
+		if strings.Contains(e.Message, "num_predict is only a cap") {
+			tooShort++
+		}
+	}
+	if d.TokS.N < repeats && tooShort == 0 {
+		t.Errorf("%d of %d requests counted, but no too-short error: %+v", d.TokS.N, repeats, r.Errors)
+	}
+	if d.Short > 0 && !strings.Contains(strings.Join(r.Notes, "\n"), "stopped early") {
+		t.Errorf("notes %v", r.Notes)
+	}
+	if len(r.CrossChecks) != 1 || math.Abs(r.CrossChecks[0].DisagreementPct) > 5 {
+		t.Errorf("cross-check %+v", r.CrossChecks)
+	}
+	if r.Fingerprint.Server["ollama.param.stop"] != `"~"` {
+		t.Errorf("server settings %v", r.Fingerprint.Server)
 	}
 }

@@ -166,3 +166,11 @@ func calibrate(ctx context.Context, target, maxIter int, count counter) (calibra
 	c.chars, c.tokens = lo, nlo
 	return c, nil
 }
+
+// longOutputPrompt is the decode prompt where the length is only capped
+// (Ollama): a fresh random prefix, then an invitation to write at length,
+// so that a model that can end early has no reason to.
+func longOutputPrompt() string {
+	return randomPrefix() + ". Write a long, detailed story of at least 3000 words about a lighthouse keeper. " +
+		"Keep writing; do not summarise and do not stop early.\n\n"
+}

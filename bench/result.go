@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
 	"time"
@@ -26,10 +27,12 @@ const SchemaVersion = 1
 //	fingerprint     Fingerprint   what was measured on what
 //	config          RunConfig     what was asked for
 //	prefill[]       {target_tokens, prompt_tokens, calibration, ttft_ms, tok_s, errors}
-//	decode[]        {tokens, api, tok_s, server_tok_s, errors}
+//	decode[]        {tokens, api, length ("forced" | "capped"), min_tokens,
+//	                 produced_tokens, short, tok_s, server_tok_s, errors}
 //	serving[]       {concurrency, requests, input_tokens, output_tokens,
 //	                 ttft_ms, tpot_ms, itl_ms, e2e_ms ({mean, p50, p90, p99} of Stat),
-//	                 output_tok_s, req_s, completed, failed, failures{reason: count}}
+//	                 output_tok_s, req_s, total_tok_s, duration_s, total_input_tokens,
+//	                 total_output_tokens, completed, failed, failures{reason: count}}
 //	roofline        {bandwidth_gbs, params_b, weight_bits, kv_bytes_per_token,
 //	                 context_tokens, bytes_per_token, ceiling_tok_s, decode[]{tokens, tok_s, pct_of_ceiling}}
 //	cross_checks[]  {name, client, server, unit, disagreement_pct, note}
@@ -87,6 +90,23 @@ type Fingerprint struct {
 	Host            string   `json:"host,omitempty"`
 	MaxModelLen     int      `json:"max_model_len,omitempty"`
 	FingerprintNote []string `json:"fingerprint_notes,omitempty"`
+	// Server is what the server reveals of its settings, so that compare
+	// can name a server-side change (a --url run has no profile flags):
+	// Ollama's /api/show parameters ("ollama.param.num_ctx", num_thread,
+	// stop …) and details (quantization, parameter size, family) and
+	// /api/ps ("ollama.ps.context_length", size_vram); vLLM's
+	// vllm:cache_config_info labels ("vllm.cache_config.block_size", …).
+	Server map[string]string `json:"server_settings,omitempty"`
+}
+
+func (f *Fingerprint) addServer(kv map[string]string) {
+	if len(kv) == 0 {
+		return
+	}
+	if f.Server == nil {
+		f.Server = map[string]string{}
+	}
+	maps.Copy(f.Server, kv)
 }
 
 // Prefill is the prompt-processing measurement at one prompt length.
@@ -105,23 +125,43 @@ type Prefill struct {
 
 // Decode is the generation measurement at one output length.
 type Decode struct {
+	// Tokens is the asked length.
 	Tokens int `json:"tokens"`
 	// API is "openai" (/v1/chat/completions with ignore_eos and min_tokens)
 	// or "ollama" (/api/generate with num_predict).
-	API  string `json:"api"`
-	TokS Stat   `json:"tok_s"`
+	API string `json:"api"`
+	// Length is "forced" (ignore_eos + min_tokens: every counted request
+	// produced Tokens) or "capped" (Ollama's num_predict: the model may
+	// stop early; a request counts when it produced at least MinTokens,
+	// and its rate is over the tokens it produced).
+	Length    string `json:"length,omitempty"`
+	MinTokens int    `json:"min_tokens,omitempty"`
+	// Produced is the tokens each counted request produced; Short how
+	// many of them stopped before Tokens.
+	Produced Stat `json:"produced_tokens"`
+	Short    int  `json:"short,omitempty"`
+	TokS     Stat `json:"tok_s"`
 	// ServerTokS is the server's own figure where it reports one (Ollama:
 	// eval_count / eval_duration).
 	ServerTokS *Stat    `json:"server_tok_s,omitempty"`
 	Errors     []string `json:"errors,omitempty"`
 }
 
+// Decode lengths.
+const (
+	LengthForced = "forced"
+	LengthCapped = "capped"
+)
+
 // Serving is the load measurement at one concurrency.
 type Serving struct {
-	Concurrency  int `json:"concurrency"`
-	Requests     int `json:"requests"` // per repeat
-	InputTokens  int `json:"input_tokens"`
-	OutputTokens int `json:"output_tokens"`
+	// Concurrency is the closed-loop level (requests in flight); 0 for an
+	// open-loop level, which has RequestRate (Poisson arrivals per second).
+	Concurrency  int     `json:"concurrency"`
+	RequestRate  float64 `json:"request_rate,omitempty"`
+	Requests     int     `json:"requests"` // per repeat
+	InputTokens  int     `json:"input_tokens"`
+	OutputTokens int     `json:"output_tokens"`
 	// Latencies (ms): each field of the distribution is a Stat across
 	// repeats, e.g. TTFT.P99.Mean is the mean over repeats of each repeat's
 	// p99.
@@ -131,8 +171,16 @@ type Serving struct {
 	E2E       DistStat `json:"e2e_ms"`
 	OutputTPS Stat     `json:"output_tok_s"`
 	ReqPerS   Stat     `json:"req_s"`
-	Completed int      `json:"completed"` // over all repeats
-	Failed    int      `json:"failed"`
+	// TotalTPS is (prompt + output tokens) / duration per repeat, as
+	// vLLM's "total token throughput"; DurationS the wall time of each
+	// repeat of this level; the totals are over all repeats (server
+	// counts).
+	TotalTPS          Stat `json:"total_tok_s"`
+	DurationS         Stat `json:"duration_s"`
+	TotalInputTokens  int  `json:"total_input_tokens"`
+	TotalOutputTokens int  `json:"total_output_tokens"`
+	Completed         int  `json:"completed"` // over all repeats
+	Failed            int  `json:"failed"`
 	// Failures counts failed requests by reason.
 	Failures map[string]int `json:"failures,omitempty"`
 	// Short counts requests that ended before the asked output length (a
@@ -201,7 +249,7 @@ type Metric struct {
 
 // Metrics flattens the result into named figures in a stable order:
 // prefill.<len>.tok_s, decode.<len>.tok_s, then per concurrency
-// serving.c<N>.{output_tok_s, req_s, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms,
+// serving.c<N>.{output_tok_s, req_s, total_tok_s, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms,
 // itl_p50_ms, e2e_p50_ms}. Figures without samples are left out.
 func (r *Result) Metrics() []Metric {
 	var out []Metric
@@ -219,8 +267,12 @@ func (r *Result) Metrics() []Metric {
 	}
 	for _, s := range r.Serving {
 		pre := fmt.Sprintf("serving.c%d.", s.Concurrency)
+		if s.RequestRate > 0 {
+			pre = fmt.Sprintf("serving.r%g.", s.RequestRate)
+		}
 		add(pre+"output_tok_s", "tok/s", true, s.OutputTPS)
 		add(pre+"req_s", "req/s", true, s.ReqPerS)
+		add(pre+"total_tok_s", "tok/s", true, s.TotalTPS)
 		add(pre+"ttft_p50_ms", "ms", false, s.TTFT.P50)
 		add(pre+"ttft_p99_ms", "ms", false, s.TTFT.P99)
 		add(pre+"tpot_p50_ms", "ms", false, s.TPOT.P50)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"regexp"
@@ -35,6 +36,8 @@ const (
 	DefaultServingInputTokens  = 512
 	DefaultServingOutputTokens = 128
 	DefaultRequestTimeout      = 10 * time.Minute
+	DefaultPreflightTimeout    = 10 * time.Second
+	DefaultDecodeMinTokens     = 32
 	// maxRepeats and the length bounds keep a typo from starting a run that
 	// never ends.
 	maxRepeats     = 100
@@ -76,6 +79,14 @@ type Options struct {
 	PrefillTokens []int
 	DecodeTokens  []int
 	Concurrency   []int
+	// RequestRates are open-loop serving levels next to the closed-loop
+	// concurrency sweep: requests arrive as a Poisson process at each rate
+	// (req/s), whether or not earlier ones have finished, as vLLM's
+	// `bench serve --request-rate`. Empty: none.
+	RequestRates []float64
+	// ArrivalSeed seeds the arrival times, so that two runs send the same
+	// schedule; 0 is a valid seed.
+	ArrivalSeed uint64
 	// ServingRequests is the number of requests per concurrency level and
 	// repeat; 0 means max(2×concurrency, 4).
 	ServingRequests     int
@@ -86,6 +97,15 @@ type Options struct {
 	Phases []string
 	// RequestTimeout bounds one request; default 10 minutes.
 	RequestTimeout time.Duration
+	// DecodeMinTokens is the fewest tokens a decode request must produce
+	// for its rate to count where the length is only capped (Ollama's
+	// num_predict; the model may stop early): below it the request is an
+	// error. Lengths shorter than it need their full length. Default 32.
+	DecodeMinTokens int
+	// PreflightTimeout bounds the one probe (GET /v1/models) that decides
+	// whether the endpoint answers at all, before anything else is asked;
+	// default 10 seconds.
+	PreflightTimeout time.Duration
 
 	// GPU returns the GPU facts for the fingerprint and the roofline; nil
 	// leaves them out.
@@ -105,15 +125,17 @@ type Options struct {
 
 // RunConfig is the part of Options stored with a result.
 type RunConfig struct {
-	PrefillTokens       []int    `json:"prefill_tokens"`
-	DecodeTokens        []int    `json:"decode_tokens"`
-	Concurrency         []int    `json:"concurrency"`
-	ServingRequests     int      `json:"serving_requests"`
-	ServingInputTokens  int      `json:"serving_input_tokens"`
-	ServingOutputTokens int      `json:"serving_output_tokens"`
-	Repeats             int      `json:"repeats"`
-	Phases              []string `json:"phases"`
-	RequestTimeoutS     float64  `json:"request_timeout_s"`
+	PrefillTokens       []int     `json:"prefill_tokens"`
+	DecodeTokens        []int     `json:"decode_tokens"`
+	Concurrency         []int     `json:"concurrency"`
+	RequestRates        []float64 `json:"request_rates,omitempty"`
+	ServingRequests     int       `json:"serving_requests"`
+	ServingInputTokens  int       `json:"serving_input_tokens"`
+	ServingOutputTokens int       `json:"serving_output_tokens"`
+	Repeats             int       `json:"repeats"`
+	Phases              []string  `json:"phases"`
+	RequestTimeoutS     float64   `json:"request_timeout_s"`
+	DecodeMinTokens     int       `json:"decode_min_tokens,omitempty"`
 }
 
 // withDefaults fills in defaults and validates, naming the bad option.
@@ -139,6 +161,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.RequestTimeout == 0 {
 		o.RequestTimeout = DefaultRequestTimeout
 	}
+	if o.PreflightTimeout == 0 {
+		o.PreflightTimeout = DefaultPreflightTimeout
+	}
+	if o.DecodeMinTokens == 0 {
+		o.DecodeMinTokens = DefaultDecodeMinTokens
+	}
 	if len(o.Phases) == 0 {
 		o.Phases = AllPhases
 	}
@@ -160,6 +188,11 @@ func (o Options) withDefaults() (Options, error) {
 			return o, fmt.Errorf("decode length %d tokens: want at least 2 (the rate needs two token times)", n)
 		}
 	}
+	for _, rate := range o.RequestRates {
+		if !(rate > 0 && rate <= 10000) {
+			return o, fmt.Errorf("request rate %v: want more than 0 and at most 10000 requests per second", rate)
+		}
+	}
 	for _, c := range o.Concurrency {
 		if c < 1 || c > maxConcurrency {
 			return o, fmt.Errorf("concurrency %d: want 1 to %d", c, maxConcurrency)
@@ -177,12 +210,68 @@ func (o Options) withDefaults() (Options, error) {
 	if o.RequestTimeout < 0 {
 		return o, fmt.Errorf("request timeout %s: must be positive", o.RequestTimeout)
 	}
+	if o.DecodeMinTokens < 2 {
+		return o, fmt.Errorf("decode minimum %d tokens: want at least 2 (the rate needs two token times)", o.DecodeMinTokens)
+	}
+	if o.PreflightTimeout < 0 {
+		return o, fmt.Errorf("pre-flight timeout %s: must be positive", o.PreflightTimeout)
+	}
 	for _, p := range o.Phases {
 		if !slices.Contains(AllPhases, p) {
 			return o, fmt.Errorf("phase %q: want one of %s", p, strings.Join(AllPhases, ", "))
 		}
 	}
 	return o, nil
+}
+
+// servingLevel is one level of the serving sweep: closed loop at a
+// concurrency, or open loop at a request rate.
+type servingLevel struct {
+	c    int
+	rate float64
+}
+
+func (o Options) servingLevels() []servingLevel {
+	var ls []servingLevel
+	for _, c := range o.Concurrency {
+		ls = append(ls, servingLevel{c: c})
+	}
+	for _, r := range o.RequestRates {
+		ls = append(ls, servingLevel{rate: r})
+	}
+	return ls
+}
+
+func (l servingLevel) String() string {
+	if l.rate > 0 {
+		return fmt.Sprintf("rate=%g/s", l.rate)
+	}
+	return fmt.Sprintf("c=%d", l.c)
+}
+
+// requests is how many requests a level sends per repeat: ServingRequests,
+// else max(2×concurrency, 4) or max(2 s of arrivals, 4).
+func (o Options) levelRequests(l servingLevel) int {
+	if l.rate > 0 {
+		if o.ServingRequests > 0 {
+			return o.ServingRequests
+		}
+		return max(int(math.Ceil(2*l.rate)), 4)
+	}
+	return o.servingRequests(l.c)
+}
+
+// arrivals returns n arrival offsets of a Poisson process at rate per
+// second (exponential gaps), the first at 0.
+func arrivals(n int, rate float64, seed uint64) []time.Duration {
+	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	out := make([]time.Duration, n)
+	t := 0.0
+	for i := 1; i < n; i++ {
+		t += rng.ExpFloat64() / rate
+		out[i] = time.Duration(t * float64(time.Second))
+	}
+	return out
 }
 
 func (o Options) servingRequests(c int) int {
@@ -194,10 +283,10 @@ func (o Options) servingRequests(c int) int {
 
 func (o Options) runConfig() RunConfig {
 	return RunConfig{
-		PrefillTokens: o.PrefillTokens, DecodeTokens: o.DecodeTokens, Concurrency: o.Concurrency,
+		PrefillTokens: o.PrefillTokens, DecodeTokens: o.DecodeTokens, Concurrency: o.Concurrency, RequestRates: o.RequestRates,
 		ServingRequests: o.ServingRequests, ServingInputTokens: o.ServingInputTokens,
 		ServingOutputTokens: o.ServingOutputTokens, Repeats: o.Repeats, Phases: o.Phases,
-		RequestTimeoutS: o.RequestTimeout.Seconds(),
+		RequestTimeoutS: o.RequestTimeout.Seconds(), DecodeMinTokens: o.DecodeMinTokens,
 	}
 }
 
@@ -319,16 +408,19 @@ func (ru *runner) run(parent context.Context) error {
 		defer hc.CloseIdleConnections()
 	}
 	ru.ep = &endpoint{hc: hc, api: api, root: root, key: o.Target.APIKey}
-	ru.gpuFacts(ctx)
-
-	flavor, version := ru.ep.detect(ctx, o.Target.Flavor)
-	ru.ep.flavor = flavor
-	r.Fingerprint.Backend, r.Fingerprint.BackendVersion = string(flavor), version
-	served, err := ru.ep.models(ctx)
+	// Pre-flight: one bounded probe decides whether the endpoint is an
+	// answering OpenAI-compatible server before anything else is asked.
+	served, err := ru.ep.models(ctx, o.PreflightTimeout)
 	if err != nil {
 		r.addError("preflight", err.Error())
 		return err
 	}
+	ru.gpuFacts(ctx)
+	dctx, dcancel := context.WithTimeout(ctx, o.PreflightTimeout)
+	flavor, version := ru.ep.detect(dctx, o.Target.Flavor)
+	dcancel()
+	ru.ep.flavor = flavor
+	r.Fingerprint.Backend, r.Fingerprint.BackendVersion = string(flavor), version
 	m, err := resolveModel(o.Target.Model, served)
 	if err != nil {
 		err = fmt.Errorf("%s: %w", api, err)
@@ -345,12 +437,14 @@ func (ru *runner) run(parent context.Context) error {
 		if before, err = ru.ep.getText(ctx, root+"/metrics"); err != nil {
 			r.Notes = append(r.Notes, "no vLLM /metrics cross-check: "+err.Error())
 		}
+		r.Fingerprint.addServer(vllmCacheConfig(before))
 	}
 	if err := ru.warmup(ctx); err != nil {
 		r.addError("warmup", err.Error())
 		return err
 	}
 	if flavor == FlavorOllama {
+		r.Fingerprint.addServer(ru.ep.ollamaSettings(ctx))
 		ru.maxLen = ru.ep.ollamaContext(ctx)
 		if ru.maxLen == 0 {
 			ru.maxLen = units.OllamaDefaultNumCtx
@@ -425,8 +519,8 @@ func (ru *runner) plannedSteps() int {
 		n += o.Repeats * len(o.DecodeTokens)
 	}
 	if slices.Contains(o.Phases, PhaseServing) {
-		for _, c := range o.Concurrency {
-			n += o.Repeats * o.servingRequests(c)
+		for _, l := range o.servingLevels() {
+			n += o.Repeats * o.levelRequests(l)
 		}
 	}
 	return n
@@ -653,9 +747,10 @@ func (ru *runner) decodePhase(ctx context.Context) {
 		api = "ollama"
 	}
 	type acc struct {
-		tps, server []float64
-		pairs       []decodePair // native: the client's and the server's rate of each request
-		errs        []string
+		tps, server, produced []float64
+		pairs                 []decodePair // native: the client's and the server's rate of each request
+		errs                  []string
+		short                 int // counted requests that stopped before the asked length
 	}
 	lengths := slices.Clone(o.DecodeTokens)
 	for i, n := range lengths {
@@ -673,7 +768,7 @@ func (ru *runner) decodePhase(ctx context.Context) {
 			var err error
 			if native {
 				rctx, cancel := context.WithTimeout(ctx, o.RequestTimeout)
-				s, err = ru.ep.ollamaGenerate(rctx, promptText(decodePromptChars), n)
+				s, err = ru.ep.ollamaGenerate(rctx, longOutputPrompt(), n)
 				cancel()
 				ru.observe(s, err)
 			} else {
@@ -685,11 +780,15 @@ func (ru *runner) decodePhase(ctx context.Context) {
 			if s != nil && s.prompt > 0 {
 				ru.decodePromptTokens = s.prompt
 			}
-			tps, serverTPS, err := decodeRate(s, n, native, err)
+			tps, serverTPS, err := decodeRate(s, n, min(n, o.DecodeMinTokens), native, err)
 			if err != nil {
 				accs[i].errs = append(accs[i].errs, err.Error())
 			} else {
 				accs[i].tps = append(accs[i].tps, tps)
+				accs[i].produced = append(accs[i].produced, float64(s.completion))
+				if s.completion < n {
+					accs[i].short++
+				}
 				if native {
 					accs[i].server = append(accs[i].server, serverTPS)
 					accs[i].pairs = append(accs[i].pairs, decodePair{client: tps, server: serverTPS})
@@ -699,8 +798,15 @@ func (ru *runner) decodePhase(ctx context.Context) {
 		}
 	}
 	for i, n := range lengths {
-		d := Decode{Tokens: n, API: api, TokS: NewStat(accs[i].tps), Errors: dedupe(accs[i].errs)}
+		d := Decode{Tokens: n, API: api, Length: LengthForced, TokS: NewStat(accs[i].tps), Produced: NewStat(accs[i].produced),
+			Short: accs[i].short, Errors: dedupe(accs[i].errs)}
 		if native {
+			d.Length, d.MinTokens = LengthCapped, min(n, o.DecodeMinTokens)
+			if d.Short > 0 {
+				r.Notes = append(r.Notes, fmt.Sprintf("decode %d on Ollama: %d of %d counted requests stopped early (num_predict is a cap, not forced); "+
+					"their rate is over the tokens produced (mean %.0f, min %.0f; requests under %d tokens are errors)",
+					n, d.Short, d.TokS.N, d.Produced.Mean, slices.Min(d.Produced.Samples), d.MinTokens))
+			}
 			st := NewStat(accs[i].server)
 			d.ServerTokS = &st
 			if c, ok := decodeCross(n, accs[i].pairs); ok {
@@ -751,24 +857,30 @@ func decodeCross(tokens int, pairs []decodePair) (Cross, bool) {
 }
 
 // decodeRate checks one decode sample and returns the client's rate
-// (out − 1)/(t_last − t_first) and, for Ollama, the server's.
-func decodeRate(s *sample, want int, native bool, err error) (tps, server float64, _ error) {
+// (out − 1)/(t_last − t_first) and, for Ollama, the server's. Where the
+// length is forced (ignore_eos + min_tokens) the server must produce want
+// tokens; where it is only capped (Ollama's num_predict) the rate is over
+// the tokens produced, at least minTokens of them.
+func decodeRate(s *sample, want, minTokens int, native bool, err error) (tps, server float64, _ error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	if s.completion != want {
-		how := "it ignored ignore_eos/min_tokens"
-		if native {
-			how = "it stopped before num_predict"
-		}
-		return 0, 0, fmt.Errorf("the server produced %d of %d tokens (finish reason %q): %s, so no decode rate is recorded", s.completion, want, s.finish, how)
+	switch {
+	case native && s.completion > want:
+		return 0, 0, fmt.Errorf("Ollama produced %d tokens for num_predict %d", s.completion, want)
+	case native && s.completion < minTokens:
+		return 0, 0, fmt.Errorf("Ollama produced %d of %d tokens (done reason %q): num_predict is only a cap and the model stopped early, "+
+			"under the %d-token minimum for a rate (--decode-min-tokens)", s.completion, want, s.finish, minTokens)
+	case !native && s.completion != want:
+		return 0, 0, fmt.Errorf("the server produced %d of %d tokens (finish reason %q): it ignored ignore_eos/min_tokens, so no decode rate is recorded",
+			s.completion, want, s.finish)
 	}
 	if len(s.tokenAt) < 2 {
-		return 0, 0, fmt.Errorf("only %d token-carrying chunk(s) for %d tokens: the server does not stream per token", len(s.tokenAt), want)
+		return 0, 0, fmt.Errorf("only %d token-carrying chunk(s) for %d tokens: the server does not stream per token", len(s.tokenAt), s.completion)
 	}
 	span := s.tokenAt[len(s.tokenAt)-1] - s.tokenAt[0]
 	if span <= 0 {
-		return 0, 0, fmt.Errorf("all %d tokens arrived at once: the server does not stream", want)
+		return 0, 0, fmt.Errorf("all %d tokens arrived at once: the server does not stream", s.completion)
 	}
 	tps = float64(s.completion-1) / span.Seconds()
 	if native {
@@ -783,7 +895,7 @@ func decodeRate(s *sample, want int, native bool, err error) (tps, server float6
 // servingRun is one concurrency level of one repeat.
 type servingRun struct {
 	ttft, tpot, itl, e2e []float64 // ms
-	outTokens            int
+	outTokens, inTokens  int
 	ok, failed, short    int
 	failures             map[string]int
 	duration             time.Duration
@@ -800,17 +912,18 @@ func (ru *runner) servingPhase(ctx context.Context) {
 		r.Notes = append(r.Notes, fmt.Sprintf("serving lengths capped to %d in + %d out (the model's context is %d)", in, out, ru.maxLen))
 	}
 	cal, calErr := ru.calibration(ctx, in)
-	runs := make([][]servingRun, len(o.Concurrency))
+	levels := o.servingLevels()
+	runs := make([][]servingRun, len(levels))
 	for rep := 0; rep < o.Repeats && ctx.Err() == nil; rep++ {
-		for i, c := range o.Concurrency {
-			n := o.servingRequests(c)
+		for i, l := range levels {
+			n := o.levelRequests(l)
 			if calErr != nil {
 				for k := 0; k < n; k++ {
-					ru.step(PhaseServing, fmt.Sprintf("serving c=%d skipped", c))
+					ru.step(PhaseServing, fmt.Sprintf("serving %s skipped", l))
 				}
 				continue
 			}
-			sr := ru.servingLevel(ctx, c, n, cal.chars, out, rep)
+			sr := ru.servingLevel(ctx, l, n, cal.chars, out, rep)
 			if ctx.Err() != nil {
 				return
 			}
@@ -820,15 +933,20 @@ func (ru *runner) servingPhase(ctx context.Context) {
 	if calErr != nil {
 		ru.addError(PhaseServing, calErr.Error())
 	}
-	for i, c := range o.Concurrency {
-		s := Serving{Concurrency: c, Requests: o.servingRequests(c), InputTokens: in, OutputTokens: out,
+	for i, l := range levels {
+		s := Serving{Concurrency: l.c, RequestRate: l.rate, Requests: o.levelRequests(l), InputTokens: in, OutputTokens: out,
 			Failures: map[string]int{}}
 		var ttft, tpot, itl, e2e []Dist
-		var otps, rps []float64
+		var otps, rps, ttps, dur []float64
 		for _, sr := range runs[i] {
 			s.Completed += sr.ok
 			s.Failed += sr.failed
 			s.Short += sr.short
+			s.TotalInputTokens += sr.inTokens
+			s.TotalOutputTokens += sr.outTokens
+			if sr.duration > 0 {
+				dur = append(dur, sr.duration.Seconds())
+			}
 			for k, v := range sr.failures {
 				s.Failures[k] += v
 			}
@@ -839,36 +957,58 @@ func (ru *runner) servingPhase(ctx context.Context) {
 			itl, e2e = append(itl, NewDist(sr.itl)), append(e2e, NewDist(sr.e2e))
 			otps = append(otps, float64(sr.outTokens)/sr.duration.Seconds())
 			rps = append(rps, float64(sr.ok)/sr.duration.Seconds())
+			ttps = append(ttps, float64(sr.inTokens+sr.outTokens)/sr.duration.Seconds())
 		}
 		s.TTFT, s.TPOT, s.ITL, s.E2E = newDistStat(ttft), newDistStat(tpot), newDistStat(itl), newDistStat(e2e)
-		s.OutputTPS, s.ReqPerS = NewStat(otps), NewStat(rps)
+		s.OutputTPS, s.ReqPerS, s.TotalTPS, s.DurationS = NewStat(otps), NewStat(rps), NewStat(ttps), NewStat(dur)
 		for k, v := range s.Failures {
 			ru.mu.Lock()
-			r.addError(PhaseServing, fmt.Sprintf("concurrency %d: %s", c, k))
+			r.addError(PhaseServing, fmt.Sprintf("%s: %s", l, k))
 			r.Errors[len(r.Errors)-1].Count += v - 1
 			ru.mu.Unlock()
 		}
 		if s.Short > 0 {
-			r.Notes = append(r.Notes, fmt.Sprintf("serving c=%d: %d requests ended before %d output tokens (the server does not force the length)", c, s.Short, out))
+			r.Notes = append(r.Notes, fmt.Sprintf("serving %s: %d requests ended before %d output tokens (the server does not force the length)", l, s.Short, out))
 		}
 		r.Serving = append(r.Serving, s)
 	}
 }
 
-// servingLevel sends n requests with at most c in flight and measures them
-// as vLLM's bench serve does.
-func (ru *runner) servingLevel(ctx context.Context, c, n, chars, out, rep int) servingRun {
+// servingLevel sends n requests, closed loop with at most l.c in flight
+// or open loop at Poisson arrivals of l.rate, and measures them as vLLM's
+// bench serve does.
+func (ru *runner) servingLevel(ctx context.Context, l servingLevel, n, chars, out, rep int) servingRun {
 	sr := servingRun{failures: map[string]int{}}
 	var mu sync.Mutex
 	jobs := make(chan struct{}, n)
-	for k := 0; k < n; k++ {
-		jobs <- struct{}{}
-	}
-	close(jobs)
+	workers := min(l.c, n)
 	start := time.Now()
+	if l.rate > 0 {
+		// Open loop: one worker per request, each released at its arrival.
+		workers = n
+		go func() {
+			defer close(jobs)
+			t := time.NewTimer(0)
+			defer t.Stop()
+			for _, at := range arrivals(n, l.rate, ru.o.ArrivalSeed+uint64(rep)) {
+				t.Reset(time.Until(start.Add(at)))
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				jobs <- struct{}{}
+			}
+		}()
+	} else {
+		for k := 0; k < n; k++ {
+			jobs <- struct{}{}
+		}
+		close(jobs)
+	}
 	var wg sync.WaitGroup
-	msg := fmt.Sprintf("serving c=%d, repeat %d/%d", c, rep+1, ru.o.Repeats)
-	for w := 0; w < min(c, n); w++ {
+	msg := fmt.Sprintf("serving %s, repeat %d/%d", l, rep+1, ru.o.Repeats)
+	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -891,6 +1031,9 @@ func (ru *runner) servingLevel(ctx context.Context, c, n, chars, out, rep int) s
 				default:
 					sr.ok++
 					sr.outTokens += s.completion
+					if s.prompt > 0 {
+						sr.inTokens += s.prompt
+					}
 					if s.completion < out {
 						sr.short++
 					}

@@ -14,10 +14,12 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"gpuhost/nvml"
 	"gpuhost/simulator"
@@ -111,6 +113,20 @@ func TestServingConcurrency(t *testing.T) {
 	if ratio < 3 || ratio > 4.4 || c4.Completed != 16 || c4.ReqPerS.Mean <= c1.ReqPerS.Mean {
 		t.Fatalf("c4/c1 output rate ratio %.2f (c1 %.0f, c4 %.0f tok/s), completed %d", ratio, c1.OutputTPS.Mean, c4.OutputTPS.Mean, c4.Completed)
 	}
+	// Totals and total-token throughput: 16 requests of 64 in + 64 out
+	// tokens per level, so total tok/s is twice the output rate.
+	for _, s := range r.Serving {
+		if s.TotalInputTokens != 16*64 || s.TotalOutputTokens != 16*64 || s.DurationS.N != 2 || s.TotalTPS.N != 2 ||
+			relErr(s.TotalTPS.Mean, 2*s.OutputTPS.Mean) > 1e-9 || relErr(s.DurationS.Mean, 8*64/s.OutputTPS.Mean) > 0.05 {
+			t.Errorf("c=%d: totals %d / %d tokens, duration %+v, total tok/s %+v, output tok/s %.1f", s.Concurrency,
+				s.TotalInputTokens, s.TotalOutputTokens, s.DurationS, s.TotalTPS, s.OutputTPS.Mean)
+		}
+	}
+	var buf bytes.Buffer
+	_ = WriteReport(&buf, r)
+	if !strings.Contains(buf.String(), "total tok/s") || !strings.Contains(buf.String(), "1024 / 1024") {
+		t.Errorf("report:\n%s", buf.String())
+	}
 }
 
 // TestOllamaNative measures an Ollama: decode through /api/generate with
@@ -126,7 +142,8 @@ func TestOllamaNative(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v: %+v", err, r.Errors)
 	}
-	if r.Fingerprint.Backend != "ollama" || r.Fingerprint.BackendVersion != "0.17.4" || r.Fingerprint.MaxModelLen != 4096 {
+	if r.Fingerprint.Backend != "ollama" || r.Fingerprint.BackendVersion != "0.17.4" || r.Fingerprint.MaxModelLen != 4096 ||
+		r.Fingerprint.Server["ollama.ps.context_length"] != "4096" || r.Fingerprint.Server["ollama.quantization"] == "" {
 		t.Fatalf("fingerprint %+v", r.Fingerprint)
 	}
 	// 8192 is capped to the 4096 context.
@@ -355,6 +372,7 @@ func TestOptionsValidation(t *testing.T) {
 	for _, o := range []Options{
 		{Repeats: -1}, {Repeats: 1000}, {PrefillTokens: []int{0}}, {DecodeTokens: []int{1}},
 		{Concurrency: []int{0}}, {Phases: []string{"warp"}}, {ServingOutputTokens: -3},
+		{RequestRates: []float64{0}}, {RequestRates: []float64{math.NaN()}}, {DecodeMinTokens: 1}, {PreflightTimeout: -time.Second},
 	} {
 		r, err := Run(context.Background(), o)
 		if err == nil || r.Status != StatusFailed || len(r.Errors) != 1 || r.Errors[0].Phase != "config" {
@@ -409,4 +427,174 @@ func TestRoofline(t *testing.T) {
 	if !strings.HasSuffix(r.ID, "-gemma") {
 		t.Fatalf("id %s", r.ID)
 	}
+}
+
+// TestPreflight: a URL that is not an inference server is named as such
+// (no page markup in the message), and a hung endpoint fails after one
+// bounded probe instead of three 30 s ones.
+func TestPreflight(t *testing.T) {
+	const page = `<!DOCTYPE html><html><head><title>404 Not Found</title></head><body><h1>Not Found</h1>` +
+		`<p>The requested URL was not found on this server.</p><hr><address>Apache/2.4.58 (Ubuntu) Server at localhost Port 80</address></body></html>`
+	serve := func(h http.HandlerFunc) string {
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	for _, c := range []struct {
+		name string
+		h    http.HandlerFunc
+		want string
+	}{
+		{"HTML 404", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(w, page)
+		}, "not an OpenAI-compatible server (HTTP 404 from "},
+		{"HTML 200", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			_, _ = io.WriteString(w, page)
+		}, "not an OpenAI-compatible server (HTTP 200 from "},
+		{"JSON without a model list", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"status":"ok"}`)
+		}, `has no "data" model list`},
+		{"token needed", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, `{"error":{"message":"invalid api key"}}`)
+		}, "--api-key-env"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := Run(context.Background(), Options{Target: Target{URL: serve(c.h)}, Repeats: 1})
+			if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "<") || r.Status != StatusFailed {
+				t.Fatalf("err %v, status %s; want %q without markup", err, r.Status, c.want)
+			}
+		})
+	}
+	t.Run("hung endpoint", func(t *testing.T) {
+		var probes atomic.Int64
+		url := serve(func(w http.ResponseWriter, r *http.Request) {
+			probes.Add(1)
+			<-r.Context().Done()
+		})
+		r, err := Run(context.Background(), Options{Target: Target{URL: url}, Repeats: 1, PreflightTimeout: 200 * time.Millisecond})
+		if err == nil || !strings.Contains(err.Error(), "no answer from "+url+"/v1/models within 200ms (--preflight-timeout)") || r.Status != StatusFailed {
+			t.Fatalf("err %v, status %s", err, r.Status)
+		}
+		if n := probes.Load(); n != 1 {
+			t.Errorf("%d probes of a hung endpoint, want 1", n)
+		}
+	})
+}
+
+// TestOllamaDecodeCapped: Ollama's num_predict only caps the length. A
+// model that stops at 40 tokens gives a decode rate over those 40, with
+// the count reported and the length marked "capped"; one that stops at 10
+// (under the 32-token minimum) gives no rate but an error saying why.
+func TestOllamaDecodeCapped(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		natural    int
+		wantStatus string
+		wantN      int
+	}{{40, StatusOK, 3}, {10, StatusFailed, 0}} {
+		url := startSim(t, simulator.Options{Flavor: simulator.FlavorOllama, Model: "llama3.1:8b", PrefillTPS: 1e6,
+			DecodeTPS: 1000, NaturalTokens: c.natural})
+		r, err := Run(context.Background(), Options{Target: Target{URL: url, Model: "llama3.1:8b"}, Repeats: 3,
+			DecodeTokens: []int{128}, Phases: []string{PhaseDecode}})
+		if r.Status != c.wantStatus || len(r.Decode) != 1 {
+			t.Fatalf("natural %d: status %s (err %v), errors %+v", c.natural, r.Status, err, r.Errors)
+		}
+		d := r.Decode[0]
+		if d.Length != LengthCapped || d.MinTokens != 32 || d.TokS.N != c.wantN || d.Produced.N != c.wantN {
+			t.Fatalf("natural %d: decode %+v", c.natural, d)
+		}
+		var buf bytes.Buffer
+		_ = WriteReport(&buf, r)
+		if c.wantN > 0 {
+			if d.Produced.Mean != 40 || d.Short != 3 || d.TokS.Mean <= 0 ||
+				len(r.Notes) == 0 || !strings.Contains(strings.Join(r.Notes, "\n"), "3 of 3 counted requests stopped early") {
+				t.Errorf("decode %+v, notes %v", d, r.Notes)
+			}
+			if !strings.Contains(buf.String(), "capped") || !strings.Contains(buf.String(), "40 (min 40)") {
+				t.Errorf("report:\n%s", buf.String())
+			}
+		} else if len(r.Errors) == 0 || !strings.Contains(r.Errors[0].Message, "produced 10 of 128 tokens") ||
+			!strings.Contains(r.Errors[0].Message, "num_predict is only a cap") {
+			t.Errorf("errors %+v", r.Errors)
+		}
+	}
+}
+
+// TestArrivals: the open-loop schedule is a Poisson process — exponential
+// gaps with mean 1/rate (coefficient of variation 1) — and the same seed
+// gives the same schedule.
+func TestArrivals(t *testing.T) {
+	const n, rate = 20001, 8.0
+	a := arrivals(n, rate, 1)
+	if a[0] != 0 || !slices.Equal(a, arrivals(n, rate, 1)) || slices.Equal(a, arrivals(n, rate, 2)) {
+		t.Fatal("schedule is not a reproducible function of the seed")
+	}
+	gaps := make([]float64, n-1)
+	for i := range gaps {
+		gaps[i] = (a[i+1] - a[i]).Seconds()
+		if gaps[i] < 0 {
+			t.Fatalf("arrival %d before %d", i+1, i)
+		}
+	}
+	m, sd := MeanStddev(gaps)
+	if relErr(m, 1/rate) > 0.03 || relErr(sd/m, 1) > 0.05 {
+		t.Errorf("gaps: mean %.4f s (want %.4f), CV %.3f (want 1)", m, 1/rate, sd/m)
+	}
+}
+
+// TestServingRequestRate: an open-loop level sends every request at its
+// arrival whether or not earlier ones finished, so at a high rate they
+// overlap (unlike c=1), and it is reported and compared as serving.r<R>.
+func TestServingRequestRate(t *testing.T) {
+	t.Parallel()
+	sim := startSim(t, simulator.Options{Flavor: simulator.FlavorVLLM, Model: "m", PrefillTPS: 1e6, DecodeTPS: 100})
+	var inFlight, maxInFlight atomic.Int64
+	var mu sync.Mutex
+	url := startProxy(t, sim, &proxy{respond: func(int64, http.ResponseWriter) bool {
+		n := inFlight.Add(1)
+		mu.Lock()
+		maxInFlight.Store(max(maxInFlight.Load(), n))
+		mu.Unlock()
+		return false
+	}, wrap: func(_ int64, body io.ReadCloser) io.ReadCloser {
+		return &onClose{ReadCloser: body, f: func() { inFlight.Add(-1) }}
+	}})
+	r, err := Run(context.Background(), Options{Target: Target{URL: url}, Repeats: 1, Phases: []string{PhaseServing},
+		Concurrency: []int{1}, RequestRates: []float64{1000}, ServingRequests: 6, ServingInputTokens: 32, ServingOutputTokens: 16})
+	if err != nil || len(r.Serving) != 2 {
+		t.Fatalf("err %v, serving %+v", err, r.Serving)
+	}
+	open := r.Serving[1]
+	if open.RequestRate != 1000 || open.Concurrency != 0 || open.Completed != 6 || open.Failed != 0 || maxInFlight.Load() < 2 {
+		t.Fatalf("open-loop level %+v, at most %d in flight", open, maxInFlight.Load())
+	}
+	names := map[string]bool{}
+	for _, m := range r.Metrics() {
+		names[m.Name] = true
+	}
+	if !names["serving.r1000.output_tok_s"] || !names["serving.c1.output_tok_s"] {
+		t.Errorf("metrics %v", names)
+	}
+	var buf bytes.Buffer
+	_ = WriteReport(&buf, r)
+	if !strings.Contains(buf.String(), "rate 1000/s") {
+		t.Errorf("report:\n%s", buf.String())
+	}
+}
+
+type onClose struct {
+	io.ReadCloser
+	once sync.Once
+	f    func()
+}
+
+func (c *onClose) Close() error {
+	c.once.Do(c.f)
+	return c.ReadCloser.Close()
 }

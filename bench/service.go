@@ -110,7 +110,8 @@ type RunStatus struct {
 	StartedAt time.Time `json:"started_at"`
 	Progress  Progress  `json:"progress"`
 	Error     string    `json:"error,omitempty"`
-	// Result is where the stored result is served once finished.
+	// Result is where the stored result is served once finished; empty
+	// for a failed run that was not stored (see StartRequest.KeepFailed).
 	Result string `json:"result"`
 }
 
@@ -151,6 +152,10 @@ type StartRequest struct {
 	Concurrency     []int    `json:"concurrency,omitempty"`
 	ServingRequests int      `json:"serving_requests,omitempty"`
 	Phases          []string `json:"phases,omitempty"`
+	// KeepFailed stores the result even when nothing was measured; by
+	// default a failed run is only reported (status and error), so that
+	// list, chart and compare hold measurements only.
+	KeepFailed bool `json:"keep_failed,omitempty"`
 }
 
 // Start begins a run on the active profile and returns at once; the result
@@ -231,7 +236,7 @@ func (s *Service) Start(ctx context.Context, req StartRequest) (RunStatus, error
 	}
 	s.publish(fmt.Sprintf("bench %s: started on profile %s (%s)", id, p.Name, opts.Target.URL))
 	s.wg.Add(1)
-	go s.run(opts, st)
+	go s.run(opts, st, req.KeepFailed)
 	return started, nil
 }
 
@@ -241,15 +246,22 @@ type RequestError struct{ Err error }
 func (e *RequestError) Error() string { return e.Err.Error() }
 func (e *RequestError) Unwrap() error { return e.Err }
 
-func (s *Service) run(opts Options, st *RunStatus) {
+func (s *Service) run(opts Options, st *RunStatus, keepFailed bool) {
 	defer s.wg.Done()
 	r, err := Run(s.ctx, opts)
 	r.ID = st.ID
-	_, saveErr := s.o.Store.Save(r)
+	var saveErr error
+	saved := r.Status != StatusFailed || keepFailed
+	if saved {
+		_, saveErr = s.o.Store.Save(r)
+	}
 	s.mu.Lock()
 	st.Status = r.Status
 	st.ID = r.ID
-	st.Result = "/api/bench/" + r.ID
+	st.Result = ""
+	if saved && saveErr == nil {
+		st.Result = "/api/bench/" + r.ID
+	}
 	switch {
 	case saveErr != nil:
 		st.Error = saveErr.Error()
@@ -398,8 +410,14 @@ func (s *Service) handleList(c echo.Context) error {
 
 func (s *Service) handleGet(c echo.Context) error {
 	id := c.Param("id")
-	if cur := s.Current(); cur != nil && cur.ID == id && cur.Status == "running" {
-		return c.JSON(http.StatusAccepted, cur)
+	if cur := s.Current(); cur != nil && cur.ID == id {
+		switch {
+		case cur.Status == "running":
+			return c.JSON(http.StatusAccepted, cur)
+		case cur.Result == "":
+			return c.JSON(http.StatusNotFound, apiError{Error: "not stored",
+				Detail: "the run " + cur.Status + " and was not stored (keep_failed stores failed runs): " + cur.Error, Extra: cur})
+		}
 	}
 	r, err := s.o.Store.Load(id)
 	switch {

@@ -200,3 +200,49 @@ func TestServiceClose(t *testing.T) {
 		t.Fatalf("status %s, current %+v, errors %+v", r.Status, cur, r.Errors)
 	}
 }
+
+// TestServiceFailedRunNotStored: a daemon run that measures nothing is
+// reported (status, error) but stored only with keep_failed.
+func TestServiceFailedRunNotStored(t *testing.T) {
+	store := NewStore(t.TempDir(), slog.New(slog.DiscardHandler))
+	p := &units.Profile{Name: "coder", Backend: units.VLLM, Model: "m", Port: 1}
+	dead := "http://" + freeAddr(t)
+	svc := NewService(ServiceOptions{Store: store, Log: slog.New(slog.DiscardHandler),
+		Daemon: DaemonFuncs{SwitchingFunc: func() bool { return false },
+			AwaitActiveFunc: func(context.Context) (*units.Profile, error) { return p, nil }},
+		Target: func(*units.Profile) Target { return Target{URL: dead, Model: "m"} }})
+	e := echo.New()
+	svc.Register(e)
+	srv := httptest.NewServer(e)
+	t.Cleanup(func() { srv.Close(); svc.Close() })
+	f := &serviceFixture{svc: svc, url: srv.URL, store: store}
+	for i, c := range []struct {
+		body   string
+		stored int
+	}{{quickRun, 0}, {`{"repeats": 1, "keep_failed": true}`, 1}} {
+		code, body := f.do(t, "POST", "/api/bench", c.body)
+		var st RunStatus
+		if code != http.StatusAccepted || json.Unmarshal(body, &st) != nil {
+			t.Fatalf("POST = %d %s", code, body)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for svc.Current().Status == "running" {
+			if time.Now().After(deadline) {
+				t.Fatal("run did not end")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		cur := svc.Current()
+		all, _, _ := store.List()
+		if cur.Status != StatusFailed || !strings.Contains(cur.Error, "connection refused") || len(all) != c.stored {
+			t.Fatalf("run %d: current %+v, %d stored (want %d)", i, cur, len(all), c.stored)
+		}
+		code, body = f.do(t, "GET", "/api/bench/"+cur.ID, "")
+		switch {
+		case c.stored == 0 && (code != http.StatusNotFound || cur.Result != "" || !strings.Contains(string(body), "not stored")):
+			t.Errorf("unstored failed run: result %q, GET = %d %s", cur.Result, code, body)
+		case c.stored == 1 && (code != http.StatusOK || cur.Result == ""):
+			t.Errorf("kept failed run: result %q, GET = %d %s", cur.Result, code, body)
+		}
+	}
+}

@@ -231,3 +231,37 @@ func betaCF(a, b, x float64) float64 {
 	}
 	return h
 }
+
+// StudentTQuantile is the q-quantile (0 < q < 1) of Student's t
+// distribution with df degrees of freedom, found by bisection on
+// StudentTCDF; invalid arguments give NaN.
+func StudentTQuantile(q, df float64) float64 {
+	if math.IsNaN(q) || math.IsNaN(df) || q <= 0 || q >= 1 || df <= 0 {
+		return math.NaN()
+	}
+	if q == 0.5 {
+		return 0
+	}
+	if q < 0.5 {
+		return -StudentTQuantile(1-q, df)
+	}
+	lo, hi := 0.0, 1.0
+	for StudentTCDF(hi, df) < q {
+		lo, hi = hi, hi*2
+		if hi > 1e12 {
+			return math.Inf(1)
+		}
+	}
+	for range 200 {
+		mid := (lo + hi) / 2
+		if StudentTCDF(mid, df) < q {
+			lo = mid
+		} else {
+			hi = mid
+		}
+		if hi-lo <= 1e-12*hi {
+			break
+		}
+	}
+	return (lo + hi) / 2
+}

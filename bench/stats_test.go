@@ -121,3 +121,16 @@ func TestPercentileAndDist(t *testing.T) {
 		t.Errorf("NewStat must drop NaN/Inf: %+v", s)
 	}
 }
+
+func TestStudentTQuantile(t *testing.T) {
+	for _, c := range []struct{ q, df, want float64 }{
+		{0.975, 1, 12.7062}, {0.975, 10, 2.2281}, {0.995, 4, 4.6041}, {0.975, math.Inf(1), 1.95996}, {0.025, 10, -2.2281}, {0.5, 3, 0},
+	} {
+		if got := StudentTQuantile(c.q, c.df); math.Abs(got-c.want) > 1e-3 {
+			t.Errorf("StudentTQuantile(%v, %v) = %v, want %v", c.q, c.df, got, c.want)
+		}
+	}
+	if !math.IsNaN(StudentTQuantile(1, 3)) || !math.IsNaN(StudentTQuantile(0.9, 0)) {
+		t.Error("invalid arguments do not give NaN")
+	}
+}

@@ -141,7 +141,9 @@ func FuzzParseResult(f *testing.F) {
 				t.Fatalf("accepted id %q", r.ID)
 			}
 			_ = r.Metrics()
-			_ = Compare(r, r, 0)
+			if c, err := Compare(r, r, CompareOptions{}); err == nil {
+				_ = c.WriteText(&bytes.Buffer{})
+			}
 			_ = ChartSVG([]Result{*r})
 			_ = WriteReport(&bytes.Buffer{}, r)
 		}
