@@ -867,9 +867,9 @@ func decodeRate(s *sample, want, minTokens int, native bool, err error) (tps, se
 	}
 	switch {
 	case native && s.completion > want:
-		return 0, 0, fmt.Errorf("Ollama produced %d tokens for num_predict %d", s.completion, want)
+		return 0, 0, fmt.Errorf("ollama produced %d tokens for num_predict %d", s.completion, want)
 	case native && s.completion < minTokens:
-		return 0, 0, fmt.Errorf("Ollama produced %d of %d tokens (done reason %q): num_predict is only a cap and the model stopped early, "+
+		return 0, 0, fmt.Errorf("ollama produced %d of %d tokens (done reason %q): num_predict is only a cap and the model stopped early, "+
 			"under the %d-token minimum for a rate (--decode-min-tokens)", s.completion, want, s.finish, minTokens)
 	case !native && s.completion != want:
 		return 0, 0, fmt.Errorf("the server produced %d of %d tokens (finish reason %q): it ignored ignore_eos/min_tokens, so no decode rate is recorded",
