@@ -475,7 +475,7 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts SwitchOpti
 			return "", nil, &DoctorError{Profile: profile, Checks: failing}
 		}
 	}
-	if !s.switchMu.TryLock() {
+	if !s.lockSwitch(ctx) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		be := &BusyError{Target: s.state.Target, Step: s.state.Step}
@@ -521,6 +521,31 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts SwitchOpti
 		done <- err
 	}()
 	return r.id, done, nil
+}
+
+// finishingWait bounds how long Switch waits for a switch that has reached
+// its end state but not yet released the lock (it records its summary and
+// reconciles once more): long enough for that, far shorter than any switch.
+const finishingWait = 5 * time.Second
+
+// lockSwitch takes the switch lock. When another switch holds it but its
+// state already shows the end (the switch is recording its summary), it
+// waits for the lock instead of refusing: a client that saw the previous
+// switch finish must not get 409 for a switch that no longer runs.
+func (s *Supervisor) lockSwitch(ctx context.Context) bool {
+	deadline := time.Now().Add(finishingWait)
+	for {
+		if s.switchMu.TryLock() {
+			return true
+		}
+		s.mu.Lock()
+		running := s.state.Phase == PhaseSwitching
+		s.mu.Unlock()
+		if running || time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // failingChecks runs the pure profile checks against the GPU's size.
