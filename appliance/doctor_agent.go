@@ -23,8 +23,11 @@ import (
 const (
 	// doctorProbeTool is the one tool the endpoint.tool_calls probe offers.
 	doctorProbeTool = "gpuhost_doctor_probe"
-	// doctorProbeTimeout bounds each probe request.
-	doctorProbeTimeout = 20 * time.Second
+	// doctorProbeTimeout bounds each probe request, doctorAgentBudget all
+	// of them together (three small requests; a healthy backend answers in
+	// well under a second each).
+	doctorProbeTimeout = 10 * time.Second
+	doctorAgentBudget  = 20 * time.Second
 	// doctorProbeMaxBody bounds what a probe reads of an answer.
 	doctorProbeMaxBody = 1 << 20
 )
@@ -32,6 +35,8 @@ const (
 // agentChecks runs endpoint.tool_calls and endpoint.context against the
 // active, healthy backend of profile p.
 func (d *Doctor) agentChecks(ctx context.Context, act backendState, p *units.Profile) []DoctorCheck {
+	ctx, cancel := context.WithTimeout(ctx, doctorAgentBudget)
+	defer cancel()
 	client := newBackendClient()
 	base := "http://127.0.0.1:" + fmt.Sprint(p.Port)
 	return []DoctorCheck{
