@@ -96,17 +96,18 @@ func toolCallsCheck(ctx context.Context, client *http.Client, base string, act b
 		c.Fix = "set vllm.enable_auto_tool_choice: true and the model's vllm.tool_call_parser (qwen3_xml for Qwen3-Coder, hermes for Qwen2.5/Qwen3), then `gpuhost switch " + p.Name + "`"
 		return c
 	}
-	var parts []string
-	worst := units.SeverityOK
-	for _, stream := range []bool{false, true} {
-		sev, observed := probeToolCall(ctx, client, base, p.ServedModelName(), stream)
-		parts = append(parts, map[bool]string{false: "whole: ", true: "streamed: "}[stream]+observed)
-		if rank(sev) > rank(worst) {
-			worst = sev
-		}
+	sevW, whole := probeToolCall(ctx, client, base, p.ServedModelName(), false)
+	sevS, streamed := probeToolCall(ctx, client, base, p.ServedModelName(), true)
+	worst := sevW
+	if rank(sevS) > rank(worst) {
+		worst = sevS
 	}
 	c.Severity = worst
-	c.Message = ts.String() + ": " + strings.Join(parts, "; ")
+	if whole == streamed {
+		c.Message = ts.String() + ": whole and streamed: " + whole
+	} else {
+		c.Message = ts.String() + ": whole: " + whole + "; streamed: " + streamed
+	}
 	switch worst {
 	case units.SeverityFail:
 		if p.Backend == units.VLLM {
@@ -115,7 +116,7 @@ func toolCallsCheck(ctx context.Context, client *http.Client, base string, act b
 			c.Fix = "use an Ollama model whose template supports tools (`ollama show " + p.Model + "` lists the capability \"tools\")"
 		}
 	case units.SeverityWarn:
-		c.Fix = "use a model with tool calling for agents"
+		c.Fix = "for agents use an Ollama model whose template supports tools (`ollama show " + p.Model + "` lists \"tools\" under Capabilities)"
 	}
 	return c
 }
@@ -165,8 +166,8 @@ func probeToolCall(ctx context.Context, client *http.Client, base, model string,
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
-		text := excerpt(string(msg), 200)
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		text := excerpt(errorMessage(msg), 200)
 		if strings.Contains(text, "does not support tools") {
 			return units.SeverityWarn, "the model has no tool calling: " + text
 		}
@@ -207,6 +208,31 @@ func judgeToolReply(r toolReply) (units.Severity, string) {
 		return units.SeverityFail, fmt.Sprintf("the tool call came back as JSON text in content, not as tool_calls: %q", excerpt(content, 120))
 	}
 	return units.SeverityFail, fmt.Sprintf("answered in text without calling the tool: %q", excerpt(content, 120))
+}
+
+// errorMessage is the message of an error body: OpenAI's and Ollama's
+// {"error": {"message": …}}, Ollama's {"error": "…"}, vLLM's
+// {"object": "error", "message": …}; else the body itself.
+func errorMessage(body []byte) string {
+	var e struct {
+		Error   json.RawMessage `json:"error"`
+		Message string          `json:"message"`
+	}
+	if json.Unmarshal(body, &e) == nil {
+		var inner struct {
+			Message string `json:"message"`
+		}
+		var s string
+		switch {
+		case json.Unmarshal(e.Error, &inner) == nil && inner.Message != "":
+			return inner.Message
+		case json.Unmarshal(e.Error, &s) == nil && s != "":
+			return s
+		case e.Message != "":
+			return e.Message
+		}
+	}
+	return string(body)
 }
 
 func excerpt(s string, n int) string {

@@ -36,6 +36,19 @@ func TestJudgeToolReply(t *testing.T) {
 	}
 }
 
+func TestErrorMessage(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"error":{"message":"tiny:latest does not support tools","type":"api_error"}}`: "tiny:latest does not support tools",
+		`{"error":"model not found"}`: "model not found",
+		`{"object":"error","message":"\"auto\" tool choice requires --enable-auto-tool-choice","code":400}`: `"auto" tool choice requires --enable-auto-tool-choice`,
+		`Internal Server Error`: "Internal Server Error",
+	} {
+		if got := errorMessage([]byte(body)); got != want {
+			t.Errorf("%s: %q, want %q", body, got, want)
+		}
+	}
+}
+
 // agentCheck runs the doctor and returns one check of the active profile.
 func agentCheck(t *testing.T, f *procFixture, id, profile string) DoctorCheck {
 	t.Helper()
@@ -61,7 +74,7 @@ func TestDoctorAgentChecks(t *testing.T) {
 		}
 		c := agentCheck(t, f, "endpoint.tool_calls", tt.profile)
 		if c.Severity != units.SeverityOK || !strings.Contains(c.Message, tt.parser) ||
-			strings.Count(c.Message, "structured tool_calls "+doctorProbeTool+"({\"status\":") != 2 {
+			!strings.Contains(c.Message, "whole and streamed: structured tool_calls "+doctorProbeTool+"({\"status\":") {
 			t.Errorf("%s: endpoint.tool_calls %+v", tt.profile, c)
 		}
 		if c := agentCheck(t, f, "endpoint.context", tt.profile); c.Severity != units.SeverityOK || !strings.Contains(c.Message, tt.ctx) {
@@ -115,8 +128,8 @@ func TestDoctorToolCallFaults(t *testing.T) {
 		want           units.Severity
 		msg            string
 	}{
-		{"content", "coder", units.SeverityFail, "whole: the tool call came back as JSON text in content"},
-		{"xml", "coder", units.SeverityFail, "streamed: the tool call came back as XML text in content"},
+		{"content", "coder", units.SeverityFail, "whole and streamed: the tool call came back as JSON text in content"},
+		{"xml", "coder", units.SeverityFail, "whole and streamed: the tool call came back as XML text in content"},
 		{"bad-arguments", "coder", units.SeverityFail, "tool_calls arguments are not a JSON object"},
 		{"", "coder-notools", units.SeverityWarn, "has no tool calling (no --enable-auto-tool-choice in the argv)"},
 	} {
