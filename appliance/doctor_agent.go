@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"gpuhost/units"
@@ -43,6 +44,27 @@ func (d *Doctor) agentChecks(ctx context.Context, act backendState, p *units.Pro
 		toolCallsCheck(ctx, client, base, act, p),
 		contextCheck(ctx, client, base, p),
 	}
+}
+
+// toolProbeCache holds the last endpoint.tool_calls verdict of one
+// backend process: how a running server answers tool calls does not change
+// until it restarts, so the background doctor (every minute) probes once
+// per backend start instead of sending the GPU two requests a minute that
+// would also disturb a running benchmark. Only verdicts from answers are
+// kept; a request that failed (timeout, refused) is asked again next run.
+var toolProbeCache struct {
+	sync.Mutex
+	key   string
+	check DoctorCheck
+}
+
+// toolProbeKey names the backend process and what it serves; "" when the
+// process is not known (no cache).
+func toolProbeKey(act backendState, p *units.Profile, ts toolSetting) string {
+	if act.status.MainPID <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s|%d|%s|%s|%s|%s|%v|%s", act.unit, act.status.MainPID, p.Name, p.ServedModelName(), p.Model, ts.source, ts.auto, ts.parser)
 }
 
 // toolSetting is how the running backend is set up for tool calls.
@@ -84,9 +106,9 @@ func orDash(s string) string {
 // toolCallsCheck sends one small chat request with one tool and
 // tool_choice auto, once whole and once streamed, and passes only when both
 // come back as a structured tool_calls entry with JSON object arguments.
-func toolCallsCheck(ctx context.Context, client *http.Client, base string, act backendState, p *units.Profile) DoctorCheck {
+func toolCallsCheck(ctx context.Context, client *http.Client, base string, act backendState, p *units.Profile) (c DoctorCheck) {
 	ts := liveToolSetting(act, p)
-	c := DoctorCheck{ID: "endpoint.tool_calls", Profile: p.Name, Value: ts.parser}
+	c = DoctorCheck{ID: "endpoint.tool_calls", Profile: p.Name, Value: ts.parser}
 	if ts.source == "ollama" {
 		c.Value = "ollama"
 	}
@@ -96,8 +118,24 @@ func toolCallsCheck(ctx context.Context, client *http.Client, base string, act b
 		c.Fix = "set vllm.enable_auto_tool_choice: true and the model's vllm.tool_call_parser (qwen3_xml for Qwen3-Coder, hermes for Qwen2.5/Qwen3), then `gpuhost switch " + p.Name + "`"
 		return c
 	}
-	sevW, whole := probeToolCall(ctx, client, base, p.ServedModelName(), false)
-	sevS, streamed := probeToolCall(ctx, client, base, p.ServedModelName(), true)
+	key := toolProbeKey(act, p, ts)
+	if key != "" {
+		toolProbeCache.Lock()
+		cached, hit := toolProbeCache.check, toolProbeCache.key == key
+		toolProbeCache.Unlock()
+		if hit {
+			return cached
+		}
+	}
+	sevW, whole, answeredW := probeToolCall(ctx, client, base, p.ServedModelName(), false)
+	sevS, streamed, answeredS := probeToolCall(ctx, client, base, p.ServedModelName(), true)
+	if key != "" && answeredW && answeredS {
+		defer func() {
+			toolProbeCache.Lock()
+			toolProbeCache.key, toolProbeCache.check = key, c
+			toolProbeCache.Unlock()
+		}()
+	}
 	worst := sevW
 	if rank(sevS) > rank(worst) {
 		worst = sevS
@@ -138,8 +176,9 @@ type toolReply struct {
 	args    []string
 }
 
-// probeToolCall sends the probe and says what came back.
-func probeToolCall(ctx context.Context, client *http.Client, base, model string, stream bool) (units.Severity, string) {
+// probeToolCall sends the probe and says what came back; answered is
+// false when no answer came (the verdict is not worth keeping).
+func probeToolCall(ctx context.Context, client *http.Client, base, model string, stream bool) (sev units.Severity, observed string, answered bool) {
 	ctx, cancel := context.WithTimeout(ctx, doctorProbeTimeout)
 	defer cancel()
 	body := map[string]any{
@@ -153,25 +192,25 @@ func probeToolCall(ctx context.Context, client *http.Client, base, model string,
 	}
 	b, err := json.Marshal(body)
 	if err != nil {
-		return units.SeverityFail, "cannot encode the probe: " + err.Error()
+		return units.SeverityFail, "cannot encode the probe: " + err.Error(), false
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(b))
 	if err != nil {
-		return units.SeverityFail, "cannot build the probe: " + err.Error()
+		return units.SeverityFail, "cannot build the probe: " + err.Error(), false
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
-		return units.SeverityFail, "request failed: " + err.Error()
+		return units.SeverityFail, "request failed: " + err.Error(), false
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		text := excerpt(errorMessage(msg), 200)
 		if strings.Contains(text, "does not support tools") {
-			return units.SeverityWarn, "the model has no tool calling: " + text
+			return units.SeverityWarn, "the model has no tool calling: " + text, true
 		}
-		return units.SeverityFail, fmt.Sprintf("status %d: %s", resp.StatusCode, text)
+		return units.SeverityFail, fmt.Sprintf("status %d: %s", resp.StatusCode, text), resp.StatusCode < 500
 	}
 	var r toolReply
 	if stream {
@@ -180,9 +219,10 @@ func probeToolCall(ctx context.Context, client *http.Client, base, model string,
 		r, err = readWholeReply(resp.Body)
 	}
 	if err != nil {
-		return units.SeverityFail, "cannot read the answer: " + err.Error()
+		return units.SeverityFail, "cannot read the answer: " + err.Error(), false
 	}
-	return judgeToolReply(r)
+	sev, observed = judgeToolReply(r)
+	return sev, observed, true
 }
 
 // judgeToolReply passes one structured call of the probe tool with a JSON

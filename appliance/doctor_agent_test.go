@@ -3,6 +3,8 @@ package appliance
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -79,6 +81,15 @@ func TestDoctorAgentChecks(t *testing.T) {
 		}
 		if c := agentCheck(t, f, "endpoint.context", tt.profile); c.Severity != units.SeverityOK || !strings.Contains(c.Message, tt.ctx) {
 			t.Errorf("%s: endpoint.context %+v", tt.profile, c)
+		}
+		if tt.profile == "coder" {
+			// The verdict is kept per backend process: later runs (the
+			// background doctor, every minute) send no further probe.
+			before := simRequests(t, f.cfg.Profiles["coder"].Port)
+			c2 := agentCheck(t, f, "endpoint.tool_calls", "coder")
+			if after := simRequests(t, f.cfg.Profiles["coder"].Port); after != before || c2 != c {
+				t.Errorf("a second doctor run sent %v probe requests (check %+v)", after-before, c2)
+			}
 		}
 	}
 
@@ -161,4 +172,27 @@ func TestDoctorToolCallFaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// simRequests is the simulated vLLM's count of finished requests.
+func simRequests(t *testing.T, port int) float64 {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var n float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "vllm:request_success_total") {
+			var v float64
+			fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &v)
+			n += v
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no vllm:request_success_total in %s", body)
+	}
+	return n
 }
