@@ -349,7 +349,9 @@ Simulator flags: --port, --host, --model (repeatable for ollama), --served-name,
 --scripted-tools (call offered tools as the question names them, retry a
 failed call once, answer from the results, labelled "[simulated model]"),
 --stop-delay (keep serving that long after SIGTERM, a slow stop),
---schema-fault prose|invalid|prose-once (structured output misbehaves) and
+--schema-fault prose|invalid|prose-once (structured output misbehaves),
+--tool-call-fault content|xml|bad-arguments (tool calls come back as text in
+content, or with arguments that are not JSON) and
 --transcription-fault error (/v1/audio/transcriptions answers 500), for tests.
 For vllm every vLLM serve flag is accepted too (--gpu-memory-utilization,
 --max-num-seqs, --served-model-name, …), so a profile's argv runs unchanged.
@@ -377,7 +379,7 @@ For ollama the address also comes from OLLAMA_HOST.`,
 // out before the rest is read as `vllm serve` words.
 var simFlags = map[string]bool{"--sim-dir": true, "--load-time": true, "--prefill-tps": true,
 	"--decode-tps": true, "--vram-mib": true, "--served-name": true, "--model": true,
-	"--schema-fault": true, "--transcription-fault": true, "--stop-delay": true}
+	"--schema-fault": true, "--tool-call-fault": true, "--transcription-fault": true, "--stop-delay": true}
 
 // simBoolFlags are the simulator's own flags without a value.
 var simBoolFlags = map[string]bool{"--scripted-tools": true}
@@ -439,6 +441,7 @@ func simulateOptions(flavor string, args []string) (simulator.Options, error) {
 	fs.StringVar(&opts.SimDir, "sim-dir", "", "")
 	fs.StringVar(&opts.SchemaFault, "schema-fault", "", "")
 	fs.StringVar(&opts.TranscriptionFault, "transcription-fault", "", "")
+	fs.StringVar(&opts.ToolCallFault, "tool-call-fault", "", "")
 	fs.BoolVar(&opts.ScriptedTools, "scripted-tools", false, "")
 	if err := fs.Parse(args); err != nil {
 		return opts, fmt.Errorf("simulate %s: %w", flavor, err)

@@ -15,6 +15,7 @@ func TestSimulateFaultFlags(t *testing.T) {
 		{"vllm", "--schema-fault invalid serve M", "invalid", "", ""},
 		{"ollama", "serve --schema-fault=prose", "prose", "", ""},
 		{"vllm", "serve M", "", "", ""},
+		{"vllm", "serve M --tool-call-fault content --enable-auto-tool-choice", "", "", ""},
 	}
 	for _, tt := range tests {
 		o, err := simulateOptions(tt.flavor, strings.Fields(tt.argv))
@@ -23,6 +24,9 @@ func TestSimulateFaultFlags(t *testing.T) {
 		}
 		if o.SchemaFault != tt.schema || o.TranscriptionFault != tt.transcr {
 			t.Errorf("%s %s: faults %q/%q, want %q/%q", tt.flavor, tt.argv, o.SchemaFault, o.TranscriptionFault, tt.schema, tt.transcr)
+		}
+		if want := strings.Contains(tt.argv, "--tool-call-fault content"); want != (o.ToolCallFault == "content") || (want && !o.EnableAutoToolChoice) {
+			t.Errorf("%s: tool call fault %q, auto tool choice %v", tt.argv, o.ToolCallFault, o.EnableAutoToolChoice)
 		}
 		if tt.flavor == "vllm" && o.Model != strings.Fields(strings.SplitN(tt.argv, "serve ", 2)[1])[0] {
 			t.Errorf("%s: model %q swallowed by a fault flag", tt.argv, o.Model)

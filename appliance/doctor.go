@@ -113,7 +113,7 @@ func (d *Doctor) Run(ctx context.Context) DoctorReport {
 			if haveGPU {
 				checks = append(checks, foreignProcessCheck(dev, bs))
 			}
-			checks = append(checks, d.endpointCheck(ctx, bs))
+			checks = append(checks, d.endpointChecks(ctx, bs)...)
 		}
 	}
 	if d.Telegram != nil && d.Profile == "" {
@@ -261,7 +261,17 @@ func foreignProcessCheck(dev nvml.Device, bs []backendState) DoctorCheck {
 	return c
 }
 
-func (d *Doctor) endpointCheck(ctx context.Context, bs []backendState) DoctorCheck {
+// endpointChecks is endpoint.health and, when the active backend serves,
+// the checks of what an agent needs (doctor_agent.go).
+func (d *Doctor) endpointChecks(ctx context.Context, bs []backendState) []DoctorCheck {
+	c, act, p := d.endpointCheck(ctx, bs)
+	if c.Severity != units.SeverityOK || act == nil || p == nil {
+		return []DoctorCheck{c}
+	}
+	return append([]DoctorCheck{c}, d.agentChecks(ctx, *act, p)...)
+}
+
+func (d *Doctor) endpointCheck(ctx context.Context, bs []backendState) (DoctorCheck, *backendState, *units.Profile) {
 	c := DoctorCheck{ID: "endpoint.health"}
 	var act *backendState
 	for i := range bs {
@@ -271,13 +281,13 @@ func (d *Doctor) endpointCheck(ctx context.Context, bs []backendState) DoctorChe
 	}
 	if act == nil {
 		c.Severity, c.Message = units.SeverityOK, "no backend active; nothing to check"
-		return c
+		return c, nil, nil
 	}
 	p, ok := d.Cfg.Profiles[act.profile]
 	if !ok {
 		c.Severity = units.SeverityWarn
 		c.Message = fmt.Sprintf("%s is active with unknown profile %q", act.unit, act.profile)
-		return c
+		return c, nil, nil
 	}
 	c.Profile = p.Name
 	sup := &Supervisor{cfg: d.Cfg, gpu: d.GPU, units: d.Units, client: newBackendClient()}
@@ -291,7 +301,7 @@ func (d *Doctor) endpointCheck(ctx context.Context, bs []backendState) DoctorChe
 	} else {
 		c.Severity, c.Message = units.SeverityOK, msg
 	}
-	return c
+	return c, act, p
 }
 
 // cmdlineWithRetry reads a process's command line, retrying briefly: right

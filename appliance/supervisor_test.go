@@ -25,9 +25,18 @@ type procFixture struct {
 
 func newProcFixture(t *testing.T, vllmLoad string) *procFixture {
 	t.Helper()
+	return newProcFixtureYAML(t, func(bin, state string) string {
+		return testConfigYAML(bin, state, "process", "", freePort(t), freePort(t), vllmLoad)
+	})
+}
+
+// newProcFixtureYAML is newProcFixture with the config text made by yaml
+// from the gpuhost binary and the state directory.
+func newProcFixtureYAML(t *testing.T, yaml func(bin, state string) string) *procFixture {
+	t.Helper()
 	bin := gpuhostBinary(t)
 	state := t.TempDir()
-	cfg, err := ParseConfig("test", []byte(testConfigYAML(bin, state, "process", "", freePort(t), freePort(t), vllmLoad)))
+	cfg, err := ParseConfig("test", []byte(yaml(bin, state)))
 	if err != nil {
 		t.Fatal(err)
 	}

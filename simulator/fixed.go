@@ -40,7 +40,7 @@ func validateFaults(o Options) error {
 	default:
 		return fmt.Errorf("simulator options: transcription fault %q: want %q or none", o.TranscriptionFault, TranscriptionFaultError)
 	}
-	return nil
+	return validateToolCallFault(o.ToolCallFault)
 }
 
 // proseReply is the answer of a model that ignored response_format; it says

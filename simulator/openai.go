@@ -147,15 +147,27 @@ func (s *server) prepareChat(body []byte) (*openAIJob, *apiError) {
 	}
 	j.job = genJob{tag: tag, keepAlive: s.opts.KeepAlive, promptTokens: promptTokens}
 	scripted, isScripted := scriptedReply{}, false
+	// vLLM offers the tools under "auto"; Ollama's /v1 whenever sent.
+	offer := tc.Mode == "auto" || (s.opts.Flavor == FlavorOllama && !isNoneChoice(req.ToolChoice))
 	if s.opts.ScriptedTools && tc.Mode != "required" && tc.Mode != "named" {
-		// vLLM offers the tools under "auto"; Ollama's /v1 whenever sent.
-		offer := tc.Mode == "auto" || (s.opts.Flavor == FlavorOllama && !isNoneChoice(req.ToolChoice))
 		scripted, isScripted = scriptedTurn(req, offer)
 	}
+	var calls []forcedToolCall
 	if call := planToolCall(tc, req.Tools); call != nil {
-		j.planToolCalls([]forcedToolCall{*call}, limit)
+		calls = []forcedToolCall{*call}
 	} else if isScripted && len(scripted.calls) > 0 {
-		j.planToolCalls(scripted.calls, limit)
+		calls = scripted.calls
+	} else if !isScripted && offer {
+		if call := namedToolCall(req); call != nil {
+			calls = []forcedToolCall{*call}
+		}
+	}
+	if len(calls) > 0 {
+		if calls, text, asText := s.toolCallFault(calls); asText {
+			j.planText(text, limit)
+		} else {
+			j.planToolCalls(calls, limit)
+		}
 	} else if isScripted {
 		j.planText(scripted.text, limit)
 	} else if text, ok, e := s.fixedReply(req, msgs); e != nil {

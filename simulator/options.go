@@ -116,6 +116,12 @@ type Options struct {
 	// "invalid" answers JSON that violates the schema, "prose-once" answers
 	// the first structured request of the run with prose (see fixed.go).
 	SchemaFault string
+	// ToolCallFault makes tool calls misbehave for tests
+	// (`--tool-call-fault`, toolfault.go): "" answers structured
+	// tool_calls, "content" answers them as JSON text in content, "xml" as
+	// Qwen3-Coder XML text, "bad-arguments" with arguments that are not
+	// valid JSON.
+	ToolCallFault string
 	// TranscriptionFault "error" makes /v1/audio/transcriptions answer 500
 	// (`--transcription-fault`); "" transcribes.
 	TranscriptionFault string
