@@ -197,7 +197,7 @@ func TestDemo(t *testing.T) {
 	}()
 	text := strings.Join(banner, "\n")
 	url := "http://" + addr
-	if !strings.Contains(text, url+"/api/status") || !strings.Contains(text, "gpuhost switch llama3-8b --url "+url) {
+	if !strings.Contains(text, url+"/api/status") || !strings.Contains(text, "export GPUHOST_URL="+url+"\n") || !strings.Contains(text, "gpuhost switch llama3-8b") {
 		t.Fatalf("banner lacks URLs or example commands:\n%s", text)
 	}
 	// The demo restores its default profile.
@@ -216,6 +216,7 @@ func TestDemo(t *testing.T) {
 	// The triage worker works through the sample mailbox on the simulated
 	// model: rules, unsubscribe links and the voice memo's transcript.
 	demoTriage(t, url)
+	demoCLIWithoutConfig(t, url)
 	consoleMu.Lock()
 	printed := console.String()
 	consoleMu.Unlock()
