@@ -18,7 +18,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"gpuhost/appliance"
-	"gpuhost/appliance/proxy"
 	"gpuhost/bench"
 	"gpuhost/nvml"
 	"gpuhost/simulator"
@@ -106,6 +105,7 @@ Try, in another terminal (every command finds the demo through GPUHOST_URL):
   gpuhost switch llama3-8b      # watch VRAM being released and re-allocated
   gpuhost ask "what is the GPU status?"   # the agent loop (simulated model)
   gpuhost mcp tools             # the MCP tools this daemon serves at /mcp
+  gpuhost opencode-config --write   # add this box to ~/.config/opencode/opencode.json
   curl -s %s/api/status | python3 -m json.tool
 
 Stop with Ctrl-C.
@@ -467,47 +467,6 @@ func simulateOptions(flavor string, args []string) (simulator.Options, error) {
 		opts.MaxModelLen = n
 	}
 	return opts, nil
-}
-
-func newOpencodeConfigCmd() *cobra.Command {
-	var url string
-	cmd := &cobra.Command{
-		Use:   "opencode-config",
-		Short: "Print an opencode.json provider block for the managed /v1 endpoint",
-		Long: `Prints a ready opencode.json whose provider "gpuhost" points at this box's /v1
-endpoint, with every profile's served name, context and output limits and tool calls.
-Beyond loopback the API key is referenced as {env:VAR}, never written into the file.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			if url == "" {
-				host, port, _ := net.SplitHostPort(cfg.Listen)
-				if host == "" || host == "0.0.0.0" || host == "::" {
-					if h, err := os.Hostname(); err == nil {
-						host = h
-					} else {
-						host = "127.0.0.1"
-					}
-				}
-				url = "http://" + net.JoinHostPort(host, port)
-			}
-			env := ""
-			if !cfg.IsLoopback() {
-				env = cfg.APITokenEnv
-			}
-			out, err := proxy.OpencodeConfig(url, cfg.Profiles, env)
-			if err != nil {
-				return err
-			}
-			_, err = cmd.OutOrStdout().Write(append(out, '\n'))
-			return err
-		},
-	}
-	cmd.Flags().StringVar(&url, "url", "", "base URL clients use to reach this box (default: from the config's listen)")
-	return cmd
 }
 
 // benchEnv gives `gpuhost bench` the config-derived facts: where results

@@ -114,7 +114,8 @@ func gpuhostEnv(t *testing.T, env []string, args ...string) (stdout, stderr stri
 
 // demoCLIWithoutConfig: after `gpuhost demo`, with GPUHOST_URL exported as
 // its banner says and no config file, the commands that talk to a box find
-// the daemon.
+// the daemon; opencode-config lists only the models opencode can use and
+// merges into an existing opencode.json without losing anything.
 func demoCLIWithoutConfig(t *testing.T, url string) {
 	t.Helper()
 	home := t.TempDir()
@@ -142,8 +143,87 @@ func demoCLIWithoutConfig(t *testing.T, url string) {
 		t.Errorf("mcp tools --json: exit %d\n%s%s", code, out, errOut)
 	}
 
-	// A daemon that is not there: the error names where the URL came from.
+	// opencode-config: only qwen3-coder is usable; the others are named
+	// on stderr with the profile fix.
+	out, errOut, code = gpuhostEnv(t, env, "opencode-config")
+	var doc struct {
+		Provider map[string]struct {
+			Options struct {
+				BaseURL string  `json:"baseURL"`
+				APIKey  *string `json:"apiKey"`
+			} `json:"options"`
+			Models map[string]struct {
+				Limit    struct{ Context, Output int } `json:"limit"`
+				ToolCall bool                          `json:"tool_call"`
+			} `json:"models"`
+		} `json:"provider"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &doc) != nil {
+		t.Fatalf("opencode-config: exit %d\n%s%s", code, out, errOut)
+	}
+	p := doc.Provider["gpuhost"]
+	if p.Options.BaseURL != url+"/v1" || p.Options.APIKey != nil || len(p.Models) != 1 {
+		t.Errorf("opencode-config provider: %+v", p)
+	}
+	if m := p.Models["qwen3-coder"]; m.Limit.Context != 65536 || m.Limit.Output != 16384 || !m.ToolCall {
+		t.Errorf("qwen3-coder = %+v", m)
+	}
+	for _, w := range []string{"gemma3-27b (profile gemma3-27b) left out: no tool calling", "vllm.enable_auto_tool_choice: true",
+		"llama3.1:8b (profile llama3-8b) left out: context 8192 tokens is below 16384", "ollama.num_ctx to at least 16384"} {
+		if !strings.Contains(errOut, w) {
+			t.Errorf("opencode-config stderr lacks %q:\n%s", w, errOut)
+		}
+	}
+	out, _, code = gpuhostEnv(t, env, "opencode-config", "--min-context", "8192")
+	if code != 0 || !strings.Contains(out, `"llama3.1:8b": {`) || strings.Contains(out, `"gemma3-27b": {`) {
+		t.Errorf("--min-context 8192: exit %d\n%s", code, out)
+	}
+
+	// --write merges into an existing file: other keys kept, backup made.
+	path := filepath.Join(home, "oc", "opencode.json")
+	orig := `{"theme":"tokyonight","provider":{"anthropic":{"options":{"apiKey":"{env:ANTHROPIC_API_KEY}"}}}}`
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(orig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = gpuhostEnv(t, env, "opencode-config", "--write", path)
+	merged, _ := os.ReadFile(path)
+	bak, _ := os.ReadFile(path + ".bak")
+	var m map[string]any
+	if code != 0 || json.Unmarshal(merged, &m) != nil || m["theme"] != "tokyonight" || string(bak) != orig {
+		t.Fatalf("--write PATH: exit %d\n%s%s\nfile:\n%s\nbak:\n%s", code, out, errOut, merged, bak)
+	}
+	provs := m["provider"].(map[string]any)
+	if provs["anthropic"] == nil || provs["gpuhost"] == nil {
+		t.Errorf("--write: providers %v", provs)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("--write changed the file mode: %v %v", fi.Mode(), err)
+	}
+	// No daemon: nothing is written, the file keeps every byte.
 	bad := []string{envDaemonURL + "=http://127.0.0.1:1", "HOME=" + home, "XDG_CONFIG_HOME="}
+	_, errOut, code = gpuhostEnv(t, bad, "opencode-config", "--write", path)
+	after, _ := os.ReadFile(path)
+	if code == 0 || !bytes.Equal(after, merged) || !strings.Contains(errOut, "from $GPUHOST_URL") {
+		t.Errorf("--write without a daemon: exit %d, file changed %v\n%s", code, !bytes.Equal(after, merged), errOut)
+	}
+	// A file with comments is not merged and not touched.
+	commented := "{\n  // mine\n  \"theme\": \"x\"\n}\n"
+	os.WriteFile(path, []byte(commented), 0o600)
+	_, errOut, code = gpuhostEnv(t, env, "opencode-config", "--write", path)
+	after, _ = os.ReadFile(path)
+	if code == 0 || string(after) != commented || !strings.Contains(errOut, "not a plain JSON object") {
+		t.Errorf("--write over a commented file: exit %d\n%s\nfile:\n%s", code, errOut, after)
+	}
+	// --write without PATH: opencode's global config under $HOME.
+	out, errOut, code = gpuhostEnv(t, env, "opencode-config", "--write")
+	def := filepath.Join(home, ".config", "opencode", "opencode.json")
+	if b, err := os.ReadFile(def); code != 0 || err != nil || !strings.Contains(string(b), `"qwen3-coder"`) {
+		t.Errorf("--write to the default path: exit %d %v\n%s%s", code, err, out, errOut)
+	}
+	// A daemon that is not there: the error names where the URL came from.
 	_, errOut, code = gpuhostEnv(t, bad, "status")
 	if code != 2 || !strings.Contains(errOut, "reach gpuhost at http://127.0.0.1:1 (from $GPUHOST_URL)") {
 		t.Errorf("status without a daemon: exit %d %s", code, errOut)

@@ -349,35 +349,6 @@ profiles:
 	}
 }
 
-func TestOpencodeConfig(t *testing.T) {
-	out, code := gpuhost(t, "opencode-config", "--config", "appliance/gpuhost.example.yaml", "--url", "http://box:8080")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, out)
-	}
-	var doc struct {
-		Provider map[string]struct {
-			NPM     string `json:"npm"`
-			Options struct {
-				BaseURL string `json:"baseURL"`
-			} `json:"options"`
-			Models map[string]struct {
-				Limit    struct{ Context, Output int } `json:"limit"`
-				ToolCall bool                          `json:"tool_call"`
-			} `json:"models"`
-		} `json:"provider"`
-	}
-	if err := json.Unmarshal([]byte(out), &doc); err != nil {
-		t.Fatalf("not JSON: %v\n%s", err, out)
-	}
-	p := doc.Provider["gpuhost"]
-	if p.NPM != "@ai-sdk/openai-compatible" || p.Options.BaseURL != "http://box:8080/v1" {
-		t.Errorf("provider = %+v", p)
-	}
-	if m := p.Models["qwen3-coder"]; m.Limit.Context != 65536 || !m.ToolCall || m.Limit.Output <= 0 {
-		t.Errorf("qwen3-coder model = %+v", m)
-	}
-}
-
 // demoTriage waits for the demo's six sample mails in GET /api/triage and
 // checks what each one stands for.
 func demoTriage(t *testing.T, url string) {
