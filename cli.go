@@ -18,7 +18,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"gpuhost/appliance"
-	"gpuhost/appliance/proxy"
 	"gpuhost/bench"
 	"gpuhost/nvml"
 	"gpuhost/simulator"
@@ -29,7 +28,7 @@ import (
 func loadConfig(cmd *cobra.Command) (*appliance.Config, error) {
 	path, _ := cmd.Flags().GetString("config")
 	if path == "" {
-		path = appliance.DefaultConfigPath
+		path = defaultConfigPath
 	}
 	return appliance.LoadConfig(path)
 }
@@ -100,39 +99,24 @@ gpuhost demo — simulated RTX 4090 (24 GB), simulator backends, state in %s
   web panel    %s/  (Ask: the agent's live tool-call timeline)
   mail triage  %s/api/triage  (sample mailbox %s; posts are printed below)
 
-Try, in another terminal:
-  gpuhost switch llama3-8b --url %s      # watch VRAM being released and re-allocated
-  gpuhost ask --url %s "what is the GPU status?"   # the agent loop (simulated model)
+Try, in another terminal (every command finds the demo through GPUHOST_URL):
+  export GPUHOST_URL=%s
+  gpuhost status
+  gpuhost switch llama3-8b      # watch VRAM being released and re-allocated
+  gpuhost ask "what is the GPU status?"   # the agent loop (simulated model)
+  gpuhost mcp tools             # the MCP tools this daemon serves at /mcp
+  gpuhost opencode-config --write   # add this box to ~/.config/opencode/opencode.json
   curl -s %s/api/status | python3 -m json.tool
 
 Stop with Ctrl-C.
 
-`, stateDir, base, base, base, base, base, cfg.Triage.Source.Maildir, base, base, base)
+`, stateDir, base, base, base, base, base, cfg.Triage.Source.Maildir, base, base)
 			})
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "address to serve the API on")
 	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory (default: user cache dir/gpuhost-demo)")
 	return cmd
-}
-
-// apiClient returns a client for --url, or for the config's listen address.
-func apiClient(cmd *cobra.Command) (*appliance.Client, error) {
-	url, _ := cmd.Flags().GetString("url")
-	tokenEnv := "GPUHOST_API_TOKEN"
-	if url == "" {
-		cfg, err := loadConfig(cmd)
-		if err != nil {
-			return nil, fmt.Errorf("no --url given and %w", err)
-		}
-		host, port, _ := net.SplitHostPort(cfg.Listen)
-		if host == "" || host == "0.0.0.0" || host == "::" {
-			host = "127.0.0.1"
-		}
-		url = "http://" + net.JoinHostPort(host, port)
-		tokenEnv = cfg.APITokenEnv
-	}
-	return appliance.NewClient(url, os.Getenv(tokenEnv)), nil
 }
 
 func newStatusCmd() *cobra.Command {
@@ -156,31 +140,26 @@ func newStatusCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().String("url", "", "daemon API base URL (default: from the config's listen)")
+	urlFlag(cmd)
 	return cmd
 }
 
-// fetchStatus asks the daemon; when none answers it reads GPU and units
-// directly, so `gpuhost status` also works before the daemon is installed.
+// fetchStatus asks the daemon; when none answers at an address that was
+// not named (--url, $GPUHOST_URL) and a config is readable, it reads GPU and
+// units directly, so `gpuhost status` also works before the daemon runs.
 func fetchStatus(ctx context.Context, cmd *cobra.Command) (appliance.Status, error) {
-	c, cerr := apiClient(cmd)
-	if cerr == nil {
-		st, err := c.Status(ctx)
-		if err == nil {
-			return st, nil
-		}
-		var re *appliance.RemoteError
-		if errors.As(err, &re) {
-			return st, err
-		}
-		if url, _ := cmd.Flags().GetString("url"); url != "" {
-			return st, err
-		}
-	}
-	cfg, err := loadConfig(cmd)
+	t, err := resolveDaemon(cmd)
 	if err != nil {
 		return appliance.Status{}, err
 	}
+	st, err := t.client().Status(ctx)
+	if err == nil || !isUnreachable(err) || t.Explicit {
+		return st, err
+	}
+	if t.Cfg == nil {
+		return st, fmt.Errorf("%w; no config for a local reading either", err)
+	}
+	cfg := t.Cfg
 	gpu, closeGPU, _ := appliance.OpenGPU(cfg)
 	defer closeGPU()
 	u, _, closeUnits, _ := appliance.OpenUnits(ctx, cfg)
@@ -241,13 +220,21 @@ func newSwitchCmd() *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			return c.SwitchAndFollow(cmd.Context(), appliance.SwitchRequest{Profile: args[0], Force: force}, func(e appliance.Event) {
+			err = c.SwitchAndFollow(cmd.Context(), appliance.SwitchRequest{Profile: args[0], Force: force}, func(e appliance.Event) {
 				fmt.Fprintln(out, appliance.FormatEvent(e))
 			})
+			var det *appliance.SwitchDetachedError
+			if errors.As(err, &det) {
+				// Ctrl-C stops following, not the switch: the daemon owns it.
+				fmt.Fprintf(cmd.ErrOrStderr(), "\nstopped following; the switch to %s goes on in the daemon (switch %s).\n"+
+					"Follow it with:  gpuhost status --url %s   (or: curl -N '%s%s')\n", args[0], det.SwitchID, c.BaseURL, c.BaseURL, det.Events)
+				return exitError{130}
+			}
+			return err
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "switch even if the profile fails doctor checks")
-	cmd.Flags().String("url", "", "daemon API base URL (default: from the config's listen)")
+	urlFlag(cmd)
 	return cmd
 }
 
@@ -262,19 +249,20 @@ func newDoctorCmd() *cobra.Command {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
 			defer cancel()
 			var rep appliance.DoctorReport
-			if url, _ := cmd.Flags().GetString("url"); url != "" {
-				c, err := apiClient(cmd)
-				if err != nil {
-					return err
-				}
-				if rep, err = c.Doctor(ctx, profile); err != nil {
-					return err
-				}
-			} else {
-				cfg, err := loadConfig(cmd)
-				if err != nil {
-					return err
-				}
+			t, err := resolveDaemon(cmd)
+			if err != nil {
+				return err
+			}
+			rep, err = t.client().Doctor(ctx, profile)
+			switch {
+			case err == nil:
+			case !isUnreachable(err) || t.Explicit:
+				return err
+			case t.Cfg == nil:
+				return fmt.Errorf("%w; no config for a local check either", err)
+			default:
+				// No daemon: check this box locally from its config.
+				cfg := t.Cfg
 				if profile != "" {
 					if _, ok := cfg.Profiles[profile]; !ok {
 						return fmt.Errorf("--profile %q: no such profile (profiles: %s)", profile, strings.Join(cfg.ProfileNames(), ", "))
@@ -312,7 +300,7 @@ func newDoctorCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&profile, "profile", "", "check only this profile")
-	cmd.Flags().String("url", "", "ask a running daemon instead of checking locally")
+	cmd.Flags().String("url", "", "daemon API base URL (default: $"+envDaemonURL+", else the config's listen, else "+DefaultDaemonURL+"; no daemon there: checked locally from the config)")
 	return cmd
 }
 
@@ -482,47 +470,6 @@ func simulateOptions(flavor string, args []string) (simulator.Options, error) {
 		opts.MaxModelLen = n
 	}
 	return opts, nil
-}
-
-func newOpencodeConfigCmd() *cobra.Command {
-	var url string
-	cmd := &cobra.Command{
-		Use:   "opencode-config",
-		Short: "Print an opencode.json provider block for the managed /v1 endpoint",
-		Long: `Prints a ready opencode.json whose provider "gpuhost" points at this box's /v1
-endpoint, with every profile's served name, context and output limits and tool calls.
-Beyond loopback the API key is referenced as {env:VAR}, never written into the file.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			if url == "" {
-				host, port, _ := net.SplitHostPort(cfg.Listen)
-				if host == "" || host == "0.0.0.0" || host == "::" {
-					if h, err := os.Hostname(); err == nil {
-						host = h
-					} else {
-						host = "127.0.0.1"
-					}
-				}
-				url = "http://" + net.JoinHostPort(host, port)
-			}
-			env := ""
-			if !cfg.IsLoopback() {
-				env = cfg.APITokenEnv
-			}
-			out, err := proxy.OpencodeConfig(url, cfg.Profiles, env)
-			if err != nil {
-				return err
-			}
-			_, err = cmd.OutOrStdout().Write(append(out, '\n'))
-			return err
-		},
-	}
-	cmd.Flags().StringVar(&url, "url", "", "base URL clients use to reach this box (default: from the config's listen)")
-	return cmd
 }
 
 // benchEnv gives `gpuhost bench` the config-derived facts: where results

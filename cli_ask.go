@@ -72,7 +72,7 @@ error, too many questions running), 2 when the daemon could not be asked.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print each event as one JSON line")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "give up waiting for the daemon after this long")
-	cmd.Flags().String("url", "", "daemon API base URL (default: from the config's listen)")
+	urlFlag(cmd)
 	return cmd
 }
 

@@ -23,6 +23,14 @@ func newMCPCmd() *cobra.Command {
 		Logger:      newLogger, // stderr: stdout is the protocol
 		Exit:        func(code int) error { return exitError{code} },
 		Version:     version,
+		Remote: func(cmd *cobra.Command) (mcp.Remote, error) {
+			t, err := resolveDaemon(cmd)
+			if err != nil {
+				return mcp.Remote{}, err
+			}
+			c := t.client()
+			return mcp.Remote{BaseURL: c.BaseURL, Token: c.Token, Origin: c.Origin}, nil
+		},
 	})
 }
 

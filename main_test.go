@@ -197,7 +197,7 @@ func TestDemo(t *testing.T) {
 	}()
 	text := strings.Join(banner, "\n")
 	url := "http://" + addr
-	if !strings.Contains(text, url+"/api/status") || !strings.Contains(text, "gpuhost switch llama3-8b --url "+url) {
+	if !strings.Contains(text, url+"/api/status") || !strings.Contains(text, "export GPUHOST_URL="+url+"\n") || !strings.Contains(text, "gpuhost switch llama3-8b") {
 		t.Fatalf("banner lacks URLs or example commands:\n%s", text)
 	}
 	// The demo restores its default profile.
@@ -216,6 +216,7 @@ func TestDemo(t *testing.T) {
 	// The triage worker works through the sample mailbox on the simulated
 	// model: rules, unsubscribe links and the voice memo's transcript.
 	demoTriage(t, url)
+	demoCLIWithoutConfig(t, url)
 	consoleMu.Lock()
 	printed := console.String()
 	consoleMu.Unlock()
@@ -345,35 +346,6 @@ profiles:
 	}
 	if cmd.ProcessState != nil {
 		t.Error("daemon exited")
-	}
-}
-
-func TestOpencodeConfig(t *testing.T) {
-	out, code := gpuhost(t, "opencode-config", "--config", "appliance/gpuhost.example.yaml", "--url", "http://box:8080")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, out)
-	}
-	var doc struct {
-		Provider map[string]struct {
-			NPM     string `json:"npm"`
-			Options struct {
-				BaseURL string `json:"baseURL"`
-			} `json:"options"`
-			Models map[string]struct {
-				Limit    struct{ Context, Output int } `json:"limit"`
-				ToolCall bool                          `json:"tool_call"`
-			} `json:"models"`
-		} `json:"provider"`
-	}
-	if err := json.Unmarshal([]byte(out), &doc); err != nil {
-		t.Fatalf("not JSON: %v\n%s", err, out)
-	}
-	p := doc.Provider["gpuhost"]
-	if p.NPM != "@ai-sdk/openai-compatible" || p.Options.BaseURL != "http://box:8080/v1" {
-		t.Errorf("provider = %+v", p)
-	}
-	if m := p.Models["qwen3-coder"]; m.Limit.Context != 65536 || !m.ToolCall || m.Limit.Output <= 0 {
-		t.Errorf("qwen3-coder model = %+v", m)
 	}
 }
 

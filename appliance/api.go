@@ -51,6 +51,13 @@ type ProfileInfo struct {
 	Unit       string        `json:"unit"`
 	Active     bool          `json:"active"`
 	Args       []string      `json:"args"`
+	// Context is the configured context length in tokens (vLLM
+	// max_model_len, Ollama num_ctx); 0: the backend's default.
+	Context int `json:"context,omitempty"`
+	// AutoToolChoice and ToolCallParser: vLLM's enable_auto_tool_choice and
+	// tool_call_parser (without both a request with tools is refused).
+	AutoToolChoice bool   `json:"auto_tool_choice,omitempty"`
+	ToolCallParser string `json:"tool_call_parser,omitempty"`
 }
 
 // Profiles lists the configured profiles, marking the active one.
@@ -63,7 +70,13 @@ func (s *Supervisor) Profiles() []ProfileInfo {
 		out = append(out, ProfileInfo{
 			Name: name, Backend: p.Backend, Model: p.Model, ServedName: p.ServedName, Port: p.Port,
 			Unit: bc.Unit, Active: st.Phase == PhaseActive && st.Profile == name, Args: units.BackendArgs(*p, bc.Simulated),
+			AutoToolChoice: p.VLLM.EnableAutoToolChoice, ToolCallParser: p.VLLM.ToolCallParser,
 		})
+		if p.Backend == units.Ollama {
+			out[len(out)-1].Context = p.Ollama.NumCtx
+		} else {
+			out[len(out)-1].Context = p.VLLM.MaxModelLen
+		}
 	}
 	return out
 }

@@ -17,6 +17,10 @@ type Client struct {
 	BaseURL string // e.g. http://127.0.0.1:8080
 	Token   string // bearer token, when the daemon is not on loopback
 	HTTP    *http.Client
+	// Origin says how BaseURL was chosen (e.g. "--url", "$GPUHOST_URL",
+	// "the default; no --url, $GPUHOST_URL or readable config"); a failure
+	// to reach the daemon names it, so the user sees what was tried.
+	Origin string
 }
 
 // NewClient returns a client with sane timeouts for the short calls; event
@@ -48,7 +52,8 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
-	if body != nil {
+	if body != nil || method != http.MethodGet {
+		// The front door refuses a non-GET without a JSON content type.
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.Token != "" {
@@ -56,7 +61,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return fmt.Errorf("reach gpuhost at %s: %w", c.BaseURL, err)
+		return c.unreachable(err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
@@ -76,6 +81,39 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		}
 	}
 	return nil
+}
+
+// UnreachableError is a daemon that did not answer at all (no HTTP reply):
+// nothing listens there, or the network is in the way.
+type UnreachableError struct {
+	URL    string
+	Origin string
+	Err    error
+}
+
+func (e *UnreachableError) Error() string {
+	if e.Origin == "" {
+		return fmt.Sprintf("reach gpuhost at %s: %v", e.URL, e.Err)
+	}
+	return fmt.Sprintf("reach gpuhost at %s (%s): %v", e.URL, e.Origin, e.Err)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+func (c *Client) unreachable(err error) error {
+	return &UnreachableError{URL: c.BaseURL, Origin: c.Origin, Err: err}
+}
+
+// Profiles fetches GET /api/profiles.
+func (c *Client) Profiles(ctx context.Context) ([]ProfileInfo, error) {
+	var ps []ProfileInfo
+	err := c.do(ctx, http.MethodGet, "/api/profiles", nil, &ps)
+	return ps, err
+}
+
+// Get fetches GET path (e.g. "/v1/models") into out.
+func (c *Client) Get(ctx context.Context, path string, out any) error {
+	return c.do(ctx, http.MethodGet, path, nil, out)
 }
 
 // Status fetches GET /api/status.
@@ -117,7 +155,7 @@ func (c *Client) Events(ctx context.Context, path string, fn func(Event) bool) e
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return fmt.Errorf("follow events at %s: %w", c.BaseURL, err)
+		return fmt.Errorf("follow events: %w", c.unreachable(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -153,13 +191,21 @@ func (c *Client) Events(ctx context.Context, path string, fn func(Event) bool) e
 
 // SwitchAndFollow starts a switch and calls step for each of its events
 // until it ends; it returns the switch's final error (nil on success).
-func (c *Client) SwitchAndFollow(ctx context.Context, req SwitchRequest, step func(Event)) error {
+//
+// When ctx ends after the daemon accepted the switch (Ctrl-C), the error is
+// a *SwitchDetachedError: the switch goes on in the daemon.
+func (c *Client) SwitchAndFollow(ctx context.Context, req SwitchRequest, step func(Event)) (err error) {
 	// Subscribe before switching would need a second connection; the event
 	// ring buffer makes "since" lossless instead.
 	acc, err := c.Switch(ctx, req)
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if err != nil && ctx.Err() != nil {
+			err = &SwitchDetachedError{SwitchID: acc.SwitchID, Events: acc.Events, Err: err}
+		}
+	}()
 	var final error
 	ended := false
 	ferr := c.Events(ctx, acc.Events, func(e Event) bool {
@@ -184,6 +230,20 @@ func (c *Client) SwitchAndFollow(ctx context.Context, req SwitchRequest, step fu
 	}
 	return final
 }
+
+// SwitchDetachedError is a switch the daemon accepted and carries on with
+// while the caller stopped following it.
+type SwitchDetachedError struct {
+	SwitchID string
+	Events   string // the events path that follows it
+	Err      error
+}
+
+func (e *SwitchDetachedError) Error() string {
+	return fmt.Sprintf("stopped following switch %s (it goes on in the daemon): %v", e.SwitchID, e.Err)
+}
+
+func (e *SwitchDetachedError) Unwrap() error { return e.Err }
 
 // FormatEvent renders an event as one CLI line.
 func FormatEvent(e Event) string {

@@ -59,6 +59,10 @@ type CmdDeps struct {
 	Exit func(code int) error
 	// Version is reported to MCP clients.
 	Version string
+	// Remote names the running daemon `gpuhost mcp tools` lists (without
+	// --demo): its tools over MountPath, no second supervisor. nil: the
+	// tools are built locally from Load.
+	Remote func(cmd *cobra.Command) (Remote, error)
 }
 
 // NewCmd returns `gpuhost mcp` with its subcommands tools and test.
@@ -136,7 +140,21 @@ func NewCmd(deps CmdDeps) *cobra.Command {
 		Use:   "tools",
 		Short: "List the tools of the enabled connectors with their input schemas",
 		Args:  cobra.NoArgs,
+		Long: "Lists the tools the running daemon serves at " + MountPath + " (found like every command:\n" +
+			"--url, $GPUHOST_URL, the config's listen, http://127.0.0.1:8080). --demo lists the\n" +
+			"demo configuration's tools without a daemon.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !demo && deps.Remote != nil {
+				r, err := deps.Remote(cmd)
+				if err != nil {
+					return err
+				}
+				ts, err := ListRemoteTools(cmd.Context(), r, deps.Version)
+				if err != nil {
+					return err
+				}
+				return printRemoteTools(cmd.OutOrStdout(), ts, asJSON)
+			}
 			s, closeFn, _, err := setup(cmd, slog.LevelWarn)
 			if err != nil {
 				return err
@@ -146,6 +164,9 @@ func NewCmd(deps CmdDeps) *cobra.Command {
 		},
 	}
 	tools.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	if deps.Remote != nil {
+		tools.Flags().String("url", "", "daemon API base URL (default: $GPUHOST_URL, else the config's listen, else http://127.0.0.1:8080)")
+	}
 
 	test := &cobra.Command{
 		Use:   "test [connector]",

@@ -2,27 +2,31 @@ package proxy_test
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
+	"gpuhost/appliance"
 	"gpuhost/appliance/proxy"
 	"gpuhost/units"
 )
 
-func opencodeProfiles() map[string]*units.Profile {
-	return map[string]*units.Profile{
-		"coder": {Name: "coder", Backend: units.VLLM, Model: "Qwen/Qwen3-Coder-30B-A3B-Instruct", ServedName: "qwen3-coder",
-			VLLM: units.VLLMFlags{MaxModelLen: 32768, EnableAutoToolChoice: true, ToolCallParser: "qwen3_xml"}},
-		// Same served name: listed once, as the first profile by name.
-		"coder-greedy": {Name: "coder-greedy", Backend: units.VLLM, Model: "Qwen/Qwen3-Coder-30B-A3B-Instruct", ServedName: "qwen3-coder"},
-		"llama":        {Name: "llama", Backend: units.Ollama, Model: "llama3.1:8b", ServedName: "llama3.1:8b", Ollama: units.OllamaOpts{NumCtx: 8192}},
-		"plain":        {Name: "plain", Backend: units.VLLM, Model: "org/plain", ServedName: "plain"},
-		"huge":         {Name: "huge", Backend: units.VLLM, Model: "org/huge", ServedName: "huge", VLLM: units.VLLMFlags{MaxModelLen: 262144}},
+func opencodeModels() []proxy.OpencodeModelInfo {
+	return []proxy.OpencodeModelInfo{
+		{ID: "qwen3-coder", Profile: "coder", Backend: units.VLLM, Context: 32768, AutoToolChoice: true, ToolCallParser: "qwen3_xml"},
+		// Same served name: listed once, as the first.
+		{ID: "qwen3-coder", Profile: "coder-greedy", Backend: units.VLLM},
+		{ID: "llama3.1:8b", Profile: "llama", Backend: units.Ollama, Context: 8192},
+		{ID: "qwen2.5:32b", Profile: "qwen", Backend: units.Ollama, Context: 32768},
+		{ID: "plain", Profile: "plain", Backend: units.VLLM, Context: 65536},
+		{ID: "parserless", Profile: "parserless", Backend: units.VLLM, Context: 65536, AutoToolChoice: true},
+		{ID: "huge", Profile: "huge", Backend: units.VLLM, Context: 262144, AutoToolChoice: true, ToolCallParser: "hermes"},
+		{ID: "unknown-ctx", Profile: "unknown-ctx", Backend: units.VLLM, AutoToolChoice: true, ToolCallParser: "hermes"},
 	}
 }
 
 func TestOpencodeConfigGolden(t *testing.T) {
-	got, err := proxy.OpencodeConfig("http://box.lan:8080", opencodeProfiles(), "GPUHOST_API_TOKEN")
+	got, skipped, err := proxy.OpencodeConfig("http://box.lan:8080", opencodeModels(), "GPUHOST_API_TOKEN", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,19 +48,15 @@ func TestOpencodeConfigGolden(t *testing.T) {
             "context": 262144,
             "output": 32000
           },
-          "tool_call": false
-        },
-        "llama3.1:8b": {
-          "name": "llama3.1:8b (ollama, gpuhost profile llama)",
-          "limit": {
-            "context": 8192,
-            "output": 2048
-          },
           "tool_call": true
         },
-        "plain": {
-          "name": "plain (vllm, gpuhost profile plain)",
-          "tool_call": false
+        "qwen2.5:32b": {
+          "name": "qwen2.5:32b (ollama, gpuhost profile qwen)",
+          "limit": {
+            "context": 32768,
+            "output": 8192
+          },
+          "tool_call": true
         },
         "qwen3-coder": {
           "name": "qwen3-coder (vllm, gpuhost profile coder)",
@@ -64,6 +64,10 @@ func TestOpencodeConfigGolden(t *testing.T) {
             "context": 32768,
             "output": 8192
           },
+          "tool_call": true
+        },
+        "unknown-ctx": {
+          "name": "unknown-ctx (vllm, gpuhost profile unknown-ctx)",
           "tool_call": true
         }
       }
@@ -73,6 +77,151 @@ func TestOpencodeConfigGolden(t *testing.T) {
 `
 	if string(got) != want {
 		t.Fatalf("OpencodeConfig =\n%s\nwant\n%s", got, want)
+	}
+	// The unusable ones come back with the reason and the profile fix.
+	wantSkipped := map[string][]string{
+		"llama3.1:8b": {"context 8192 tokens is below 16384", "raise ollama.num_ctx to at least 16384 in profile llama"},
+		"plain":       {"no tool calling", "vllm.enable_auto_tool_choice: true and vllm.tool_call_parser", "in profile plain"},
+		"parserless":  {"no tool calling", "in profile parserless"},
+	}
+	if len(skipped) != len(wantSkipped) {
+		t.Fatalf("skipped %v, want %d", skipped, len(wantSkipped))
+	}
+	for _, s := range skipped {
+		for _, w := range wantSkipped[s.Model] {
+			if !strings.Contains(s.String(), w) {
+				t.Errorf("skipped %q lacks %q", s, w)
+			}
+		}
+	}
+}
+
+func TestOpencodeConfigMinContext(t *testing.T) {
+	tests := []struct {
+		name     string
+		min      int
+		wantIn   []string
+		wantSkip string
+	}{
+		{"default floor", 0, []string{"qwen3-coder", "huge"}, "llama3.1:8b"},
+		{"lower floor lets 8k in", 8192, []string{"llama3.1:8b"}, "plain"},
+		{"higher floor", 40000, []string{"huge"}, "qwen3-coder"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, skipped, err := proxy.OpencodeConfig("http://box", opencodeModels(), "", tc.min)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range tc.wantIn {
+				if !strings.Contains(string(got), `"`+id+`": {`) {
+					t.Errorf("%s not listed:\n%s", id, got)
+				}
+			}
+			if strings.Contains(string(got), `"`+tc.wantSkip+`": {`) {
+				t.Errorf("%s listed:\n%s", tc.wantSkip, got)
+			}
+			found := false
+			for _, s := range skipped {
+				found = found || s.Model == tc.wantSkip
+			}
+			if !found {
+				t.Errorf("%s not reported as skipped: %v", tc.wantSkip, skipped)
+			}
+		})
+	}
+	// Nothing usable: an error naming why, never an empty provider.
+	_, _, err := proxy.OpencodeConfig("http://box", opencodeModels()[2:3], "", 0)
+	if err == nil || !strings.Contains(err.Error(), "no model opencode can use") || !strings.Contains(err.Error(), "ollama.num_ctx") {
+		t.Fatalf("only an 8k model: err %v", err)
+	}
+}
+
+func TestOpencodeModelsJoin(t *testing.T) {
+	list := proxy.ModelList{Data: []proxy.ModelCard{
+		{ID: "qwen3-coder", Profile: "coder", Backend: units.VLLM, MaxModelLen: 40960, Aliases: []string{"coder"}},
+		{ID: "coder", Profile: "coder", Backend: units.VLLM, MaxModelLen: 40960, AliasOf: "qwen3-coder"},
+		{ID: "llama3.1:8b", Profile: "llama", Backend: units.Ollama},
+	}}
+	profiles := []appliance.ProfileInfo{
+		{Name: "coder", Backend: units.VLLM, Context: 65536, AutoToolChoice: true, ToolCallParser: "qwen3_xml"},
+		{Name: "llama", Backend: units.Ollama},
+	}
+	got := proxy.OpencodeModels(list, profiles)
+	want := []proxy.OpencodeModelInfo{
+		// The live context from /v1/models wins over the profile's.
+		{ID: "qwen3-coder", Profile: "coder", Backend: units.VLLM, Context: 40960, AutoToolChoice: true, ToolCallParser: "qwen3_xml"},
+		// Ollama without num_ctx: its default.
+		{ID: "llama3.1:8b", Profile: "llama", Backend: units.Ollama, Context: units.OllamaDefaultNumCtx},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("OpencodeModels =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+func TestMergeOpencodeConfig(t *testing.T) {
+	existing := `{
+  "$schema": "https://opencode.ai/config.json",
+  "theme": "tokyonight",
+  "model": "anthropic/claude-sonnet-4",
+  "mcp": {"gpuhost": {"type": "local", "command": ["gpuhost", "mcp"]}},
+  "provider": {
+    "anthropic": {"options": {"apiKey": "{env:ANTHROPIC_API_KEY}"}},
+    "gpuhost": {"npm": "old", "models": {"stale": {"name": "stale"}}}
+  }
+}`
+	tests := []struct {
+		name, existing string
+		wantErr        string
+		check          func(t *testing.T, doc map[string]any)
+	}{
+		{name: "keeps other keys and providers, replaces gpuhost", existing: existing, check: func(t *testing.T, doc map[string]any) {
+			if doc["theme"] != "tokyonight" || doc["model"] != "anthropic/claude-sonnet-4" || doc["mcp"] == nil {
+				t.Errorf("other keys lost: %v", doc)
+			}
+			prov := doc["provider"].(map[string]any)
+			if a, _ := prov["anthropic"].(map[string]any); a == nil || a["options"].(map[string]any)["apiKey"] != "{env:ANTHROPIC_API_KEY}" {
+				t.Errorf("anthropic provider lost: %v", prov)
+			}
+			g := prov["gpuhost"].(map[string]any)
+			models := g["models"].(map[string]any)
+			if g["npm"] != "@ai-sdk/openai-compatible" || models["stale"] != nil || models["qwen3-coder"] == nil {
+				t.Errorf("gpuhost provider not replaced: %v", g)
+			}
+		}},
+		{name: "empty file", existing: " \n", check: func(t *testing.T, doc map[string]any) {
+			if doc["$schema"] != "https://opencode.ai/config.json" || doc["provider"].(map[string]any)["gpuhost"] == nil {
+				t.Errorf("new file: %v", doc)
+			}
+		}},
+		{name: "no provider key yet", existing: `{"theme": "x"}`, check: func(t *testing.T, doc map[string]any) {
+			if doc["theme"] != "x" || doc["provider"].(map[string]any)["gpuhost"] == nil {
+				t.Errorf("merged: %v", doc)
+			}
+		}},
+		{name: "comments are refused", existing: "{\n  // mine\n  \"theme\": \"x\"\n}", wantErr: "not a plain JSON object"},
+		{name: "array", existing: `[1]`, wantErr: "not a plain JSON object"},
+		{name: "null", existing: `null`, wantErr: "not a plain JSON object"},
+		{name: "provider not an object", existing: `{"provider": 3}`, wantErr: "provider is not a JSON object"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, err := proxy.MergeOpencodeConfig([]byte(tc.existing), "http://box:8080", opencodeModels(), "", 0)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc map[string]any
+			if err := json.Unmarshal(out, &doc); err != nil {
+				t.Fatalf("merged file is not JSON: %v\n%s", err, out)
+			}
+			tc.check(t, doc)
+		})
 	}
 }
 
@@ -98,7 +247,7 @@ func TestOpencodeConfig(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := proxy.OpencodeConfig(tc.base, opencodeProfiles(), tc.env)
+			got, _, err := proxy.OpencodeConfig(tc.base, opencodeModels(), tc.env, 0)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want %q", err, tc.wantErr)
@@ -125,8 +274,8 @@ func TestOpencodeConfig(t *testing.T) {
 			}
 		})
 	}
-	if _, err := proxy.OpencodeConfig("http://box", nil, ""); err == nil {
-		t.Fatal("no profiles: want an error")
+	if _, _, err := proxy.OpencodeConfig("http://box", nil, "", 0); err == nil {
+		t.Fatal("no models: want an error")
 	}
 }
 
@@ -138,7 +287,7 @@ func FuzzOpencodeConfig(f *testing.F) {
 	f.Add("https://[::1]:1/x/v1/", "")
 	f.Add("http://h/%zz", "A}")
 	f.Fuzz(func(t *testing.T, base, env string) {
-		out, err := proxy.OpencodeConfig(base, opencodeProfiles(), env)
+		out, _, err := proxy.OpencodeConfig(base, opencodeModels(), env, 0)
 		if err != nil {
 			return
 		}

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"gpuhost/appliance/proxy"
+	"gpuhost/internal/atomicfile"
+)
+
+func newOpencodeConfigCmd() *cobra.Command {
+	var baseURL string
+	var write bool
+	var minContext int
+	cmd := &cobra.Command{
+		Use:   "opencode-config [--write [PATH]]",
+		Short: "Print (or merge into opencode.json) a provider block for the box's /v1 endpoint",
+		Long: `Asks the running daemon (/v1/models, /api/profiles) which models it serves and
+prints an opencode.json whose provider "gpuhost" points at its /v1 endpoint, with
+each model's context and output limits and tool calls.
+
+Only models opencode can use are listed: it sends tools with every prompt, so a
+vLLM profile without enable_auto_tool_choice and tool_call_parser is left out, and
+so is a model whose context is below --min-context (opencode's own prompt and tool
+schemas take about 8.2k tokens). Each one left out is named on stderr with the fix.
+
+--write merges the provider into PATH (default: ~/.config/opencode/opencode.json):
+other providers and keys are kept, the old file is kept as PATH.bak, the new one
+replaces it atomically; nothing is written when the daemon cannot be asked.
+Beyond loopback the API key is referenced as {env:VAR}, never written into the file.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 && !write {
+				return fmt.Errorf("opencode-config: PATH %q is only taken with --write", args[0])
+			}
+			t, err := resolveDaemon(cmd)
+			if err != nil {
+				return err
+			}
+			c := t.client()
+			ctx, cancel := context.WithTimeout(cmd.Context(), 20*time.Second)
+			defer cancel()
+			var list proxy.ModelList
+			if err := c.Get(ctx, "/v1/models", &list); err != nil {
+				return fmt.Errorf("opencode-config: ask the daemon for its models: %w", err)
+			}
+			profiles, err := c.Profiles(ctx)
+			if err != nil {
+				return fmt.Errorf("opencode-config: ask the daemon for its profiles: %w", err)
+			}
+			models := proxy.OpencodeModels(list, profiles)
+			public := baseURL
+			if public == "" {
+				public = c.BaseURL
+			}
+			env := ""
+			if !loopbackURL(public) {
+				env = "GPUHOST_API_TOKEN"
+				if t.Cfg != nil {
+					env = t.Cfg.APITokenEnv
+				}
+			}
+			stderr := cmd.ErrOrStderr()
+			note := func(skipped []proxy.OpencodeSkipped) {
+				for _, s := range skipped {
+					fmt.Fprintf(stderr, "note: %s\n", s)
+				}
+			}
+			if !write {
+				out, skipped, err := proxy.OpencodeConfig(public, models, env, minContext)
+				note(skipped)
+				if err != nil {
+					return err
+				}
+				_, err = cmd.OutOrStdout().Write(out)
+				return err
+			}
+			path := ""
+			if len(args) == 1 {
+				path = args[0]
+			} else if path, err = defaultOpencodePath(); err != nil {
+				return err
+			}
+			return writeOpencodeConfig(cmd, path, func(existing []byte) ([]byte, error) {
+				out, skipped, err := proxy.MergeOpencodeConfig(existing, public, models, env, minContext)
+				note(skipped)
+				return out, err
+			})
+		},
+	}
+	urlFlag(cmd)
+	cmd.Flags().StringVar(&baseURL, "base-url", "", "URL opencode reaches the box at, written into the file (default: the daemon URL used)")
+	cmd.Flags().BoolVar(&write, "write", false, "merge into PATH (default ~/.config/opencode/opencode.json) instead of printing")
+	cmd.Flags().IntVar(&minContext, "min-context", proxy.OpencodeMinContext, "leave out models whose context (tokens) is below this")
+	return cmd
+}
+
+// defaultOpencodePath is opencode's global config file.
+func defaultOpencodePath() (string, error) {
+	dir := os.Getenv("XDG_CONFIG_HOME")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("opencode-config --write: find the home directory (or give PATH): %w", err)
+		}
+		dir = filepath.Join(home, ".config")
+	}
+	return filepath.Join(dir, "opencode", "opencode.json"), nil
+}
+
+// writeOpencodeConfig merges into path: the existing content (none when
+// the file is not there) goes through merge; a changed result is written
+// atomically after the old content is saved as path.bak. A symlinked
+// file (dotfiles) is written through its link.
+func writeOpencodeConfig(cmd *cobra.Command, path string, merge func([]byte) ([]byte, error)) error {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
+	perm := fs.FileMode(0o644)
+	existing, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if fi, err := os.Stat(path); err == nil {
+			perm = fi.Mode().Perm()
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		existing = nil
+	default:
+		return fmt.Errorf("opencode-config --write: read %s: %w", path, err)
+	}
+	out, err := merge(existing)
+	if err != nil {
+		return fmt.Errorf("opencode-config --write %s (left as it was): %w", path, err)
+	}
+	w := cmd.OutOrStdout()
+	if bytes.Equal(out, existing) {
+		fmt.Fprintf(w, "%s is up to date\n", path)
+		return nil
+	}
+	if existing != nil {
+		if err := atomicfile.Write(path+".bak", existing, perm); err != nil {
+			return fmt.Errorf("opencode-config --write: back up %s (left as it was): %w", path, err)
+		}
+	}
+	if err := atomicfile.Write(path, out, perm); err != nil {
+		return fmt.Errorf("opencode-config --write: %w", err)
+	}
+	if existing != nil {
+		fmt.Fprintf(w, "wrote provider %q into %s (previous file: %s.bak)\n", proxy.OpencodeProviderID, path, path)
+	} else {
+		fmt.Fprintf(w, "wrote %s\n", path)
+	}
+	return nil
+}
+
+// loopbackURL: the URL's host is localhost or a loopback address.
+func loopbackURL(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false
+	}
+	h := u.Hostname()
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"gpuhost/appliance"
+)
+
+// TestResolveDaemon: --url, else $GPUHOST_URL, else the config's listen
+// (only when the config is readable), else the default; the origin names
+// what was tried.
+func TestResolveDaemon(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "gpuhost.yaml")
+	example, err := os.ReadFile("appliance/gpuhost.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, example, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := appliance.LoadConfig(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgURL := "http://" + strings.Replace(cfg.Listen, "0.0.0.0", "127.0.0.1", 1)
+	missing := filepath.Join(dir, "missing.yaml")
+	tests := []struct {
+		name       string
+		args       []string
+		env        string
+		defaultCfg string // appliance.DefaultConfigPath stand-in
+		wantURL    string
+		wantOrigin []string
+		wantErr    string
+	}{
+		{name: "--url wins", args: []string{"--url", "http://a:1"}, env: "http://b:2", defaultCfg: cfgPath, wantURL: "http://a:1", wantOrigin: []string{"--url"}},
+		{name: "env over config", env: "http://b:2", defaultCfg: cfgPath, wantURL: "http://b:2", wantOrigin: []string{"$GPUHOST_URL"}},
+		{name: "config listen", defaultCfg: cfgPath, wantURL: cfgURL, wantOrigin: []string{"listen in " + cfgPath}},
+		{name: "explicit config", args: []string{"--config", cfgPath}, defaultCfg: missing, wantURL: cfgURL},
+		{name: "nothing: the default, saying what was tried", defaultCfg: missing, wantURL: DefaultDaemonURL,
+			wantOrigin: []string{"the default", "--url (not given)", "$GPUHOST_URL (not set)", "config " + missing + " (not there)"}},
+		{name: "env without config", env: "http://b:2", defaultCfg: missing, wantURL: "http://b:2"},
+		{name: "explicit config missing is an error", args: []string{"--config", missing}, env: "http://b:2", wantErr: missing},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(envDaemonURL, tc.env)
+			cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }}
+			cmd.Flags().String("config", "", "")
+			urlFlag(cmd)
+			if err := cmd.ParseFlags(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if tc.defaultCfg != "" && !cmd.Flags().Changed("config") {
+				// The default path is the machine's; point it at the case's.
+				defaultConfigPath = tc.defaultCfg
+				t.Cleanup(func() { defaultConfigPath = appliance.DefaultConfigPath })
+			}
+			got, err := resolveDaemon(cmd)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.URL != tc.wantURL {
+				t.Errorf("URL %q, want %q (origin %q)", got.URL, tc.wantURL, got.Origin)
+			}
+			for _, w := range tc.wantOrigin {
+				if !strings.Contains(got.Origin, w) {
+					t.Errorf("origin %q lacks %q", got.Origin, w)
+				}
+			}
+		})
+	}
+}
+
+// gpuhostEnv runs the binary with extra environment, without a config
+// file, and returns stdout and stderr apart.
+func gpuhostEnv(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), code
+}
+
+// demoCLIWithoutConfig: after `gpuhost demo`, with GPUHOST_URL exported as
+// its banner says and no config file, the commands that talk to a box find
+// the daemon; opencode-config lists only the models opencode can use and
+// merges into an existing opencode.json without losing anything.
+func demoCLIWithoutConfig(t *testing.T, url string) {
+	t.Helper()
+	home := t.TempDir()
+	env := []string{envDaemonURL + "=" + url, "HOME=" + home, "XDG_CONFIG_HOME="}
+
+	out, errOut, code := gpuhostEnv(t, env, "status")
+	if code != 0 || !strings.Contains(out, "active: qwen3-coder") {
+		t.Errorf("status via $GPUHOST_URL: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = gpuhostEnv(t, env, "doctor", "--json")
+	var rep appliance.DoctorReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != rep.Exit || len(rep.Checks) == 0 {
+		t.Errorf("doctor via $GPUHOST_URL: exit %d, %v\n%s%s", code, err, out, errOut)
+	}
+	// The daemon's own tools over /mcp, no second supervisor, no config.
+	out, errOut, code = gpuhostEnv(t, env, "mcp", "tools")
+	if code != 0 || !strings.Contains(out, "gpu_status") || !strings.Contains(out, "inference_doctor") || !strings.Contains(out, "schema: {") {
+		t.Errorf("mcp tools from the daemon: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = gpuhostEnv(t, env, "mcp", "tools", "--json")
+	var tools struct {
+		Tools []struct{ Name string } `json:"tools"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &tools) != nil || len(tools.Tools) == 0 {
+		t.Errorf("mcp tools --json: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// opencode-config: only qwen3-coder is usable; the others are named
+	// on stderr with the profile fix.
+	out, errOut, code = gpuhostEnv(t, env, "opencode-config")
+	var doc struct {
+		Provider map[string]struct {
+			Options struct {
+				BaseURL string  `json:"baseURL"`
+				APIKey  *string `json:"apiKey"`
+			} `json:"options"`
+			Models map[string]struct {
+				Limit    struct{ Context, Output int } `json:"limit"`
+				ToolCall bool                          `json:"tool_call"`
+			} `json:"models"`
+		} `json:"provider"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &doc) != nil {
+		t.Fatalf("opencode-config: exit %d\n%s%s", code, out, errOut)
+	}
+	p := doc.Provider["gpuhost"]
+	if p.Options.BaseURL != url+"/v1" || p.Options.APIKey != nil || len(p.Models) != 1 {
+		t.Errorf("opencode-config provider: %+v", p)
+	}
+	if m := p.Models["qwen3-coder"]; m.Limit.Context != 65536 || m.Limit.Output != 16384 || !m.ToolCall {
+		t.Errorf("qwen3-coder = %+v", m)
+	}
+	for _, w := range []string{"gemma3-27b (profile gemma3-27b) left out: no tool calling", "vllm.enable_auto_tool_choice: true",
+		"llama3.1:8b (profile llama3-8b) left out: context 8192 tokens is below 16384", "ollama.num_ctx to at least 16384"} {
+		if !strings.Contains(errOut, w) {
+			t.Errorf("opencode-config stderr lacks %q:\n%s", w, errOut)
+		}
+	}
+	out, _, code = gpuhostEnv(t, env, "opencode-config", "--min-context", "8192")
+	if code != 0 || !strings.Contains(out, `"llama3.1:8b": {`) || strings.Contains(out, `"gemma3-27b": {`) {
+		t.Errorf("--min-context 8192: exit %d\n%s", code, out)
+	}
+
+	// --write merges into an existing file: other keys kept, backup made.
+	path := filepath.Join(home, "oc", "opencode.json")
+	orig := `{"theme":"tokyonight","provider":{"anthropic":{"options":{"apiKey":"{env:ANTHROPIC_API_KEY}"}}}}`
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(orig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = gpuhostEnv(t, env, "opencode-config", "--write", path)
+	merged, _ := os.ReadFile(path)
+	bak, _ := os.ReadFile(path + ".bak")
+	var m map[string]any
+	if code != 0 || json.Unmarshal(merged, &m) != nil || m["theme"] != "tokyonight" || string(bak) != orig {
+		t.Fatalf("--write PATH: exit %d\n%s%s\nfile:\n%s\nbak:\n%s", code, out, errOut, merged, bak)
+	}
+	provs := m["provider"].(map[string]any)
+	if provs["anthropic"] == nil || provs["gpuhost"] == nil {
+		t.Errorf("--write: providers %v", provs)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("--write changed the file mode: %v %v", fi.Mode(), err)
+	}
+	// No daemon: nothing is written, the file keeps every byte.
+	bad := []string{envDaemonURL + "=http://127.0.0.1:1", "HOME=" + home, "XDG_CONFIG_HOME="}
+	_, errOut, code = gpuhostEnv(t, bad, "opencode-config", "--write", path)
+	after, _ := os.ReadFile(path)
+	if code == 0 || !bytes.Equal(after, merged) || !strings.Contains(errOut, "from $GPUHOST_URL") {
+		t.Errorf("--write without a daemon: exit %d, file changed %v\n%s", code, !bytes.Equal(after, merged), errOut)
+	}
+	// A file with comments is not merged and not touched.
+	commented := "{\n  // mine\n  \"theme\": \"x\"\n}\n"
+	os.WriteFile(path, []byte(commented), 0o600)
+	_, errOut, code = gpuhostEnv(t, env, "opencode-config", "--write", path)
+	after, _ = os.ReadFile(path)
+	if code == 0 || string(after) != commented || !strings.Contains(errOut, "not a plain JSON object") {
+		t.Errorf("--write over a commented file: exit %d\n%s\nfile:\n%s", code, errOut, after)
+	}
+	// --write without PATH: opencode's global config under $HOME.
+	out, errOut, code = gpuhostEnv(t, env, "opencode-config", "--write")
+	def := filepath.Join(home, ".config", "opencode", "opencode.json")
+	if b, err := os.ReadFile(def); code != 0 || err != nil || !strings.Contains(string(b), `"qwen3-coder"`) {
+		t.Errorf("--write to the default path: exit %d %v\n%s%s", code, err, out, errOut)
+	}
+	// A daemon that is not there: the error names where the URL came from.
+	_, errOut, code = gpuhostEnv(t, bad, "status")
+	if code != 2 || !strings.Contains(errOut, "reach gpuhost at http://127.0.0.1:1 (from $GPUHOST_URL)") {
+		t.Errorf("status without a daemon: exit %d %s", code, errOut)
+	}
+}
+
+// TestSwitchCtrlC: Ctrl-C while following a switch says that the switch
+// goes on in the daemon and how to follow it.
+func TestSwitchCtrlC(t *testing.T) {
+	streaming := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/api/switch":
+			if r.Header.Get("Content-Type") != "application/json" {
+				http.Error(w, "want JSON", http.StatusUnsupportedMediaType)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusAccepted)
+			fmt.Fprint(w, `{"switch_id":"sw-7","profile":"llama3-8b","events":"/api/events?since=3"}`)
+		case "/api/events":
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "data: {\"kind\":\"step\",\"switch_id\":\"sw-7\",\"step\":\"stop\",\"status\":\"started\",\"time\":\"2026-01-01T00:00:00Z\"}\n\n")
+			w.(http.Flusher).Flush()
+			close(streaming)
+			<-r.Context().Done() // the switch is still going
+		}
+	}))
+	defer srv.Close()
+	cmd := exec.Command(binPath, "switch", "llama3-8b", "--url", srv.URL)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, 256)
+	n, _ := stdout.Read(line) // the first step is printed: it follows
+	<-streaming
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 130 {
+		t.Errorf("exit after Ctrl-C: %v", err)
+	}
+	for _, w := range []string{"the switch to llama3-8b goes on in the daemon (switch sw-7)", "gpuhost status --url " + srv.URL, srv.URL + "/api/events?since=3"} {
+		if !strings.Contains(stderr.String(), w) {
+			t.Errorf("Ctrl-C message lacks %q:\nstdout %s\nstderr %s", w, line[:n], stderr.String())
+		}
+	}
+}
