@@ -11,7 +11,8 @@
 //     never older than the scrape that shows it.
 //   - gpuhost's own: the active profile, the Supervisor's phase, switch
 //     counts and durations (from the Supervisor's events), the /v1 proxy's
-//     requests, tokens and latencies (ObserveRequest), the doctor's checks
+//     requests, tokens and latencies (ObserveRequest) and its hold times
+//     and decode rates (ObserveRequestDetail), the doctor's checks
 //     (run in the background, served from a cache) and the backend units'
 //     states.
 //
