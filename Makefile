@@ -17,7 +17,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # and their reasons (fetched from the module proxy on first use).
 GOTESTSUM ?= $(GO) run gotest.tools/gotestsum@v1.13.0
 
-.PHONY: all build build-gpu demo test test-short vet vulncheck fmt bench fuzz install uninstall clean
+.PHONY: all build build-gpu demo test test-short vet vulncheck fmt bench fuzz install uninstall clean promtool
 
 all: build
 
@@ -33,11 +33,24 @@ build-gpu:
 demo: build
 	./$(BIN) demo
 
-## test: vet and staticcheck, gofmt check, and the whole suite with the race detector (needs gcc); ends with the skipped tests and why
-test: vet
+## test: vet and staticcheck, gofmt check, the Prometheus rule tests, and the whole suite with the race detector (needs gcc); ends with the skipped tests and why
+test: vet promtool
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	CGO_ENABLED=1 $(GOTESTSUM) --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -timeout 20m ./...
+
+## promtool: check deploy/prometheus (config syntax, rules) and run its rule unit tests with promtool
+## (Debian package prometheus); skipped loudly without promtool unless GPUHOST_REQUIRE_PROMTOOL=1
+promtool:
+	@if ! command -v promtool >/dev/null 2>&1; then \
+	  if [ "$$GPUHOST_REQUIRE_PROMTOOL" = 1 ]; then echo "promtool not found and GPUHOST_REQUIRE_PROMTOOL=1: apt-get install prometheus" >&2; exit 1; fi; \
+	  echo "#### SKIPPED: the Prometheus rule tests (deploy/prometheus): promtool not found (apt-get install prometheus) ####"; \
+	else \
+	  set -e; cd deploy/prometheus; \
+	  promtool check config --syntax-only prometheus.yml; \
+	  promtool check rules recording.rules.yml alerts.rules.yml; \
+	  promtool test rules rules_test.yml; \
+	fi
 
 vet:
 	$(GO) vet ./...

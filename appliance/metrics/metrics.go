@@ -11,7 +11,8 @@
 //     never older than the scrape that shows it.
 //   - gpuhost's own: the active profile, the Supervisor's phase, switch
 //     counts and durations (from the Supervisor's events), the /v1 proxy's
-//     requests, tokens and latencies (ObserveRequest), the doctor's checks
+//     requests, tokens and latencies (ObserveRequest) and its hold times
+//     and decode rates (ObserveRequestDetail), the doctor's checks
 //     (run in the background, served from a cache) and the backend units'
 //     states.
 //
@@ -97,6 +98,8 @@ type Metrics struct {
 	proxyTokens *prometheus.CounterVec
 	proxyTTFB   *prometheus.HistogramVec
 	proxyDur    *prometheus.HistogramVec
+	proxyHold   *prometheus.HistogramVec
+	proxyTokPS  *prometheus.HistogramVec
 
 	// doctorReq asks the doctor loop for an early run (buffered, 1).
 	doctorReq chan struct{}
@@ -179,13 +182,23 @@ func New(sup Supervisor, doctor appliance.DoctorFunc, log *slog.Logger) *Metrics
 			Help:    "Time from a /v1 request's arrival to the end of its response, by model.",
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
 		}, []string{"model"}),
+		proxyHold: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gpuhost_proxy_hold_seconds",
+			Help:    "Time a /v1 request was held waiting for a switch (requests not held are not observed), by model.",
+			Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600},
+		}, []string{"model"}),
+		proxyTokPS: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gpuhost_proxy_output_tokens_per_second",
+			Help:    "Decode rate of streamed /v1 answers: completion tokens after the first over the time from the first to the last byte, by model (non-streamed answers are not observed).",
+			Buckets: []float64{1, 2, 5, 10, 15, 20, 30, 40, 50, 75, 100, 150, 200, 300, 500, 1000},
+		}, []string{"model"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&scrapeCollector{m: m},
 		m.switches, m.switchDur, m.stepDur, m.eventsLost,
-		m.proxyReqs, m.proxyTokens, m.proxyTTFB, m.proxyDur,
+		m.proxyReqs, m.proxyTokens, m.proxyTTFB, m.proxyDur, m.proxyHold, m.proxyTokPS,
 	)
 	return m
 }
@@ -284,4 +297,23 @@ func (m *Metrics) ObserveRequest(model string, status int, promptTokens, complet
 		m.proxyTTFB.WithLabelValues(mdl).Observe(ttfb.Seconds())
 	}
 	m.proxyDur.WithLabelValues(mdl).Observe(max(dur, 0).Seconds())
+}
+
+// ObserveRequestDetail records what ObserveRequest does not carry (the
+// proxy calls it right after ObserveRequest): the time the request was held
+// for a switch, and for a streamed answer with at least two completion
+// tokens the decode rate, (completionTokens-1) / (dur-ttfb), since the
+// first token arrives at ttfb. model is cleaned and bounded as in
+// ObserveRequest.
+func (m *Metrics) ObserveRequestDetail(model string, held time.Duration, stream bool, completionTokens int, ttfb, dur time.Duration) {
+	if held <= 0 && (!stream || completionTokens < 2 || ttfb <= 0 || dur <= ttfb) {
+		return
+	}
+	mdl := m.models.value(model)
+	if held > 0 {
+		m.proxyHold.WithLabelValues(mdl).Observe(held.Seconds())
+	}
+	if stream && completionTokens >= 2 && ttfb > 0 && dur > ttfb {
+		m.proxyTokPS.WithLabelValues(mdl).Observe(float64(completionTokens-1) / (dur - ttfb).Seconds())
+	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"gpuhost/appliance"
 	"gpuhost/appliance/appliancetest"
+	"gpuhost/appliance/proxy"
 	"gpuhost/nvml"
 	"gpuhost/units"
 )
@@ -401,6 +402,53 @@ func TestProxyModelLabelIsBounded(t *testing.T) {
 	s.m.ObserveRequest("model-0", 200, 0, 0, 0, 0)
 	if got := s.scrape(t).value(t, "gpuhost_proxy_requests_total", map[string]string{"model": "model-0"}); got != 2 {
 		t.Errorf("model-0 = %v, want 2", got)
+	}
+}
+
+// Metrics takes the proxy's details (hold time, stream decode rate).
+var _ proxy.DetailObserver = (*Metrics)(nil)
+
+// TestProxyDetailObservations: a held request is observed in the hold
+// histogram, a streamed answer in the decode-rate one; a request neither
+// held nor streamed, a stream of one token and nonsense are not observed.
+func TestProxyDetailObservations(t *testing.T) {
+	f := appliancetest.New(t, appliancetest.Options{})
+	s := serve(t, f)
+	obs := []struct {
+		model     string
+		held      time.Duration
+		stream    bool
+		compl     int
+		ttfb, dur time.Duration
+	}{
+		// held 2 s, then 21 tokens: 20 after the first over 2 s = 10 tok/s
+		{"qwen3-coder", 2 * time.Second, true, 21, 2500 * time.Millisecond, 4500 * time.Millisecond},
+		// not held; 41 tokens, 40 over 1 s = 40 tok/s
+		{"qwen3-coder", 0, true, 41, 100 * time.Millisecond, 1100 * time.Millisecond},
+		// not streamed and held 1 s: only the hold counts
+		{"qwen3-coder", time.Second, false, 50, 3 * time.Second, 3 * time.Second},
+		// neither held nor a usable stream: nothing
+		{"qwen3-coder", 0, false, 50, time.Second, time.Second},
+		{"qwen3-coder", 0, true, 1, time.Second, 2 * time.Second},
+		{"", -time.Second, true, 5, -time.Second, -2 * time.Second},
+	}
+	for _, o := range obs {
+		s.m.ObserveRequestDetail(o.model, o.held, o.stream, o.compl, o.ttfb, o.dur)
+	}
+	fams := s.scrape(t)
+	coder := map[string]string{"model": "qwen3-coder"}
+	hold := fams.one(t, "gpuhost_proxy_hold_seconds", coder).GetHistogram()
+	if hold.GetSampleCount() != 2 || !near(hold.GetSampleSum(), 3) {
+		t.Errorf("hold count %d sum %v, want 2 and 3", hold.GetSampleCount(), hold.GetSampleSum())
+	}
+	tps := fams.one(t, "gpuhost_proxy_output_tokens_per_second", coder).GetHistogram()
+	if tps.GetSampleCount() != 2 || !near(tps.GetSampleSum(), 50) {
+		t.Errorf("tok/s count %d sum %v, want 2 and 50 (10 + 40)", tps.GetSampleCount(), tps.GetSampleSum())
+	}
+	for _, name := range []string{"gpuhost_proxy_hold_seconds", "gpuhost_proxy_output_tokens_per_second"} {
+		if n := len(fams.find(name, map[string]string{"model": "unknown"})); n != 0 {
+			t.Errorf("%s: nonsense was observed (%d series)", name, n)
+		}
 	}
 }
 

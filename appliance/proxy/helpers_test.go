@@ -79,8 +79,30 @@ type observation struct {
 }
 
 type observer struct {
-	mu  sync.Mutex
-	obs []observation
+	mu      sync.Mutex
+	obs     []observation
+	details []detail
+}
+
+// detail is one ObserveRequestDetail call.
+type detail struct {
+	model      string
+	held       time.Duration
+	stream     bool
+	completion int
+	ttfb, dur  time.Duration
+}
+
+func (o *observer) ObserveRequestDetail(model string, held time.Duration, stream bool, completion int, ttfb, dur time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.details = append(o.details, detail{model, held, stream, completion, ttfb, dur})
+}
+
+func (o *observer) allDetails() []detail {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]detail(nil), o.details...)
 }
 
 func (o *observer) ObserveRequest(model string, status int, prompt, completion int, ttfb, dur time.Duration) {

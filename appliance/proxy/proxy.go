@@ -86,6 +86,16 @@ type Observer interface {
 	ObserveRequest(model string, status int, promptTokens, completionTokens int, ttfb, dur time.Duration)
 }
 
+// DetailObserver is an Observer that also takes what the hold and
+// throughput histograms need; the proxy calls ObserveRequestDetail right
+// after ObserveRequest when its Observer implements it. held is the time
+// the request waited for a switch (0 when it was not held); stream is
+// whether the answer was an SSE stream (its time to first byte is then the
+// first token's, so completionTokens over dur-ttfb is the decode rate).
+type DetailObserver interface {
+	ObserveRequestDetail(model string, held time.Duration, stream bool, completionTokens int, ttfb, dur time.Duration)
+}
+
 // statusClientClosed is nginx's "client closed request": the client left
 // before the answer was complete.
 const statusClientClosed = 499
@@ -559,6 +569,9 @@ func (p *Proxy) done(rec *record) {
 	}
 	if b := p.observer.Load(); b != nil {
 		b.o.ObserveRequest(rec.model, rec.status, prompt, compl, ttfb, dur)
+		if d, ok := b.o.(DetailObserver); ok {
+			d.ObserveRequestDetail(rec.model, rec.held, rec.stream, compl, ttfb, dur)
+		}
 	}
 	level := slog.LevelInfo
 	if rec.status >= 500 {

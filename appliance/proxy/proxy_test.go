@@ -140,6 +140,18 @@ func TestHeldDuringSwitch(t *testing.T) {
 	if held != n {
 		t.Fatalf("%d of %d requests were held; log: %v", held, n, e.logs.requests())
 	}
+	// The metrics' detail hook sees the same holds, as streams with their
+	// tokens, each observed right after its ObserveRequest.
+	e.obs.waitFor(t, n)
+	ds := e.obs.allDetails()
+	if len(ds) != n {
+		t.Fatalf("%d details, want %d: %+v", len(ds), n, ds)
+	}
+	for _, d := range ds {
+		if d.model != "qwen3-coder" || d.held <= 0 || !d.stream || d.completion != 20 || d.ttfb < d.held || d.dur < d.ttfb {
+			t.Errorf("detail %+v, want a held stream of 20 qwen3-coder tokens with held <= ttfb <= dur", d)
+		}
+	}
 }
 
 // TestHoldTimeoutAndIdle: a hold longer than hold_timeout ends in 503 with
