@@ -79,6 +79,11 @@ snap() {
 }
 chroot "$r" dpkg -i /tmp/gpuhost.deb > "$out/install.log" 2>&1
 snap install
+# An operator's edit, then the same package again (an upgrade to dpkg).
+echo '# edited by the operator' >> "$r/etc/gpuhost/gpuhost.yaml"
+chroot "$r" dpkg -i /tmp/gpuhost.deb > "$out/upgrade.log" 2>&1
+snap upgrade
+cp "$r/etc/gpuhost/gpuhost.yaml" "$out/upgrade/gpuhost.yaml"
 mkdir -p "$out/install/render" "$out/install/packaged"
 chroot "$r" /usr/bin/gpuhost units render --binary /usr/bin/gpuhost --dir /tmp/render
 cp "$r"/tmp/render/*.service "$out/install/render/"
@@ -96,7 +101,8 @@ snap purge
 
 // TestDebPackage builds the package with `make deb`, checks it with
 // dpkg-deb and lintian (no errors, no warnings beyond the overrides), and
-// installs, removes and purges it in a throw-away root (see throwAwayRoot).
+// installs, upgrades (the same package again), removes and purges it in a
+// throw-away root (see throwAwayRoot).
 func TestDebPackage(t *testing.T) {
 	if os.Getuid() != 0 {
 		skipOrFail(t, "needs root (a mount namespace with an overlay root)")
@@ -193,6 +199,7 @@ func TestDebPackage(t *testing.T) {
 	}
 
 	want := map[string][]string{
+		"upgrade": {"/usr/bin/gpuhost exists", "/etc/systemd/system/multi-user.target.wants/gpuhost.service link "},
 		"install": {"/usr/bin/gpuhost exists", "/etc/gpuhost/gpuhost.yaml exists", "/var/lib/gpuhost exists",
 			"/var/lib/gpuhost-backend exists", "/usr/lib/systemd/system/gpuhost.service exists",
 			// /lib or /usr/lib (the same folder on merged-/usr systems).
@@ -219,6 +226,13 @@ func TestDebPackage(t *testing.T) {
 		if pw := read(step + "/passwd"); !strings.HasPrefix(pw, "gpuhost-backend:") || !strings.Contains(pw, ":/var/lib/gpuhost-backend:/usr/sbin/nologin") {
 			t.Errorf("after %s: backend user = %q", step, pw)
 		}
+	}
+	// An upgrade keeps the operator's config and restarts only a running gpuhost.
+	if c := read("upgrade/gpuhost.yaml"); !strings.HasSuffix(c, "# edited by the operator\n") {
+		t.Errorf("upgrade lost the operator's edit of the conffile")
+	}
+	if up := read("upgrade/systemctl.log"); !strings.Contains(up, "try-restart gpuhost.service") || !strings.Contains(up, "daemon-reload") {
+		t.Errorf("upgrade: want a daemon-reload and a try-restart of gpuhost; systemctl calls:\n%s", up)
 	}
 	if s := strings.TrimSpace(read("install/status")); s != "installed" {
 		t.Errorf("after install: dpkg status %q", s)
