@@ -64,13 +64,13 @@ func renderUnits(cfg *appliance.Config, binary, configPath string, adopt bool) (
 func newUnitsCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "units", Short: "Render or install gpuhost's systemd units"}
 	var dir, binary string
-	var adopt bool
+	var adopt, example bool
 	render := &cobra.Command{
 		Use:   "render",
 		Short: "Print the unit files (or write them into --dir)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, path, err := configForUnits(cmd)
+			cfg, path, err := configForUnits(cmd, example)
 			if err != nil {
 				return err
 			}
@@ -88,6 +88,7 @@ func newUnitsCmd() *cobra.Command {
 		},
 	}
 	render.Flags().StringVar(&dir, "dir", "", "write the files into this directory instead of printing them")
+	render.Flags().BoolVar(&example, "example", false, "render the embedded example config as if installed at --config (default "+appliance.DefaultConfigPath+"), ignoring any file there (what the Debian package ships)")
 	install := &cobra.Command{
 		Use:   "install",
 		Short: "Install config (if none), units or drop-ins, daemon-reload, enable --now gpuhost",
@@ -157,9 +158,17 @@ func newUnitsCmd() *cobra.Command {
 }
 
 // configForUnits loads --config, or the example config when none exists
-// yet (rendering should work before installing).
-func configForUnits(cmd *cobra.Command) (*appliance.Config, string, error) {
+// yet (rendering should work before installing) or when example is set
+// (then --config only names where the config will be installed).
+func configForUnits(cmd *cobra.Command, example bool) (*appliance.Config, string, error) {
 	path, _ := cmd.Flags().GetString("config")
+	if example {
+		if path == "" {
+			path = appliance.DefaultConfigPath
+		}
+		cfg, err := appliance.ParseConfig("example config", appliance.ExampleConfig)
+		return cfg, path, err
+	}
 	if path == "" {
 		path = appliance.DefaultConfigPath
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {

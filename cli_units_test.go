@@ -133,3 +133,27 @@ func TestUnitsRenderRefusesInjection(t *testing.T) {
 		t.Errorf("a refused render wrote %d files", len(entries))
 	}
 }
+
+// TestUnitsRenderExample: --example renders the embedded example config as
+// if installed at --config (what `make deb` packages), even where no file
+// exists there and whatever a file at that path would say.
+func TestUnitsRenderExample(t *testing.T) {
+	dir := t.TempDir()
+	other := filepath.Join(dir, "gpuhost.yaml") // does not exist
+	out, code := gpuhost(t, "units", "render", "--example", "--config", other, "--binary", "/usr/bin/gpuhost")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	for _, w := range []string{"ExecStart=/usr/bin/gpuhost serve --config " + other, "User=gpuhost-backend", "ExecStart=/opt/vllm/bin/vllm $GPUHOST_ARGS"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("render --example lacks %q:\n%s", w, out)
+		}
+	}
+	// A config at --config is ignored: the example is rendered.
+	if err := os.WriteFile(other, []byte("not: [valid"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out2, code := gpuhost(t, "units", "render", "--example", "--config", other, "--binary", "/usr/bin/gpuhost"); code != 0 || out2 != out {
+		t.Errorf("render --example with a file at --config: exit %d, output differs: %v", code, out2 != out)
+	}
+}
