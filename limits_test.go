@@ -248,11 +248,14 @@ func TestBodyMemoryBounded(t *testing.T) {
 	for range 14 {
 		select {
 		case a := <-answers:
-			if a.status != http.StatusServiceUnavailable || a.retry == "" {
+			// A 503 sent while the client is still uploading can reach it
+			// as a reset instead (status -1); the daemon's counter below is
+			// the exact count of refusals.
+			if a.status != -1 && (a.status != http.StatusServiceUnavailable || a.retry == "") {
 				t.Errorf("answer %+v, want 503 with Retry-After", a)
 			}
 			refused++
-		case <-time.After(45 * time.Second):
+		case <-time.After(120 * time.Second):
 			t.Fatalf("only %d of 14 over-budget requests were refused", refused)
 		}
 	}

@@ -80,15 +80,16 @@ func exported(t *testing.T) map[string]bool {
 	t.Cleanup(srv.Close)
 
 	names := map[string]bool{}
-	// Run counts the switch from the Supervisor's events in the background:
-	// scrape until the switch series show up.
-	deadline := time.Now().Add(30 * time.Second)
+	// Run counts the switch from the Supervisor's events and runs the doctor
+	// in the background: scrape until the switch and doctor series show up
+	// (the doctor's first run includes the endpoint probes).
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		clear(names)
 		for name, mf := range scrape(t, srv.URL+"/metrics") {
 			addFamily(names, name, mf.GetType().String())
 		}
-		if names["gpuhost_switch_step_duration_seconds_bucket"] || time.Now().After(deadline) {
+		if names["gpuhost_switch_step_duration_seconds_bucket"] && names["gpuhost_doctor_check_status"] || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
