@@ -23,6 +23,8 @@ import (
 	"gpuhost/nvml"
 	"gpuhost/simulator"
 	"gpuhost/triage"
+
+	"gpuhost/internal/testkit"
 )
 
 var binPath string
@@ -457,19 +459,4 @@ func TestTwoDemosSideBySide(t *testing.T) {
 }
 
 // syncBuffer is a bytes.Buffer safe for a child's output and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testkit.SyncBuffer

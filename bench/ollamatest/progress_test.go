@@ -4,10 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"gpuhost/internal/testkit"
 )
 
 func TestBuildLogCounts(t *testing.T) {
@@ -32,22 +33,7 @@ func TestBuildLogCounts(t *testing.T) {
 }
 
 // syncBuffer is a progress writer the test reads while Ensure writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testkit.SyncBuffer
 
 // TestEnsureProgressWaitsForAnotherBuild: while another process holds the
 // build lock, EnsureProgress says that it waits (CI printed nothing for many
