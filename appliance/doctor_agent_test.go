@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -99,21 +98,7 @@ func TestDoctorAgentChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	envPath := f.cfg.EnvFilePath(f.cfg.Backends.VLLM.Unit)
-	env, _ := os.ReadFile(envPath)
-	edited := strings.Replace(string(env), "--max-model-len 32768", "--max-model-len 16384", 1)
-	if edited == string(env) {
-		t.Fatalf("env file has no --max-model-len 32768: %s", env)
-	}
-	if err := os.WriteFile(envPath, []byte(edited), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.sup.units.Stop(ctx, f.cfg.Backends.VLLM.Unit); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.sup.units.Start(ctx, f.cfg.Backends.VLLM.Unit); err != nil {
-		t.Fatal(err)
-	}
+	restartWithEditedFlags(t, f, "--max-model-len 32768", "--max-model-len 16384")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		rep := (&Doctor{Cfg: f.cfg, GPU: f.gpu, Units: f.sup.units}).Run(ctx)

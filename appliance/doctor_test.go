@@ -122,21 +122,7 @@ func TestDoctorChecksPassAndFail(t *testing.T) {
 
 	// Drift: the unit runs with flags that differ from the profile (an
 	// operator edited the environment file and restarted the unit by hand).
-	envPath := f.cfg.EnvFilePath(f.cfg.Backends.VLLM.Unit)
-	env, _ := os.ReadFile(envPath)
-	edited := strings.Replace(string(env), "--max-num-seqs 32", "--max-num-seqs 64", 1)
-	if edited == string(env) {
-		t.Fatalf("env file has no --max-num-seqs 32: %s", env)
-	}
-	if err := os.WriteFile(envPath, []byte(edited), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.sup.units.Stop(ctx, f.cfg.Backends.VLLM.Unit); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.sup.units.Start(ctx, f.cfg.Backends.VLLM.Unit); err != nil {
-		t.Fatal(err)
-	}
+	restartWithEditedFlags(t, f, "--max-num-seqs 32", "--max-num-seqs 64")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		rep = run(good())
@@ -174,5 +160,28 @@ func TestDoctorChecksPassAndFail(t *testing.T) {
 	}
 	if c, _ := checkByID(rep, "endpoint.health", "llama"); c.Severity != units.SeverityFail || !strings.Contains(c.Message, "is not serving correctly") {
 		t.Errorf("endpoint.health with the model not loaded: %+v", c)
+	}
+}
+
+// restartWithEditedFlags edits the vLLM unit's environment file (old → new)
+// and restarts the unit behind the Supervisor's back, as an operator
+// editing the file by hand would.
+func restartWithEditedFlags(t *testing.T, f *procFixture, old, new string) {
+	t.Helper()
+	ctx := context.Background()
+	envPath := f.cfg.EnvFilePath(f.cfg.Backends.VLLM.Unit)
+	env, _ := os.ReadFile(envPath)
+	edited := strings.Replace(string(env), old, new, 1)
+	if edited == string(env) {
+		t.Fatalf("env file has no %s: %s", old, env)
+	}
+	if err := os.WriteFile(envPath, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sup.units.Stop(ctx, f.cfg.Backends.VLLM.Unit); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sup.units.Start(ctx, f.cfg.Backends.VLLM.Unit); err != nil {
+		t.Fatal(err)
 	}
 }

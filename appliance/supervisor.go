@@ -1063,22 +1063,7 @@ func (r *switchRun) get(ctx context.Context, url string, timeout time.Duration) 
 func (r *switchRun) getJSON(ctx context.Context, url string, v any) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := r.s.client.Do(req)
-	if err != nil {
-		return fmt.Errorf("GET %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(v); err != nil {
-		return fmt.Errorf("GET %s: decode: %w", url, err)
-	}
-	return nil
+	return getJSONWith(ctx, r.s.client, url, v)
 }
 
 // loadOllamaModel asks Ollama to load the model now (an empty generate
