@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/config"
 	"io"
 	"net"
 	"os"
@@ -25,12 +26,12 @@ import (
 	"gpuhost/units"
 )
 
-func loadConfig(cmd *cobra.Command) (*appliance.Config, error) {
+func loadConfig(cmd *cobra.Command) (*config.Config, error) {
 	path, _ := cmd.Flags().GetString("config")
 	if path == "" {
 		path = defaultConfigPath
 	}
-	return appliance.LoadConfig(path)
+	return config.Load(path)
 }
 
 func newServeCmd() *cobra.Command {
@@ -77,7 +78,7 @@ func newDemoCmd() *cobra.Command {
 			if stateDir, err = filepath.Abs(stateDir); err != nil {
 				return err
 			}
-			cfg, err := appliance.DemoConfig(self, stateDir, listen)
+			cfg, err := config.Demo(self, stateDir, listen)
 			if err != nil {
 				return err
 			}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net/http"
@@ -196,7 +197,7 @@ func TestAskCommandToken(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := appliance.ParseConfig("ask-cli", []byte(testbin.ConfigYAML("/nonexistent/gpuhost", state, "process", "", testbin.FreePort(t), testbin.FreePort(t), "10ms")))
+	cfg, err := config.Parse("ask-cli", []byte(testbin.ConfigYAML("/nonexistent/gpuhost", state, "process", "", testbin.FreePort(t), testbin.FreePort(t), "10ms")))
 	if err != nil {
 		t.Fatal(err)
 	}

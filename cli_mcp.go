@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"gpuhost/config"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -57,7 +58,7 @@ func mcpDemoSetup(cmd *cobra.Command) (mcp.Setup, error) {
 	if err != nil {
 		return mcp.Setup{}, err
 	}
-	cfg, err := appliance.DemoConfig(self, state, "127.0.0.1:0")
+	cfg, err := config.Demo(self, state, "127.0.0.1:0")
 	if err != nil {
 		os.RemoveAll(state)
 		return mcp.Setup{}, err
@@ -73,7 +74,7 @@ func mcpDemoSetup(cmd *cobra.Command) (mcp.Setup, error) {
 // localDaemon builds a Supervisor over this box's GPU and units. With a
 // logger it also runs it (the demo: backends start); without, it only
 // reads.
-func localDaemon(ctx context.Context, cfg *appliance.Config, log *slog.Logger) (mcp.Daemon, func()) {
+func localDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger) (mcp.Daemon, func()) {
 	gpu, closeGPU, _ := appliance.OpenGPU(cfg)
 	u, journal, closeUnits, _ := appliance.OpenUnits(ctx, cfg)
 	sup := appliance.NewSupervisor(cfg, gpu, u, journal, log)

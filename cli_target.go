@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"gpuhost/config"
 	"net"
 	"os"
 	"strings"
@@ -29,13 +30,13 @@ type daemonTarget struct {
 	Explicit bool
 	// Cfg is the config when it was readable (nil otherwise); CfgErr why
 	// it was not.
-	Cfg    *appliance.Config
+	Cfg    *config.Config
 	CfgErr error
 }
 
-// defaultConfigPath is appliance.DefaultConfigPath (a variable for the
+// defaultConfigPath is config.DefaultPath (a variable for the
 // tests).
-var defaultConfigPath = appliance.DefaultConfigPath
+var defaultConfigPath = config.DefaultPath
 
 // resolveDaemon applies the one rule for every command that talks to a
 // box: --url, else $GPUHOST_URL, else the config's listen (only when a

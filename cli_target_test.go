@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"gpuhost/config"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -26,14 +27,14 @@ import (
 func TestResolveDaemon(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "gpuhost.yaml")
-	example, err := os.ReadFile("appliance/gpuhost.example.yaml")
+	example, err := os.ReadFile("config/gpuhost.example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(cfgPath, example, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := appliance.LoadConfig(cfgPath)
+	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func TestResolveDaemon(t *testing.T) {
 		name       string
 		args       []string
 		env        string
-		defaultCfg string // appliance.DefaultConfigPath stand-in
+		defaultCfg string // config.DefaultPath stand-in
 		wantURL    string
 		wantOrigin []string
 		wantErr    string
@@ -69,7 +70,7 @@ func TestResolveDaemon(t *testing.T) {
 			if tc.defaultCfg != "" && !cmd.Flags().Changed("config") {
 				// The default path is the machine's; point it at the case's.
 				defaultConfigPath = tc.defaultCfg
-				t.Cleanup(func() { defaultConfigPath = appliance.DefaultConfigPath })
+				t.Cleanup(func() { defaultConfigPath = config.DefaultPath })
 			}
 			got, err := resolveDaemon(cmd)
 			if tc.wantErr != "" {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net"
@@ -228,7 +229,7 @@ func openTriage(cmd *cobra.Command) (*triage.Worker, func(), error) {
 // daemonActiveModel asks the running daemon which profile is active, so a
 // worker beside `gpuhost serve` follows model switches; without a daemon
 // it is the default profile's served name.
-func daemonActiveModel(cfg *appliance.Config) func() string {
+func daemonActiveModel(cfg *config.Config) func() string {
 	host, port, _ := net.SplitHostPort(cfg.Listen)
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/config"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"gpuhost/appliance"
 	"gpuhost/internal/atomicfile"
 	"gpuhost/systemd"
 	"gpuhost/units"
@@ -27,7 +27,7 @@ type unitFile struct {
 // validates every unit first (the config loader did too; this also covers
 // --binary and --config, which only reach the unit here) and renders
 // nothing when one is refused.
-func renderUnits(cfg *appliance.Config, binary, configPath string, adopt bool) ([]unitFile, error) {
+func renderUnits(cfg *config.Config, binary, configPath string, adopt bool) ([]unitFile, error) {
 	// ExecStart= needs an absolute path; a relative --config is meant from here.
 	if abs, err := filepath.Abs(configPath); err == nil {
 		configPath = abs
@@ -88,7 +88,7 @@ func newUnitsCmd() *cobra.Command {
 		},
 	}
 	render.Flags().StringVar(&dir, "dir", "", "write the files into this directory instead of printing them")
-	render.Flags().BoolVar(&example, "example", false, "render the embedded example config as if installed at --config (default "+appliance.DefaultConfigPath+"), ignoring any file there (what the Debian package ships)")
+	render.Flags().BoolVar(&example, "example", false, "render the embedded example config as if installed at --config (default "+config.DefaultPath+"), ignoring any file there (what the Debian package ships)")
 	install := &cobra.Command{
 		Use:   "install",
 		Short: "Install config (if none), units or drop-ins, daemon-reload, enable --now gpuhost",
@@ -96,15 +96,15 @@ func newUnitsCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			path, _ := cmd.Flags().GetString("config")
 			if path == "" {
-				path = appliance.DefaultConfigPath
+				path = config.DefaultPath
 			}
 			if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-				if err := atomicfile.Write(path, appliance.ExampleConfig, 0o640); err != nil {
+				if err := atomicfile.Write(path, config.Example, 0o640); err != nil {
 					return fmt.Errorf("install example config: %w", err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "installed example config %s (edit the profiles, then `systemctl restart gpuhost`)\n", path)
 			}
-			cfg, err := appliance.LoadConfig(path)
+			cfg, err := config.Load(path)
 			if err != nil {
 				return err
 			}
@@ -160,23 +160,23 @@ func newUnitsCmd() *cobra.Command {
 // configForUnits loads --config, or the example config when none exists
 // yet (rendering should work before installing) or when example is set
 // (then --config only names where the config will be installed).
-func configForUnits(cmd *cobra.Command, example bool) (*appliance.Config, string, error) {
+func configForUnits(cmd *cobra.Command, example bool) (*config.Config, string, error) {
 	path, _ := cmd.Flags().GetString("config")
 	if example {
 		if path == "" {
-			path = appliance.DefaultConfigPath
+			path = config.DefaultPath
 		}
-		cfg, err := appliance.ParseConfig("example config", appliance.ExampleConfig)
+		cfg, err := config.Parse("example config", config.Example)
 		return cfg, path, err
 	}
 	if path == "" {
-		path = appliance.DefaultConfigPath
+		path = config.DefaultPath
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			cfg, err := appliance.ParseConfig("example config", appliance.ExampleConfig)
+			cfg, err := config.Parse("example config", config.Example)
 			return cfg, path, err
 		}
 	}
-	cfg, err := appliance.LoadConfig(path)
+	cfg, err := config.Load(path)
 	return cfg, path, err
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"gpuhost/config"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"gpuhost/appliance"
 	"gpuhost/systemd/systemdtest"
 )
 
@@ -34,7 +34,7 @@ var overallRE = regexp.MustCompile(`Overall exposure level for (\S+): (\d+\.\d+)
 func TestUnitsHardenedUnderRealSystemd(t *testing.T) {
 	// The example config with programs that exist here, so that verify
 	// judges the units rather than the missing vLLM and Ollama binaries.
-	example := strings.NewReplacer("/opt/vllm/bin/vllm", "/bin/sleep", "/usr/local/bin/ollama", "/bin/sleep").Replace(string(appliance.ExampleConfig))
+	example := strings.NewReplacer("/opt/vllm/bin/vllm", "/bin/sleep", "/usr/local/bin/ollama", "/bin/sleep").Replace(string(config.Example))
 	variants := []struct {
 		name   string // prefix of the unit names inside the private systemd
 		config string
@@ -124,7 +124,7 @@ func TestUnitsHardenedUnderRealSystemd(t *testing.T) {
 func TestUnitsRenderRefusesInjection(t *testing.T) {
 	dir := t.TempDir()
 	for _, bin := range []string{"/usr/local/bin/gpuhost\nUser=root", "relative/gpuhost"} {
-		out, code := gpuhost(t, "units", "render", "--config", "appliance/gpuhost.example.yaml", "--binary", bin, "--dir", dir)
+		out, code := gpuhost(t, "units", "render", "--config", "config/gpuhost.example.yaml", "--binary", bin, "--dir", dir)
 		if code == 0 || !strings.Contains(out, "gpuhost.service: binary") {
 			t.Errorf("--binary %q: exit %d, output %q; want a refusal naming the binary", bin, code, out)
 		}

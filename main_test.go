@@ -143,7 +143,7 @@ func TestBadConfigNamesKeyAndExits2(t *testing.T) {
 }
 
 func TestUnitsRender(t *testing.T) {
-	out, code := gpuhost(t, "units", "render", "--config", "appliance/gpuhost.example.yaml")
+	out, code := gpuhost(t, "units", "render", "--config", "config/gpuhost.example.yaml")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, out)
 	}
@@ -154,7 +154,7 @@ func TestUnitsRender(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	out, code = gpuhost(t, "units", "render", "--adopt", "--config", "appliance/gpuhost.example.yaml", "--dir", dir)
+	out, code = gpuhost(t, "units", "render", "--adopt", "--config", "config/gpuhost.example.yaml", "--dir", dir)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, out)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/config"
 	"log/slog"
 	"net"
 	"net/http"
@@ -28,7 +29,7 @@ import (
 // serve is the daemon: the one place that wires config, GPU, units,
 // Supervisor, HTTP API and systemd notification together. It returns when
 // ctx ends (SIGTERM) or the listener fails.
-func serve(ctx context.Context, cfg *appliance.Config, log *slog.Logger, ready func(addr string)) error {
+func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(addr string)) error {
 	gpu, closeGPU, gerr := appliance.OpenGPU(cfg)
 	defer closeGPU()
 	if gerr != nil {

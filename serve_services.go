@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"gpuhost/config"
 	"log/slog"
 	"net"
 	"net/http"
@@ -33,7 +34,7 @@ func loopbackV1(addr net.Addr) string {
 // requests to any other URL are left alone.
 type selfAuth struct {
 	base string
-	cfg  *appliance.Config
+	cfg  *config.Config
 	next http.RoundTripper
 }
 
@@ -56,7 +57,7 @@ func (s *selfAuth) RoundTrip(r *http.Request) (*http.Response, error) {
 // newAgent builds the agent loop on the MCP server's in-process client.
 // It returns nil (every front door then answers "agent disabled") when the
 // agent is off by config or MCP is not running.
-func newAgent(ctx context.Context, cfg *appliance.Config, ms *mcp.Server, selfV1 string, hc *http.Client, log *slog.Logger) *agent.Limiter {
+func newAgent(ctx context.Context, cfg *config.Config, ms *mcp.Server, selfV1 string, hc *http.Client, log *slog.Logger) *agent.Limiter {
 	if cfg.Agent.Disabled {
 		return nil
 	}
@@ -90,7 +91,7 @@ func newAgent(ctx context.Context, cfg *appliance.Config, ms *mcp.Server, selfV1
 
 // startTriage builds the triage worker from the config; nil (logged) when
 // it cannot start, so the rest of the daemon carries on.
-func startTriage(ctx context.Context, cfg *appliance.Config, sup *appliance.Supervisor, ms *mcp.Server, selfV1 string, hc *http.Client, log *slog.Logger) *triage.Worker {
+func startTriage(ctx context.Context, cfg *config.Config, sup *appliance.Supervisor, ms *mcp.Server, selfV1 string, hc *http.Client, log *slog.Logger) *triage.Worker {
 	deps := triage.Deps{
 		Log:            log,
 		ManagedBaseURL: selfV1,
@@ -132,7 +133,7 @@ func startTriage(ctx context.Context, cfg *appliance.Config, sup *appliance.Supe
 // model (no triage.model.base_url) its first poll waits for the first
 // active profile, so the demo's worker does not fail (and log an ERROR)
 // while the default profile is still loading.
-func runTriage(ctx context.Context, cfg *appliance.Config, sup *appliance.Supervisor, tw *triage.Worker, log *slog.Logger) error {
+func runTriage(ctx context.Context, cfg *config.Config, sup *appliance.Supervisor, tw *triage.Worker, log *slog.Logger) error {
 	if cfg.Triage.Model.BaseURL == "" {
 		if st := sup.State(); st.Phase != appliance.PhaseActive || st.Step != "" {
 			log.Info("triage: waiting for the first active profile before polling", "component", "triage", "phase", st.Phase)

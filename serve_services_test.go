@@ -1,6 +1,7 @@
 package main
 
 import (
+	"gpuhost/config"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -10,7 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	"gpuhost/appliance"
 	"gpuhost/internal/testbin"
 )
 
@@ -50,7 +50,7 @@ func TestSelfAuth(t *testing.T) {
 	}
 	yaml := strings.Replace(testbin.ConfigYAML("/bin/true", state, "process", "", testbin.FreePort(t), testbin.FreePort(t), "10ms"),
 		"listen: 127.0.0.1:0", "listen: 0.0.0.0:0\napi_token_file: "+tokenFile, 1)
-	cfg, err := appliance.ParseConfig("test.yaml", []byte(yaml))
+	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

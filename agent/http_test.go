@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net/http"
@@ -401,7 +402,7 @@ func TestAskBehindBearer(t *testing.T) {
 		t.Fatal(err)
 	}
 	yaml := testbin.ConfigYAML("/nonexistent/gpuhost", state, "process", "", testbin.FreePort(t), testbin.FreePort(t), "10ms")
-	cfg, err := appliance.ParseConfig("ask-test", []byte(yaml))
+	cfg, err := config.Parse("ask-test", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"gpuhost/config"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -58,7 +59,7 @@ func TestBackendSwitchMidLoop(t *testing.T) {
 			wantText: []string{"(step 2) failed", "404", `model "qwen3-coder" is not loaded`, "gpuhost switch coder", "switching to llama"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := appliancetest.New(t, appliancetest.Options{Activate: "coder", Hook: func(c *appliance.Config) {
+			f := appliancetest.New(t, appliancetest.Options{Activate: "coder", Hook: func(c *config.Config) {
 				// Both backends are the simulator in scripted tool-use mode.
 				c.Backends.VLLM.Exec = append(c.Backends.VLLM.Exec, "--scripted-tools")
 				c.Backends.Ollama.Exec = append(c.Backends.Ollama.Exec, "--scripted-tools")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/config"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -220,7 +221,7 @@ var PanelFormPaths = []string{"/switch", "/bench/run", "/ask", "/ask/stream", "/
 // checkToken refuses to start beyond loopback without a token that is long
 // enough to withstand guessing (the throttle slows guesses; length makes
 // them hopeless). The message names the source, never the value.
-func checkToken(cfg *Config) error {
+func checkToken(cfg *config.Config) error {
 	tok, err := cfg.APIToken()
 	if err != nil {
 		return err
@@ -232,15 +233,15 @@ func checkToken(cfg *Config) error {
 	if tok == "" {
 		return fmt.Errorf("listen %s is not loopback: set a bearer token in $%s or api_token_file", cfg.Listen, cfg.APITokenEnv)
 	}
-	if n := len([]rune(tok)); n < MinTokenLength {
-		return fmt.Errorf("listen %s is not loopback: the bearer token in %s has %d characters, at least %d are needed (e.g. openssl rand -hex 32)", cfg.Listen, src, n, MinTokenLength)
+	if n := len([]rune(tok)); n < config.MinTokenLength {
+		return fmt.Errorf("listen %s is not loopback: the bearer token in %s has %d characters, at least %d are needed (e.g. openssl rand -hex 32)", cfg.Listen, src, n, config.MinTokenLength)
 	}
 	return nil
 }
 
 // bearerAuth demands the bearer token on every request a front door has not
 // vouched for. Clients that keep sending wrong tokens are throttled.
-func bearerAuth(cfg *Config, th *frontdoor.Throttle) echo.MiddlewareFunc {
+func bearerAuth(cfg *config.Config, th *frontdoor.Throttle) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if Authenticated(c) {
@@ -269,7 +270,7 @@ func bearerAuth(cfg *Config, th *frontdoor.Throttle) echo.MiddlewareFunc {
 	}
 }
 
-func unknownProfile(c echo.Context, cfg *Config, name string) error {
+func unknownProfile(c echo.Context, cfg *config.Config, name string) error {
 	return c.JSON(http.StatusNotFound, APIError{
 		Error:  "unknown profile",
 		Detail: fmt.Sprintf("no profile %q; profiles: %s", name, strings.Join(cfg.ProfileNames(), ", ")),

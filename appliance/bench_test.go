@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"gpuhost/config"
 	"io"
 	"net/http"
 	"os"
@@ -83,7 +84,7 @@ type bareSwitcher struct {
 	cmd *exec.Cmd
 	in  io.WriteCloser
 	out *bufio.Scanner
-	cfg *Config
+	cfg *config.Config
 }
 
 func startBare(b testing.TB, e *e2e) *bareSwitcher {

@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"fmt"
+	"gpuhost/config"
 	"slices"
 	"sort"
 	"strings"
@@ -40,7 +41,7 @@ type DoctorReport struct {
 // Doctor runs every check it can; a component that cannot be reached turns
 // into a failing check rather than an error, so the report is always whole.
 type Doctor struct {
-	Cfg   *Config
+	Cfg   *config.Config
 	GPU   GPU   // nil: NVML unavailable (GPUErr says why)
 	Units Units // nil: systemd unreachable (UnitsErr says why)
 
@@ -160,7 +161,7 @@ func driverCheck(version, cuda string) DoctorCheck {
 	return c
 }
 
-func unitChecks(cfg *Config, bs []backendState) []DoctorCheck {
+func unitChecks(cfg *config.Config, bs []backendState) []DoctorCheck {
 	var out []DoctorCheck
 	// Conflicts= both ways.
 	for i, b := range bs {

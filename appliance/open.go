@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/config"
 	"log/slog"
 	"net"
 	"os"
@@ -25,7 +26,7 @@ func (u unavailableGPU) Snapshot(context.Context) (nvml.Snapshot, error) {
 
 // OpenGPU opens the configured GPU facts source. The error is also returned
 // so that callers can report it; the GPU value is usable either way.
-func OpenGPU(cfg *Config) (GPU, func(), error) {
+func OpenGPU(cfg *config.Config) (GPU, func(), error) {
 	if cfg.GPU.Backend == "sim" {
 		s := nvml.NewSim(nvml.SimConfig{Dir: cfg.GPU.SimDir})
 		// The simulated backends write their claims here, but their units
@@ -46,7 +47,7 @@ func OpenGPU(cfg *Config) (GPU, func(), error) {
 
 // OpenUnits connects to the configured unit runner: systemd over D-Bus (the
 // system bus or a private socket), or the demo's process runner.
-func OpenUnits(ctx context.Context, cfg *Config) (Units, JournalFunc, func(), error) {
+func OpenUnits(ctx context.Context, cfg *config.Config) (Units, JournalFunc, func(), error) {
 	if cfg.Systemd.Runner == "process" {
 		r := procunits.New(processSpecs(cfg)...)
 		return r, r.Journal, func() {
@@ -62,7 +63,7 @@ func OpenUnits(ctx context.Context, cfg *Config) (Units, JournalFunc, func(), er
 	return ru, systemd.JournalTail, ru.Close, nil
 }
 
-func processSpecs(cfg *Config) []procunits.Spec {
+func processSpecs(cfg *config.Config) []procunits.Spec {
 	var specs []procunits.Spec
 	for _, bu := range cfg.BackendUnits() {
 		specs = append(specs, procunits.Spec{
@@ -77,7 +78,7 @@ func processSpecs(cfg *Config) []procunits.Spec {
 // call (re)connects on demand and fails with the reason naming the socket,
 // and subscriptions survive a systemd restart.
 type reconnectingUnits struct {
-	cfg *Config
+	cfg *config.Config
 	mu  sync.Mutex
 	m   *systemd.Manager
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/config"
 	"log/slog"
 
 	"gpuhost/units"
@@ -123,7 +124,7 @@ func WantedDrift(st State) string {
 
 // wantedCheck is the doctor's view of WantedDrift, from the state file and
 // the units as systemd reports them.
-func wantedCheck(cfg *Config, bs []backendState) DoctorCheck {
+func wantedCheck(cfg *config.Config, bs []backendState) DoctorCheck {
 	s := &Supervisor{cfg: cfg, log: slog.Default()}
 	st := State{Phase: PhaseIdle, LastWanted: s.readLastWanted()}
 	c := DoctorCheck{ID: "state.last_wanted", Severity: units.SeverityOK, Value: st.LastWanted}

@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"context"
+	"gpuhost/config"
 	"io"
 	"log/slog"
 	"strings"
@@ -16,7 +17,7 @@ import (
 // a new one over what still runs, as systemd keeps backend units across a
 // daemon restart.
 type restartRig struct {
-	cfg     *Config
+	cfg     *config.Config
 	gpu     GPU
 	u       Units
 	journal JournalFunc
@@ -29,7 +30,7 @@ func newRestartRig(t *testing.T, vllmStopDelay string) *restartRig {
 	if vllmStopDelay != "" {
 		yaml = strings.Replace(yaml, "simulate, vllm,", "simulate, vllm, --stop-delay, "+vllmStopDelay+",", 1)
 	}
-	cfg, err := ParseConfig("test", []byte(yaml))
+	cfg, err := config.Parse("test", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

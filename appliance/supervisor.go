@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net/http"
@@ -111,7 +112,7 @@ type SwitchOptions struct {
 // guarantees that at most one backend runs, with the old one's VRAM released
 // before the next starts.
 type Supervisor struct {
-	cfg     *Config
+	cfg     *config.Config
 	gpu     GPU
 	units   Units
 	journal JournalFunc
@@ -206,7 +207,7 @@ func (s *Supervisor) AwaitActive(ctx context.Context) (*units.Profile, error) {
 }
 
 // NewSupervisor wires the Supervisor; it does nothing until Run.
-func NewSupervisor(cfg *Config, gpu GPU, u Units, journal JournalFunc, log *slog.Logger) *Supervisor {
+func NewSupervisor(cfg *config.Config, gpu GPU, u Units, journal JournalFunc, log *slog.Logger) *Supervisor {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -233,7 +234,7 @@ func NewSupervisor(cfg *Config, gpu GPU, u Units, journal JournalFunc, log *slog
 }
 
 // Config returns the configuration the Supervisor runs with.
-func (s *Supervisor) Config() *Config { return s.cfg }
+func (s *Supervisor) Config() *config.Config { return s.cfg }
 
 // State returns a copy of the current state.
 func (s *Supervisor) State() State {

@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"bytes"
+	"gpuhost/config"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -31,7 +32,7 @@ func TestStateFileIsBounded(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			state := t.TempDir()
-			cfg, err := ParseConfig("test.yaml", []byte(strings.Replace(minimal, "/var/lib/gpuhost", state, 1)))
+			cfg, err := config.Parse("test.yaml", []byte(strings.Replace(minimal, "/var/lib/gpuhost", state, 1)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -62,3 +63,13 @@ func TestStateFileIsBounded(t *testing.T) {
 		})
 	}
 }
+
+// minimal is the smallest config the Supervisor accepts: one vLLM profile.
+const minimal = `
+state_dir: /var/lib/gpuhost
+profiles:
+  p1:
+    backend: vllm
+    model: org/model
+    port: 8000
+`

@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"errors"
+	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net"
@@ -16,7 +17,7 @@ import (
 // procFixture runs a Supervisor over the process runner with simulator
 // backends (real processes, real HTTP, simulated GPU memory).
 type procFixture struct {
-	cfg    *Config
+	cfg    *config.Config
 	sup    *Supervisor
 	gpu    GPU
 	cancel context.CancelFunc
@@ -36,7 +37,7 @@ func newProcFixtureYAML(t *testing.T, yaml func(bin, state string) string) *proc
 	t.Helper()
 	bin := gpuhostBinary(t)
 	state := t.TempDir()
-	cfg, err := ParseConfig("test", []byte(yaml(bin, state)))
+	cfg, err := config.Parse("test", []byte(yaml(bin, state)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +249,7 @@ func TestCrashWhileLoadingRollsBackWithJournal(t *testing.T) {
 func TestVRAMHeldByForeignProcessTimesOut(t *testing.T) {
 	f := newProcFixture(t, "10ms")
 	*f.cfg.Switch.Rollback = false
-	f.cfg.GPU.ReleaseTimeout = Duration(300 * time.Millisecond)
+	f.cfg.GPU.ReleaseTimeout = config.Duration(300 * time.Millisecond)
 	// A foreign process holds 20 GiB in the simulated GPU.
 	cmd := startSleeper(t)
 	if err := nvml.WriteClaim(f.cfg.GPU.SimDir, nvml.Claim{PID: cmd.Process.Pid, MiB: 20480, Name: "foreign"}); err != nil {

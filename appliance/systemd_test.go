@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"gpuhost/config"
 	"io"
 	"net/http"
 	"os"
@@ -25,7 +26,7 @@ import (
 // the daemon reached over loopback HTTP from outside.
 type e2e struct {
 	sd      *systemdtest.Systemd
-	cfg     *Config
+	cfg     *config.Config
 	cfgPath string
 	client  *Client
 	base    string
@@ -54,7 +55,7 @@ func startE2EWith(t testing.TB, vllmLoad, state string, mutate func(string) stri
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadConfig(cfgPath)
+	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"encoding/json"
+	"gpuhost/config"
 	"strings"
 	"testing"
 	"time"
@@ -64,7 +65,7 @@ func TestDoctorAndStatusShowTheBot(t *testing.T) {
 			t.Errorf("status JSON %s lacks %s", data, w)
 		}
 	}
-	cfg := &Config{Policy: &units.Policy{}}
+	cfg := &config.Config{Policy: &units.Policy{}}
 	rep := (&Doctor{Cfg: cfg, Telegram: s.TelegramStatus}).Run(context.Background())
 	found := false
 	for _, c := range rep.Checks {

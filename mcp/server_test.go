@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net/http"
@@ -510,7 +511,7 @@ func authAPI(t testing.TB, listen, token string) *echo.Echo {
 	t.Helper()
 	state := t.TempDir()
 	y := testbin.ConfigYAML("/bin/true", state, "process", "", 1, 2, "10ms")
-	cfg, err := appliance.ParseConfig("mcp-test", []byte(y))
+	cfg, err := config.Parse("mcp-test", []byte(y))
 	if err != nil {
 		t.Fatal(err)
 	}

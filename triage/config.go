@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net"
@@ -12,7 +13,6 @@ import (
 	"strings"
 	"sync"
 
-	"gpuhost/appliance"
 	"gpuhost/triage/customer"
 	"gpuhost/triage/llm"
 	"gpuhost/triage/sink"
@@ -58,7 +58,7 @@ var (
 // config names; a missing one is an error naming the variable, never its
 // value. The source connects lazily (on the first poll), so an IMAP server
 // that is down now is a poll failure, not a start failure.
-func FromConfig(ctx context.Context, cfg *appliance.Config, deps Deps) (*Worker, error) {
+func FromConfig(ctx context.Context, cfg *config.Config, deps Deps) (*Worker, error) {
 	t := cfg.Triage
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)

@@ -4,22 +4,22 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"gpuhost/config"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"gpuhost/appliance"
 	"gpuhost/internal/testbin"
 	"gpuhost/triage/llm"
 )
 
-func parseTestConfig(t *testing.T, triageYAML string) *appliance.Config {
+func parseTestConfig(t *testing.T, triageYAML string) *config.Config {
 	t.Helper()
 	dir := t.TempDir()
 	y := testbin.ConfigYAML("/bin/true", filepath.Join(dir, "state"), "process", "", 18000, 18001, "10ms") + triageYAML
-	cfg, err := appliance.ParseConfig("test.yaml", []byte(y))
+	cfg, err := config.Parse("test.yaml", []byte(y))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, y)
 	}

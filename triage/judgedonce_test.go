@@ -2,13 +2,13 @@ package triage
 
 import (
 	"context"
+	"gpuhost/config"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"gpuhost/appliance"
 	"gpuhost/triage/sink"
 	"gpuhost/triage/sink/slacktest"
 	"gpuhost/triage/source/dovecottest"
@@ -34,7 +34,7 @@ func TestDovecotSlackDownClassifiesOnce(t *testing.T) {
 	newWorker := func() *Worker {
 		w, err := New(Options{Source: imapSource(srv), Classifier: cls, Sinks: []sink.Sink{slack},
 			StateDir: dir, Log: testLogger(t), AlertFailures: 100,
-			Prices: appliance.TriageCostsConfig{Currency: "EUR", Models: map[string]appliance.ModelPrice{
+			Prices: config.TriageCostsConfig{Currency: "EUR", Models: map[string]config.ModelPrice{
 				"fake": {PromptPerMillion: 1, CompletionPerMillion: 10},
 			}}})
 		if err != nil {

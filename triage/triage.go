@@ -40,12 +40,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/config"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
-	"gpuhost/appliance"
 	"gpuhost/triage/customer"
 	"gpuhost/triage/llm"
 	"gpuhost/triage/sink"
@@ -137,7 +137,7 @@ type Options struct {
 	StateDir string
 	Clock    Clock
 	Power    PowerFunc
-	Prices   appliance.TriageCostsConfig
+	Prices   config.TriageCostsConfig
 	Log      *slog.Logger
 	// MaxMessageBytes: larger mails are fetched as headers only (default 30 MiB).
 	MaxMessageBytes int64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"gpuhost/config"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"gpuhost/appliance"
 	"gpuhost/triage/customer"
 	"gpuhost/triage/llm"
 	"gpuhost/triage/mail"
@@ -47,7 +47,7 @@ func newUnit(t *testing.T, mod func(*Options)) *unitEnv {
 		Sinks:    []sink.Sink{e.a, e.b},
 		Rules:    Rules{PriorityMailboxes: []string{"ceo@example.com"}, InternalDomains: []string{"example.com"}, AuthservID: "mx.example.com"},
 		StateDir: e.dir, Clock: e.clock, Log: testLogger(t),
-		Prices: appliance.TriageCostsConfig{Currency: "EUR", Models: map[string]appliance.ModelPrice{
+		Prices: config.TriageCostsConfig{Currency: "EUR", Models: map[string]config.ModelPrice{
 			"fake": {PromptPerMillion: 1, CompletionPerMillion: 10},
 		}, TranscriptionPerMinute: 0.006},
 	}

@@ -5,6 +5,7 @@ package appliancetest
 
 import (
 	"context"
+	"gpuhost/config"
 	"io"
 	"log/slog"
 	"strings"
@@ -22,7 +23,7 @@ type Options struct {
 	// ExtraYAML is appended to the config (top-level keys such as proxy:).
 	ExtraYAML string
 	// Hook may change the parsed config before the Supervisor starts.
-	Hook func(*appliance.Config)
+	Hook func(*config.Config)
 	// Activate switches to this profile before returning ("" = none).
 	Activate string
 	// Log, if set, is the Supervisor's logger (default: discarded, or
@@ -33,7 +34,7 @@ type Options struct {
 // Fixture is a running Supervisor with profiles coder (vLLM, served name
 // qwen3-coder), coder-greedy (fails doctor) and llama (Ollama llama3.1:8b).
 type Fixture struct {
-	Cfg    *appliance.Config
+	Cfg    *config.Config
 	Sup    *appliance.Supervisor
 	GPU    appliance.GPU
 	Units  appliance.Units
@@ -50,7 +51,7 @@ func New(t testing.TB, opts Options) *Fixture {
 	bin := testbin.Binary(t)
 	state := t.TempDir()
 	yaml := testbin.ConfigYAML(bin, state, "process", "", testbin.FreePort(t), testbin.FreePort(t), opts.VLLMLoad) + "\n" + opts.ExtraYAML
-	cfg, err := appliance.ParseConfig("appliancetest", []byte(yaml))
+	cfg, err := config.Parse("appliancetest", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net"
@@ -553,7 +554,7 @@ func TestDoctorRefreshesAfterASwitch(t *testing.T) {
 
 func TestGPUErrorStillServes(t *testing.T) {
 	var simDir string
-	f := appliancetest.New(t, appliancetest.Options{Hook: func(cfg *appliance.Config) {
+	f := appliancetest.New(t, appliancetest.Options{Hook: func(cfg *config.Config) {
 		// A file where the simulator expects its claims directory: every
 		// snapshot fails, as NVML does when the driver is gone.
 		simDir = filepath.Join(cfg.StateDir, "not-a-dir")

@@ -3,6 +3,7 @@ package panel
 import (
 	"context"
 	"fmt"
+	"gpuhost/config"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +14,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"gpuhost/agent"
-	"gpuhost/appliance"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/internal/atomicfile"
 	"gpuhost/mcp"
@@ -57,7 +57,7 @@ func TestBrowserAsk(t *testing.T) {
 	ctx := newBrowser(t)
 	// The coder backend is the real simulator in its scripted tool-use
 	// mode (`--scripted-tools`), started by the real Supervisor.
-	ev := newEnv(t, envOptions{fixture: appliancetest.Options{Activate: "coder", Hook: func(c *appliance.Config) {
+	ev := newEnv(t, envOptions{fixture: appliancetest.Options{Activate: "coder", Hook: func(c *config.Config) {
 		c.Backends.VLLM.Exec = append(c.Backends.VLLM.Exec, "--scripted-tools")
 	}}})
 	asker := realAsker(t, ev)

@@ -3,6 +3,7 @@ package panel
 import (
 	"bytes"
 	"context"
+	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net/http"
@@ -97,7 +98,7 @@ type askEnv struct {
 func newAskEnv(t *testing.T, public bool, a Asker) *askEnv {
 	t.Helper()
 	state := t.TempDir()
-	cfg, err := appliance.ParseConfig("ask-test", []byte(testbin.ConfigYAML("/nonexistent/gpuhost", state, "process", "", testbin.FreePort(t), testbin.FreePort(t), "10ms")))
+	cfg, err := config.Parse("ask-test", []byte(testbin.ConfigYAML("/nonexistent/gpuhost", state, "process", "", testbin.FreePort(t), testbin.FreePort(t), "10ms")))
 	if err != nil {
 		t.Fatal(err)
 	}

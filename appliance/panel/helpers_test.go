@@ -1,6 +1,7 @@
 package panel
 
 import (
+	"gpuhost/config"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -44,7 +45,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 			t.Fatal(err)
 		}
 		prev := o.fixture.Hook
-		o.fixture.Hook = func(c *appliance.Config) {
+		o.fixture.Hook = func(c *config.Config) {
 			c.Listen = "0.0.0.0:0"
 			c.APITokenFile = tokenFile
 			if prev != nil {

@@ -21,6 +21,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"gpuhost/config"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -74,7 +75,7 @@ const (
 type Panel struct {
 	sup    Supervisor
 	doctor appliance.DoctorFunc
-	cfg    *appliance.Config
+	cfg    *config.Config
 	log    *slog.Logger
 
 	// authRequired is fixed at New: the listen address does not change
@@ -100,7 +101,7 @@ type Panel struct {
 // New builds the panel. On a listener beyond loopback the API token must be
 // readable and non-empty (it is the login credential), as NewAPI requires.
 // doctor may be nil: the verdicts then read "doctor not configured".
-func New(sup Supervisor, doctor appliance.DoctorFunc, cfg *appliance.Config, log *slog.Logger) (*Panel, error) {
+func New(sup Supervisor, doctor appliance.DoctorFunc, cfg *config.Config, log *slog.Logger) (*Panel, error) {
 	if sup == nil || cfg == nil {
 		return nil, errors.New("panel: supervisor and config are required")
 	}

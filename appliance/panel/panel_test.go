@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"gpuhost/config"
 	"io"
 	"net/http"
 	"net/url"
@@ -82,7 +83,7 @@ func TestPagesRender(t *testing.T) {
 // A model and served name full of markup must render as text everywhere.
 func TestEscaping(t *testing.T) {
 	const evil = `<script>alert(1)</script>`
-	ev := newEnv(t, envOptions{fixture: appliancetest.Options{Activate: "coder", Hook: func(c *appliance.Config) {
+	ev := newEnv(t, envOptions{fixture: appliancetest.Options{Activate: "coder", Hook: func(c *config.Config) {
 		p := c.Profiles["coder-greedy"]
 		p.Model, p.ServedName = evil, evil
 		p.Aliases = []string{`<img/src/onerror=alert(2)>`}
@@ -508,7 +509,7 @@ func assertEventStream(t *testing.T, c *http.Client, u string) {
 }
 
 func TestNewRequiresTokenBeyondLoopback(t *testing.T) {
-	cfg, err := appliance.ParseConfig("t", []byte("listen: 0.0.0.0:8080\napi_token_env: GPUHOST_PANEL_TEST_UNSET_TOKEN\nprofiles:\n  a: {backend: ollama, model: m, port: 1}\n"))
+	cfg, err := config.Parse("t", []byte("listen: 0.0.0.0:8080\napi_token_env: GPUHOST_PANEL_TEST_UNSET_TOKEN\nprofiles:\n  a: {backend: ollama, model: m, port: 1}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

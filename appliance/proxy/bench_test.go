@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net/http"
@@ -42,7 +43,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkProxy -benchtime 2s ./appliance/proxy/
 func BenchmarkProxy(b *testing.B) {
-	f := appliancetest.New(b, appliancetest.Options{Activate: "coder", Hook: func(c *appliance.Config) {
+	f := appliancetest.New(b, appliancetest.Options{Activate: "coder", Hook: func(c *config.Config) {
 		c.Profiles["coder"].Sim.PrefillTPS = 1e9
 		c.Profiles["coder"].Sim.DecodeTPS = 1e9
 	}})

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net/http"
@@ -34,14 +35,14 @@ type env struct {
 
 // fastPrefill keeps the ~30 KB opencode requests from spending seconds in
 // simulated prefill; decode stays at the fixture's 500 tok/s.
-func fastPrefill(cfg *appliance.Config) {
+func fastPrefill(cfg *config.Config) {
 	cfg.Profiles["coder"].Sim.PrefillTPS = 200000
 }
 
 func newEnv(t testing.TB, opts appliancetest.Options) *env {
 	t.Helper()
 	hook := opts.Hook
-	opts.Hook = func(cfg *appliance.Config) {
+	opts.Hook = func(cfg *config.Config) {
 		fastPrefill(cfg)
 		if hook != nil {
 			hook(cfg)

@@ -46,6 +46,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net"
@@ -112,7 +113,7 @@ const maxDialRetries = 3
 // Proxy is the /v1 endpoint. Create it with New and mount it with Register.
 type Proxy struct {
 	sup      Backend
-	cfg      appliance.ProxyConfig
+	cfg      config.ProxyConfig
 	profiles func() map[string]*units.Profile
 	log      *slog.Logger
 
@@ -137,12 +138,12 @@ type observerBox struct{ o Observer }
 // New builds the proxy. sup is the Supervisor; profiles returns the
 // configured profiles (called per request, so a config reload is seen);
 // cfg's zero HoldTimeout and MaxBodyBytes mean 10 min and 32 MiB.
-func New(sup Backend, cfg appliance.ProxyConfig, profiles func() map[string]*units.Profile, log *slog.Logger) *Proxy {
+func New(sup Backend, cfg config.ProxyConfig, profiles func() map[string]*units.Profile, log *slog.Logger) *Proxy {
 	if log == nil {
 		log = slog.Default()
 	}
 	if cfg.HoldTimeout <= 0 {
-		cfg.HoldTimeout = appliance.Duration(10 * time.Minute)
+		cfg.HoldTimeout = config.Duration(10 * time.Minute)
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 32 << 20

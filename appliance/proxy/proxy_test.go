@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net"
@@ -157,8 +158,8 @@ func TestHeldDuringSwitch(t *testing.T) {
 // TestHoldTimeoutAndIdle: a hold longer than hold_timeout ends in 503 with
 // Retry-After; with no backend at all, 503 says why.
 func TestHoldTimeoutAndIdle(t *testing.T) {
-	e := newEnv(t, appliancetest.Options{VLLMLoad: "3s", Hook: func(c *appliance.Config) {
-		c.Proxy.HoldTimeout = appliance.Duration(300 * time.Millisecond)
+	e := newEnv(t, appliancetest.Options{VLLMLoad: "3s", Hook: func(c *config.Config) {
+		c.Proxy.HoldTimeout = config.Duration(300 * time.Millisecond)
 	}})
 	resp := post(t, context.Background(), e.url+"/v1/chat/completions", chatBody(t, "qwen3-coder", true, 5, nil))
 	if resp.StatusCode != http.StatusServiceUnavailable {
@@ -204,7 +205,7 @@ func TestHoldTimeoutAndIdle(t *testing.T) {
 // TestModelsAndRouting: /v1/models, aliases, a model that is not loaded
 // (auto_switch off), unknown models, a missing model.
 func TestModelsAndRouting(t *testing.T) {
-	e := newEnv(t, appliancetest.Options{Activate: "coder", Hook: func(c *appliance.Config) {
+	e := newEnv(t, appliancetest.Options{Activate: "coder", Hook: func(c *config.Config) {
 		c.Profiles["coder"].Aliases = []string{"coder-latest", "gpt-4o"}
 		c.Profiles["coder"].VLLM.MaxModelLen = 0 // the live backend's value must be used
 	}})
@@ -355,7 +356,7 @@ func TestAutoSwitch(t *testing.T) {
 // TestBadRequests: oversized bodies get 413, malformed JSON a JSON 400, and
 // neither hangs.
 func TestBadRequests(t *testing.T) {
-	e := newEnv(t, appliancetest.Options{Activate: "coder", Hook: func(c *appliance.Config) {
+	e := newEnv(t, appliancetest.Options{Activate: "coder", Hook: func(c *config.Config) {
 		c.Proxy.MaxBodyBytes = 64 << 10
 	}})
 	big := chatBody(t, "qwen3-coder", false, 3, map[string]any{"pad": strings.Repeat("x", 70<<10)})
@@ -465,7 +466,7 @@ func TestClientClosingAtDoneIsNot499(t *testing.T) {
 // TestBearerToken: beyond loopback, the API middleware guards /v1 too.
 func TestBearerToken(t *testing.T) {
 	t.Setenv("GPUHOST_PROXY_TEST_TOKEN", "s3cret-0123456789abcdef0123")
-	e := newEnv(t, appliancetest.Options{Activate: "coder", Hook: func(c *appliance.Config) {
+	e := newEnv(t, appliancetest.Options{Activate: "coder", Hook: func(c *config.Config) {
 		c.Listen = "0.0.0.0:0"
 		c.APITokenEnv = "GPUHOST_PROXY_TEST_TOKEN"
 	}})
@@ -532,13 +533,13 @@ func readAll(resp *http.Response) string {
 // brokenProfile adds profile "broken" (served as "broken-model"), whose
 // port another listener holds so that its backend dies at start, and the
 // alias "greedy" for coder-greedy (which fails the doctor's checks).
-func brokenProfile(t *testing.T) func(*appliance.Config) {
+func brokenProfile(t *testing.T) func(*config.Config) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	return func(c *appliance.Config) {
+	return func(c *config.Config) {
 		broken := *c.Profiles["coder"]
 		broken.Name, broken.ServedName, broken.Port = "broken", "broken-model", ln.Addr().(*net.TCPAddr).Port
 		broken.Sim.LoadTime = "200ms"

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"errors"
+	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net"
@@ -66,7 +67,7 @@ func wireEnv(t *testing.T, handler http.HandlerFunc) (string, *observer, *[]reco
 // serveProxy serves a proxy whose only, active, profile is prof.
 func serveProxy(t *testing.T, prof *units.Profile) (string, *observer) {
 	t.Helper()
-	p := proxy.New(fixedBackend{prof}, appliance.ProxyConfig{}, func() map[string]*units.Profile {
+	p := proxy.New(fixedBackend{prof}, config.ProxyConfig{}, func() map[string]*units.Profile {
 		return map[string]*units.Profile{prof.Name: prof}
 	}, slog.New(slog.DiscardHandler))
 	obs := &observer{}

@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"context"
+	"gpuhost/config"
 	"strings"
 	"sync"
 	"testing"
@@ -9,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"gpuhost/agent"
-	"gpuhost/appliance"
 )
 
 // scriptedAsker answers every question with the same recovery timeline
@@ -164,8 +164,8 @@ func TestFormatAskReply(t *testing.T) {
 // allowlisted, and a 10 s rate limit judged on the test clock.
 func askHarness(t *testing.T, a Asker) *harness {
 	t.Helper()
-	h := startBot(t, harnessOpts{asker: a, hook: func(c *appliance.Config) {
-		c.Agent.TelegramEvery = appliance.Duration(10 * time.Second)
+	h := startBot(t, harnessOpts{asker: a, hook: func(c *config.Config) {
+		c.Agent.TelegramEvery = config.Duration(10 * time.Second)
 	}})
 	h.allow(t, operator)
 	return h

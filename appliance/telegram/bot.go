@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/config"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -59,7 +60,7 @@ var ErrDisabled = errors.New("telegram bot disabled (telegram.enabled is false)"
 
 // Bot is the Telegram front door. Build it with New, run it with Run.
 type Bot struct {
-	cfg    *appliance.Config
+	cfg    *config.Config
 	sup    Supervisor
 	doctor appliance.DoctorFunc
 	log    *slog.Logger
@@ -103,7 +104,7 @@ type Bot struct {
 // call. A missing or malformed token is an error naming where it was looked
 // for, never containing the token. doctor may be nil (no /gpu doctor, no
 // red-doctor notifications); log nil means slog.Default().
-func New(cfg *appliance.Config, sup Supervisor, doctor appliance.DoctorFunc, log *slog.Logger) (*Bot, error) {
+func New(cfg *config.Config, sup Supervisor, doctor appliance.DoctorFunc, log *slog.Logger) (*Bot, error) {
 	if cfg == nil || sup == nil {
 		return nil, errors.New("telegram: New needs a config and a supervisor")
 	}
@@ -148,7 +149,7 @@ func New(cfg *appliance.Config, sup Supervisor, doctor appliance.DoctorFunc, log
 var tokenRE = regexp.MustCompile(`^[0-9]{1,20}:[A-Za-z0-9_-]{1,200}$`)
 
 // readToken returns the token and where it came from.
-func readToken(tc appliance.TelegramConfig) (token, source string, err error) {
+func readToken(tc config.TelegramConfig) (token, source string, err error) {
 	if tc.TokenFile != "" {
 		source = "telegram.token_file " + tc.TokenFile
 		data, err := os.ReadFile(tc.TokenFile)

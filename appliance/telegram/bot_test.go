@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/config"
 	"log"
 	"log/slog"
 	"net"
@@ -419,7 +420,7 @@ func TestDoctorTurningRedIsNotifiedOnce(t *testing.T) {
 	var runs atomic.Int64
 	h := startBot(t, harnessOpts{
 		// Without the fixture's failing profile the idle box is not red.
-		hook:        func(c *appliance.Config) { delete(c.Profiles, "coder-greedy") },
+		hook:        func(c *config.Config) { delete(c.Profiles, "coder-greedy") },
 		doctorEvery: 50 * time.Millisecond,
 		doctor: func(f *appliancetest.Fixture) appliance.DoctorFunc {
 			return func(ctx context.Context, p string) appliance.DoctorReport {
@@ -559,23 +560,23 @@ func TestNew(t *testing.T) {
 	t.Setenv("GPUHOST_TG_TEST_BAD", "not a token")
 	cases := []struct {
 		name    string
-		tc      appliance.TelegramConfig
+		tc      config.TelegramConfig
 		wantErr []string // empty = success
 		is      error
 	}{
-		{"disabled", appliance.TelegramConfig{TokenEnv: "GPUHOST_TG_TEST_SET"}, []string{"disabled"}, ErrDisabled},
-		{"env", appliance.TelegramConfig{Enabled: true, TokenEnv: "GPUHOST_TG_TEST_SET"}, nil, nil},
-		{"env unset", appliance.TelegramConfig{Enabled: true, TokenEnv: "GPUHOST_TG_TEST_UNSET"}, []string{"GPUHOST_TG_TEST_UNSET", "missing"}, nil},
-		{"no source", appliance.TelegramConfig{Enabled: true}, []string{"telegram.token_env", "telegram.token_file"}, nil},
-		{"file wins over env", appliance.TelegramConfig{Enabled: true, TokenEnv: "GPUHOST_TG_TEST_BAD", TokenFile: write("ok", testToken+"\n")}, nil, nil},
-		{"file missing", appliance.TelegramConfig{Enabled: true, TokenFile: dir + "/nope"}, []string{dir + "/nope", "telegram.token_file"}, os.ErrNotExist},
-		{"file empty", appliance.TelegramConfig{Enabled: true, TokenFile: write("empty", "\n")}, []string{"is empty", dir + "/empty"}, nil},
-		{"malformed env", appliance.TelegramConfig{Enabled: true, TokenEnv: "GPUHOST_TG_TEST_BAD"}, []string{"malformed", "GPUHOST_TG_TEST_BAD"}, nil},
-		{"malformed file", appliance.TelegramConfig{Enabled: true, TokenFile: write("bad", "4242:secret with spaces/..")}, []string{"malformed", dir + "/bad"}, nil},
+		{"disabled", config.TelegramConfig{TokenEnv: "GPUHOST_TG_TEST_SET"}, []string{"disabled"}, ErrDisabled},
+		{"env", config.TelegramConfig{Enabled: true, TokenEnv: "GPUHOST_TG_TEST_SET"}, nil, nil},
+		{"env unset", config.TelegramConfig{Enabled: true, TokenEnv: "GPUHOST_TG_TEST_UNSET"}, []string{"GPUHOST_TG_TEST_UNSET", "missing"}, nil},
+		{"no source", config.TelegramConfig{Enabled: true}, []string{"telegram.token_env", "telegram.token_file"}, nil},
+		{"file wins over env", config.TelegramConfig{Enabled: true, TokenEnv: "GPUHOST_TG_TEST_BAD", TokenFile: write("ok", testToken+"\n")}, nil, nil},
+		{"file missing", config.TelegramConfig{Enabled: true, TokenFile: dir + "/nope"}, []string{dir + "/nope", "telegram.token_file"}, os.ErrNotExist},
+		{"file empty", config.TelegramConfig{Enabled: true, TokenFile: write("empty", "\n")}, []string{"is empty", dir + "/empty"}, nil},
+		{"malformed env", config.TelegramConfig{Enabled: true, TokenEnv: "GPUHOST_TG_TEST_BAD"}, []string{"malformed", "GPUHOST_TG_TEST_BAD"}, nil},
+		{"malformed file", config.TelegramConfig{Enabled: true, TokenFile: write("bad", "4242:secret with spaces/..")}, []string{"malformed", dir + "/bad"}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := &appliance.Config{StateDir: dir, Telegram: tc.tc}
+			cfg := &config.Config{StateDir: dir, Telegram: tc.tc}
 			b, err := New(cfg, idleSupervisor{}, nil, nil)
 			if len(tc.wantErr) == 0 {
 				if err != nil {

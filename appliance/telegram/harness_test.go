@@ -3,6 +3,7 @@ package telegram
 import (
 	"bytes"
 	"context"
+	"gpuhost/config"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -60,7 +61,7 @@ func (c *testClock) Add(d time.Duration) {
 type harnessOpts struct {
 	activate    string
 	allowGroups bool
-	hook        func(*appliance.Config)
+	hook        func(*config.Config)
 	// doctorEvery > 0 runs the periodic doctor at this interval.
 	doctorEvery time.Duration
 	doctor      func(f *appliancetest.Fixture) appliance.DoctorFunc
@@ -91,7 +92,7 @@ func startBot(t *testing.T, o harnessOpts) *harness {
 	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f := appliancetest.New(t, appliancetest.Options{Activate: o.activate, Hook: func(c *appliance.Config) {
+	f := appliancetest.New(t, appliancetest.Options{Activate: o.activate, Hook: func(c *config.Config) {
 		c.Telegram.Enabled = true
 		c.Telegram.APIURL = api.URL()
 		c.Telegram.TokenFile = tokenFile

@@ -3,6 +3,7 @@ package telegram
 import (
 	"context"
 	"fmt"
+	"gpuhost/config"
 	"strings"
 	"time"
 
@@ -23,7 +24,7 @@ type noteState struct {
 // note turns one Supervisor event into a notification text, or "" for
 // events that are not worth one. A unit failing during a switch is left to
 // the switch's own failure message, which says more.
-func (n *noteState) note(e appliance.Event, cfg *appliance.Config) string {
+func (n *noteState) note(e appliance.Event, cfg *config.Config) string {
 	switch e.Kind {
 	case "switch":
 		switch e.Status {

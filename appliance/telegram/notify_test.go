@@ -1,6 +1,7 @@
 package telegram
 
 import (
+	"gpuhost/config"
 	"strings"
 	"testing"
 
@@ -9,7 +10,7 @@ import (
 )
 
 func TestNoteState(t *testing.T) {
-	cfg := &appliance.Config{Profiles: map[string]*units.Profile{
+	cfg := &config.Config{Profiles: map[string]*units.Profile{
 		"coder": {Name: "coder", Backend: units.VLLM, ServedName: "qwen3-coder"},
 	}}
 	unitEv := func(state string) appliance.Event {

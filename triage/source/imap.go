@@ -25,7 +25,7 @@ import (
 // is down".
 var ErrAuthFailed = errors.New("IMAP login rejected")
 
-// IMAPOptions configure an IMAP source (see appliance.TriageSourceConfig).
+// IMAPOptions configure an IMAP source (see config.TriageSourceConfig).
 type IMAPOptions struct {
 	// Addr is host:port.
 	Addr string

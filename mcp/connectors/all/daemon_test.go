@@ -3,6 +3,7 @@ package all_test
 import (
 	"context"
 	"encoding/json"
+	"gpuhost/config"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -28,7 +29,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	}
 	const token = "e2e-token-51c0-0123456789abcdef"
 	t.Setenv("GPUHOST_MCP_E2E_TOKEN", token)
-	f := appliancetest.New(t, appliancetest.Options{Activate: "coder", Hook: func(c *appliance.Config) {
+	f := appliancetest.New(t, appliancetest.Options{Activate: "coder", Hook: func(c *config.Config) {
 		c.Listen = "0.0.0.0:0"
 		c.APITokenEnv = "GPUHOST_MCP_E2E_TOKEN"
 	}})

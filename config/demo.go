@@ -1,4 +1,4 @@
-package appliance
+package config
 
 import (
 	_ "embed"
@@ -14,16 +14,16 @@ import (
 //go:embed demo.yaml
 var demoYAML string
 
-// DemoConfig is the embedded default that `gpuhost demo` runs: a simulated
+// Demo is the embedded default that `gpuhost demo` runs: a simulated
 // GPU, simulator backends started by the process runner, three profiles.
 // self is the gpuhost binary (the simulator), state a writable directory.
 // A profile port that is taken on this machine (another demo, anything
 // else) is replaced by a free one, so two demos with their own state
 // directory and listen address run side by side; Moved in the result
 // says which.
-func DemoConfig(self, state, listen string) (*Config, error) {
+func Demo(self, state, listen string) (*Config, error) {
 	r := strings.NewReplacer("{{SELF}}", self, "{{STATE}}", state, "{{LISTEN}}", listen)
-	cfg, err := ParseConfig("embedded demo config", []byte(r.Replace(demoYAML)))
+	cfg, err := Parse("embedded demo config", []byte(r.Replace(demoYAML)))
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package appliance
+package config
 
 import (
 	"net"
@@ -10,7 +10,7 @@ import (
 )
 
 func TestExampleAndDemoConfigsLoad(t *testing.T) {
-	cfg, err := ParseConfig("gpuhost.example.yaml", ExampleConfig)
+	cfg, err := Parse("gpuhost.example.yaml", Example)
 	if err != nil {
 		t.Fatalf("example config: %v", err)
 	}
@@ -24,7 +24,7 @@ func TestExampleAndDemoConfigsLoad(t *testing.T) {
 	if cfg.Listen != "127.0.0.1:8080" || !cfg.IsLoopback() {
 		t.Errorf("listen = %q", cfg.Listen)
 	}
-	d, err := DemoConfig("/usr/local/bin/gpuhost", "/var/lib/x", "127.0.0.1:9999")
+	d, err := Demo("/usr/local/bin/gpuhost", "/var/lib/x", "127.0.0.1:9999")
 	if err != nil {
 		t.Fatalf("demo config: %v", err)
 	}
@@ -78,7 +78,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseConfig("test.yaml", []byte(tt.yaml))
+			_, err := Parse("test.yaml", []byte(tt.yaml))
 			if err == nil {
 				t.Fatal("want an error")
 			}
@@ -96,7 +96,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 }
 
 func TestConfigDefaults(t *testing.T) {
-	cfg, err := ParseConfig("m.yaml", []byte(minimal))
+	cfg, err := Parse("m.yaml", []byte(minimal))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestConfigDefaults(t *testing.T) {
 
 func TestLoadConfigMissingFileNamesIt(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "nope.yaml")
-	_, err := LoadConfig(p)
+	_, err := Load(p)
 	if err == nil || !strings.Contains(err.Error(), p) {
 		t.Fatalf("want error naming %s, got %v", p, err)
 	}
@@ -134,7 +134,7 @@ func TestAPITokenFileWins(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("GPUHOST_TEST_TOKEN", "from-env")
-	cfg, err := ParseConfig("t", []byte(minimal+"api_token_env: GPUHOST_TEST_TOKEN\n"))
+	cfg, err := Parse("t", []byte(minimal+"api_token_env: GPUHOST_TEST_TOKEN\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,11 +149,11 @@ func TestAPITokenFileWins(t *testing.T) {
 
 func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(minimal))
-	f.Add(ExampleConfig)
+	f.Add(Example)
 	f.Add([]byte("profiles: {a: {backend: ollama, model: x, port: 1}}\nlisten: ':0'\n"))
 	f.Add([]byte("a: &x [*x]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, err := ParseConfig("fuzz.yaml", data)
+		cfg, err := Parse("fuzz.yaml", data)
 		if err == nil && cfg == nil {
 			t.Fatal("nil config without error")
 		}
@@ -198,7 +198,7 @@ func TestTelegramAPIURL(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.url, func(t *testing.T) {
 			y := minimal + "telegram:\n  api_url: " + strconv.Quote(tt.url) + "\n"
-			_, err := ParseConfig("test.yaml", []byte(y))
+			_, err := Parse("test.yaml", []byte(y))
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -220,7 +220,7 @@ func TestTelegramAPIURL(t *testing.T) {
 // TestDemoConfigMovesBusyPorts: a second demo finds the first one's backend
 // ports taken and uses free ones; profiles that shared a port still do.
 func TestDemoConfigMovesBusyPorts(t *testing.T) {
-	first, err := DemoConfig("/usr/local/bin/gpuhost", t.TempDir(), "127.0.0.1:0")
+	first, err := Demo("/usr/local/bin/gpuhost", t.TempDir(), "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestDemoConfigMovesBusyPorts(t *testing.T) {
 		t.Skipf("port %d is taken by someone else already: %v", vllmPort, err)
 	}
 	defer ln.Close()
-	second, err := DemoConfig("/usr/local/bin/gpuhost", t.TempDir(), "127.0.0.1:0")
+	second, err := Demo("/usr/local/bin/gpuhost", t.TempDir(), "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

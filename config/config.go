@@ -1,4 +1,4 @@
-package appliance
+package config
 
 import (
 	"bytes"
@@ -24,14 +24,14 @@ import (
 	"gpuhost/units"
 )
 
-// DefaultConfigPath is where a packaged install keeps its configuration.
-const DefaultConfigPath = "/etc/gpuhost/gpuhost.yaml"
+// DefaultPath is where a packaged install keeps its configuration.
+const DefaultPath = "/etc/gpuhost/gpuhost.yaml"
 
-// ExampleConfig is the commented example shipped in the repository; `gpuhost
-// units install` copies it to DefaultConfigPath when none exists.
+// Example is the commented example shipped in the repository; `gpuhost
+// units install` copies it to DefaultPath when none exists.
 //
 //go:embed gpuhost.example.yaml
-var ExampleConfig []byte
+var Example []byte
 
 // Config is the whole gpuhost.yaml. Every field has a yaml key; unknown keys
 // are load errors so that a typo never silently falls back to a default.
@@ -58,7 +58,7 @@ type Config struct {
 	HTTP           HTTPConfig                `yaml:"http"`
 
 	// DemoPortMoves: profile ports the demo found busy, and the free ports
-	// it used instead (DemoConfig only).
+	// it used instead (Demo only).
 	DemoPortMoves map[int]int `yaml:"-" json:"-"`
 
 	// path is the file this config came from, for messages.
@@ -201,28 +201,28 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 // D returns the standard library value.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
-// ConfigError lists every problem of one config file, each naming its key.
-type ConfigError struct {
+// Error lists every problem of one config file, each naming its key.
+type Error struct {
 	File     string
 	Problems []string
 }
 
-func (e *ConfigError) Error() string {
+func (e *Error) Error() string {
 	return fmt.Sprintf("config %s: %s", e.File, strings.Join(e.Problems, "; "))
 }
 
-// LoadConfig reads, decodes, defaults and validates a config file.
-func LoadConfig(path string) (*Config, error) {
+// Load reads, decodes, defaults and validates a config file.
+func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	return ParseConfig(path, data)
+	return Parse(path, data)
 }
 
-// ParseConfig is LoadConfig on bytes; name is used in messages.
-func ParseConfig(name string, data []byte) (*Config, error) {
-	cerr := &ConfigError{File: name}
+// Parse is Load on bytes; name is used in messages.
+func Parse(name string, data []byte) (*Config, error) {
+	cerr := &Error{File: name}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		cerr.Problems = append(cerr.Problems, "invalid YAML: "+strings.TrimPrefix(err.Error(), "yaml: "))

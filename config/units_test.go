@@ -1,4 +1,4 @@
-package appliance
+package config
 
 import (
 	"fmt"
@@ -162,9 +162,9 @@ func TestControlCharactersNeverReachUnitFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return ParseConfig("units.yaml", data)
+		return Parse("units.yaml", data)
 	}
-	base, err := ParseConfig("units.yaml", []byte(unitsBase))
+	base, err := Parse("units.yaml", []byte(unitsBase))
 	if err != nil {
 		t.Fatalf("base config: %v", err)
 	}
@@ -255,9 +255,9 @@ func TestUnitValuesRefusedWithLine(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseConfig("test.yaml", []byte(tt.yaml))
+			_, err := Parse("test.yaml", []byte(tt.yaml))
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("ParseConfig = %v, want an error naming %q", err, tt.want)
+				t.Errorf("Parse = %v, want an error naming %q", err, tt.want)
 			}
 		})
 	}
@@ -277,13 +277,13 @@ func TestAliasClashes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseConfig("test.yaml", []byte(tt.yaml))
+			_, err := Parse("test.yaml", []byte(tt.yaml))
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("ParseConfig = %v, want an error containing %q", err, tt.want)
+				t.Errorf("Parse = %v, want an error containing %q", err, tt.want)
 			}
 		})
 	}
-	if _, err := ParseConfig("test.yaml", []byte(strings.Replace(two, "port: 11434", "port: 11434\n    aliases: [llama]", 1))); err != nil {
+	if _, err := Parse("test.yaml", []byte(strings.Replace(two, "port: 11434", "port: 11434\n    aliases: [llama]", 1))); err != nil {
 		t.Errorf("a distinct alias is refused: %v", err)
 	}
 }
@@ -302,7 +302,7 @@ func TestDaemonUnitWritesStateDir(t *testing.T) {
 		{minimal + "gpu: {backend: sim}\n", "ReadWritePaths=/etc/systemd/system -/run/systemd/system\n"},
 		{minimal + "gpu: {backend: sim, sim_dir: /srv/sim}\n", "ReadWritePaths=/etc/systemd/system -/run/systemd/system /srv/sim\n"},
 	} {
-		c, err := ParseConfig("test.yaml", []byte(tc.yaml))
+		c, err := Parse("test.yaml", []byte(tc.yaml))
 		if err != nil {
 			t.Fatal(err)
 		}
