@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/config"
 	"io"
 	"net"
@@ -148,10 +149,10 @@ func newStatusCmd() *cobra.Command {
 // fetchStatus asks the daemon; when none answers at an address that was
 // not named (--url, $GPUHOST_URL) and a config is readable, it reads GPU and
 // units directly, so `gpuhost status` also works before the daemon runs.
-func fetchStatus(ctx context.Context, cmd *cobra.Command) (appliance.Status, error) {
+func fetchStatus(ctx context.Context, cmd *cobra.Command) (api.Status, error) {
 	t, err := resolveDaemon(cmd)
 	if err != nil {
-		return appliance.Status{}, err
+		return api.Status{}, err
 	}
 	st, err := t.client().Status(ctx)
 	if err == nil || !isUnreachable(err) || t.Explicit {
@@ -171,8 +172,8 @@ func fetchStatus(ctx context.Context, cmd *cobra.Command) (appliance.Status, err
 	return sup.Status(ctx), nil
 }
 
-func printStatus(w io.Writer, st appliance.Status) {
-	fmt.Fprintf(w, "state:   %s\n", appliance.StatusLine(st.State, st.GPU))
+func printStatus(w io.Writer, st api.Status) {
+	fmt.Fprintf(w, "state:   %s\n", api.StatusLine(st.State, st.GPU))
 	if st.State.LastError != "" {
 		fmt.Fprintf(w, "last error: %s\n", st.State.LastError)
 	}
@@ -221,10 +222,10 @@ func newSwitchCmd() *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			err = c.SwitchAndFollow(cmd.Context(), appliance.SwitchRequest{Profile: args[0], Force: force}, func(e appliance.Event) {
-				fmt.Fprintln(out, appliance.FormatEvent(e))
+			err = c.SwitchAndFollow(cmd.Context(), api.SwitchRequest{Profile: args[0], Force: force}, func(e api.Event) {
+				fmt.Fprintln(out, api.FormatEvent(e))
 			})
-			var det *appliance.SwitchDetachedError
+			var det *api.SwitchDetachedError
 			if errors.As(err, &det) {
 				// Ctrl-C stops following, not the switch: the daemon owns it.
 				fmt.Fprintf(cmd.ErrOrStderr(), "\nstopped following; the switch to %s goes on in the daemon (switch %s).\n"+
@@ -249,7 +250,7 @@ func newDoctorCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
 			defer cancel()
-			var rep appliance.DoctorReport
+			var rep api.DoctorReport
 			t, err := resolveDaemon(cmd)
 			if err != nil {
 				return err
@@ -305,7 +306,7 @@ func newDoctorCmd() *cobra.Command {
 	return cmd
 }
 
-func printDoctor(w io.Writer, rep appliance.DoctorReport) {
+func printDoctor(w io.Writer, rep api.DoctorReport) {
 	for _, c := range rep.Checks {
 		mark := map[units.Severity]string{units.SeverityOK: "ok  ", units.SeverityWarn: "WARN", units.SeverityFail: "FAIL"}[c.Severity]
 		id := c.ID
@@ -500,7 +501,7 @@ func benchEnv(cmd *cobra.Command) (bench.Env, error) {
 			return bench.Target{}, nil, err
 		}
 		p, ok := cfg.Profiles[st.State.Profile]
-		if st.State.Phase != appliance.PhaseActive || !ok {
+		if st.State.Phase != api.PhaseActive || !ok {
 			return bench.Target{}, nil, fmt.Errorf("no active profile on the daemon at %s (state %s)", c.BaseURL, st.State.Phase)
 		}
 		t := bench.ProfileTarget(p, c.BaseURL+"/v1")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"gpuhost/api"
 	"io"
 	"net/http"
 	"strings"
@@ -14,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"gpuhost/agent"
-	"gpuhost/appliance"
 )
 
 // askExitNotAnswered is the exit status of `gpuhost ask` when the loop
@@ -78,8 +78,8 @@ error, too many questions running), 2 when the daemon could not be asked.`,
 
 // askRemote posts the question to c's /api/ask and calls fn for each event
 // of the answer stream until the stop event. An API refusal (400, 401, 429,
-// 503) is an *appliance.RemoteError with the daemon's message.
-func askRemote(ctx context.Context, c *appliance.Client, question string, fn func(agent.Event) error) error {
+// 503) is an *api.RemoteError with the daemon's message.
+func askRemote(ctx context.Context, c *api.Client, question string, fn func(agent.Event) error) error {
 	body, err := json.Marshal(agent.AskRequest{Question: question})
 	if err != nil {
 		return fmt.Errorf("encode the question: %w", err)
@@ -104,9 +104,9 @@ func askRemote(ctx context.Context, c *appliance.Client, question string, fn fun
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		re := &appliance.RemoteError{Status: resp.StatusCode}
+		re := &api.RemoteError{Status: resp.StatusCode}
 		if json.Unmarshal(data, &re.APIError) != nil || re.APIError.Error == "" {
-			re.APIError = appliance.APIError{Error: http.StatusText(resp.StatusCode), Detail: strings.TrimSpace(string(data))}
+			re.APIError = api.APIError{Error: http.StatusText(resp.StatusCode), Detail: strings.TrimSpace(string(data))}
 		}
 		return re
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/config"
 	"io"
 	"log/slog"
@@ -162,11 +163,11 @@ func TestAskCommand(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() {
-			_ = askRemote(ctx, appliance.NewClient(busy.URL, ""), "first", func(agent.Event) error { return nil })
+			_ = askRemote(ctx, api.NewClient(busy.URL, ""), "first", func(agent.Event) error { return nil })
 		}()
 		<-hold.hold
 		out, err := runCLI(t, "ask", "--url", busy.URL, "second")
-		var re *appliance.RemoteError
+		var re *api.RemoteError
 		if !errors.As(err, &re) || re.Status != 429 || !strings.Contains(re.Error(), "limit is 1") {
 			t.Fatalf("err %v, want the 429 with the limit\n%s", err, out)
 		}
@@ -205,17 +206,17 @@ func TestAskCommandToken(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sup := appliance.NewSupervisor(cfg, nil, nil, nil, log)
 	defer sup.Close()
-	api, err := appliance.NewAPI(sup, nil, log)
+	httpAPI, err := appliance.NewAPI(sup, nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent.Register(api, &timelineAsker{stop: agent.StopAnswer}, log)
-	srv := httptest.NewServer(api)
+	agent.Register(httpAPI, &timelineAsker{stop: agent.StopAnswer}, log)
+	srv := httptest.NewServer(httpAPI)
 	defer srv.Close()
 
 	t.Setenv("GPUHOST_API_TOKEN", "wrong")
 	_, err = runCLI(t, "ask", "--url", srv.URL, "q")
-	var re *appliance.RemoteError
+	var re *api.RemoteError
 	if !errors.As(err, &re) || re.Status != 401 {
 		t.Fatalf("wrong token: %v, want the API's 401", err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"gpuhost/api"
 	"gpuhost/config"
 	"log/slog"
 	"os"
@@ -86,7 +87,7 @@ func localDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger) (mcp
 		sup.Reconcile(ctx)
 		close(done)
 	}
-	doctor := func(ctx context.Context, profile string) appliance.DoctorReport {
+	doctor := func(ctx context.Context, profile string) api.DoctorReport {
 		return (&appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile}).Run(ctx)
 	}
 	d := &mcp.SupervisorDaemon{Sup: sup, DoctorFn: doctor, Bench: bench.NewStore(cfg.StateDir, nil)}

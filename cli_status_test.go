@@ -1,10 +1,9 @@
 package main
 
 import (
+	"gpuhost/api"
 	"strings"
 	"testing"
-
-	"gpuhost/appliance"
 )
 
 // TestPrintStatusReportsWantedDrift: with restore_on_boot off a last wanted
@@ -12,20 +11,20 @@ import (
 func TestPrintStatusReportsWantedDrift(t *testing.T) {
 	tests := []struct {
 		name  string
-		state appliance.State
+		state api.State
 		want  string // "" = no wanted line
 	}{
-		{"wanted runs", appliance.State{Phase: appliance.PhaseActive, Profile: "coder", Unit: "v.service", LastWanted: "coder"}, ""},
-		{"other profile runs", appliance.State{Phase: appliance.PhaseActive, Profile: "coder", Unit: "v.service", LastWanted: "llama"},
+		{"wanted runs", api.State{Phase: api.PhaseActive, Profile: "coder", Unit: "v.service", LastWanted: "coder"}, ""},
+		{"other profile runs", api.State{Phase: api.PhaseActive, Profile: "coder", Unit: "v.service", LastWanted: "llama"},
 			"wanted:  last wanted profile llama does not run; coder (v.service) does; `gpuhost switch llama` completes it"},
-		{"nothing runs", appliance.State{Phase: appliance.PhaseIdle, LastWanted: "llama"}, "no backend runs"},
-		{"switching", appliance.State{Phase: appliance.PhaseSwitching, Target: "llama", LastWanted: "llama"}, ""},
-		{"never wanted", appliance.State{Phase: appliance.PhaseActive, Profile: "coder"}, ""},
+		{"nothing runs", api.State{Phase: api.PhaseIdle, LastWanted: "llama"}, "no backend runs"},
+		{"switching", api.State{Phase: api.PhaseSwitching, Target: "llama", LastWanted: "llama"}, ""},
+		{"never wanted", api.State{Phase: api.PhaseActive, Profile: "coder"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var b strings.Builder
-			printStatus(&b, appliance.Status{State: tt.state})
+			printStatus(&b, api.Status{State: tt.state})
 			got := b.String()
 			if tt.want == "" {
 				if strings.Contains(got, "wanted:") {

@@ -3,14 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/config"
 	"net"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
-
-	"gpuhost/appliance"
 )
 
 // DefaultDaemonURL is where the CLI looks for the daemon when nothing else
@@ -90,18 +89,18 @@ func shortCfgErr(err error) string {
 
 // client is the API client for t. The token: $GPUHOST_API_TOKEN, else the
 // config's token (api_token_env or api_token_file) when the config was read.
-func (t daemonTarget) client() *appliance.Client {
+func (t daemonTarget) client() *api.Client {
 	tok := os.Getenv("GPUHOST_API_TOKEN")
 	if tok == "" && t.Cfg != nil {
 		tok, _ = t.Cfg.APIToken()
 	}
-	c := appliance.NewClient(t.URL, tok)
+	c := api.NewClient(t.URL, tok)
 	c.Origin = t.Origin
 	return c
 }
 
 // apiClient returns a client for the daemon resolveDaemon names.
-func apiClient(cmd *cobra.Command) (*appliance.Client, error) {
+func apiClient(cmd *cobra.Command) (*api.Client, error) {
 	t, err := resolveDaemon(cmd)
 	if err != nil {
 		return nil, err
@@ -116,6 +115,6 @@ func urlFlag(cmd *cobra.Command) {
 
 // isUnreachable: the daemon gave no HTTP answer at all.
 func isUnreachable(err error) bool {
-	var ue *appliance.UnreachableError
+	var ue *api.UnreachableError
 	return errors.As(err, &ue)
 }

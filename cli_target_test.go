@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/config"
 	"net/http"
 	"net/http/httptest"
@@ -17,8 +18,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"gpuhost/appliance"
 )
 
 // TestResolveDaemon: --url, else $GPUHOST_URL, else the config's listen
@@ -127,7 +126,7 @@ func demoCLIWithoutConfig(t *testing.T, url string) {
 		t.Errorf("status via $GPUHOST_URL: exit %d\n%s%s", code, out, errOut)
 	}
 	out, errOut, code = gpuhostEnv(t, env, "doctor", "--json")
-	var rep appliance.DoctorReport
+	var rep api.DoctorReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != rep.Exit || len(rep.Checks) == 0 {
 		t.Errorf("doctor via $GPUHOST_URL: exit %d, %v\n%s%s", code, err, out, errOut)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/config"
 	"io"
 	"log/slog"
@@ -235,7 +236,7 @@ func daemonActiveModel(cfg *config.Config) func() string {
 		host = "127.0.0.1"
 	}
 	token, _ := cfg.APIToken()
-	client := appliance.NewClient("http://"+net.JoinHostPort(host, port), token)
+	client := api.NewClient("http://"+net.JoinHostPort(host, port), token)
 	fallback := ""
 	if p := cfg.Profiles[cfg.DefaultProfile]; p != nil {
 		fallback = p.ServedName
@@ -248,7 +249,7 @@ func daemonActiveModel(cfg *config.Config) func() string {
 			slog.Debug("triage: daemon status unavailable; using the default profile's model", "err", err)
 			return fallback
 		}
-		if p := cfg.Profiles[st.State.Profile]; p != nil && st.State.Phase == appliance.PhaseActive {
+		if p := cfg.Profiles[st.State.Profile]; p != nil && st.State.Phase == api.PhaseActive {
 			return p.ServedName
 		}
 		return fallback

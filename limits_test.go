@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"gpuhost/api"
 	"io"
 	"net"
 	"net/http"
@@ -16,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"gpuhost/appliance"
 	"gpuhost/internal/testbin"
 	"gpuhost/internal/testkit"
 )
@@ -67,8 +67,8 @@ func startLimitDaemon(t *testing.T, extraYAML string, vllmLoad string) *limitDae
 }
 
 // client keeps no idle connection: the connection cap counts every one.
-func (d *limitDaemon) client() *appliance.Client {
-	c := appliance.NewClient(d.url, "")
+func (d *limitDaemon) client() *api.Client {
+	c := api.NewClient(d.url, "")
 	c.HTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	return c
 }
@@ -215,7 +215,7 @@ func TestBodyMemoryBounded(t *testing.T) {
 
 	// /v1: a switch with a 60 s load holds requests; 16 × 32 MiB arrive.
 	c := d.client()
-	if _, err := c.Switch(context.Background(), appliance.SwitchRequest{Profile: "coder"}); err != nil {
+	if _, err := c.Switch(context.Background(), api.SwitchRequest{Profile: "coder"}); err != nil {
 		t.Fatal(err)
 	}
 	body := make([]byte, 32<<20)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"gpuhost/api"
 	"io"
 	"net"
 	"net/http"
@@ -19,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"gpuhost/appliance"
 	"gpuhost/nvml"
 	"gpuhost/simulator"
 	"gpuhost/triage"
@@ -203,11 +203,11 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("banner lacks URLs or example commands:\n%s", text)
 	}
 	// The demo restores its default profile.
-	c := appliance.NewClient(url, "")
+	c := api.NewClient(url, "")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		st, err := c.Status(context.Background())
-		if err == nil && st.State.Phase == appliance.PhaseActive && st.State.Profile == "qwen3-coder" {
+		if err == nil && st.State.Phase == api.PhaseActive && st.State.Profile == "qwen3-coder" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -248,7 +248,7 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	out, code = gpuhost(t, "status", "--json", "--url", url)
-	var st appliance.Status
+	var st api.Status
 	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.State.Profile != "llama3-8b" {
 		t.Errorf("status --json: exit %d %s", code, out)
 	}
@@ -280,7 +280,7 @@ func TestDemo(t *testing.T) {
 		t.Errorf("unknown profile: exit %d %s", code, out)
 	}
 	out, code = gpuhost(t, "doctor", "--url", url, "--json")
-	var rep appliance.DoctorReport
+	var rep api.DoctorReport
 	if json.Unmarshal([]byte(out), &rep) != nil || code != rep.Exit {
 		t.Errorf("doctor: exit %d, report %s", code, out)
 	}
@@ -321,12 +321,12 @@ profiles:
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	c := appliance.NewClient("http://"+addr, "")
-	var st appliance.Status
+	c := api.NewClient("http://"+addr, "")
+	var st api.Status
 	var err error
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		// The daemon answers at once; the failed reconciliation follows.
-		if st, err = c.Status(context.Background()); err == nil && st.State.Phase == appliance.PhaseFailed {
+		if st, err = c.Status(context.Background()); err == nil && st.State.Phase == api.PhaseFailed {
 			break
 		}
 	}
@@ -336,10 +336,10 @@ profiles:
 	if st.GPU != nil || !strings.Contains(st.GPUError, "NVML") {
 		t.Errorf("status GPU error = %q", st.GPUError)
 	}
-	if st.State.Phase != appliance.PhaseFailed || !strings.Contains(st.State.Error, "no-such-systemd/private") {
+	if st.State.Phase != api.PhaseFailed || !strings.Contains(st.State.Error, "no-such-systemd/private") {
 		t.Errorf("state = %+v, want failed naming the socket", st.State)
 	}
-	_, err = c.Switch(context.Background(), appliance.SwitchRequest{Profile: "p1", Force: true, Wait: true})
+	_, err = c.Switch(context.Background(), api.SwitchRequest{Profile: "p1", Force: true, Wait: true})
 	if err == nil || !strings.Contains(err.Error(), "no-such-systemd/private") {
 		t.Errorf("switch without D-Bus: %v", err)
 	}
@@ -416,12 +416,12 @@ func TestTwoDemosSideBySide(t *testing.T) {
 		t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGINT); _ = cmd.Wait() })
 		return demo{url: "http://" + addr, out: out}
 	}
-	active := func(d demo) appliance.Status {
-		c := appliance.NewClient(d.url, "")
+	active := func(d demo) api.Status {
+		c := api.NewClient(d.url, "")
 		deadline := time.Now().Add(60 * time.Second)
 		for {
 			st, err := c.Status(context.Background())
-			if err == nil && st.State.Phase == appliance.PhaseActive && st.State.Profile == "qwen3-coder" && st.State.Step == "" {
+			if err == nil && st.State.Phase == api.PhaseActive && st.State.Profile == "qwen3-coder" && st.State.Step == "" {
 				return st
 			}
 			if time.Now().After(deadline) {
@@ -430,7 +430,7 @@ func TestTwoDemosSideBySide(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	port := func(st appliance.Status) int {
+	port := func(st api.Status) int {
 		for _, p := range st.Profiles {
 			if p.Name == "qwen3-coder" {
 				return p.Port
@@ -449,7 +449,7 @@ func TestTwoDemosSideBySide(t *testing.T) {
 		t.Errorf("the second demo does not say which port was taken:\n%s", b.out.String())
 	}
 	// Each demo's own backend runs and stays running.
-	for _, st := range []appliance.Status{stA, stB} {
+	for _, st := range []api.Status{stA, stB} {
 		for _, u := range st.Units {
 			if u.Name == "gpuhost-vllm.service" && (u.ActiveState != "active" || u.MainPID == 0) {
 				t.Errorf("vLLM unit %+v, want active", u)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/config"
 	"log/slog"
 	"net"
@@ -42,14 +43,14 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func
 	}
 	sup := appliance.NewSupervisor(cfg, gpu, u, journal, log)
 	defer sup.Close()
-	doctor := func(ctx context.Context, profile string) appliance.DoctorReport {
+	doctor := func(ctx context.Context, profile string) api.DoctorReport {
 		d := &appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile, Telegram: sup.TelegramStatus}
 		if gerr != nil {
 			d.GPU, d.GPUErr = nil, gerr
 		}
 		return d.Run(ctx)
 	}
-	api, err := appliance.NewAPI(sup, doctor, log)
+	httpAPI, err := appliance.NewAPI(sup, doctor, log)
 	if err != nil {
 		return err
 	}
@@ -76,29 +77,29 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func
 	if !cfg.Metrics.Disabled {
 		m = metrics.New(sup, doctor, log.With("component", "metrics"))
 		go m.Run(runCtx)
-		m.Register(api)
+		m.Register(httpAPI)
 		px.SetObserver(m)
 		if err := m.Add(px.Collectors()...); err != nil {
 			log.Error("proxy metrics not exported", "err", err)
 		}
 	}
-	px.Register(api) // no-op when proxy.disabled
+	px.Register(httpAPI) // no-op when proxy.disabled
 	// Benchmarks of the active profile (POST /api/bench); progress goes on
 	// the event bus.
 	bstore := bench.NewStore(cfg.StateDir, log.With("component", "bench"))
 	bsvc := bench.NewService(bench.ServiceOptions{
 		Store: bstore,
 		Daemon: bench.DaemonFuncs{
-			SwitchingFunc:   func() bool { return sup.State().Phase == appliance.PhaseSwitching },
+			SwitchingFunc:   func() bool { return sup.State().Phase == api.PhaseSwitching },
 			AwaitActiveFunc: sup.AwaitActive,
 		},
 		GPU:            sup.Snapshot,
 		GpuhostVersion: version,
-		Publish:        func(msg string) { sup.Publish(appliance.Event{Kind: "bench", Message: msg}) },
+		Publish:        func(msg string) { sup.Publish(api.Event{Kind: "bench", Message: msg}) },
 		Log:            log.With("component", "bench"),
 	})
 	defer bsvc.Close()
-	bsvc.Register(api)
+	bsvc.Register(httpAPI)
 	// MCP over streamable HTTP at /mcp: read-only connectors, the same
 	// bearer token as the API beyond loopback.
 	var ms *mcp.Server
@@ -120,7 +121,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func
 			for name, why := range ms.Disabled() {
 				mlog.Error("MCP connector disabled", "connector", name, "reason", why)
 			}
-			ms.Register(api)
+			ms.Register(httpAPI)
 			go declarative.Watch(runCtx, cfg.MCP.ConnectorsDir, func() {
 				extra, errs := declarative.Load(cfg.MCP.ConnectorsDir)
 				for _, e := range errs {
@@ -133,14 +134,14 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func
 	// The agent loop: the MCP registry's read-only tools on the box's own
 	// model, behind one limiter shared by the API, the panel and the bot.
 	asker := newAgent(runCtx, cfg, ms, selfV1, selfClient, log.With("component", "agent"))
-	agent.Register(api, asker, log.With("component", "agent"))
+	agent.Register(httpAPI, asker, log.With("component", "agent"))
 	if !cfg.Panel.Disabled {
 		if p, err := panel.New(sup, doctor, cfg, log.With("component", "panel")); err != nil {
 			log.Error("web panel not started; the daemon carries on", "err", err)
 		} else {
 			p.SetBench(benchPanel{bsvc, bstore})
 			p.SetAsker(asker)
-			p.Register(api)
+			p.Register(httpAPI)
 		}
 	}
 	if cfg.Telegram.Enabled {
@@ -160,7 +161,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func
 	if cfg.Triage.Enabled {
 		if tw := startTriage(runCtx, cfg, sup, ms, selfV1, selfClient, log.With("component", "triage")); tw != nil {
 			defer tw.Close()
-			tw.Register(api)
+			tw.Register(httpAPI)
 			if m != nil {
 				if err := m.Add(tw.Collectors()...); err != nil {
 					log.Error("triage metrics not exported", "err", err)
@@ -175,7 +176,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func
 	}
 	// No ReadTimeout or WriteTimeout: answers stream for minutes. Request
 	// bodies get http.body_read_timeout from the front-door guard instead.
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: httpAPI, ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout: cfg.HTTP.IdleTimeout.D(), MaxHeaderBytes: cfg.HTTP.MaxHeaderBytes}
 	errc := make(chan error, 2)
 	// The Supervisor starts reconciling before the first request is
@@ -226,7 +227,7 @@ func notifySystemd(ctx context.Context, sup *appliance.Supervisor, log *slog.Log
 		if snap, err := sup.Snapshot(sctx); err == nil {
 			snapPtr = &snap
 		}
-		return appliance.StatusLine(sup.State(), snapPtr)
+		return api.StatusLine(sup.State(), snapPtr)
 	}
 	if sent, err := daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS="+status()); err != nil {
 		log.Warn("sd_notify READY failed", "err", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"gpuhost/api"
 	"gpuhost/config"
 	"log/slog"
 	"net"
@@ -98,7 +99,7 @@ func startTriage(ctx context.Context, cfg *config.Config, sup *appliance.Supervi
 		HTTPClient:     hc,
 		ActiveModel: func() string {
 			st := sup.State()
-			if p := cfg.Profiles[st.Profile]; p != nil && st.Phase == appliance.PhaseActive {
+			if p := cfg.Profiles[st.Profile]; p != nil && st.Phase == api.PhaseActive {
 				return p.ServedName
 			}
 			return ""
@@ -135,7 +136,7 @@ func startTriage(ctx context.Context, cfg *config.Config, sup *appliance.Supervi
 // while the default profile is still loading.
 func runTriage(ctx context.Context, cfg *config.Config, sup *appliance.Supervisor, tw *triage.Worker, log *slog.Logger) error {
 	if cfg.Triage.Model.BaseURL == "" {
-		if st := sup.State(); st.Phase != appliance.PhaseActive || st.Step != "" {
+		if st := sup.State(); st.Phase != api.PhaseActive || st.Step != "" {
 			log.Info("triage: waiting for the first active profile before polling", "component", "triage", "phase", st.Phase)
 		}
 		if err := sup.AwaitFirstActive(ctx); err != nil {

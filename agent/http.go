@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,8 +16,6 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-
-	"gpuhost/appliance"
 )
 
 // Asker runs one question through the loop; *Agent satisfies it, and so do
@@ -177,23 +176,23 @@ func ParseAskRequest(r io.Reader) (string, error) {
 // Serve is the echo handler of POST /api/ask.
 func (h *Handler) Serve(c echo.Context) error {
 	if h.lim == nil {
-		return c.JSON(http.StatusServiceUnavailable, appliance.APIError{Error: "agent disabled",
+		return c.JSON(http.StatusServiceUnavailable, api.APIError{Error: "agent disabled",
 			Detail: "the agent is not running in this daemon (agent.disabled in the config, or no MCP tools to offer)"})
 	}
 	q, err := ParseAskRequest(http.MaxBytesReader(c.Response(), c.Request().Body, maxAskBody))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return c.JSON(http.StatusRequestEntityTooLarge, appliance.APIError{Error: "request too large",
+			return c.JSON(http.StatusRequestEntityTooLarge, api.APIError{Error: "request too large",
 				Detail: fmt.Sprintf("the body is larger than %d bytes; a question is a few KiB at most (agent.max_question_bytes)", maxAskBody)})
 		}
-		return c.JSON(http.StatusBadRequest, appliance.APIError{Error: "bad request", Detail: err.Error()})
+		return c.JSON(http.StatusBadRequest, api.APIError{Error: "bad request", Detail: err.Error()})
 	}
 	release, ok := h.lim.TryAcquire()
 	if !ok {
 		h.log.Warn("question refused: loop limit reached", "limit", h.lim.Max(), "remote", c.RealIP())
 		c.Response().Header().Set("Retry-After", "10")
-		return c.JSON(http.StatusTooManyRequests, appliance.APIError{Error: "too many questions",
+		return c.JSON(http.StatusTooManyRequests, api.APIError{Error: "too many questions",
 			Detail: h.lim.BusyMessage(), Extra: map[string]any{"limit": h.lim.Max()}})
 	}
 	defer release()

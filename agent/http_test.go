@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"gpuhost/api"
 	"gpuhost/config"
 	"io"
 	"log/slog"
@@ -136,13 +137,13 @@ func post(t *testing.T, ctx context.Context, url, body string, header map[string
 	return resp
 }
 
-func decodeAPIError(t *testing.T, resp *http.Response) appliance.APIError {
+func decodeAPIError(t *testing.T, resp *http.Response) api.APIError {
 	t.Helper()
 	defer resp.Body.Close()
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 		t.Errorf("error answer Content-Type %q, want JSON", ct)
 	}
-	var ae appliance.APIError
+	var ae api.APIError
 	if err := json.NewDecoder(resp.Body).Decode(&ae); err != nil {
 		t.Fatalf("error answer is not an APIError: %v", err)
 	}
@@ -409,13 +410,13 @@ func TestAskBehindBearer(t *testing.T) {
 	cfg.Listen, cfg.APITokenFile = "0.0.0.0:0", tokenFile
 	sup := appliance.NewSupervisor(cfg, nil, nil, nil, quietLog())
 	defer sup.Close()
-	api, err := appliance.NewAPI(sup, nil, quietLog())
+	httpAPI, err := appliance.NewAPI(sup, nil, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := &scriptAsker{events: recoveryTimeline()}
-	Register(api, a, quietLog())
-	srv := httptest.NewServer(api)
+	Register(httpAPI, a, quietLog())
+	srv := httptest.NewServer(httpAPI)
 	defer srv.Close()
 
 	for _, tc := range []struct {

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"gpuhost/api"
 	"gpuhost/config"
 	"net/http/httptest"
 	"strings"
@@ -66,13 +67,13 @@ func TestBackendSwitchMidLoop(t *testing.T) {
 				c.Profiles["llama"].Sim.LoadTime = switchLoad.String()
 				c.Proxy.AutoSwitch = tc.autoSwitch
 			}})
-			api, err := appliance.NewAPI(f.Sup, f.Doctor, f.Log)
+			httpAPI, err := appliance.NewAPI(f.Sup, f.Doctor, f.Log)
 			if err != nil {
 				t.Fatal(err)
 			}
 			p := proxy.New(f.Sup, f.Cfg.Proxy, func() map[string]*units.Profile { return f.Cfg.Profiles }, f.Log)
-			p.Register(api)
-			srv := httptest.NewServer(api)
+			p.Register(httpAPI)
+			srv := httptest.NewServer(httpAPI)
 			t.Cleanup(func() {
 				srv.Close()
 				p.Close()
@@ -95,7 +96,7 @@ func TestBackendSwitchMidLoop(t *testing.T) {
 				// Returns as soon as the state says "switching"; the
 				// switch itself runs on the Supervisor's goroutine.
 				switchStart = time.Now()
-				_, done, err := f.Sup.Switch(context.Background(), "llama", appliance.SwitchOptions{})
+				_, done, err := f.Sup.Switch(context.Background(), "llama", api.SwitchOptions{})
 				if err != nil {
 					t.Errorf("switch to llama: %v", err)
 					return
@@ -121,7 +122,7 @@ func TestBackendSwitchMidLoop(t *testing.T) {
 				t.Fatal("the switch to llama did not finish within 60 s")
 			}
 			st := f.Sup.State()
-			if st.Phase != appliance.PhaseActive || st.Profile != "llama" {
+			if st.Phase != api.PhaseActive || st.Profile != "llama" {
 				t.Fatalf("after the switch: %+v (want llama active: nothing may switch back)", st)
 			}
 			// When llama became active: the moment /v1 lets held requests

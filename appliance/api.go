@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/config"
 	"log/slog"
 	"net/http"
@@ -16,61 +17,19 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"gpuhost/internal/frontdoor"
-	"gpuhost/nvml"
-	"gpuhost/systemd"
 	"gpuhost/units"
 )
 
-// APIError is the JSON body of every error answer: a short error and a
-// detail that names what was wrong, plus optional structured context.
-type APIError struct {
-	Error  string `json:"error"`
-	Detail string `json:"detail"`
-	Extra  any    `json:"extra,omitempty"`
-}
-
-// Status is the answer of GET /api/status and `gpuhost status`.
-type Status struct {
-	State    State                `json:"state"`
-	GPU      *nvml.Snapshot       `json:"gpu,omitempty"`
-	GPUError string               `json:"gpu_error,omitempty"`
-	Units    []systemd.UnitStatus `json:"units"`
-	Profiles []ProfileInfo        `json:"profiles"`
-	// LastSwitch is the most recent finished switch, if any.
-	LastSwitch *SwitchSummary `json:"last_switch,omitempty"`
-	// Telegram is the bot's health; absent when telegram.enabled is false.
-	Telegram *TelegramStatus `json:"telegram,omitempty"`
-}
-
-// ProfileInfo is a profile as listed to clients.
-type ProfileInfo struct {
-	Name       string        `json:"name"`
-	Backend    units.Backend `json:"backend"`
-	Model      string        `json:"model"`
-	ServedName string        `json:"served_name"`
-	Port       int           `json:"port"`
-	Unit       string        `json:"unit"`
-	Active     bool          `json:"active"`
-	Args       []string      `json:"args"`
-	// Context is the configured context length in tokens (vLLM
-	// max_model_len, Ollama num_ctx); 0: the backend's default.
-	Context int `json:"context,omitempty"`
-	// AutoToolChoice and ToolCallParser: vLLM's enable_auto_tool_choice and
-	// tool_call_parser (without both a request with tools is refused).
-	AutoToolChoice bool   `json:"auto_tool_choice,omitempty"`
-	ToolCallParser string `json:"tool_call_parser,omitempty"`
-}
-
 // Profiles lists the configured profiles, marking the active one.
-func (s *Supervisor) Profiles() []ProfileInfo {
+func (s *Supervisor) Profiles() []api.ProfileInfo {
 	st := s.State()
-	var out []ProfileInfo
+	var out []api.ProfileInfo
 	for _, name := range s.cfg.ProfileNames() {
 		p := s.cfg.Profiles[name]
 		bc := s.cfg.BackendFor(p.Backend)
-		out = append(out, ProfileInfo{
+		out = append(out, api.ProfileInfo{
 			Name: name, Backend: p.Backend, Model: p.Model, ServedName: p.ServedName, Port: p.Port,
-			Unit: bc.Unit, Active: st.Phase == PhaseActive && st.Profile == name, Args: units.BackendArgs(*p, bc.Simulated),
+			Unit: bc.Unit, Active: st.Phase == api.PhaseActive && st.Profile == name, Args: units.BackendArgs(*p, bc.Simulated),
 			AutoToolChoice: p.VLLM.EnableAutoToolChoice, ToolCallParser: p.VLLM.ToolCallParser,
 		})
 		if p.Backend == units.Ollama {
@@ -84,8 +43,8 @@ func (s *Supervisor) Profiles() []ProfileInfo {
 
 // Status gathers state, GPU and units; a failing component shows as an
 // error field, never as a failed request.
-func (s *Supervisor) Status(ctx context.Context) Status {
-	out := Status{State: s.State(), Profiles: s.Profiles(), Units: []systemd.UnitStatus{}, LastSwitch: s.LastSwitch(), Telegram: s.TelegramStatus()}
+func (s *Supervisor) Status(ctx context.Context) api.Status {
+	out := api.Status{State: s.State(), Profiles: s.Profiles(), Units: []api.UnitStatus{}, LastSwitch: s.LastSwitch(), Telegram: s.TelegramStatus()}
 	if snap, err := s.snapshot(ctx); err != nil {
 		out.GPUError = err.Error()
 	} else {
@@ -97,28 +56,6 @@ func (s *Supervisor) Status(ctx context.Context) Status {
 		}
 	}
 	return out
-}
-
-// StatusLine is the one-line summary for systemd's STATUS= and the log,
-// e.g. "active: qwen3-coder (vllm) · 18.4/24.0 GiB".
-func StatusLine(st State, snap *nvml.Snapshot) string {
-	var b strings.Builder
-	switch st.Phase {
-	case PhaseActive:
-		fmt.Fprintf(&b, "active: %s (%s)", st.Profile, st.Backend)
-	case PhaseSwitching:
-		fmt.Fprintf(&b, "switching to %s: %s", st.Target, st.Step)
-	case PhaseFailed:
-		fmt.Fprintf(&b, "failed: %s", st.Error)
-	default:
-		b.WriteString("idle")
-	}
-	if snap != nil {
-		if d, ok := snap.Device0(); ok {
-			fmt.Fprintf(&b, " · %.1f/%.1f GiB", float64(d.MemoryUsedMiB)/1024, float64(d.MemoryTotalMiB)/1024)
-		}
-	}
-	return b.String()
 }
 
 // AuthenticatedKey is the echo context key through which another front door
@@ -137,13 +74,9 @@ func Authenticated(c echo.Context) bool {
 	return ok
 }
 
-// DoctorFunc runs the doctor for the API (the serve command wires it with
-// the daemon's GPU and unit connections).
-type DoctorFunc func(ctx context.Context, profile string) DoctorReport
-
 // NewAPI builds the HTTP API on echo. token returns the bearer token at
 // request time; it is required when the daemon listens beyond loopback.
-func NewAPI(sup *Supervisor, doctor DoctorFunc, log *slog.Logger) (*echo.Echo, error) {
+func NewAPI(sup *Supervisor, doctor api.DoctorFunc, log *slog.Logger) (*echo.Echo, error) {
 	cfg := sup.cfg
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -160,7 +93,7 @@ func NewAPI(sup *Supervisor, doctor DoctorFunc, log *slog.Logger) (*echo.Echo, e
 		if errors.As(err, &he) {
 			code, msg = he.Code, fmt.Sprint(he.Message)
 		}
-		_ = c.JSON(code, APIError{Error: strings.ToLower(http.StatusText(code)), Detail: msg})
+		_ = c.JSON(code, api.APIError{Error: strings.ToLower(http.StatusText(code)), Detail: msg})
 	}
 	e.Pre(frontdoor.New(frontdoor.Options{
 		Listen:            cfg.Listen,
@@ -250,12 +183,12 @@ func bearerAuth(cfg *config.Config, th *frontdoor.Throttle) echo.MiddlewareFunc 
 			remote := c.Request().RemoteAddr
 			if wait, blocked := th.Blocked(remote); blocked {
 				c.Response().Header().Set("Retry-After", frontdoor.RetryAfterSeconds(wait))
-				return c.JSON(http.StatusTooManyRequests, APIError{Error: "too many requests",
+				return c.JSON(http.StatusTooManyRequests, api.APIError{Error: "too many requests",
 					Detail: fmt.Sprintf("too many wrong bearer tokens from this address; retry in %s s", frontdoor.RetryAfterSeconds(wait))})
 			}
 			want, err := cfg.APIToken()
 			if err != nil || want == "" {
-				return c.JSON(http.StatusServiceUnavailable, APIError{Error: "no token", Detail: "the API token is not readable on the server"})
+				return c.JSON(http.StatusServiceUnavailable, api.APIError{Error: "no token", Detail: "the API token is not readable on the server"})
 			}
 			got, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
 			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
@@ -263,7 +196,7 @@ func bearerAuth(cfg *config.Config, th *frontdoor.Throttle) echo.MiddlewareFunc 
 					th.Fail(remote) // a missing header is a client without config, not a guess
 				}
 				c.Response().Header().Set("WWW-Authenticate", `Bearer realm="gpuhost"`)
-				return c.JSON(http.StatusUnauthorized, APIError{Error: "unauthorized", Detail: "missing or wrong bearer token"})
+				return c.JSON(http.StatusUnauthorized, api.APIError{Error: "unauthorized", Detail: "missing or wrong bearer token"})
 			}
 			return next(c)
 		}
@@ -271,57 +204,39 @@ func bearerAuth(cfg *config.Config, th *frontdoor.Throttle) echo.MiddlewareFunc 
 }
 
 func unknownProfile(c echo.Context, cfg *config.Config, name string) error {
-	return c.JSON(http.StatusNotFound, APIError{
+	return c.JSON(http.StatusNotFound, api.APIError{
 		Error:  "unknown profile",
 		Detail: fmt.Sprintf("no profile %q; profiles: %s", name, strings.Join(cfg.ProfileNames(), ", ")),
 		Extra:  map[string]any{"profiles": cfg.ProfileNames()},
 	})
 }
 
-// SwitchRequest is the body of POST /api/switch.
-type SwitchRequest struct {
-	Profile string `json:"profile"`
-	Force   bool   `json:"force"`
-	// Wait makes the request return when the switch has finished.
-	Wait bool `json:"wait"`
-}
-
-// SwitchAccepted answers a started switch.
-type SwitchAccepted struct {
-	SwitchID string `json:"switch_id"`
-	Profile  string `json:"profile"`
-	// Events is where to follow it (SSE), starting after the last event
-	// that preceded the switch.
-	Events string `json:"events"`
-	State  *State `json:"state,omitempty"`
-}
-
 func handleSwitch(c echo.Context, sup *Supervisor) error {
-	var req SwitchRequest
+	var req api.SwitchRequest
 	dec := json.NewDecoder(http.MaxBytesReader(c.Response(), c.Request().Body, 1<<16))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return c.JSON(http.StatusBadRequest, APIError{Error: "bad request", Detail: "body must be JSON like {\"profile\": \"name\"}: " + err.Error()})
+		return c.JSON(http.StatusBadRequest, api.APIError{Error: "bad request", Detail: "body must be JSON like {\"profile\": \"name\"}: " + err.Error()})
 	}
 	if req.Profile == "" {
-		return c.JSON(http.StatusBadRequest, APIError{Error: "bad request", Detail: "missing \"profile\""})
+		return c.JSON(http.StatusBadRequest, api.APIError{Error: "bad request", Detail: "missing \"profile\""})
 	}
 	since := sup.LastSeq()
-	id, done, err := sup.Switch(c.Request().Context(), req.Profile, SwitchOptions{Force: req.Force})
-	var be *BusyError
-	var de *DoctorError
+	id, done, err := sup.Switch(c.Request().Context(), req.Profile, api.SwitchOptions{Force: req.Force})
+	var be *api.BusyError
+	var de *api.DoctorError
 	switch {
-	case errors.Is(err, ErrUnknownProfile):
+	case errors.Is(err, api.ErrUnknownProfile):
 		return unknownProfile(c, sup.cfg, req.Profile)
 	case errors.As(err, &be):
-		return c.JSON(http.StatusConflict, APIError{Error: "switch in progress", Detail: be.Error(),
+		return c.JSON(http.StatusConflict, api.APIError{Error: "switch in progress", Detail: be.Error(),
 			Extra: map[string]any{"target": be.Target, "switch_id": be.SwitchID, "step": be.Step}})
 	case errors.As(err, &de):
-		return c.JSON(http.StatusUnprocessableEntity, APIError{Error: "profile fails doctor checks", Detail: de.Error(), Extra: map[string]any{"checks": de.Checks}})
+		return c.JSON(http.StatusUnprocessableEntity, api.APIError{Error: "profile fails doctor checks", Detail: de.Error(), Extra: map[string]any{"checks": de.Checks}})
 	case err != nil:
-		return c.JSON(http.StatusInternalServerError, APIError{Error: "switch not started", Detail: err.Error()})
+		return c.JSON(http.StatusInternalServerError, api.APIError{Error: "switch not started", Detail: err.Error()})
 	}
-	acc := SwitchAccepted{SwitchID: id, Profile: req.Profile, Events: "/api/events?since=" + strconv.FormatUint(since, 10)}
+	acc := api.SwitchAccepted{SwitchID: id, Profile: req.Profile, Events: "/api/events?since=" + strconv.FormatUint(since, 10)}
 	if !req.Wait {
 		return c.JSON(http.StatusAccepted, acc)
 	}
@@ -330,7 +245,7 @@ func handleSwitch(c echo.Context, sup *Supervisor) error {
 		st := sup.State()
 		acc.State = &st
 		if err != nil {
-			return c.JSON(http.StatusBadGateway, APIError{Error: "switch failed", Detail: err.Error(), Extra: acc})
+			return c.JSON(http.StatusBadGateway, api.APIError{Error: "switch failed", Detail: err.Error(), Extra: acc})
 		}
 		return c.JSON(http.StatusOK, acc)
 	case <-c.Request().Context().Done():
@@ -348,7 +263,7 @@ func handleEvents(c echo.Context, sup *Supervisor) error {
 	} else if v := c.QueryParam("since"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			return c.JSON(http.StatusBadRequest, APIError{Error: "bad request", Detail: fmt.Sprintf("since=%q is not a sequence number", v)})
+			return c.JSON(http.StatusBadRequest, api.APIError{Error: "bad request", Detail: fmt.Sprintf("since=%q is not a sequence number", v)})
 		}
 		since = n
 	} else {
@@ -361,7 +276,7 @@ func handleEvents(c echo.Context, sup *Supervisor) error {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	write := func(e Event) error {
+	write := func(e api.Event) error {
 		data, _ := json.Marshal(e)
 		if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Kind, data); err != nil {
 			return err

@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"encoding/json"
+	"gpuhost/api"
 	"io"
 	"log/slog"
 	"net/http"
@@ -18,7 +19,7 @@ import (
 
 func newAPIServer(t *testing.T, f *procFixture) *httptest.Server {
 	t.Helper()
-	doctor := func(ctx context.Context, profile string) DoctorReport {
+	doctor := func(ctx context.Context, profile string) api.DoctorReport {
 		return (&Doctor{Cfg: f.cfg, GPU: f.gpu, Units: f.sup.units, Profile: profile}).Run(ctx)
 	}
 	e, err := NewAPI(f.sup, doctor, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -56,7 +57,7 @@ func TestAPIErrorsAreJSONWithTheRightStatus(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer resp.Body.Close()
-			var ae APIError
+			var ae api.APIError
 			if err := json.NewDecoder(resp.Body).Decode(&ae); err != nil {
 				t.Fatalf("answer is not JSON: %v", err)
 			}
@@ -70,12 +71,12 @@ func TestAPIErrorsAreJSONWithTheRightStatus(t *testing.T) {
 func TestAPISwitchStatusAndEvents(t *testing.T) {
 	f := newProcFixture(t, "300ms")
 	srv := newAPIServer(t, f)
-	c := NewClient(srv.URL, "")
+	c := api.NewClient(srv.URL, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
 	var lines []string
-	if err := c.SwitchAndFollow(ctx, SwitchRequest{Profile: "coder"}, func(e Event) { lines = append(lines, FormatEvent(e)) }); err != nil {
+	if err := c.SwitchAndFollow(ctx, api.SwitchRequest{Profile: "coder"}, func(e api.Event) { lines = append(lines, api.FormatEvent(e)) }); err != nil {
 		t.Fatal(err)
 	}
 	out := strings.Join(lines, "\n")
@@ -88,7 +89,7 @@ func TestAPISwitchStatusAndEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State.Phase != PhaseActive || st.State.Profile != "coder" || st.GPU == nil || len(st.Units) != 2 {
+	if st.State.Phase != api.PhaseActive || st.State.Profile != "coder" || st.GPU == nil || len(st.Units) != 2 {
 		t.Fatalf("status = %+v", st)
 	}
 	active := 0
@@ -105,19 +106,19 @@ func TestAPISwitchStatusAndEvents(t *testing.T) {
 	}
 
 	// A switch while one runs answers 409 naming the running one.
-	acc, err := c.Switch(ctx, SwitchRequest{Profile: "llama"})
+	acc, err := c.Switch(ctx, api.SwitchRequest{Profile: "llama"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Switch(ctx, SwitchRequest{Profile: "coder"})
-	var re *RemoteError
+	_, err = c.Switch(ctx, api.SwitchRequest{Profile: "coder"})
+	var re *api.RemoteError
 	if !asRemote(err, &re) || re.Status != http.StatusConflict || !strings.Contains(re.Detail, `"llama"`) {
 		t.Errorf("concurrent switch: %v", err)
 	}
 	// Events replay from "since": the whole switch is there even though we
 	// subscribe after it started.
 	done := false
-	_ = c.Events(ctx, acc.Events, func(e Event) bool {
+	_ = c.Events(ctx, acc.Events, func(e api.Event) bool {
 		if e.SwitchID == acc.SwitchID && e.Kind == "switch" && e.Status == "done" {
 			done = true
 			return false
@@ -144,8 +145,8 @@ func TestAPISwitchStatusAndEvents(t *testing.T) {
 	}
 }
 
-func asRemote(err error, re **RemoteError) bool {
-	r, ok := err.(*RemoteError)
+func asRemote(err error, re **api.RemoteError) bool {
+	r, ok := err.(*api.RemoteError)
 	if ok {
 		*re = r
 	}

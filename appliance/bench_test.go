@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/config"
 	"io"
 	"net/http"
@@ -43,8 +44,8 @@ func BenchmarkSwitchOverhead(b *testing.B) {
 					back := map[string]string{"llama": "coder", "coder": "llama"}[p]
 					e.timedSwitch(b, back)
 					bareD[dir] = append(bareD[dir], bare.switchTo(b, p))
-					e.waitState(b, "reconciled after the bare switch", 10*time.Second, func(s Status) bool {
-						return s.State.Phase == PhaseActive && s.State.Profile == p
+					e.waitState(b, "reconciled after the bare switch", 10*time.Second, func(s api.Status) bool {
+						return s.State.Phase == api.PhaseActive && s.State.Profile == p
 					})
 				}
 			}
@@ -69,7 +70,7 @@ func (e *e2e) timedSwitch(b testing.TB, profile string) time.Duration {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	t0 := time.Now()
-	acc, err := e.client.Switch(ctx, SwitchRequest{Profile: profile, Wait: true})
+	acc, err := e.client.Switch(ctx, api.SwitchRequest{Profile: profile, Wait: true})
 	d := time.Since(t0)
 	if err != nil || acc.State == nil || acc.State.Profile != profile {
 		b.Fatalf("switch to %s: %v %+v", profile, err, acc.State)

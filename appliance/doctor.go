@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/config"
 	"slices"
 	"sort"
@@ -19,25 +20,6 @@ import (
 // prefill 3.5× faster.
 const MinDriverMajor = 580
 
-// DoctorCheck is one finding of `gpuhost doctor`: stable id, severity, the
-// measured value in the message, and what to do about it.
-type DoctorCheck struct {
-	ID       string         `json:"id"`
-	Severity units.Severity `json:"severity"`
-	Profile  string         `json:"profile,omitempty"`
-	Message  string         `json:"message"`
-	Fix      string         `json:"fix,omitempty"`
-	Value    string         `json:"value,omitempty"`
-}
-
-// DoctorReport is the whole run; Exit is the CLI's exit status.
-type DoctorReport struct {
-	Checks []DoctorCheck `json:"checks"`
-	Worst  string        `json:"worst"`
-	Exit   int           `json:"exit"`
-	TookMS float64       `json:"took_ms"`
-}
-
 // Doctor runs every check it can; a component that cannot be reached turns
 // into a failing check rather than an error, so the report is always whole.
 type Doctor struct {
@@ -51,32 +33,32 @@ type Doctor struct {
 	// Telegram reports the daemon's bot (Supervisor.TelegramStatus) for
 	// the telegram.bot check; nil, or a nil result, means no check (the
 	// CLI's local doctor, or telegram.enabled false).
-	Telegram func() *TelegramStatus
+	Telegram func() *api.TelegramStatus
 }
 
 // Run executes the checks.
-func (d *Doctor) Run(ctx context.Context) DoctorReport {
+func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 	t0 := time.Now()
-	var checks []DoctorCheck
-	add := func(c DoctorCheck) { checks = append(checks, c) }
+	var checks []api.DoctorCheck
+	add := func(c api.DoctorCheck) { checks = append(checks, c) }
 
 	// GPU and driver.
 	var dev nvml.Device
 	haveGPU := false
 	if d.GPU == nil {
-		add(DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityFail, Message: "NVML not reachable: " + errText(d.GPUErr),
+		add(api.DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityFail, Message: "NVML not reachable: " + errText(d.GPUErr),
 			Fix: "install the NVIDIA driver (libnvidia-ml.so.1) and check `nvidia-smi`; gpuhost must be built with cgo"})
 	} else {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		s, err := d.GPU.Snapshot(cctx)
 		cancel()
 		if err != nil {
-			add(DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityFail, Message: "NVML query failed: " + err.Error(), Fix: "check `nvidia-smi`"})
+			add(api.DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityFail, Message: "NVML query failed: " + err.Error(), Fix: "check `nvidia-smi`"})
 		} else if dv, ok := s.Device0(); !ok {
-			add(DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityFail, Message: "NVML reports no GPU", Fix: "check `nvidia-smi -L`"})
+			add(api.DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityFail, Message: "NVML reports no GPU", Fix: "check `nvidia-smi -L`"})
 		} else {
 			dev, haveGPU = dv, true
-			add(DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityOK, Value: s.Backend,
+			add(api.DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityOK, Value: s.Backend,
 				Message: fmt.Sprintf("%s via %s: %s, %d MiB, %.0f GB/s", dev.Name, s.Backend, dev.UUID, dev.MemoryTotalMiB, dev.BandwidthGBs)})
 			add(driverCheck(s.DriverVersion, s.CUDADriverVersion))
 		}
@@ -93,21 +75,21 @@ func (d *Doctor) Run(ctx context.Context) DoctorReport {
 		}
 		p := d.Cfg.Profiles[name]
 		for _, c := range units.ProfileChecks(*p, facts, *d.Cfg.Policy) {
-			add(DoctorCheck{ID: c.ID, Severity: c.Severity, Profile: name, Message: c.Message, Fix: c.Fix, Value: c.Value})
+			add(api.DoctorCheck{ID: c.ID, Severity: c.Severity, Profile: name, Message: c.Message, Fix: c.Fix, Value: c.Value})
 		}
 	}
 
 	// Units: Conflicts both ways, exclusivity, drift, foreign GPU processes.
 	var bs []backendState
 	if d.Units == nil {
-		add(DoctorCheck{ID: "units.systemd", Severity: units.SeverityFail, Message: "systemd not reachable: " + errText(d.UnitsErr),
+		add(api.DoctorCheck{ID: "units.systemd", Severity: units.SeverityFail, Message: "systemd not reachable: " + errText(d.UnitsErr),
 			Fix: "run as root on a systemd host, or set systemd.socket in the config"})
 	} else {
 		sup := &Supervisor{cfg: d.Cfg, units: d.Units}
 		var err error
 		bs, err = sup.backends(ctx)
 		if err != nil {
-			add(DoctorCheck{ID: "units.systemd", Severity: units.SeverityFail, Message: err.Error(), Fix: "check `systemctl status`"})
+			add(api.DoctorCheck{ID: "units.systemd", Severity: units.SeverityFail, Message: err.Error(), Fix: "check `systemctl status`"})
 		} else {
 			checks = append(checks, unitChecks(d.Cfg, bs)...)
 			checks = append(checks, wantedCheck(d.Cfg, bs))
@@ -122,7 +104,7 @@ func (d *Doctor) Run(ctx context.Context) DoctorReport {
 			checks = append(checks, telegramCheck(st, time.Now()))
 		}
 	}
-	rep := DoctorReport{Checks: checks, Worst: string(units.SeverityOK), TookMS: float64(time.Since(t0).Microseconds()) / 1000}
+	rep := api.DoctorReport{Checks: checks, Worst: string(units.SeverityOK), TookMS: float64(time.Since(t0).Microseconds()) / 1000}
 	for _, c := range checks {
 		switch c.Severity {
 		case units.SeverityFail:
@@ -143,8 +125,8 @@ func errText(err error) string {
 	return err.Error()
 }
 
-func driverCheck(version, cuda string) DoctorCheck {
-	c := DoctorCheck{ID: "gpu.driver", Value: version}
+func driverCheck(version, cuda string) api.DoctorCheck {
+	c := api.DoctorCheck{ID: "gpu.driver", Value: version}
 	major, err := nvml.DriverMajor(version)
 	switch {
 	case err != nil:
@@ -161,12 +143,12 @@ func driverCheck(version, cuda string) DoctorCheck {
 	return c
 }
 
-func unitChecks(cfg *config.Config, bs []backendState) []DoctorCheck {
-	var out []DoctorCheck
+func unitChecks(cfg *config.Config, bs []backendState) []api.DoctorCheck {
+	var out []api.DoctorCheck
 	// Conflicts= both ways.
 	for i, b := range bs {
 		other := bs[1-i].unit
-		c := DoctorCheck{ID: "units.conflicts", Value: strings.Join(b.status.Conflicts, " ")}
+		c := api.DoctorCheck{ID: "units.conflicts", Value: strings.Join(b.status.Conflicts, " ")}
 		switch {
 		case b.status.LoadState != "" && b.status.LoadState != "loaded":
 			c.Severity = units.SeverityFail
@@ -189,7 +171,7 @@ func unitChecks(cfg *config.Config, bs []backendState) []DoctorCheck {
 			active = append(active, fmt.Sprintf("%s (%s)", b.unit, b.status.ActiveState))
 		}
 	}
-	ex := DoctorCheck{ID: "units.exclusive", Value: fmt.Sprint(len(active))}
+	ex := api.DoctorCheck{ID: "units.exclusive", Value: fmt.Sprint(len(active))}
 	if len(active) > 1 {
 		ex.Severity, ex.Message = units.SeverityFail, "more than one backend active: "+strings.Join(active, ", ")
 		ex.Fix = "stop one of them: `gpuhost switch PROFILE`"
@@ -202,7 +184,7 @@ func unitChecks(cfg *config.Config, bs []backendState) []DoctorCheck {
 		if !b.status.Active() || b.backend != units.VLLM || b.status.MainPID <= 0 {
 			continue
 		}
-		dc := DoctorCheck{ID: "units.drift", Profile: b.profile}
+		dc := api.DoctorCheck{ID: "units.drift", Profile: b.profile}
 		p, ok := cfg.Profiles[b.profile]
 		argv, err := cmdlineWithRetry(b.status.MainPID)
 		switch {
@@ -236,7 +218,7 @@ func unitChecks(cfg *config.Config, bs []backendState) []DoctorCheck {
 	return out
 }
 
-func foreignProcessCheck(dev nvml.Device, bs []backendState) DoctorCheck {
+func foreignProcessCheck(dev nvml.Device, bs []backendState) api.DoctorCheck {
 	var active []backendState
 	for _, b := range bs {
 		if b.status.Active() {
@@ -250,7 +232,7 @@ func foreignProcessCheck(dev nvml.Device, bs []backendState) DoctorCheck {
 		}
 	}
 	sort.Strings(foreign)
-	c := DoctorCheck{ID: "gpu.foreign_processes", Value: fmt.Sprint(len(foreign))}
+	c := api.DoctorCheck{ID: "gpu.foreign_processes", Value: fmt.Sprint(len(foreign))}
 	if len(foreign) > 0 {
 		c.Severity = units.SeverityFail
 		c.Message = "GPU memory held by processes outside the backend units: " + strings.Join(foreign, ", ")
@@ -264,16 +246,16 @@ func foreignProcessCheck(dev nvml.Device, bs []backendState) DoctorCheck {
 
 // endpointChecks is endpoint.health and, when the active backend serves,
 // the checks of what an agent needs (doctor_agent.go).
-func (d *Doctor) endpointChecks(ctx context.Context, bs []backendState) []DoctorCheck {
+func (d *Doctor) endpointChecks(ctx context.Context, bs []backendState) []api.DoctorCheck {
 	c, act, p := d.endpointCheck(ctx, bs)
 	if c.Severity != units.SeverityOK || act == nil || p == nil {
-		return []DoctorCheck{c}
+		return []api.DoctorCheck{c}
 	}
-	return append([]DoctorCheck{c}, d.agentChecks(ctx, *act, p)...)
+	return append([]api.DoctorCheck{c}, d.agentChecks(ctx, *act, p)...)
 }
 
-func (d *Doctor) endpointCheck(ctx context.Context, bs []backendState) (DoctorCheck, *backendState, *units.Profile) {
-	c := DoctorCheck{ID: "endpoint.health"}
+func (d *Doctor) endpointCheck(ctx context.Context, bs []backendState) (api.DoctorCheck, *backendState, *units.Profile) {
+	c := api.DoctorCheck{ID: "endpoint.health"}
 	var act *backendState
 	for i := range bs {
 		if bs[i].status.ActiveState == "active" {

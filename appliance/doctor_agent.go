@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"io"
 	"net/http"
 	"strings"
@@ -35,12 +36,12 @@ const (
 
 // agentChecks runs endpoint.tool_calls and endpoint.context against the
 // active, healthy backend of profile p.
-func (d *Doctor) agentChecks(ctx context.Context, act backendState, p *units.Profile) []DoctorCheck {
+func (d *Doctor) agentChecks(ctx context.Context, act backendState, p *units.Profile) []api.DoctorCheck {
 	ctx, cancel := context.WithTimeout(ctx, doctorAgentBudget)
 	defer cancel()
 	client := newBackendClient()
 	base := "http://127.0.0.1:" + fmt.Sprint(p.Port)
-	return []DoctorCheck{
+	return []api.DoctorCheck{
 		toolCallsCheck(ctx, client, base, act, p),
 		contextCheck(ctx, client, base, p),
 	}
@@ -55,7 +56,7 @@ func (d *Doctor) agentChecks(ctx context.Context, act backendState, p *units.Pro
 var toolProbeCache struct {
 	sync.Mutex
 	key   string
-	check DoctorCheck
+	check api.DoctorCheck
 }
 
 // toolProbeKey names the backend process and what it serves; "" when the
@@ -106,9 +107,9 @@ func orDash(s string) string {
 // toolCallsCheck sends one small chat request with one tool and
 // tool_choice auto, once whole and once streamed, and passes only when both
 // come back as a structured tool_calls entry with JSON object arguments.
-func toolCallsCheck(ctx context.Context, client *http.Client, base string, act backendState, p *units.Profile) (c DoctorCheck) {
+func toolCallsCheck(ctx context.Context, client *http.Client, base string, act backendState, p *units.Profile) (c api.DoctorCheck) {
 	ts := liveToolSetting(act, p)
-	c = DoctorCheck{ID: "endpoint.tool_calls", Profile: p.Name, Value: ts.parser}
+	c = api.DoctorCheck{ID: "endpoint.tool_calls", Profile: p.Name, Value: ts.parser}
 	if ts.source == "ollama" {
 		c.Value = "ollama"
 	}
@@ -373,8 +374,8 @@ func readStreamedReply(body io.Reader) (toolReply, error) {
 
 // contextCheck compares the served context with the profile's: vLLM's
 // /v1/models max_model_len, Ollama's /api/ps context_length.
-func contextCheck(ctx context.Context, client *http.Client, base string, p *units.Profile) DoctorCheck {
-	c := DoctorCheck{ID: "endpoint.context", Profile: p.Name}
+func contextCheck(ctx context.Context, client *http.Client, base string, p *units.Profile) api.DoctorCheck {
+	c := api.DoctorCheck{ID: "endpoint.context", Profile: p.Name}
 	ctx, cancel := context.WithTimeout(ctx, doctorProbeTimeout)
 	defer cancel()
 	var served, want int

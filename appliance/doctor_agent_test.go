@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"fmt"
+	"gpuhost/api"
 	"io"
 	"net/http"
 	"strings"
@@ -51,7 +52,7 @@ func TestErrorMessage(t *testing.T) {
 }
 
 // agentCheck runs the doctor and returns one check of the active profile.
-func agentCheck(t *testing.T, f *procFixture, id, profile string) DoctorCheck {
+func agentCheck(t *testing.T, f *procFixture, id, profile string) api.DoctorCheck {
 	t.Helper()
 	rep := (&Doctor{Cfg: f.cfg, GPU: f.gpu, Units: f.sup.units}).Run(context.Background())
 	c, ok := checkByID(rep, id, profile)

@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"errors"
+	"gpuhost/api"
 	"os"
 	"strings"
 	"testing"
@@ -13,13 +14,13 @@ import (
 	"gpuhost/units"
 )
 
-func checkByID(rep DoctorReport, id, profile string) (DoctorCheck, bool) {
+func checkByID(rep api.DoctorReport, id, profile string) (api.DoctorCheck, bool) {
 	for _, c := range rep.Checks {
 		if c.ID == id && c.Profile == profile {
 			return c, true
 		}
 	}
-	return DoctorCheck{}, false
+	return api.DoctorCheck{}, false
 }
 
 func TestDriverCheck(t *testing.T) {
@@ -49,7 +50,7 @@ func TestDriverCheck(t *testing.T) {
 func TestDoctorChecksPassAndFail(t *testing.T) {
 	f := newProcFixture(t, "10ms")
 	ctx := context.Background()
-	run := func(d *Doctor) DoctorReport { return d.Run(ctx) }
+	run := func(d *Doctor) api.DoctorReport { return d.Run(ctx) }
 	good := func() *Doctor { return &Doctor{Cfg: f.cfg, GPU: f.gpu, Units: f.sup.units} }
 
 	// NVML unreachable → fail; sim → ok.

@@ -2,27 +2,11 @@ package appliance
 
 import (
 	"context"
+	"gpuhost/api"
 	"log/slog"
 	"sync"
 	"time"
 )
-
-// Event is one observable thing the Supervisor did or saw: a switch step
-// starting or ending (with its duration), a state change, a reconciliation.
-// Events feed the SSE stream, the CLI's live switch output and the log.
-type Event struct {
-	Seq        uint64         `json:"seq"`
-	Time       time.Time      `json:"time"`
-	Kind       string         `json:"kind"` // switch, step, state, reconcile
-	SwitchID   string         `json:"switch_id,omitempty"`
-	Profile    string         `json:"profile,omitempty"`
-	Step       string         `json:"step,omitempty"`
-	Status     string         `json:"status,omitempty"` // started, done, failed, info
-	DurationMS float64        `json:"duration_ms,omitempty"`
-	Message    string         `json:"message,omitempty"`
-	Journal    []string       `json:"journal,omitempty"`
-	Detail     map[string]any `json:"detail,omitempty"`
-}
 
 // eventBus fans events out to subscribers without ever blocking the
 // Supervisor: a subscriber that does not keep up loses events (counted).
@@ -31,18 +15,18 @@ type eventBus struct {
 
 	mu      sync.Mutex
 	seq     uint64
-	ring    []Event
-	subs    map[chan Event]struct{}
+	ring    []api.Event
+	subs    map[chan api.Event]struct{}
 	dropped uint64
 }
 
 const ringSize = 256
 
 func newEventBus(log *slog.Logger) *eventBus {
-	return &eventBus{log: log, subs: map[chan Event]struct{}{}}
+	return &eventBus{log: log, subs: map[chan api.Event]struct{}{}}
 }
 
-func (b *eventBus) publish(e Event) Event {
+func (b *eventBus) publish(e api.Event) api.Event {
 	b.mu.Lock()
 	b.seq++
 	e.Seq = b.seq
@@ -89,10 +73,10 @@ func (b *eventBus) publish(e Event) Event {
 // subscribe returns a channel of new events, optionally preceded by the
 // buffered events after seq `since` (so a client reconnecting loses nothing
 // that is still in the ring), and a cancel function.
-func (b *eventBus) subscribe(since uint64) (<-chan Event, []Event, func()) {
-	ch := make(chan Event, 128)
+func (b *eventBus) subscribe(since uint64) (<-chan api.Event, []api.Event, func()) {
+	ch := make(chan api.Event, 128)
 	b.mu.Lock()
-	var backlog []Event
+	var backlog []api.Event
 	for _, e := range b.ring {
 		if e.Seq > since {
 			backlog = append(backlog, e)

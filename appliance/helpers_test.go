@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"fmt"
+	"gpuhost/api"
 	"os/exec"
 	"strings"
 	"testing"
@@ -20,13 +21,13 @@ func freePort(t testing.TB) int { return testbin.FreePort(t) }
 var testConfigYAML = testbin.ConfigYAML
 
 // collect gathers the events of one switch until it ends.
-func collect(t testing.TB, sup *Supervisor, since uint64, id string, timeout time.Duration) []Event {
+func collect(t testing.TB, sup *Supervisor, since uint64, id string, timeout time.Duration) []api.Event {
 	t.Helper()
 	ch, backlog, cancel := sup.Subscribe(since)
 	defer cancel()
-	var out []Event
+	var out []api.Event
 	seen := map[uint64]bool{}
-	handle := func(e Event) bool {
+	handle := func(e api.Event) bool {
 		if seen[e.Seq] || e.SwitchID != id {
 			return false
 		}
@@ -53,7 +54,7 @@ func collect(t testing.TB, sup *Supervisor, since uint64, id string, timeout tim
 	}
 }
 
-func describe(evs []Event) string {
+func describe(evs []api.Event) string {
 	var b strings.Builder
 	for _, e := range evs {
 		fmt.Fprintf(&b, "\n  %s %s %s %s", e.Kind, e.Step, e.Status, e.Message)
@@ -61,13 +62,13 @@ func describe(evs []Event) string {
 	return b.String()
 }
 
-func stepEvent(evs []Event, step, status string) (Event, bool) {
+func stepEvent(evs []api.Event, step, status string) (api.Event, bool) {
 	for _, e := range evs {
 		if e.Kind == "step" && e.Step == step && e.Status == status {
 			return e, true
 		}
 	}
-	return Event{}, false
+	return api.Event{}, false
 }
 
 func itoa(n int) string { return fmt.Sprint(n) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"gpuhost/api"
 	"net/http"
 	"os"
 	"os/exec"
@@ -92,7 +93,7 @@ func TestSwitchToRealOllama(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := e.client.Status(ctx)
-	if err != nil || st.State.Phase != PhaseActive || st.State.Profile != "llama" {
+	if err != nil || st.State.Phase != api.PhaseActive || st.State.Profile != "llama" {
 		t.Errorf("status: %+v %v", st.State, err)
 	}
 	rep, err := e.client.Doctor(ctx, "")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/config"
 	"log/slog"
 	"net"
@@ -147,10 +148,10 @@ func (r *reconnectingUnits) Stop(ctx context.Context, unit string) error {
 	return err
 }
 
-func (r *reconnectingUnits) Unit(ctx context.Context, unit string) (systemd.UnitStatus, error) {
+func (r *reconnectingUnits) Unit(ctx context.Context, unit string) (api.UnitStatus, error) {
 	m, err := r.conn(ctx)
 	if err != nil {
-		return systemd.UnitStatus{}, err
+		return api.UnitStatus{}, err
 	}
 	st, err := m.Unit(ctx, unit)
 	r.drop(m, err)

@@ -3,6 +3,7 @@ package appliance
 import (
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"os"
 	"strconv"
 	"strings"
@@ -60,7 +61,7 @@ var errPortUnproven = errors.New("listener not traced to a process")
 // unitOwns reports whether pid is part of the unit: its main process, a
 // process in its cgroup, or (without a cgroup) a descendant of its main
 // process.
-func unitOwns(st systemd.UnitStatus, pid int) bool {
+func unitOwns(st api.UnitStatus, pid int) bool {
 	if pid <= 0 {
 		return false
 	}
@@ -77,7 +78,7 @@ func unitOwns(st systemd.UnitStatus, pid int) bool {
 // unit described by st, and says which process holds it. It returns a
 // *PortOwnerError when another program holds one, and an error wrapping
 // errPortUnproven when it cannot tell yet.
-func provePortOwner(port int, st systemd.UnitStatus) (string, error) {
+func provePortOwner(port int, st api.UnitStatus) (string, error) {
 	socks, err := systemd.ListeningOn(port)
 	if err != nil {
 		return "", fmt.Errorf("trace the listener on port %d: %w", port, err)

@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"errors"
+	"gpuhost/api"
 	"net"
 	"os"
 	"os/exec"
@@ -27,26 +28,26 @@ func TestProvePortOwner(t *testing.T) {
 	tests := []struct {
 		name      string
 		port      int
-		st        systemd.UnitStatus
+		st        api.UnitStatus
 		wantOwner bool   // a *PortOwnerError naming us
 		wantErr   error  // errPortUnproven
 		wantMsg   string // on success
 	}{
-		{"main process holds it", port, systemd.UnitStatus{Name: "u.service", MainPID: me}, false, nil, "by PID " + strconv.Itoa(me)},
-		{"the unit's child holds it (no cgroup)", port, systemd.UnitStatus{Name: "u.service", MainPID: os.Getppid()}, false, nil, "by PID " + strconv.Itoa(me)},
-		{"another process holds it", port, systemd.UnitStatus{Name: "u.service", MainPID: other + 1_000_000}, true, nil, ""},
-		{"nothing listens", freePort(t), systemd.UnitStatus{Name: "u.service", MainPID: other}, false, errPortUnproven, ""},
+		{"main process holds it", port, api.UnitStatus{Name: "u.service", MainPID: me}, false, nil, "by PID " + strconv.Itoa(me)},
+		{"the unit's child holds it (no cgroup)", port, api.UnitStatus{Name: "u.service", MainPID: os.Getppid()}, false, nil, "by PID " + strconv.Itoa(me)},
+		{"another process holds it", port, api.UnitStatus{Name: "u.service", MainPID: other + 1_000_000}, true, nil, ""},
+		{"nothing listens", freePort(t), api.UnitStatus{Name: "u.service", MainPID: other}, false, errPortUnproven, ""},
 	}
 	if cg != "" && cg != "/" {
 		// other is our child, so it shares our cgroup; the listener is ours.
 		tests = append(tests, struct {
 			name      string
 			port      int
-			st        systemd.UnitStatus
+			st        api.UnitStatus
 			wantOwner bool
 			wantErr   error
 			wantMsg   string
-		}{"a process in the unit's cgroup holds it", port, systemd.UnitStatus{Name: "u.service", MainPID: other, ControlGroup: cg}, false, nil, "by PID " + strconv.Itoa(me)})
+		}{"a process in the unit's cgroup holds it", port, api.UnitStatus{Name: "u.service", MainPID: other, ControlGroup: cg}, false, nil, "by PID " + strconv.Itoa(me)})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -131,7 +132,7 @@ func TestForeignListenerFailsSwitch(t *testing.T) {
 	if !strings.Contains(err.Error(), "rolled back to llama") {
 		t.Errorf("error %q does not report the rollback", err)
 	}
-	if st := f.sup.State(); st.Phase != PhaseActive || st.Profile != "llama" {
+	if st := f.sup.State(); st.Phase != api.PhaseActive || st.Profile != "llama" {
 		t.Errorf("after the rollback state = %+v, want llama active", st)
 	}
 	vst, _ := f.sup.units.Unit(context.Background(), f.cfg.Backends.VLLM.Unit)
@@ -172,8 +173,8 @@ func TestSystemdForeignListenerFailsSwitch(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	var evs []Event
-	err := e.client.SwitchAndFollow(ctx, SwitchRequest{Profile: "coder"}, func(ev Event) { evs = append(evs, ev) })
+	var evs []api.Event
+	err := e.client.SwitchAndFollow(ctx, api.SwitchRequest{Profile: "coder"}, func(ev api.Event) { evs = append(evs, ev) })
 	if err == nil {
 		t.Fatalf("switch to coder succeeded on another unit's port:%s", describe(evs))
 	}
@@ -203,10 +204,10 @@ func BenchmarkProvePortOwner(b *testing.B) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	for _, bc := range []struct {
 		name string
-		st   systemd.UnitStatus
+		st   api.UnitStatus
 	}{
-		{"owner", systemd.UnitStatus{Name: "u.service", MainPID: os.Getpid()}},
-		{"foreign", systemd.UnitStatus{Name: "u.service", MainPID: 1 << 30}},
+		{"owner", api.UnitStatus{Name: "u.service", MainPID: os.Getpid()}},
+		{"foreign", api.UnitStatus{Name: "u.service", MainPID: 1 << 30}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/config"
 	"log/slog"
 
@@ -25,7 +26,7 @@ func (s *Supervisor) AwaitFirstActive(ctx context.Context) error {
 	ch, _, cancel := s.bus.subscribe(s.bus.lastSeq())
 	defer cancel()
 	for {
-		if st := s.State(); st.Phase == PhaseActive && st.Step == "" {
+		if st := s.State(); st.Phase == api.PhaseActive && st.Step == "" {
 			return nil
 		}
 		select {
@@ -45,7 +46,7 @@ func (s *Supervisor) AwaitFirstActive(ctx context.Context) error {
 // wanted switch is completed. Units in transition need no wait here: the
 // restore switch's stop step waits for a deactivating unit to finish (a stop
 // job joins the running one), and the VRAM check waits for its memory.
-func (s *Supervisor) restore(ctx context.Context, st State) {
+func (s *Supervisor) restore(ctx context.Context, st api.State) {
 	if !*s.cfg.Switch.RestoreOnBoot {
 		if msg := WantedDrift(st); msg != "" {
 			s.log.Warn("restore_on_boot is off; not completing the last wanted switch", "detail", msg)
@@ -68,9 +69,9 @@ func (s *Supervisor) restore(ctx context.Context, st State) {
 	}
 	var msg string
 	switch {
-	case st.Phase == PhaseIdle:
+	case st.Phase == api.PhaseIdle:
 		msg = "no backend runs; restoring " + want
-	case st.Phase == PhaseFailed:
+	case st.Phase == api.PhaseFailed:
 		msg = "inconsistent backends at start-up (" + st.Error + "); converging on " + want
 	case st.Step == "deactivating":
 		msg = fmt.Sprintf("%s (%s) is still stopping; waiting for it, then restoring %s", st.Unit, st.Profile, want)
@@ -84,9 +85,9 @@ func (s *Supervisor) restore(ctx context.Context, st State) {
 		// Something runs and nothing else was ever asked for: keep it.
 		return
 	}
-	s.bus.publish(Event{Kind: "reconcile", Profile: want, Message: msg})
-	if _, _, err := s.Switch(ctx, want, SwitchOptions{Force: true}); err != nil {
-		var be *BusyError
+	s.bus.publish(api.Event{Kind: "reconcile", Profile: want, Message: msg})
+	if _, _, err := s.Switch(ctx, want, api.SwitchOptions{Force: true}); err != nil {
+		var be *api.BusyError
 		if errors.As(err, &be) {
 			s.log.Info("restore skipped: a switch requested meanwhile runs", "profile", want, "running_switch", be.Target)
 			return
@@ -95,7 +96,7 @@ func (s *Supervisor) restore(ctx context.Context, st State) {
 	}
 }
 
-func describeRunning(st State) string {
+func describeRunning(st api.State) string {
 	if st.Profile == "" {
 		return st.Unit + " (profile unknown)"
 	}
@@ -106,16 +107,16 @@ func describeRunning(st State) string {
 // differs from what runs ("" when they agree or nothing was ever wanted).
 // With restore_on_boot the daemon completes such a switch at start; without
 // it, `gpuhost status` and the doctor report it.
-func WantedDrift(st State) string {
-	if st.LastWanted == "" || st.Phase == PhaseSwitching {
+func WantedDrift(st api.State) string {
+	if st.LastWanted == "" || st.Phase == api.PhaseSwitching {
 		return ""
 	}
 	switch {
-	case st.Phase == PhaseActive && st.Profile == st.LastWanted && st.Step != "deactivating":
+	case st.Phase == api.PhaseActive && st.Profile == st.LastWanted && st.Step != "deactivating":
 		return ""
-	case st.Phase == PhaseActive:
+	case st.Phase == api.PhaseActive:
 		return fmt.Sprintf("last wanted profile %s does not run; %s does", st.LastWanted, describeRunning(st))
-	case st.Phase == PhaseFailed:
+	case st.Phase == api.PhaseFailed:
 		return fmt.Sprintf("last wanted profile %s does not run (failed: %s)", st.LastWanted, st.Error)
 	default:
 		return fmt.Sprintf("last wanted profile %s does not run; no backend runs", st.LastWanted)
@@ -124,10 +125,10 @@ func WantedDrift(st State) string {
 
 // wantedCheck is the doctor's view of WantedDrift, from the state file and
 // the units as systemd reports them.
-func wantedCheck(cfg *config.Config, bs []backendState) DoctorCheck {
+func wantedCheck(cfg *config.Config, bs []backendState) api.DoctorCheck {
 	s := &Supervisor{cfg: cfg, log: slog.Default()}
-	st := State{Phase: PhaseIdle, LastWanted: s.readLastWanted()}
-	c := DoctorCheck{ID: "state.last_wanted", Severity: units.SeverityOK, Value: st.LastWanted}
+	st := api.State{Phase: api.PhaseIdle, LastWanted: s.readLastWanted()}
+	c := api.DoctorCheck{ID: "state.last_wanted", Severity: units.SeverityOK, Value: st.LastWanted}
 	var active []backendState
 	for _, b := range bs {
 		if b.status.Active() {
@@ -137,12 +138,12 @@ func wantedCheck(cfg *config.Config, bs []backendState) DoctorCheck {
 	switch len(active) {
 	case 0:
 	case 1:
-		st.Phase, st.Profile, st.Unit = PhaseActive, active[0].profile, active[0].unit
+		st.Phase, st.Profile, st.Unit = api.PhaseActive, active[0].profile, active[0].unit
 		if active[0].status.ActiveState != "active" {
 			st.Step = active[0].status.ActiveState
 		}
 	default:
-		st.Phase, st.Error = PhaseFailed, "more than one backend active"
+		st.Phase, st.Error = api.PhaseFailed, "more than one backend active"
 	}
 	msg := WantedDrift(st)
 	switch {

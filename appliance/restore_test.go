@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"context"
+	"gpuhost/api"
 	"gpuhost/config"
 	"io"
 	"log/slog"
@@ -79,7 +80,7 @@ func (r *restartRig) unitState(t *testing.T, unit string) string {
 func switchAndWait(t *testing.T, sup *Supervisor, profile string) {
 	t.Helper()
 	since := sup.LastSeq()
-	id, done, err := sup.Switch(context.Background(), profile, SwitchOptions{})
+	id, done, err := sup.Switch(context.Background(), profile, api.SwitchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestRestartCompletesLastWanted(t *testing.T) {
 			}
 			if !tt.restore {
 				st := sup2.State()
-				if st.Phase != PhaseActive || st.Profile != "coder" {
+				if st.Phase != api.PhaseActive || st.Profile != "coder" {
 					t.Fatalf("with restore_on_boot off the state changed: %+v", st)
 				}
 				if d := WantedDrift(st); !strings.Contains(d, "llama") || !strings.Contains(d, "coder") {
@@ -153,16 +154,16 @@ func TestRestartCompletesLastWanted(t *testing.T) {
 				return
 			}
 			// Ready means the restore switch has started: never a bare idle.
-			if st := sup2.State(); st.Phase != PhaseSwitching || st.Target != "llama" {
+			if st := sup2.State(); st.Phase != api.PhaseSwitching || st.Target != "llama" {
 				t.Fatalf("at ready the state is %+v, want the restore switch to llama under way", st)
 			}
 			deadline := time.Now().Add(60 * time.Second)
 			for {
 				st := sup2.State()
-				if st.Phase == PhaseActive && st.Profile == "llama" && st.Step == "" {
+				if st.Phase == api.PhaseActive && st.Profile == "llama" && st.Step == "" {
 					break
 				}
-				if st.Phase != PhaseSwitching && rig.unitState(t, vllm) == "inactive" && st.Phase != PhaseActive {
+				if st.Phase != api.PhaseSwitching && rig.unitState(t, vllm) == "inactive" && st.Phase != api.PhaseActive {
 					t.Fatalf("after the restart the box settled %s without llama: %+v", st.Phase, st)
 				}
 				if time.Now().After(deadline) {
@@ -194,7 +195,7 @@ func TestSystemdKillDuringSlowStop(t *testing.T) {
 	e.switchTo(t, "coder")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if _, err := e.client.Switch(ctx, SwitchRequest{Profile: "llama"}); err != nil {
+	if _, err := e.client.Switch(ctx, api.SwitchRequest{Profile: "llama"}); err != nil {
 		t.Fatal(err)
 	}
 	vllm := e.cfg.Backends.VLLM.Unit
@@ -222,17 +223,17 @@ func TestSystemdKillDuringSlowStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State.Phase != PhaseSwitching || st.State.Target != "llama" {
+	if st.State.Phase != api.PhaseSwitching || st.State.Target != "llama" {
 		// Unless the old backend already stopped and the switch finished.
-		if !(st.State.Phase == PhaseActive && st.State.Profile == "llama") {
+		if !(st.State.Phase == api.PhaseActive && st.State.Profile == "llama") {
 			t.Errorf("right after READY the state is %+v, want the restore switch to llama under way", st.State)
 		}
 	}
-	final := e.waitState(t, "llama active after the restart", 60*time.Second, func(s Status) bool {
-		return s.State.Phase == PhaseActive && s.State.Profile == "llama" && s.State.Step == "" ||
-			s.State.Phase != PhaseSwitching && s.State.Step == "" && s.State.Phase != PhaseActive
+	final := e.waitState(t, "llama active after the restart", 60*time.Second, func(s api.Status) bool {
+		return s.State.Phase == api.PhaseActive && s.State.Profile == "llama" && s.State.Step == "" ||
+			s.State.Phase != api.PhaseSwitching && s.State.Step == "" && s.State.Phase != api.PhaseActive
 	})
-	if final.State.Phase != PhaseActive || final.State.Profile != "llama" {
+	if final.State.Phase != api.PhaseActive || final.State.Profile != "llama" {
 		t.Fatalf("after the restart the box settled %+v, want llama active", final.State)
 	}
 	if got := e.isActive(t, vllm); got != "inactive" {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/config"
 	"io"
 	"log/slog"
@@ -37,76 +38,13 @@ type GPU interface {
 type Units interface {
 	Start(ctx context.Context, unit string) error
 	Stop(ctx context.Context, unit string) error
-	Unit(ctx context.Context, unit string) (systemd.UnitStatus, error)
+	Unit(ctx context.Context, unit string) (api.UnitStatus, error)
 	Subscribe(ctx context.Context, units ...string) (<-chan systemd.UnitEvent, error)
 }
 
 // JournalFunc returns the last n log lines of a unit, attached to a failed
 // start so the operator sees why the backend died without opening a shell.
 type JournalFunc func(ctx context.Context, unit string, n int) ([]string, error)
-
-// Phase is the Supervisor's coarse state.
-type Phase string
-
-// Phases of the state machine.
-const (
-	PhaseIdle      Phase = "idle"
-	PhaseSwitching Phase = "switching"
-	PhaseActive    Phase = "active"
-	PhaseFailed    Phase = "failed"
-)
-
-// State is derived from systemd and NVML (and, during a switch, from the
-// switch itself); only LastWanted is persisted.
-type State struct {
-	Phase      Phase         `json:"phase"`
-	Profile    string        `json:"profile,omitempty"`
-	Backend    units.Backend `json:"backend,omitempty"`
-	Unit       string        `json:"unit,omitempty"`
-	Target     string        `json:"target,omitempty"`
-	Step       string        `json:"step,omitempty"`
-	SwitchID   string        `json:"switch_id,omitempty"`
-	Error      string        `json:"error,omitempty"`
-	LastError  string        `json:"last_error,omitempty"`
-	Since      time.Time     `json:"since"`
-	LastWanted string        `json:"last_wanted,omitempty"`
-}
-
-// ErrUnknownProfile is returned (wrapped) for a profile name not in the config.
-var ErrUnknownProfile = errors.New("unknown profile")
-
-// BusyError answers a switch request while another switch runs. We answer
-// rather than queue or coalesce: the caller sees exactly what is happening
-// and may retry; a silently replaced switch is worse for an operator.
-type BusyError struct {
-	Target   string
-	SwitchID string
-	Step     string
-}
-
-func (e *BusyError) Error() string {
-	return fmt.Sprintf("a switch to %q is already running (id %s, step %s)", e.Target, e.SwitchID, e.Step)
-}
-
-// DoctorError refuses a switch whose profile fails the settings checks.
-type DoctorError struct {
-	Profile string
-	Checks  []units.Check
-}
-
-func (e *DoctorError) Error() string {
-	var msgs []string
-	for _, c := range e.Checks {
-		msgs = append(msgs, c.ID+": "+c.Message)
-	}
-	return fmt.Sprintf("profile %q fails doctor checks (use force to override): %s", e.Profile, strings.Join(msgs, "; "))
-}
-
-// SwitchOptions modify a switch request.
-type SwitchOptions struct {
-	// Force skips the profile's failing doctor checks.
-	Force bool
-}
 
 // Supervisor owns the GPU: it is the only writer of backend unit state and
 // guarantees that at most one backend runs, with the old one's VRAM released
@@ -127,13 +65,13 @@ type Supervisor struct {
 	switchMu sync.Mutex // held for the whole duration of a switch
 
 	mu       sync.Mutex
-	state    State
+	state    api.State
 	baseline uint64
 	current  *switchRun
 	// gen counts switch starts and ends; a reconciliation whose reads
 	// straddle one is stale and dropped.
 	gen        uint64
-	lastSwitch *SwitchSummary
+	lastSwitch *api.SwitchSummary
 	switches   uint64
 
 	telegram telegramSlot // the bot's status, for Status (SetTelegramStatus)
@@ -144,19 +82,8 @@ type Supervisor struct {
 	readyOnce sync.Once
 }
 
-// SwitchSummary is the outcome of the most recent switch, for the panel,
-// the bot and the metrics.
-type SwitchSummary struct {
-	ID         string    `json:"id"`
-	Profile    string    `json:"profile"`
-	OK         bool      `json:"ok"`
-	Error      string    `json:"error,omitempty"`
-	StartedAt  time.Time `json:"started_at"`
-	DurationMS float64   `json:"duration_ms"`
-}
-
 // LastSwitch returns the most recent finished switch, or nil.
-func (s *Supervisor) LastSwitch() *SwitchSummary {
+func (s *Supervisor) LastSwitch() *api.SwitchSummary {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lastSwitch == nil {
@@ -166,16 +93,12 @@ func (s *Supervisor) LastSwitch() *SwitchSummary {
 	return &c
 }
 
-// ErrNoBackend is returned by AwaitActive when nothing runs and no switch
-// is under way, so a held request would wait for nothing.
-var ErrNoBackend = errors.New("no backend is active")
-
 // AwaitActive returns the active profile, waiting while a switch runs (the
 // /v1 proxy holds requests this way instead of rejecting them). It returns
 // ErrNoBackend when idle or failed, and ctx's error when ctx ends first.
 func (s *Supervisor) AwaitActive(ctx context.Context) (*units.Profile, error) {
 	// Fast path for the proxy's every request: active and settled.
-	if st := s.State(); st.Phase == PhaseActive && st.Step == "" {
+	if st := s.State(); st.Phase == api.PhaseActive && st.Step == "" {
 		if p, ok := s.cfg.Profiles[st.Profile]; ok {
 			return p, nil
 		}
@@ -185,17 +108,17 @@ func (s *Supervisor) AwaitActive(ctx context.Context) (*units.Profile, error) {
 	for {
 		st := s.State()
 		switch st.Phase {
-		case PhaseActive:
+		case api.PhaseActive:
 			if p, ok := s.cfg.Profiles[st.Profile]; ok && st.Step == "" {
 				return p, nil
 			}
 			if st.Step == "" {
-				return nil, fmt.Errorf("%w: the running backend's profile %q is not in the config", ErrNoBackend, st.Profile)
+				return nil, fmt.Errorf("%w: the running backend's profile %q is not in the config", api.ErrNoBackend, st.Profile)
 			}
-		case PhaseIdle:
-			return nil, ErrNoBackend
-		case PhaseFailed:
-			return nil, fmt.Errorf("%w: %s", ErrNoBackend, st.Error)
+		case api.PhaseIdle:
+			return nil, api.ErrNoBackend
+		case api.PhaseFailed:
+			return nil, fmt.Errorf("%w: %s", api.ErrNoBackend, st.Error)
 		}
 		select {
 		case <-ctx.Done():
@@ -225,7 +148,7 @@ func NewSupervisor(cfg *config.Config, gpu GPU, u Units, journal JournalFunc, lo
 		bus:     newEventBus(log),
 		baseCtx: ctx,
 		cancel:  cancel,
-		state:   State{Phase: PhaseIdle, Since: time.Now()},
+		state:   api.State{Phase: api.PhaseIdle, Since: time.Now()},
 		ready:   make(chan struct{}),
 	}
 	s.baseline = cfg.GPU.IdleBaselineMiB
@@ -237,7 +160,7 @@ func NewSupervisor(cfg *config.Config, gpu GPU, u Units, journal JournalFunc, lo
 func (s *Supervisor) Config() *config.Config { return s.cfg }
 
 // State returns a copy of the current state.
-func (s *Supervisor) State() State {
+func (s *Supervisor) State() api.State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.state
@@ -245,14 +168,14 @@ func (s *Supervisor) State() State {
 
 // Subscribe streams events after seq since (0: only the buffered ones
 // still in memory, then live ones).
-func (s *Supervisor) Subscribe(since uint64) (<-chan Event, []Event, func()) {
+func (s *Supervisor) Subscribe(since uint64) (<-chan api.Event, []api.Event, func()) {
 	return s.bus.subscribe(since)
 }
 
 // Publish puts an event from another component (for example a benchmark's
 // progress, Kind "bench") on the bus, so the SSE stream, the panel and the
 // log carry it like the Supervisor's own.
-func (s *Supervisor) Publish(e Event) { s.bus.publish(e) }
+func (s *Supervisor) Publish(e api.Event) { s.bus.publish(e) }
 
 // LastSeq is the sequence number of the newest event.
 func (s *Supervisor) LastSeq() uint64 { return s.bus.lastSeq() }
@@ -284,7 +207,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 				}
 				return errors.New("unit event subscription ended")
 			}
-			s.bus.publish(Event{Kind: "unit", Message: fmt.Sprintf("%s is %s (%s)", ev.Unit, ev.ActiveState, ev.SubState),
+			s.bus.publish(api.Event{Kind: "unit", Message: fmt.Sprintf("%s is %s (%s)", ev.Unit, ev.ActiveState, ev.SubState),
 				Detail: map[string]any{"unit": ev.Unit, "active_state": ev.ActiveState, "sub_state": ev.SubState}})
 			if !s.isSwitching() {
 				s.Reconcile(ctx)
@@ -348,7 +271,7 @@ func (s *Supervisor) snapshot(ctx context.Context) (nvml.Snapshot, error) {
 type backendState struct {
 	backend units.Backend
 	unit    string
-	status  systemd.UnitStatus
+	status  api.UnitStatus
 	profile string // from the process environment or the env file
 }
 
@@ -374,7 +297,7 @@ func (s *Supervisor) backends(ctx context.Context) ([]backendState, error) {
 // profileOf tells which profile a running unit was started with: the
 // GPUHOST_PROFILE variable in its main process's environment (the truth),
 // else the env file we wrote (what it will run after a restart).
-func (s *Supervisor) profileOf(st systemd.UnitStatus) string {
+func (s *Supervisor) profileOf(st api.UnitStatus) string {
 	if st.MainPID > 0 {
 		if env, err := os.ReadFile("/proc/" + strconv.Itoa(st.MainPID) + "/environ"); err == nil {
 			for _, kv := range bytes.Split(env, []byte{0}) {
@@ -397,7 +320,7 @@ func (s *Supervisor) profileOf(st systemd.UnitStatus) string {
 }
 
 // Reconcile derives the state from systemd when no switch runs.
-func (s *Supervisor) Reconcile(ctx context.Context) State {
+func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 	s.mu.Lock()
 	gen := s.gen
 	s.mu.Unlock()
@@ -408,9 +331,9 @@ func (s *Supervisor) Reconcile(ctx context.Context) State {
 		return s.state
 	}
 	prev := s.state
-	next := State{Phase: PhaseIdle, LastWanted: prev.LastWanted, LastError: prev.LastError, Since: prev.Since}
+	next := api.State{Phase: api.PhaseIdle, LastWanted: prev.LastWanted, LastError: prev.LastError, Since: prev.Since}
 	if err != nil {
-		next.Phase = PhaseFailed
+		next.Phase = api.PhaseFailed
 		next.Error = err.Error()
 	} else {
 		var active []backendState
@@ -423,18 +346,18 @@ func (s *Supervisor) Reconcile(ctx context.Context) State {
 		case 0:
 			// A failed switch stays "failed" (with its reason) until the
 			// next switch or until something runs again.
-			if prev.Phase == PhaseFailed && prev.Error != "" && prev.Error == prev.LastError {
-				next.Phase, next.Error = PhaseFailed, prev.Error
+			if prev.Phase == api.PhaseFailed && prev.Error != "" && prev.Error == prev.LastError {
+				next.Phase, next.Error = api.PhaseFailed, prev.Error
 			}
 		case 1:
 			a := active[0]
-			next.Phase = PhaseActive
+			next.Phase = api.PhaseActive
 			next.Profile, next.Backend, next.Unit = a.profile, a.backend, a.unit
 			if a.status.ActiveState != "active" {
 				next.Step = a.status.ActiveState
 			}
 		default:
-			next.Phase = PhaseFailed
+			next.Phase = api.PhaseFailed
 			next.Error = fmt.Sprintf("two backends active at once: %s (%s) and %s (%s)",
 				active[0].unit, active[0].status.ActiveState, active[1].unit, active[1].status.ActiveState)
 		}
@@ -443,20 +366,20 @@ func (s *Supervisor) Reconcile(ctx context.Context) State {
 		next.Since = time.Now()
 		// The bus never takes s.mu, so publishing under it keeps the order
 		// of state events equal to the order of state changes.
-		s.bus.publish(Event{Kind: "state", Profile: next.Profile, Message: describeState(next),
+		s.bus.publish(api.Event{Kind: "state", Profile: next.Profile, Message: describeState(next),
 			Detail: map[string]any{"phase": next.Phase, "unit": next.Unit}})
 	}
 	s.state = next
 	return next
 }
 
-func describeState(st State) string {
+func describeState(st api.State) string {
 	switch st.Phase {
-	case PhaseActive:
+	case api.PhaseActive:
 		return fmt.Sprintf("active: %s (%s)", st.Profile, st.Unit)
-	case PhaseFailed:
+	case api.PhaseFailed:
 		return "failed: " + st.Error
-	case PhaseSwitching:
+	case api.PhaseSwitching:
 		return fmt.Sprintf("switching to %s: %s", st.Target, st.Step)
 	}
 	return "idle: no backend runs"
@@ -466,20 +389,20 @@ func describeState(st State) string {
 // channel that receives its result. The switch runs detached from ctx (an
 // HTTP client going away must not leave the GPU half-switched); ctx only
 // bounds the synchronous checks.
-func (s *Supervisor) Switch(ctx context.Context, profile string, opts SwitchOptions) (string, <-chan error, error) {
+func (s *Supervisor) Switch(ctx context.Context, profile string, opts api.SwitchOptions) (string, <-chan error, error) {
 	p, ok := s.cfg.Profiles[profile]
 	if !ok {
-		return "", nil, fmt.Errorf("%w %q (profiles: %s)", ErrUnknownProfile, profile, strings.Join(s.cfg.ProfileNames(), ", "))
+		return "", nil, fmt.Errorf("%w %q (profiles: %s)", api.ErrUnknownProfile, profile, strings.Join(s.cfg.ProfileNames(), ", "))
 	}
 	if !opts.Force {
 		if failing := s.failingChecks(ctx, p); len(failing) > 0 {
-			return "", nil, &DoctorError{Profile: profile, Checks: failing}
+			return "", nil, &api.DoctorError{Profile: profile, Checks: failing}
 		}
 	}
 	if !s.lockSwitch(ctx) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		be := &BusyError{Target: s.state.Target, Step: s.state.Step}
+		be := &api.BusyError{Target: s.state.Target, Step: s.state.Step}
 		if s.current != nil {
 			be.SwitchID = s.current.id
 		}
@@ -488,12 +411,12 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts SwitchOpti
 	r := &switchRun{s: s, id: newID(), target: p, opts: opts, started: time.Now()}
 	s.mu.Lock()
 	r.prev = s.state.Profile
-	if s.state.Phase != PhaseActive {
+	if s.state.Phase != api.PhaseActive {
 		r.prev = ""
 	}
 	s.current = r
 	s.gen++
-	s.state.Phase, s.state.Target, s.state.SwitchID, s.state.Step, s.state.Error = PhaseSwitching, profile, r.id, "starting", ""
+	s.state.Phase, s.state.Target, s.state.SwitchID, s.state.Step, s.state.Error = api.PhaseSwitching, profile, r.id, "starting", ""
 	s.state.Since = time.Now()
 	s.state.LastWanted = profile
 	s.mu.Unlock()
@@ -509,7 +432,7 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts SwitchOpti
 		s.current = nil
 		s.gen++
 		s.switches++
-		s.lastSwitch = &SwitchSummary{ID: r.id, Profile: r.target.Name, OK: err == nil, StartedAt: r.started,
+		s.lastSwitch = &api.SwitchSummary{ID: r.id, Profile: r.target.Name, OK: err == nil, StartedAt: r.started,
 			DurationMS: float64(time.Since(r.started).Microseconds()) / 1000}
 		if err != nil {
 			s.lastSwitch.Error = err.Error()
@@ -540,7 +463,7 @@ func (s *Supervisor) lockSwitch(ctx context.Context) bool {
 			return true
 		}
 		s.mu.Lock()
-		running := s.state.Phase == PhaseSwitching
+		running := s.state.Phase == api.PhaseSwitching
 		s.mu.Unlock()
 		if running || time.Now().After(deadline) || ctx.Err() != nil {
 			return false
@@ -651,7 +574,7 @@ type switchRun struct {
 	id       string
 	target   *units.Profile
 	prev     string
-	opts     SwitchOptions
+	opts     api.SwitchOptions
 	started  time.Time
 	rollback bool
 }
@@ -665,7 +588,7 @@ type stepError struct {
 func (e *stepError) Error() string { return e.err.Error() }
 func (e *stepError) Unwrap() error { return e.err }
 
-func (r *switchRun) event(e Event) {
+func (r *switchRun) event(e api.Event) {
 	e.SwitchID = r.id
 	if e.Profile == "" {
 		e.Profile = r.target.Name
@@ -681,12 +604,12 @@ func (r *switchRun) step(ctx context.Context, name string, fn func(ctx context.C
 	r.s.mu.Lock()
 	r.s.state.Step = name
 	r.s.mu.Unlock()
-	r.event(Event{Kind: "step", Step: name, Status: "started", Message: name + " started"})
+	r.event(api.Event{Kind: "step", Step: name, Status: "started", Message: name + " started"})
 	t0 := time.Now()
 	msg, detail, err := fn(ctx)
 	dur := float64(time.Since(t0).Microseconds()) / 1000
 	if err != nil {
-		e := Event{Kind: "step", Step: name, Status: "failed", DurationMS: dur, Message: err.Error(), Detail: detail}
+		e := api.Event{Kind: "step", Step: name, Status: "failed", DurationMS: dur, Message: err.Error(), Detail: detail}
 		var se *stepError
 		if errors.As(err, &se) {
 			e.Journal = se.journal
@@ -694,26 +617,26 @@ func (r *switchRun) step(ctx context.Context, name string, fn func(ctx context.C
 		r.event(e)
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	r.event(Event{Kind: "step", Step: name, Status: "done", DurationMS: dur, Message: msg, Detail: detail})
+	r.event(api.Event{Kind: "step", Step: name, Status: "done", DurationMS: dur, Message: msg, Detail: detail})
 	return nil
 }
 
 func (r *switchRun) run(ctx context.Context) error {
 	s := r.s
-	r.event(Event{Kind: "switch", Status: "started", Message: fmt.Sprintf("switch to %s (%s) requested", r.target.Name, r.target.Backend)})
+	r.event(api.Event{Kind: "switch", Status: "started", Message: fmt.Sprintf("switch to %s (%s) requested", r.target.Name, r.target.Backend)})
 	err := r.sequence(ctx, r.target)
 	if err == nil {
 		total := float64(time.Since(r.started).Microseconds()) / 1000
 		// State first, then the event: whoever reacts to the event sees it.
 		s.finish(r.target, "")
-		r.event(Event{Kind: "switch", Status: "done", DurationMS: total, Message: fmt.Sprintf("%s is active", r.target.Name)})
+		r.event(api.Event{Kind: "switch", Status: "done", DurationMS: total, Message: fmt.Sprintf("%s is active", r.target.Name)})
 		return nil
 	}
 	failMsg := fmt.Sprintf("switch to %s failed: %v", r.target.Name, err)
 	if *s.cfg.Switch.Rollback && r.prev != "" && r.prev != r.target.Name {
 		prev := s.cfg.Profiles[r.prev]
 		r.rollback = true
-		r.event(Event{Kind: "switch", Status: "info", Profile: prev.Name, Message: "rolling back to " + prev.Name})
+		r.event(api.Event{Kind: "switch", Status: "info", Profile: prev.Name, Message: "rolling back to " + prev.Name})
 		if rerr := r.sequence(ctx, prev); rerr == nil {
 			_ = s.writeLastWanted(prev.Name)
 			s.mu.Lock()
@@ -721,24 +644,24 @@ func (r *switchRun) run(ctx context.Context) error {
 			s.mu.Unlock()
 			msg := failMsg + "; rolled back to " + prev.Name
 			s.finish(prev, msg)
-			r.event(Event{Kind: "switch", Status: "failed", Message: msg})
+			r.event(api.Event{Kind: "switch", Status: "failed", Message: msg})
 			return errors.New(msg)
 		} else {
 			failMsg += fmt.Sprintf("; rollback to %s failed too: %v", prev.Name, rerr)
 		}
 	}
 	s.mu.Lock()
-	s.state = State{Phase: PhaseFailed, Error: failMsg, LastError: failMsg, Since: time.Now(), LastWanted: s.state.LastWanted}
+	s.state = api.State{Phase: api.PhaseFailed, Error: failMsg, LastError: failMsg, Since: time.Now(), LastWanted: s.state.LastWanted}
 	s.mu.Unlock()
-	r.event(Event{Kind: "switch", Status: "failed", Message: failMsg})
+	r.event(api.Event{Kind: "switch", Status: "failed", Message: failMsg})
 	return errors.New(failMsg)
 }
 
 func (s *Supervisor) finish(p *units.Profile, lastErr string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.state = State{
-		Phase: PhaseActive, Profile: p.Name, Backend: p.Backend, Unit: s.cfg.BackendFor(p.Backend).Unit,
+	s.state = api.State{
+		Phase: api.PhaseActive, Profile: p.Name, Backend: p.Backend, Unit: s.cfg.BackendFor(p.Backend).Unit,
 		Since: time.Now(), LastWanted: s.state.LastWanted, LastError: lastErr,
 	}
 	if lastErr == "" {

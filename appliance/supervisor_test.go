@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"errors"
+	"gpuhost/api"
 	"gpuhost/config"
 	"io"
 	"log/slog"
@@ -68,10 +69,10 @@ func newProcFixtureYAML(t *testing.T, yaml func(bin, state string) string) *proc
 	return f
 }
 
-func (f *procFixture) switchTo(t *testing.T, profile string) ([]Event, error) {
+func (f *procFixture) switchTo(t *testing.T, profile string) ([]api.Event, error) {
 	t.Helper()
 	since := f.sup.LastSeq()
-	id, done, err := f.sup.Switch(context.Background(), profile, SwitchOptions{})
+	id, done, err := f.sup.Switch(context.Background(), profile, api.SwitchOptions{})
 	if err != nil {
 		t.Fatalf("switch %s: %v", profile, err)
 	}
@@ -97,7 +98,7 @@ func TestSwitchReleasesAndReallocatesVRAM(t *testing.T) {
 		t.Fatalf("switch to coder: %v%s", err, describe(evs))
 	}
 	st := f.sup.State()
-	if st.Phase != PhaseActive || st.Profile != "coder" || st.Unit != "gpuhost-vllm.service" {
+	if st.Phase != api.PhaseActive || st.Profile != "coder" || st.Unit != "gpuhost-vllm.service" {
 		t.Fatalf("state after switch = %+v", st)
 	}
 	// vLLM claims gpu_memory_utilization × total.
@@ -155,12 +156,12 @@ func TestSwitchReleasesAndReallocatesVRAM(t *testing.T) {
 func TestSecondSwitchWhileBusyIsRefused(t *testing.T) {
 	f := newProcFixture(t, "1500ms")
 	since := f.sup.LastSeq()
-	id, done, err := f.sup.Switch(context.Background(), "coder", SwitchOptions{})
+	id, done, err := f.sup.Switch(context.Background(), "coder", api.SwitchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = f.sup.Switch(context.Background(), "llama", SwitchOptions{})
-	var be *BusyError
+	_, _, err = f.sup.Switch(context.Background(), "llama", api.SwitchOptions{})
+	var be *api.BusyError
 	if !errors.As(err, &be) || be.Target != "coder" || be.SwitchID != id {
 		t.Fatalf("second switch: got %v, want BusyError naming coder/%s", err, id)
 	}
@@ -172,12 +173,12 @@ func TestSecondSwitchWhileBusyIsRefused(t *testing.T) {
 
 func TestUnknownProfileAndDoctorRefusal(t *testing.T) {
 	f := newProcFixture(t, "10ms")
-	_, _, err := f.sup.Switch(context.Background(), "nope", SwitchOptions{})
-	if !errors.Is(err, ErrUnknownProfile) || !strings.Contains(err.Error(), "coder, coder-greedy, llama") {
+	_, _, err := f.sup.Switch(context.Background(), "nope", api.SwitchOptions{})
+	if !errors.Is(err, api.ErrUnknownProfile) || !strings.Contains(err.Error(), "coder, coder-greedy, llama") {
 		t.Fatalf("unknown profile error = %v", err)
 	}
-	_, _, err = f.sup.Switch(context.Background(), "coder-greedy", SwitchOptions{})
-	var de *DoctorError
+	_, _, err = f.sup.Switch(context.Background(), "coder-greedy", api.SwitchOptions{})
+	var de *api.DoctorError
 	if !errors.As(err, &de) {
 		t.Fatalf("0.96 utilisation should fail doctor, got %v", err)
 	}
@@ -190,12 +191,12 @@ func TestUnknownProfileAndDoctorRefusal(t *testing.T) {
 	if !found {
 		t.Errorf("doctor refusal does not name the utilisation check: %v", de)
 	}
-	if st := f.sup.State(); st.Phase != PhaseIdle {
+	if st := f.sup.State(); st.Phase != api.PhaseIdle {
 		t.Errorf("a refused switch changed the state: %+v", st)
 	}
 	// Forced, it runs.
 	since := f.sup.LastSeq()
-	id, done, err := f.sup.Switch(context.Background(), "coder-greedy", SwitchOptions{Force: true})
+	id, done, err := f.sup.Switch(context.Background(), "coder-greedy", api.SwitchOptions{Force: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +225,7 @@ func TestCrashWhileLoadingRollsBackWithJournal(t *testing.T) {
 	if !strings.Contains(err.Error(), "rolled back to llama") {
 		t.Errorf("error %q does not report the rollback", err)
 	}
-	var failed *Event
+	var failed *api.Event
 	for i := range evs {
 		if evs[i].Kind == "step" && evs[i].Status == "failed" {
 			failed = &evs[i]
@@ -238,7 +239,7 @@ func TestCrashWhileLoadingRollsBackWithJournal(t *testing.T) {
 		t.Errorf("journal tail does not show why: %s", j)
 	}
 	st := f.sup.State()
-	if st.Phase != PhaseActive || st.Profile != "llama" || !strings.Contains(st.LastError, "coder") {
+	if st.Phase != api.PhaseActive || st.Profile != "llama" || !strings.Contains(st.LastError, "coder") {
 		t.Errorf("after rollback state = %+v", st)
 	}
 	if _, ok := stepEvent(evs, "rollback.verify", "done"); !ok {
@@ -268,7 +269,7 @@ func TestVRAMHeldByForeignProcessTimesOut(t *testing.T) {
 			t.Errorf("message %q lacks %q", e.Message, w)
 		}
 	}
-	if st := f.sup.State(); st.Phase != PhaseFailed {
+	if st := f.sup.State(); st.Phase != api.PhaseFailed {
 		t.Errorf("state = %+v, want failed", st)
 	}
 }

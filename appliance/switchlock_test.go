@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"errors"
+	"gpuhost/api"
 	"testing"
 	"time"
 )
@@ -21,7 +22,7 @@ func TestSwitchWaitsForAFinishingSwitch(t *testing.T) {
 		close(released)
 		f.sup.switchMu.Unlock()
 	}()
-	_, done, err := f.sup.Switch(context.Background(), "llama", SwitchOptions{Force: true})
+	_, done, err := f.sup.Switch(context.Background(), "llama", api.SwitchOptions{Force: true})
 	if err != nil {
 		t.Fatalf("switch after a finishing one: %v", err)
 	}
@@ -37,15 +38,15 @@ func TestSwitchWaitsForAFinishingSwitch(t *testing.T) {
 	// A switch that is under way: refused at once with its target.
 	f.sup.switchMu.Lock()
 	f.sup.mu.Lock()
-	f.sup.state.Phase, f.sup.state.Target = PhaseSwitching, "coder"
+	f.sup.state.Phase, f.sup.state.Target = api.PhaseSwitching, "coder"
 	f.sup.mu.Unlock()
-	_, _, err = f.sup.Switch(context.Background(), "llama", SwitchOptions{Force: true})
-	var be *BusyError
+	_, _, err = f.sup.Switch(context.Background(), "llama", api.SwitchOptions{Force: true})
+	var be *api.BusyError
 	if !errors.As(err, &be) || be.Target != "coder" {
 		t.Fatalf("switch during a running one: %v, want BusyError naming coder", err)
 	}
 	f.sup.mu.Lock()
-	f.sup.state.Phase, f.sup.state.Target = PhaseActive, ""
+	f.sup.state.Phase, f.sup.state.Target = api.PhaseActive, ""
 	f.sup.mu.Unlock()
 	f.sup.switchMu.Unlock()
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/config"
 	"io"
 	"net/http"
@@ -28,7 +29,7 @@ type e2e struct {
 	sd      *systemdtest.Systemd
 	cfg     *config.Config
 	cfgPath string
-	client  *Client
+	client  *api.Client
 	base    string
 }
 
@@ -97,15 +98,15 @@ func startE2EWith(t testing.TB, vllmLoad, state string, mutate func(string) stri
 		t.Fatalf("start gpuhost.service: %v %s\n%s", err, out, st)
 	}
 	base := "http://127.0.0.1:" + strconv.Itoa(listenPort)
-	return &e2e{sd: sd, cfg: cfg, cfgPath: cfgPath, client: NewClient(base, ""), base: base}
+	return &e2e{sd: sd, cfg: cfg, cfgPath: cfgPath, client: api.NewClient(base, ""), base: base}
 }
 
-func (e *e2e) switchTo(t testing.TB, profile string) []Event {
+func (e *e2e) switchTo(t testing.TB, profile string) []api.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	var evs []Event
-	if err := e.client.SwitchAndFollow(ctx, SwitchRequest{Profile: profile}, func(ev Event) { evs = append(evs, ev) }); err != nil {
+	var evs []api.Event
+	if err := e.client.SwitchAndFollow(ctx, api.SwitchRequest{Profile: profile}, func(ev api.Event) { evs = append(evs, ev) }); err != nil {
 		t.Fatalf("switch to %s: %v%s", profile, err, describe(evs))
 	}
 	return evs
@@ -119,10 +120,10 @@ func (e *e2e) isActive(t testing.TB, unit string) string {
 	return strings.TrimSpace(out)
 }
 
-func (e *e2e) waitState(t testing.TB, what string, timeout time.Duration, ok func(Status) bool) Status {
+func (e *e2e) waitState(t testing.TB, what string, timeout time.Duration, ok func(api.Status) bool) api.Status {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	var last Status
+	var last api.Status
 	var lastErr error
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -404,7 +405,7 @@ func TestSystemdEndToEnd(t *testing.T) {
 		// The sampler's rate depends on the machine's load (11–19 Hz under
 		// -race on a busy 2-core machine); PID 1's journal does not.
 		e.checkJournal(t, before+3)
-		st := e.waitState(t, "coder active", 10*time.Second, func(s Status) bool { return s.State.Phase == PhaseActive && s.State.Profile == "coder" })
+		st := e.waitState(t, "coder active", 10*time.Second, func(s api.Status) bool { return s.State.Phase == api.PhaseActive && s.State.Profile == "coder" })
 		if d, ok := st.GPU.Device0(); !ok || d.MemoryUsedMiB < 22000 {
 			t.Errorf("GPU after switching to vLLM at 0.92: %+v", st.GPU)
 		}
@@ -417,8 +418,8 @@ func TestSystemdEndToEnd(t *testing.T) {
 		if out, err := e.sd.Systemctl(ctx, "start", e.cfg.Backends.Ollama.Unit); err != nil {
 			t.Fatalf("%v %s", err, out)
 		}
-		e.waitState(t, "state follows the hand-started Ollama unit", 10*time.Second, func(s Status) bool {
-			return s.State.Phase == PhaseActive && s.State.Unit == e.cfg.Backends.Ollama.Unit && s.State.Profile == "llama"
+		e.waitState(t, "state follows the hand-started Ollama unit", 10*time.Second, func(s api.Status) bool {
+			return s.State.Phase == api.PhaseActive && s.State.Unit == e.cfg.Backends.Ollama.Unit && s.State.Profile == "llama"
 		})
 		if got := e.isActive(t, e.cfg.Backends.VLLM.Unit); got != "inactive" {
 			t.Errorf("vLLM unit %q after the Ollama unit was started by hand", got)
@@ -426,7 +427,7 @@ func TestSystemdEndToEnd(t *testing.T) {
 		if out, err := e.sd.Systemctl(ctx, "stop", e.cfg.Backends.Ollama.Unit); err != nil {
 			t.Fatalf("%v %s", err, out)
 		}
-		e.waitState(t, "idle after the hand stop", 10*time.Second, func(s Status) bool { return s.State.Phase == PhaseIdle })
+		e.waitState(t, "idle after the hand stop", 10*time.Second, func(s api.Status) bool { return s.State.Phase == api.PhaseIdle })
 		e.checkJournal(t, before+1)
 	})
 
@@ -435,12 +436,12 @@ func TestSystemdEndToEnd(t *testing.T) {
 		s := startSampler(t, e)
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
-		acc, err := e.client.Switch(ctx, SwitchRequest{Profile: "coder"})
+		acc, err := e.client.Switch(ctx, api.SwitchRequest{Profile: "coder"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Kill the daemon while the vLLM simulator is loading (1.5 s).
-		err = e.client.Events(ctx, acc.Events, func(ev Event) bool {
+		err = e.client.Events(ctx, acc.Events, func(ev api.Event) bool {
 			return !(ev.Kind == "step" && ev.Step == "ready" && ev.Status == "started")
 		})
 		if err != nil {
@@ -451,8 +452,8 @@ func TestSystemdEndToEnd(t *testing.T) {
 		}
 		// systemd restarts it (Restart=on-failure); it reconciles and
 		// finishes what was wanted.
-		st := e.waitState(t, "converged on coder after kill -9", 45*time.Second, func(s Status) bool {
-			return s.State.Phase == PhaseActive && s.State.Profile == "coder" && s.State.Step == ""
+		st := e.waitState(t, "converged on coder after kill -9", 45*time.Second, func(s api.Status) bool {
+			return s.State.Phase == api.PhaseActive && s.State.Profile == "coder" && s.State.Step == ""
 		})
 		n := 0
 		for _, u := range st.Units {

@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"encoding/json"
+	"gpuhost/api"
 	"gpuhost/config"
 	"strings"
 	"testing"
@@ -15,19 +16,19 @@ func TestTelegramDoctorCheck(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	tests := []struct {
 		name string
-		st   TelegramStatus
+		st   api.TelegramStatus
 		want units.Severity
 		msg  []string
 	}{
-		{"polling", TelegramStatus{State: TelegramPolling, Bot: "box_bot", Since: now.Add(-time.Hour)}, units.SeverityOK, []string{"@box_bot", "polling", "1h0m0s"}},
-		{"starting", TelegramStatus{State: TelegramStarting, Since: now}, units.SeverityOK, []string{"connecting"}},
-		{"short network blip", TelegramStatus{State: TelegramBackingOff, Reason: "getUpdates failed (network): dial tcp: refused", Since: now.Add(-30 * time.Second)},
+		{"polling", api.TelegramStatus{State: api.TelegramPolling, Bot: "box_bot", Since: now.Add(-time.Hour)}, units.SeverityOK, []string{"@box_bot", "polling", "1h0m0s"}},
+		{"starting", api.TelegramStatus{State: api.TelegramStarting, Since: now}, units.SeverityOK, []string{"connecting"}},
+		{"short network blip", api.TelegramStatus{State: api.TelegramBackingOff, Reason: "getUpdates failed (network): dial tcp: refused", Since: now.Add(-30 * time.Second)},
 			units.SeverityWarn, []string{"not reaching Telegram for 30s", "dial tcp"}},
-		{"long outage", TelegramStatus{State: TelegramBackingOff, Reason: "getUpdates failed (server): 502", Since: now.Add(-10 * time.Minute)},
+		{"long outage", api.TelegramStatus{State: api.TelegramBackingOff, Reason: "getUpdates failed (server): 502", Since: now.Add(-10 * time.Minute)},
 			units.SeverityFail, []string{"10m0s", "502"}},
-		{"token refused", TelegramStatus{State: TelegramBackingOff, Reason: TelegramTokenRefused + " from telegram.token_file /etc/tg", Since: now},
-			units.SeverityFail, []string{TelegramTokenRefused, "/etc/tg"}},
-		{"stopped", TelegramStatus{State: TelegramStopped, Reason: "telegram bot token missing: set GPUHOST_TELEGRAM_TOKEN", Since: now},
+		{"token refused", api.TelegramStatus{State: api.TelegramBackingOff, Reason: api.TelegramTokenRefused + " from telegram.token_file /etc/tg", Since: now},
+			units.SeverityFail, []string{api.TelegramTokenRefused, "/etc/tg"}},
+		{"stopped", api.TelegramStatus{State: api.TelegramStopped, Reason: "telegram bot token missing: set GPUHOST_TELEGRAM_TOKEN", Since: now},
 			units.SeverityFail, []string{"stopped", "token missing"}},
 	}
 	for _, tc := range tests {
@@ -53,13 +54,13 @@ func TestDoctorAndStatusShowTheBot(t *testing.T) {
 	if s.TelegramStatus() != nil {
 		t.Fatal("status without a bot")
 	}
-	st := TelegramStatus{State: TelegramStopped, Reason: "why", Errors: map[string]uint64{"unauthorized": 1}}
-	s.SetTelegramStatus(func() TelegramStatus { return st })
+	st := api.TelegramStatus{State: api.TelegramStopped, Reason: "why", Errors: map[string]uint64{"unauthorized": 1}}
+	s.SetTelegramStatus(func() api.TelegramStatus { return st })
 	got := s.TelegramStatus()
-	if got == nil || got.State != TelegramStopped {
+	if got == nil || got.State != api.TelegramStopped {
 		t.Fatalf("TelegramStatus = %+v", got)
 	}
-	data, _ := json.Marshal(Status{Telegram: got})
+	data, _ := json.Marshal(api.Status{Telegram: got})
 	for _, w := range []string{`"telegram":{"state":"stopped","reason":"why"`, `"errors":{"unauthorized":1}`} {
 		if !strings.Contains(string(data), w) {
 			t.Errorf("status JSON %s lacks %s", data, w)

@@ -27,14 +27,14 @@ type Daemon interface {
 	// then, because the backend is about to change under them.
 	Switching() bool
 	// AwaitActive returns the active profile (appliance.Supervisor's
-	// method, which returns appliance.ErrNoBackend when idle).
+	// method, which returns api.ErrNoBackend when idle).
 	AwaitActive(ctx context.Context) (*units.Profile, error)
 }
 
 // DaemonFuncs adapts two functions to Daemon, e.g.
 //
 //	bench.DaemonFuncs{
-//		SwitchingFunc:   func() bool { return sup.State().Phase == appliance.PhaseSwitching },
+//		SwitchingFunc:   func() bool { return sup.State().Phase == api.PhaseSwitching },
 //		AwaitActiveFunc: sup.AwaitActive,
 //	}
 type DaemonFuncs struct {
@@ -347,7 +347,7 @@ type ListResponse struct {
 	Running  *RunStatus `json:"running"`
 }
 
-// apiError mirrors appliance.APIError so every gpuhost error body has one
+// apiError mirrors api.APIError so every gpuhost error body has one
 // shape.
 type apiError struct {
 	Error  string `json:"error"`

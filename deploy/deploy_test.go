@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"gpuhost/api"
 	"io"
 	"log/slog"
 	"net/http"
@@ -24,7 +25,6 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"gopkg.in/yaml.v3"
 
-	"gpuhost/appliance"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/appliance/metrics"
 	"gpuhost/appliance/proxy"
@@ -49,8 +49,8 @@ var fromPrometheus = map[string]bool{"up": true}
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	f := appliancetest.New(t, appliancetest.Options{Activate: "coder"})
-	f.Sup.SetTelegramStatus(func() appliance.TelegramStatus {
-		return appliance.TelegramStatus{State: appliance.TelegramPolling, Errors: map[string]uint64{"network": 1}}
+	f.Sup.SetTelegramStatus(func() api.TelegramStatus {
+		return api.TelegramStatus{State: api.TelegramPolling, Errors: map[string]uint64{"network": 1}}
 	})
 	m := metrics.New(f.Sup, f.Doctor, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())

@@ -10,6 +10,7 @@ package mcp
 import (
 	"context"
 	"fmt"
+	"gpuhost/api"
 	"log/slog"
 	"net/http"
 	"sort"
@@ -19,7 +20,6 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"gopkg.in/yaml.v3"
 
-	"gpuhost/appliance"
 	"gpuhost/bench"
 	"gpuhost/nvml"
 )
@@ -127,8 +127,8 @@ type Env struct {
 // appliance. Only reads: there is deliberately no switch or stop here.
 type Daemon interface {
 	Snapshot(ctx context.Context) (nvml.Snapshot, error)
-	Status(ctx context.Context) appliance.Status
-	Doctor(ctx context.Context, profile string) appliance.DoctorReport
+	Status(ctx context.Context) api.Status
+	Doctor(ctx context.Context, profile string) api.DoctorReport
 	BenchResults() ([]bench.Summary, error)
 }
 

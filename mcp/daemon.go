@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"fmt"
+	"gpuhost/api"
 
 	"gopkg.in/yaml.v3"
 
@@ -17,7 +18,7 @@ import (
 type SupervisorDaemon struct {
 	Sup *appliance.Supervisor
 	// DoctorFn runs the doctor (the same function the API uses).
-	DoctorFn appliance.DoctorFunc
+	DoctorFn api.DoctorFunc
 	// Bench is the results store (nil: no results).
 	Bench *bench.Store
 }
@@ -30,12 +31,12 @@ func (d *SupervisorDaemon) Snapshot(ctx context.Context) (nvml.Snapshot, error) 
 }
 
 // Status is the Supervisor's status (phase, profile, units, health).
-func (d *SupervisorDaemon) Status(ctx context.Context) appliance.Status { return d.Sup.Status(ctx) }
+func (d *SupervisorDaemon) Status(ctx context.Context) api.Status { return d.Sup.Status(ctx) }
 
 // Doctor runs the doctor for profile ("" = the active one).
-func (d *SupervisorDaemon) Doctor(ctx context.Context, profile string) appliance.DoctorReport {
+func (d *SupervisorDaemon) Doctor(ctx context.Context, profile string) api.DoctorReport {
 	if d.DoctorFn == nil {
-		return appliance.DoctorReport{}
+		return api.DoctorReport{}
 	}
 	return d.DoctorFn(ctx, profile)
 }

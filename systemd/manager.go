@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"io"
 	"os"
 	"strconv"
@@ -289,9 +290,9 @@ func checkUnitName(unit string) error {
 
 // Unit reads the unit's state and settings. A unit systemd does not know is
 // not an error: its LoadState is "not-found".
-func (m *Manager) Unit(ctx context.Context, unit string) (UnitStatus, error) {
+func (m *Manager) Unit(ctx context.Context, unit string) (api.UnitStatus, error) {
 	if err := checkUnitName(unit); err != nil {
-		return UnitStatus{}, fmt.Errorf("read properties of unit %q: %w", unit, err)
+		return api.UnitStatus{}, fmt.Errorf("read properties of unit %q: %w", unit, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
@@ -299,7 +300,7 @@ func (m *Manager) Unit(ctx context.Context, unit string) (UnitStatus, error) {
 	// (Unit, Service, ...) in one call.
 	props, err := m.conn.GetAllPropertiesContext(ctx, unit)
 	if err != nil {
-		return UnitStatus{}, fmt.Errorf("read properties of unit %s via %s: %w", unit, m.where, err)
+		return api.UnitStatus{}, fmt.Errorf("read properties of unit %s via %s: %w", unit, m.where, err)
 	}
 	return statusFromProperties(unit, props), nil
 }

@@ -3,6 +3,7 @@ package systemd
 import (
 	"context"
 	"errors"
+	"gpuhost/api"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -91,7 +92,7 @@ func connectInside(t *testing.T) (*Manager, context.Context) {
 	return m, ctx
 }
 
-func mustUnit(t *testing.T, ctx context.Context, m *Manager, unit string) UnitStatus {
+func mustUnit(t *testing.T, ctx context.Context, m *Manager, unit string) api.UnitStatus {
 	t.Helper()
 	st, err := m.Unit(ctx, unit)
 	if err != nil {

@@ -2,6 +2,7 @@ package systemd
 
 import (
 	"encoding/json"
+	"gpuhost/api"
 	"reflect"
 	"strings"
 	"testing"
@@ -14,7 +15,7 @@ func TestStatusFromProperties(t *testing.T) {
 		name  string
 		unit  string
 		props map[string]any
-		want  UnitStatus
+		want  api.UnitStatus
 	}{
 		{
 			name: "running service",
@@ -29,7 +30,7 @@ func TestStatusFromProperties(t *testing.T) {
 				"DropInPaths":          []string{"/etc/systemd/system/vllm.service.d/gpu.conf"},
 				"ActiveEnterTimestamp": uint64(at.UnixMicro()),
 			},
-			want: UnitStatus{
+			want: api.UnitStatus{
 				Name: "vllm.service", LoadState: "loaded", ActiveState: "active", SubState: "running",
 				Result: "success", FragmentPath: "/etc/systemd/system/vllm.service", MainPID: 4242, NRestarts: 3,
 				ControlGroup: "/system.slice/vllm.service", ExecStart: [][]string{{"/usr/bin/vllm", "serve", "--port", "8000"}},
@@ -41,7 +42,7 @@ func TestStatusFromProperties(t *testing.T) {
 			name:  "alias resolves to the primary name; empty lists are nil",
 			unit:  "alias.service",
 			props: map[string]any{"Id": "real.service", "Conflicts": []string{}, "ActiveEnterTimestamp": uint64(0)},
-			want:  UnitStatus{Name: "real.service"},
+			want:  api.UnitStatus{Name: "real.service"},
 		},
 		{
 			name: "wrong types and garbage are ignored",
@@ -50,7 +51,7 @@ func TestStatusFromProperties(t *testing.T) {
 				"LoadState": 7, "MainPID": "12", "NRestarts": int64(-1), "ExecStart": "nope",
 				"Conflicts": []any{"x"}, "ActiveEnterTimestamp": int64(5),
 			},
-			want: UnitStatus{Name: "odd.service"},
+			want: api.UnitStatus{Name: "odd.service"},
 		},
 		{
 			name: "ExecStart as []any, short and pathless entries skipped",
@@ -62,15 +63,15 @@ func TestStatusFromProperties(t *testing.T) {
 				"not-a-struct",
 				[]any{"/bin/d", "argv-not-a-list"},
 			}},
-			want: UnitStatus{Name: "x.service", ExecStart: [][]string{{"/bin/a", "1"}, {"/bin/d"}}},
+			want: api.UnitStatus{Name: "x.service", ExecStart: [][]string{{"/bin/a", "1"}, {"/bin/d"}}},
 		},
 		{
 			name:  "int variants of PIDs",
 			unit:  "y.service",
 			props: map[string]any{"MainPID": int32(7), "NRestarts": uint64(1 << 40)},
-			want:  UnitStatus{Name: "y.service", MainPID: 7},
+			want:  api.UnitStatus{Name: "y.service", MainPID: 7},
 		},
-		{name: "nil map", unit: "z.service", props: nil, want: UnitStatus{Name: "z.service"}},
+		{name: "nil map", unit: "z.service", props: nil, want: api.UnitStatus{Name: "z.service"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,14 +89,14 @@ func TestUnitStatusActive(t *testing.T) {
 		"inactive": false, "failed": false, "maintenance": false, "": false,
 	}
 	for state, want := range tests {
-		if got := (UnitStatus{ActiveState: state}).Active(); got != want {
+		if got := (api.UnitStatus{ActiveState: state}).Active(); got != want {
 			t.Errorf("Active() with %q = %v, want %v", state, got, want)
 		}
 	}
 }
 
 func TestUnitStatusJSON(t *testing.T) {
-	data, err := json.Marshal(UnitStatus{Name: "a.service", MainPID: 1, NRestarts: 2, ExecStart: [][]string{{"/bin/x"}}})
+	data, err := json.Marshal(api.UnitStatus{Name: "a.service", MainPID: 1, NRestarts: 2, ExecStart: [][]string{{"/bin/x"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

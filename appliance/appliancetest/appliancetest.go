@@ -5,6 +5,7 @@ package appliancetest
 
 import (
 	"context"
+	"gpuhost/api"
 	"gpuhost/config"
 	"io"
 	"log/slog"
@@ -38,7 +39,7 @@ type Fixture struct {
 	Sup    *appliance.Supervisor
 	GPU    appliance.GPU
 	Units  appliance.Units
-	Doctor appliance.DoctorFunc
+	Doctor api.DoctorFunc
 	Log    *slog.Logger
 }
 
@@ -87,7 +88,7 @@ func New(t testing.TB, opts Options) *Fixture {
 		closeGPU()
 	})
 	f := &Fixture{Cfg: cfg, Sup: sup, GPU: gpu, Units: u, Log: log}
-	f.Doctor = func(ctx context.Context, profile string) appliance.DoctorReport {
+	f.Doctor = func(ctx context.Context, profile string) api.DoctorReport {
 		return (&appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile}).Run(ctx)
 	}
 	if opts.Activate != "" {
@@ -99,16 +100,16 @@ func New(t testing.TB, opts Options) *Fixture {
 }
 
 // SwitchTo runs a switch to completion and returns its events.
-func (f *Fixture) SwitchTo(t testing.TB, profile string) ([]appliance.Event, error) {
+func (f *Fixture) SwitchTo(t testing.TB, profile string) ([]api.Event, error) {
 	t.Helper()
 	since := f.Sup.LastSeq()
-	id, done, err := f.Sup.Switch(context.Background(), profile, appliance.SwitchOptions{})
+	id, done, err := f.Sup.Switch(context.Background(), profile, api.SwitchOptions{})
 	if err != nil {
 		return nil, err
 	}
 	ch, backlog, cancel := f.Sup.Subscribe(since)
 	defer cancel()
-	var evs []appliance.Event
+	var evs []api.Event
 	for _, e := range backlog {
 		if e.SwitchID == id {
 			evs = append(evs, e)
@@ -134,7 +135,7 @@ func (f *Fixture) SwitchTo(t testing.TB, profile string) ([]appliance.Event, err
 }
 
 // Describe renders events for failure messages.
-func Describe(evs []appliance.Event) string {
+func Describe(evs []api.Event) string {
 	var b strings.Builder
 	for _, e := range evs {
 		b.WriteString("\n  " + e.Kind + " " + e.Step + " " + e.Status + " " + e.Message)

@@ -2,15 +2,14 @@ package appliancetest
 
 import (
 	"context"
+	"gpuhost/api"
 	"testing"
-
-	"gpuhost/appliance"
 )
 
 func TestFixtureSwitches(t *testing.T) {
 	f := New(t, Options{Activate: "llama"})
 	st := f.Sup.State()
-	if st.Phase != appliance.PhaseActive || st.Profile != "llama" {
+	if st.Phase != api.PhaseActive || st.Profile != "llama" {
 		t.Fatalf("state %+v", st)
 	}
 	p, err := f.Sup.AwaitActive(context.Background())

@@ -2,11 +2,11 @@ package metrics
 
 import (
 	"context"
+	"gpuhost/api"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"gpuhost/appliance"
 	"gpuhost/nvml"
 	"gpuhost/units"
 )
@@ -88,12 +88,12 @@ var (
 )
 
 // telegramStates are the bot's states, always emitted by gpuhost_telegram_state.
-var telegramStates = []string{appliance.TelegramStarting, appliance.TelegramPolling, appliance.TelegramBackingOff, appliance.TelegramStopped}
+var telegramStates = []string{api.TelegramStarting, api.TelegramPolling, api.TelegramBackingOff, api.TelegramStopped}
 
 // phases and unitStates enumerate the values the state-set series always
 // carry, so that a series exists (with 0) before its state first happens.
 var (
-	phases = []appliance.Phase{appliance.PhaseIdle, appliance.PhaseSwitching, appliance.PhaseActive, appliance.PhaseFailed}
+	phases = []api.Phase{api.PhaseIdle, api.PhaseSwitching, api.PhaseActive, api.PhaseFailed}
 	// unitStates are systemd's ActiveState values.
 	unitStates = []string{"active", "reloading", "inactive", "failed", "activating", "deactivating", "maintenance", "refreshing"}
 	severities = []units.Severity{units.SeverityOK, units.SeverityWarn, units.SeverityFail}
@@ -140,7 +140,7 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 // when the snapshot failed. A fact the card could not report (named in
 // FactErrors) is left out, as dcgm-exporter leaves out blank values, so a
 // zero is never mistaken for a reading.
-func (c *scrapeCollector) collectGPU(ch chan<- prometheus.Metric, st appliance.Status) {
+func (c *scrapeCollector) collectGPU(ch chan<- prometheus.Metric, st api.Status) {
 	if st.GPU == nil {
 		if st.GPUError != "" {
 			c.m.log.Debug("metrics: GPU snapshot failed", "err", st.GPUError)
@@ -161,14 +161,14 @@ func (c *scrapeCollector) collectGPU(ch chan<- prometheus.Metric, st appliance.S
 	}
 }
 
-func collectState(ch chan<- prometheus.Metric, st appliance.Status) {
+func collectState(ch chan<- prometheus.Metric, st api.Status) {
 	for _, p := range phases {
 		ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, boolValue(st.State.Phase == p), string(p))
 	}
 	if !phaseKnown(st.State.Phase) {
 		ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, 1, cleanLabel(string(st.State.Phase)))
 	}
-	if st.State.Phase != appliance.PhaseActive {
+	if st.State.Phase != api.PhaseActive {
 		return
 	}
 	served := ""
@@ -182,7 +182,7 @@ func collectState(ch chan<- prometheus.Metric, st appliance.Status) {
 		cleanLabel(st.State.Profile), cleanLabel(string(st.State.Backend)), cleanLabel(st.State.Unit), cleanLabel(served))
 }
 
-func phaseKnown(p appliance.Phase) bool {
+func phaseKnown(p api.Phase) bool {
 	for _, k := range phases {
 		if p == k {
 			return true
@@ -193,7 +193,7 @@ func phaseKnown(p appliance.Phase) bool {
 
 // collectUnits emits the state set of each backend unit. A unit read twice
 // (a name listed for both backends) is emitted once.
-func collectUnits(ch chan<- prometheus.Metric, st appliance.Status) {
+func collectUnits(ch chan<- prometheus.Metric, st api.Status) {
 	seen := map[string]bool{}
 	for _, u := range st.Units {
 		name := cleanLabel(u.Name)
@@ -230,7 +230,7 @@ func severityRank(s units.Severity) int {
 // one id several times for the same profile (units.conflicts, once per
 // backend unit); Prometheus needs distinct label sets, so those merge to
 // the worst severity.
-func collectDoctor(ch chan<- prometheus.Metric, rep *appliance.DoctorReport) {
+func collectDoctor(ch chan<- prometheus.Metric, rep *api.DoctorReport) {
 	type key struct{ id, profile string }
 	worst := map[key]units.Severity{}
 	for _, c := range rep.Checks {
@@ -252,11 +252,11 @@ func collectDoctor(ch chan<- prometheus.Metric, rep *appliance.DoctorReport) {
 }
 
 // collectTelegram emits the bot's series; none when there is no bot.
-func collectTelegram(ch chan<- prometheus.Metric, tg *appliance.TelegramStatus) {
+func collectTelegram(ch chan<- prometheus.Metric, tg *api.TelegramStatus) {
 	if tg == nil {
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(telegramUpDesc, prometheus.GaugeValue, boolValue(tg.State == appliance.TelegramPolling))
+	ch <- prometheus.MustNewConstMetric(telegramUpDesc, prometheus.GaugeValue, boolValue(tg.State == api.TelegramPolling))
 	known := false
 	for _, s := range telegramStates {
 		known = known || tg.State == s

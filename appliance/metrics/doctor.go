@@ -3,9 +3,8 @@ package metrics
 import (
 	"context"
 	"errors"
+	"gpuhost/api"
 	"time"
-
-	"gpuhost/appliance"
 )
 
 // requestDoctor asks the doctor loop for an early run without waiting: a
@@ -64,7 +63,7 @@ func (m *Metrics) runDoctor(ctx context.Context) {
 // cachedDoctor returns the latest doctor report (nil before the first run)
 // and when it was taken. A report older than doctorMinInterval asks the loop
 // for a fresh one, which the next scrape will see.
-func (m *Metrics) cachedDoctor() (*appliance.DoctorReport, time.Time) {
+func (m *Metrics) cachedDoctor() (*api.DoctorReport, time.Time) {
 	m.mu.Lock()
 	rep, at := m.report, m.reportAt
 	m.mu.Unlock()

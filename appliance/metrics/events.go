@@ -2,9 +2,8 @@ package metrics
 
 import (
 	"context"
+	"gpuhost/api"
 	"time"
-
-	"gpuhost/appliance"
 )
 
 // handle turns one Supervisor event into counter and histogram updates.
@@ -19,7 +18,7 @@ import (
 // Step durations are observed for steps that succeeded only: a failed step's
 // time is mostly the timeout that ended it, which says nothing about how
 // long the step takes; failures show in gpuhost_switches_total.
-func (m *Metrics) handle(e appliance.Event) {
+func (m *Metrics) handle(e api.Event) {
 	m.mu.Lock()
 	if m.lastSeq != 0 && e.Seq > m.lastSeq+1 {
 		m.eventsLost.Add(float64(e.Seq - m.lastSeq - 1))

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"gpuhost/api"
 	"io"
 	"log/slog"
 	"testing"
@@ -8,8 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-
-	"gpuhost/appliance"
 )
 
 // read returns the written form of one series of a vector.
@@ -24,15 +23,15 @@ func read(t *testing.T, m prometheus.Metric) *dto.Metric {
 
 func TestHandleEvents(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	sw := func(id, status string, at time.Duration, ms float64) appliance.Event {
-		return appliance.Event{Kind: "switch", SwitchID: id, Profile: "coder", Status: status, Time: t0.Add(at), DurationMS: ms}
+	sw := func(id, status string, at time.Duration, ms float64) api.Event {
+		return api.Event{Kind: "switch", SwitchID: id, Profile: "coder", Status: status, Time: t0.Add(at), DurationMS: ms}
 	}
-	step := func(name, status string, ms float64) appliance.Event {
-		return appliance.Event{Kind: "step", SwitchID: "a", Profile: "coder", Step: name, Status: status, DurationMS: ms, Time: t0}
+	step := func(name, status string, ms float64) api.Event {
+		return api.Event{Kind: "step", SwitchID: "a", Profile: "coder", Step: name, Status: status, DurationMS: ms, Time: t0}
 	}
 	tests := []struct {
 		name   string
-		events []appliance.Event
+		events []api.Event
 		// per result: switches counted, durations observed, their sum (s)
 		done, failed       float64
 		doneObs, failedObs uint64
@@ -40,27 +39,27 @@ func TestHandleEvents(t *testing.T) {
 		steps              map[string]uint64
 	}{
 		{name: "done uses its own duration",
-			events: []appliance.Event{sw("a", "started", 0, 0), sw("a", "done", 9*time.Second, 2500)},
+			events: []api.Event{sw("a", "started", 0, 0), sw("a", "done", 9*time.Second, 2500)},
 			done:   1, doneObs: 1, doneSum: 2.5},
 		{name: "failed without duration is measured from its start",
-			events: []appliance.Event{sw("a", "started", 0, 0), sw("a", "info", time.Second, 0), sw("a", "failed", 3*time.Second, 0)},
+			events: []api.Event{sw("a", "started", 0, 0), sw("a", "info", time.Second, 0), sw("a", "failed", 3*time.Second, 0)},
 			failed: 1, failedObs: 1, failedSum: 3},
 		{name: "failed whose start was not seen is counted, not timed",
-			events: []appliance.Event{sw("a", "failed", 3*time.Second, 0)},
+			events: []api.Event{sw("a", "failed", 3*time.Second, 0)},
 			failed: 1},
 		{name: "the start of another switch does not time a failure",
-			events: []appliance.Event{sw("a", "started", 0, 0), sw("b", "failed", 3*time.Second, 0)},
+			events: []api.Event{sw("a", "started", 0, 0), sw("b", "failed", 3*time.Second, 0)},
 			failed: 1},
 		{name: "a failure timed before its start is not timed",
-			events: []appliance.Event{sw("a", "started", 5*time.Second, 0), sw("a", "failed", 0, 0)},
+			events: []api.Event{sw("a", "started", 5*time.Second, 0), sw("a", "failed", 0, 0)},
 			failed: 1},
 		{name: "a start and info alone count nothing",
-			events: []appliance.Event{sw("a", "started", 0, 0), sw("a", "info", 0, 0)}},
+			events: []api.Event{sw("a", "started", 0, 0), sw("a", "info", 0, 0)}},
 		{name: "a start is used once",
-			events: []appliance.Event{sw("a", "started", 0, 0), sw("a", "failed", 2*time.Second, 0), sw("a", "failed", 4*time.Second, 0)},
+			events: []api.Event{sw("a", "started", 0, 0), sw("a", "failed", 2*time.Second, 0), sw("a", "failed", 4*time.Second, 0)},
 			failed: 2, failedObs: 1, failedSum: 2},
 		{name: "successful steps are timed, failed ones are not",
-			events: []appliance.Event{step("verify", "started", 0), step("verify", "done", 250), step("ready", "failed", 20000), step("rollback.ready", "done", 1000)},
+			events: []api.Event{step("verify", "started", 0), step("verify", "done", 250), step("ready", "failed", 20000), step("rollback.ready", "done", 1000)},
 			steps:  map[string]uint64{"verify": 1, "ready": 0, "rollback.ready": 1}},
 	}
 	for _, tc := range tests {
@@ -99,7 +98,7 @@ func TestHandleEvents(t *testing.T) {
 func TestHandleCountsLostEvents(t *testing.T) {
 	m := New(nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for _, seq := range []uint64{1, 2, 5, 6, 10} {
-		m.handle(appliance.Event{Seq: seq, Kind: "state"})
+		m.handle(api.Event{Seq: seq, Kind: "state"})
 	}
 	if lost := read(t, m.eventsLost).GetCounter().GetValue(); lost != 5 {
 		t.Errorf("events lost = %v, want 5 (3, 4, 7, 8, 9)", lost)

@@ -24,6 +24,7 @@ package metrics
 import (
 	"context"
 	"fmt"
+	"gpuhost/api"
 	"log/slog"
 	"net/http"
 	"os"
@@ -35,8 +36,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"gpuhost/appliance"
 )
 
 // Supervisor is what the metrics read from the daemon core;
@@ -47,10 +46,10 @@ import (
 type Supervisor interface {
 	// Status returns the state, the GPU snapshot (or why there is none),
 	// the backend units and the profiles.
-	Status(ctx context.Context) appliance.Status
+	Status(ctx context.Context) api.Status
 	// Subscribe streams the Supervisor's events after seq since, with the
 	// ones still buffered as a backlog.
-	Subscribe(since uint64) (<-chan appliance.Event, []appliance.Event, func())
+	Subscribe(since uint64) (<-chan api.Event, []api.Event, func())
 }
 
 // Defaults of the timing knobs. They are fields of Metrics (not constants)
@@ -80,7 +79,7 @@ const (
 // with New, start Run, and mount it with Register.
 type Metrics struct {
 	sup      Supervisor
-	doctor   appliance.DoctorFunc
+	doctor   api.DoctorFunc
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	hostname string
@@ -114,7 +113,7 @@ type Metrics struct {
 	}
 	lastSeq  uint64
 	progress chan struct{} // closed and replaced after each event and doctor run
-	report   *appliance.DoctorReport
+	report   *api.DoctorReport
 	reportAt time.Time
 	runs     uint64 // doctor runs finished
 }
@@ -122,7 +121,7 @@ type Metrics struct {
 // New builds the metrics for sup, which scrapes and Run read. doctor may be
 // nil (no doctor series). Everything is registered on a private registry;
 // nothing runs until Run, and ObserveRequest works without Run.
-func New(sup Supervisor, doctor appliance.DoctorFunc, log *slog.Logger) *Metrics {
+func New(sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) *Metrics {
 	if log == nil {
 		log = slog.Default()
 	}

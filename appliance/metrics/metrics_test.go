@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"gpuhost/api"
 	"gpuhost/config"
 	"io"
 	"log/slog"
@@ -21,7 +22,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"gpuhost/appliance"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/appliance/proxy"
 	"gpuhost/nvml"
@@ -301,7 +301,7 @@ func TestFailedSwitchIsCountedWithItsDuration(t *testing.T) {
 	if err == nil {
 		t.Fatalf("switch should fail:%s", appliancetest.Describe(evs))
 	}
-	var failed *appliance.Event
+	var failed *api.Event
 	for i := range evs {
 		if evs[i].Kind == "switch" && evs[i].Status == "failed" {
 			failed = &evs[i]
@@ -526,7 +526,7 @@ func TestDoctorRefreshesAfterASwitch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// endpointOf names the profile whose endpoint the report found healthy.
-	endpointOf := func(rep *appliance.DoctorReport) string {
+	endpointOf := func(rep *api.DoctorReport) string {
 		for _, c := range rep.Checks {
 			if c.ID == "endpoint.health" && c.Severity == units.SeverityOK {
 				return c.Profile
@@ -590,7 +590,7 @@ func TestScrapeDoesNotWaitForASwitch(t *testing.T) {
 	s := serve(t, f)
 	ch, _, cancel := f.Sup.Subscribe(f.Sup.LastSeq())
 	defer cancel()
-	id, done, err := f.Sup.Switch(context.Background(), "coder", appliance.SwitchOptions{})
+	id, done, err := f.Sup.Switch(context.Background(), "coder", api.SwitchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -675,9 +675,9 @@ func TestTelegramSeries(t *testing.T) {
 		t.Fatalf("telegram series without a bot (%d)", n)
 	}
 	var mu sync.Mutex
-	st := appliance.TelegramStatus{State: appliance.TelegramBackingOff, Reason: appliance.TelegramTokenRefused,
+	st := api.TelegramStatus{State: api.TelegramBackingOff, Reason: api.TelegramTokenRefused,
 		Errors: map[string]uint64{"unauthorized": 3, "network": 0}, UpdatesSkipped: 2, NotificationsDropped: 1}
-	f.Sup.SetTelegramStatus(func() appliance.TelegramStatus { mu.Lock(); defer mu.Unlock(); return st })
+	f.Sup.SetTelegramStatus(func() api.TelegramStatus { mu.Lock(); defer mu.Unlock(); return st })
 	fams := s.scrape(t)
 	for _, tc := range []struct {
 		name   string
@@ -698,7 +698,7 @@ func TestTelegramSeries(t *testing.T) {
 		}
 	}
 	mu.Lock()
-	st.State, st.Reason = appliance.TelegramPolling, ""
+	st.State, st.Reason = api.TelegramPolling, ""
 	mu.Unlock()
 	if got := s.scrape(t).value(t, "gpuhost_telegram_up", nil); got != 1 {
 		t.Errorf("gpuhost_telegram_up = %v while polling", got)

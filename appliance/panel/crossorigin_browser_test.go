@@ -3,6 +3,7 @@ package panel
 import (
 	"context"
 	"fmt"
+	"gpuhost/api"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"gpuhost/appliance"
 	"gpuhost/appliance/appliancetest"
 )
 
@@ -93,7 +93,7 @@ func TestBrowserCrossOriginRefused(t *testing.T) {
 		}
 	}
 	st := ev.f.Sup.State()
-	if st.Phase != appliance.PhaseActive || st.Profile != "coder" {
+	if st.Phase != api.PhaseActive || st.Profile != "coder" {
 		t.Errorf("state after the attack: %+v, want coder active", st)
 	}
 	_, backlog, stop := ev.f.Sup.Subscribe(before)

@@ -3,10 +3,9 @@ package panel
 import (
 	"context"
 	"fmt"
+	"gpuhost/api"
 	"sync"
 	"time"
-
-	"gpuhost/appliance"
 )
 
 // doctorRunTimeout bounds one doctor run; it asks systemd and the backends.
@@ -17,19 +16,19 @@ const doctorRunTimeout = 30 * time.Second
 // doctor talks to systemd and the backends, and a busy panel must not
 // multiply that load.
 type doctorCache struct {
-	run         appliance.DoctorFunc
+	run         api.DoctorFunc
 	ttl         time.Duration
 	minInterval time.Duration
 	now         func() time.Time
 
 	mu      sync.Mutex
-	rep     *appliance.DoctorReport
+	rep     *api.DoctorReport
 	at      time.Time
 	key     string        // the backend state the report was taken in
 	running chan struct{} // closed when the run in flight ends
 }
 
-func newDoctorCache(run appliance.DoctorFunc, ttl, minInterval time.Duration) *doctorCache {
+func newDoctorCache(run api.DoctorFunc, ttl, minInterval time.Duration) *doctorCache {
 	return &doctorCache{run: run, ttl: ttl, minInterval: minInterval, now: time.Now}
 }
 
@@ -38,7 +37,7 @@ func newDoctorCache(run appliance.DoctorFunc, ttl, minInterval time.Duration) *d
 // describes the old backend), running the doctor when needed, and when it
 // was taken. It returns nil when no doctor is configured, or when ctx ends
 // before the first run finishes.
-func (d *doctorCache) get(ctx context.Context, refresh bool, key string) (*appliance.DoctorReport, time.Time) {
+func (d *doctorCache) get(ctx context.Context, refresh bool, key string) (*api.DoctorReport, time.Time) {
 	if d.run == nil {
 		return nil, time.Time{}
 	}
@@ -96,7 +95,7 @@ type verdict struct {
 }
 
 // verdicts folds a report into per-profile worst severities.
-func verdicts(rep *appliance.DoctorReport) map[string]verdict {
+func verdicts(rep *api.DoctorReport) map[string]verdict {
 	out := map[string]verdict{}
 	if rep == nil {
 		return out
@@ -123,6 +122,6 @@ func verdicts(rep *appliance.DoctorReport) map[string]verdict {
 }
 
 // stateKey names the backend state a doctor report depends on.
-func stateKey(st appliance.State) string {
+func stateKey(st api.State) string {
 	return fmt.Sprintf("%s|%s|%s", st.Phase, st.Profile, st.SwitchID)
 }

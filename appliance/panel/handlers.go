@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"io"
 	"net/http"
 	"regexp"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"gpuhost/appliance"
 	"gpuhost/nvml"
 	"gpuhost/units"
 )
@@ -36,10 +36,10 @@ type endpointView struct {
 
 // dashboardView is the body of the dashboard.
 type dashboardView struct {
-	Status   appliance.Status
+	Status   api.Status
 	Snapshot *nvml.Snapshot
 	GPU      *nvml.Device
-	Active   *appliance.ProfileInfo
+	Active   *api.ProfileInfo
 	Endpoint *endpointView
 }
 
@@ -58,7 +58,7 @@ func (p *Panel) handleDashboard(c echo.Context) error {
 			v.Active = &st.Profiles[i]
 		}
 	}
-	if st.State.Phase == appliance.PhaseActive {
+	if st.State.Phase == api.PhaseActive {
 		if prof, ok := p.cfg.Profiles[st.State.Profile]; ok {
 			ev := p.probe(ctx, prof)
 			v.Endpoint = &ev
@@ -103,7 +103,7 @@ type flag struct{ Name, Value string }
 
 // profileRow is one profile on the profiles page.
 type profileRow struct {
-	appliance.ProfileInfo
+	api.ProfileInfo
 	Aliases []string
 	Flags   []flag
 	Verdict verdict
@@ -203,7 +203,7 @@ func (p *Panel) renderProfiles(c echo.Context, code int, notice *noticeView) err
 			code = http.StatusBadRequest
 		}
 	}
-	if id == "" && st.Phase == appliance.PhaseSwitching {
+	if id == "" && st.Phase == api.PhaseSwitching {
 		id = st.SwitchID
 	}
 	if id != "" {
@@ -245,11 +245,11 @@ func (p *Panel) handleSwitch(c echo.Context) error {
 	}
 	scancel()
 	since := p.sup.LastSeq()
-	id, _, err := p.sup.Switch(c.Request().Context(), profile, appliance.SwitchOptions{Force: force})
-	var be *appliance.BusyError
-	var de *appliance.DoctorError
+	id, _, err := p.sup.Switch(c.Request().Context(), profile, api.SwitchOptions{Force: force})
+	var be *api.BusyError
+	var de *api.DoctorError
 	switch {
-	case errors.Is(err, appliance.ErrUnknownProfile):
+	case errors.Is(err, api.ErrUnknownProfile):
 		return p.switchRefused(c, http.StatusNotFound, "unknown profile", &noticeView{Kind: "error",
 			Message: fmt.Sprintf("There is no profile %q; profiles: %s.", profile, strings.Join(p.cfg.ProfileNames(), ", "))})
 	case errors.As(err, &be):
@@ -292,14 +292,14 @@ func (p *Panel) switchRefused(c echo.Context, code int, short string, n *noticeV
 		if len(n.Checks) > 0 || n.ForceProfile != "" {
 			extra = map[string]any{"checks": n.Checks, "force_profile": n.ForceProfile}
 		}
-		return c.JSON(code, appliance.APIError{Error: short, Detail: n.Message, Extra: extra})
+		return c.JSON(code, api.APIError{Error: short, Detail: n.Message, Extra: extra})
 	}
 	return p.renderProfiles(c, code, n)
 }
 
 // doctorView is the body of the doctor page.
 type doctorView struct {
-	Report    *appliance.DoctorReport
+	Report    *api.DoctorReport
 	At        time.Time
 	Counts    map[string]int
 	DoctorOff bool

@@ -1,6 +1,7 @@
 package panel
 
 import (
+	"gpuhost/api"
 	"gpuhost/config"
 	"io"
 	"net/http"
@@ -54,7 +55,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		}
 	}
 	ev.f = appliancetest.New(t, o.fixture)
-	api, err := appliance.NewAPI(ev.f.Sup, ev.f.Doctor, ev.f.Log)
+	httpAPI, err := appliance.NewAPI(ev.f.Sup, ev.f.Doctor, ev.f.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,8 +63,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev.p.Register(api)
-	ev.srv = httptest.NewServer(api)
+	ev.p.Register(httpAPI)
+	ev.srv = httptest.NewServer(httpAPI)
 	t.Cleanup(func() {
 		// Event streams (a browser's EventSource) never end by themselves;
 		// cut them so Close does not wait for them.
@@ -133,7 +134,7 @@ func csrfOf(t *testing.T, page string) string {
 }
 
 // waitSwitched waits until the Supervisor has finished the switch id.
-func waitSwitched(t *testing.T, sup *appliance.Supervisor, id string) *appliance.SwitchSummary {
+func waitSwitched(t *testing.T, sup *appliance.Supervisor, id string) *api.SwitchSummary {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {

@@ -21,6 +21,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/config"
 	"html/template"
 	"io/fs"
@@ -44,12 +45,12 @@ var assets embed.FS
 // satisfies it. It is an interface so the panel states exactly which parts
 // of the daemon it touches: reading state and events, and starting a switch.
 type Supervisor interface {
-	State() appliance.State
-	Status(ctx context.Context) appliance.Status
-	Profiles() []appliance.ProfileInfo
+	State() api.State
+	Status(ctx context.Context) api.Status
+	Profiles() []api.ProfileInfo
 	Snapshot(ctx context.Context) (nvml.Snapshot, error)
-	Switch(ctx context.Context, profile string, opts appliance.SwitchOptions) (string, <-chan error, error)
-	Subscribe(since uint64) (<-chan appliance.Event, []appliance.Event, func())
+	Switch(ctx context.Context, profile string, opts api.SwitchOptions) (string, <-chan error, error)
+	Subscribe(since uint64) (<-chan api.Event, []api.Event, func())
 	LastSeq() uint64
 }
 
@@ -74,7 +75,7 @@ const (
 // Panel serves the web panel's routes on the daemon's echo server.
 type Panel struct {
 	sup    Supervisor
-	doctor appliance.DoctorFunc
+	doctor api.DoctorFunc
 	cfg    *config.Config
 	log    *slog.Logger
 
@@ -101,7 +102,7 @@ type Panel struct {
 // New builds the panel. On a listener beyond loopback the API token must be
 // readable and non-empty (it is the login credential), as NewAPI requires.
 // doctor may be nil: the verdicts then read "doctor not configured".
-func New(sup Supervisor, doctor appliance.DoctorFunc, cfg *config.Config, log *slog.Logger) (*Panel, error) {
+func New(sup Supervisor, doctor api.DoctorFunc, cfg *config.Config, log *slog.Logger) (*Panel, error) {
 	if sup == nil || cfg == nil {
 		return nil, errors.New("panel: supervisor and config are required")
 	}
@@ -309,7 +310,7 @@ func wantsJSON(c echo.Context) bool {
 // fail answers an error as JSON for fetch and as an HTML page otherwise.
 func (p *Panel) fail(c echo.Context, code int, short, detail string) error {
 	if wantsJSON(c) {
-		return c.JSON(code, appliance.APIError{Error: short, Detail: detail})
+		return c.JSON(code, api.APIError{Error: short, Detail: detail})
 	}
 	return p.renderError(c, code, http.StatusText(code), detail)
 }
@@ -324,7 +325,7 @@ type pageData struct {
 	// Authorized gates the navigation and the state pill: an anonymous
 	// visitor of a non-loopback panel sees neither.
 	Authorized bool
-	State      appliance.State
+	State      api.State
 	Body       any
 }
 
@@ -375,7 +376,7 @@ func (p *Panel) renderError(c echo.Context, code int, title, msg string) error {
 func (p *Panel) handleNotFound(c echo.Context) error {
 	path := c.Request().URL.Path
 	if wantsJSON(c) || strings.HasPrefix(path, "/api/") || strings.HasPrefix(path, "/v1/") {
-		return c.JSON(http.StatusNotFound, appliance.APIError{Error: "not found", Detail: fmt.Sprintf("no route %s %s", c.Request().Method, path)})
+		return c.JSON(http.StatusNotFound, api.APIError{Error: "not found", Detail: fmt.Sprintf("no route %s %s", c.Request().Method, path)})
 	}
 	return p.renderError(c, http.StatusNotFound, "Not found", fmt.Sprintf("There is no page at %s.", path))
 }

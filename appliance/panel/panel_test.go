@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"gpuhost/api"
 	"gpuhost/config"
 	"io"
 	"net/http"
@@ -146,7 +147,7 @@ func TestCSRF(t *testing.T) {
 			if resp.StatusCode != http.StatusForbidden {
 				t.Fatalf("status %d, want 403:\n%s", resp.StatusCode, body)
 			}
-			if st := ev.f.Sup.State(); st.Phase != appliance.PhaseActive || st.Profile != "coder" || ev.f.Sup.LastSwitch().Profile != "coder" {
+			if st := ev.f.Sup.State(); st.Phase != api.PhaseActive || st.Profile != "coder" || ev.f.Sup.LastSwitch().Profile != "coder" {
 				t.Fatalf("a refused POST changed the state: %+v", st)
 			}
 		})
@@ -251,7 +252,7 @@ func TestSwitchRefusals(t *testing.T) {
 				t.Errorf("answer lacks %q:\n%s", tt.want, body)
 			}
 			if tt.json {
-				var ae appliance.APIError
+				var ae api.APIError
 				if err := json.Unmarshal([]byte(body), &ae); err != nil || ae.Error != tt.wantErr {
 					t.Errorf("JSON error %+v (%v), want %q", ae, err, tt.wantErr)
 				}

@@ -3,6 +3,7 @@ package panel
 import (
 	"context"
 	"errors"
+	"gpuhost/api"
 	"net/url"
 	"strings"
 	"sync"
@@ -10,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"gpuhost/appliance"
 	"gpuhost/units"
 )
 
@@ -50,10 +50,10 @@ func TestFormatDuration(t *testing.T) {
 }
 
 func TestBuildProgress(t *testing.T) {
-	ev := func(kind, step, status string, ms float64, detail map[string]any) appliance.Event {
-		return appliance.Event{Kind: kind, SwitchID: "ab12", Profile: "llama", Step: step, Status: status, DurationMS: ms, Detail: detail, Message: step + " " + status}
+	ev := func(kind, step, status string, ms float64, detail map[string]any) api.Event {
+		return api.Event{Kind: kind, SwitchID: "ab12", Profile: "llama", Step: step, Status: status, DurationMS: ms, Detail: detail, Message: step + " " + status}
 	}
-	full := []appliance.Event{
+	full := []api.Event{
 		ev("switch", "", "started", 0, nil),
 		{Kind: "unit", Message: "other event"},
 		ev("step", "stop", "started", 0, nil),
@@ -67,20 +67,20 @@ func TestBuildProgress(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		events  []appliance.Event
-		state   appliance.State
+		events  []api.Event
+		state   api.State
 		running bool
 		outcome string
 		labels  []string
 	}{
-		{"running", full, appliance.State{SwitchID: "ab12"}, true, "",
+		{"running", full, api.State{SwitchID: "ab12"}, true, "",
 			[]string{"stopped", "VRAM released 20.0 → 0.0 GiB", "starting"}},
-		{"done", append(append([]appliance.Event{}, full...), ev("step", "start", "done", 5, nil), ev("switch", "", "done", 1500, nil)),
-			appliance.State{}, false, "done", []string{"stopped", "VRAM released 20.0 → 0.0 GiB", "started"}},
-		{"failed with rollback", append(append([]appliance.Event{}, full...),
+		{"done", append(append([]api.Event{}, full...), ev("step", "start", "done", 5, nil), ev("switch", "", "done", 1500, nil)),
+			api.State{}, false, "done", []string{"stopped", "VRAM released 20.0 → 0.0 GiB", "started"}},
+		{"failed with rollback", append(append([]api.Event{}, full...),
 			ev("step", "start", "failed", 5, nil), ev("switch", "", "info", 0, nil), ev("step", "rollback.start", "done", 3, nil), ev("switch", "", "failed", 9, nil)),
-			appliance.State{}, false, "failed", []string{"stopped", "VRAM released 20.0 → 0.0 GiB", "starting failed", " info", "rollback: started"}},
-		{"end lost", full, appliance.State{SwitchID: "other"}, false, "unknown", []string{"stopped", "VRAM released 20.0 → 0.0 GiB", "starting"}},
+			api.State{}, false, "failed", []string{"stopped", "VRAM released 20.0 → 0.0 GiB", "starting failed", " info", "rollback: started"}},
+		{"end lost", full, api.State{SwitchID: "other"}, false, "unknown", []string{"stopped", "VRAM released 20.0 → 0.0 GiB", "starting"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -97,10 +97,10 @@ func TestBuildProgress(t *testing.T) {
 			}
 		})
 	}
-	if pv := buildProgress("zz", full, -1, appliance.State{}); pv.Found || len(pv.Steps) != 0 {
+	if pv := buildProgress("zz", full, -1, api.State{}); pv.Found || len(pv.Steps) != 0 {
 		t.Errorf("another switch's events leaked in: %+v", pv)
 	}
-	if pv := buildProgress("ab12", full[:4], -1, appliance.State{SwitchID: "ab12"}); pv.Steps[0].Duration != "420 ms" || pv.Since != 4 {
+	if pv := buildProgress("ab12", full[:4], -1, api.State{SwitchID: "ab12"}); pv.Steps[0].Duration != "420 ms" || pv.Since != 4 {
 		t.Errorf("duration/since: %+v", pv)
 	}
 }
@@ -108,10 +108,10 @@ func TestBuildProgress(t *testing.T) {
 func TestDoctorCache(t *testing.T) {
 	var runs atomic.Int32
 	release := make(chan struct{})
-	run := func(ctx context.Context, profile string) appliance.DoctorReport {
+	run := func(ctx context.Context, profile string) api.DoctorReport {
 		runs.Add(1)
 		<-release
-		return appliance.DoctorReport{Worst: "ok", Checks: []appliance.DoctorCheck{{ID: "x", Severity: units.SeverityOK}}}
+		return api.DoctorReport{Worst: "ok", Checks: []api.DoctorCheck{{ID: "x", Severity: units.SeverityOK}}}
 	}
 	d := newDoctorCache(run, 30*time.Second, 5*time.Second)
 	now := time.Unix(1000, 0)
@@ -159,9 +159,9 @@ func TestDoctorCache(t *testing.T) {
 	// A page that gives up waiting gets what there is, and the run goes on.
 	block := make(chan struct{})
 	defer close(block)
-	slow := newDoctorCache(func(ctx context.Context, _ string) appliance.DoctorReport {
+	slow := newDoctorCache(func(ctx context.Context, _ string) api.DoctorReport {
 		<-block
-		return appliance.DoctorReport{Worst: "late"}
+		return api.DoctorReport{Worst: "late"}
 	}, time.Minute, time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -174,7 +174,7 @@ func TestDoctorCache(t *testing.T) {
 }
 
 func TestVerdicts(t *testing.T) {
-	rep := &appliance.DoctorReport{Checks: []appliance.DoctorCheck{
+	rep := &api.DoctorReport{Checks: []api.DoctorCheck{
 		{ID: "gpu.driver", Severity: units.SeverityOK},
 		{ID: "a", Profile: "p", Severity: units.SeverityOK, Message: "fine"},
 		{ID: "b", Profile: "p", Severity: units.SeverityWarn, Message: "hmm"},

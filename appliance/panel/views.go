@@ -2,13 +2,12 @@ package panel
 
 import (
 	"fmt"
+	"gpuhost/api"
 	"html/template"
 	"math"
 	"strings"
 	"sync"
 	"time"
-
-	"gpuhost/appliance"
 )
 
 // funcs are the template helpers; html/template escapes whatever they
@@ -25,16 +24,16 @@ var funcs = template.FuncMap{
 	"join":  strings.Join,
 	"ago":   ago,
 	"clock": func(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05") },
-	"phaseLine": func(st appliance.State) string {
+	"phaseLine": func(st api.State) string {
 		switch st.Phase {
-		case appliance.PhaseActive:
+		case api.PhaseActive:
 			if st.Step != "" {
 				return fmt.Sprintf("%s · %s (%s)", st.Profile, st.Backend, st.Step)
 			}
 			return fmt.Sprintf("%s · %s", st.Profile, st.Backend)
-		case appliance.PhaseSwitching:
+		case api.PhaseSwitching:
 			return fmt.Sprintf("switching to %s · %s", st.Target, st.Step)
-		case appliance.PhaseFailed:
+		case api.PhaseFailed:
 			return "failed"
 		}
 		return "idle"
@@ -168,7 +167,7 @@ type progressView struct {
 }
 
 // buildProgress folds a switch's events into the progress line.
-func buildProgress(id string, events []appliance.Event, beforeMiB int64, current appliance.State) progressView {
+func buildProgress(id string, events []api.Event, beforeMiB int64, current api.State) progressView {
 	pv := progressView{ID: id, BeforeMiB: beforeMiB}
 	index := map[string]int{}
 	for _, e := range events {

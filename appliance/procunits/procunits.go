@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"os"
 	"os/exec"
 	"strings"
@@ -237,14 +238,14 @@ func (r *Runner) Stop(ctx context.Context, name string) error {
 }
 
 // Unit reports the unit's state in systemd's vocabulary.
-func (r *Runner) Unit(ctx context.Context, name string) (systemd.UnitStatus, error) {
+func (r *Runner) Unit(ctx context.Context, name string) (api.UnitStatus, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	u, err := r.get(name)
 	if err != nil {
-		return systemd.UnitStatus{}, err
+		return api.UnitStatus{}, err
 	}
-	st := systemd.UnitStatus{
+	st := api.UnitStatus{
 		Name: name, LoadState: "loaded", ActiveState: u.state, SubState: u.sub, Result: u.result,
 		Conflicts: u.spec.Conflicts, NRestarts: u.restarts, ActiveEnterTimestamp: u.since,
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"gpuhost/api"
 	"io"
 	"net/http"
 	"strings"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"gpuhost/appliance"
 	"gpuhost/units"
 )
 
@@ -111,7 +111,7 @@ func (p *Proxy) Models(ctx context.Context) ModelList {
 	}
 	if prof := profiles[cur]; prof != nil {
 		switch {
-		case st.Phase == appliance.PhaseActive && st.Step == "":
+		case st.Phase == api.PhaseActive && st.Step == "":
 			add(prof, StatusLoaded)
 		default:
 			add(prof, StatusLoading)
@@ -135,7 +135,7 @@ func profileContext(prof *units.Profile) int {
 // liveModelLen asks the running vLLM for its max_model_len (it may differ
 // from the profile: vLLM picks the model's own when none is configured). The
 // answer is cached for the life of that backend.
-func (p *Proxy) liveModelLen(ctx context.Context, prof *units.Profile, st appliance.State) int {
+func (p *Proxy) liveModelLen(ctx context.Context, prof *units.Profile, st api.State) int {
 	if prof.Backend != units.VLLM {
 		return 0
 	}

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"net/url"
 	"regexp"
 	"strings"
 
-	"gpuhost/appliance"
 	"gpuhost/units"
 )
 
@@ -99,8 +99,8 @@ func (s OpencodeSkipped) String() string {
 // OpencodeModels joins the daemon's /v1/models (contexts, live for the
 // loaded model) with its /api/profiles (tool-call settings). Aliases are
 // left out: they name a model that is already listed.
-func OpencodeModels(list ModelList, profiles []appliance.ProfileInfo) []OpencodeModelInfo {
-	byName := map[string]appliance.ProfileInfo{}
+func OpencodeModels(list ModelList, profiles []api.ProfileInfo) []OpencodeModelInfo {
+	byName := map[string]api.ProfileInfo{}
 	for _, p := range profiles {
 		byName[p.Name] = p
 	}

@@ -2,11 +2,11 @@ package proxy_test
 
 import (
 	"encoding/json"
+	"gpuhost/api"
 	"reflect"
 	"strings"
 	"testing"
 
-	"gpuhost/appliance"
 	"gpuhost/appliance/proxy"
 	"gpuhost/units"
 )
@@ -143,7 +143,7 @@ func TestOpencodeModelsJoin(t *testing.T) {
 		{ID: "coder", Profile: "coder", Backend: units.VLLM, MaxModelLen: 40960, AliasOf: "qwen3-coder"},
 		{ID: "llama3.1:8b", Profile: "llama", Backend: units.Ollama},
 	}}
-	profiles := []appliance.ProfileInfo{
+	profiles := []api.ProfileInfo{
 		{Name: "coder", Backend: units.VLLM, Context: 65536, AutoToolChoice: true, ToolCallParser: "qwen3_xml"},
 		{Name: "llama", Backend: units.Ollama},
 	}

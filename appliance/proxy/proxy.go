@@ -46,6 +46,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"gpuhost/api"
 	"gpuhost/config"
 	"io"
 	"log/slog"
@@ -63,18 +64,17 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"gpuhost/appliance"
 	"gpuhost/units"
 )
 
 // Backend is what the proxy uses of *appliance.Supervisor.
 type Backend interface {
 	// State is the Supervisor's current state (read on every request).
-	State() appliance.State
+	State() api.State
 	// AwaitActive returns the active profile, blocking while a switch runs.
 	AwaitActive(ctx context.Context) (*units.Profile, error)
 	// Switch starts a switch (auto_switch only).
-	Switch(ctx context.Context, profile string, opts appliance.SwitchOptions) (string, <-chan error, error)
+	Switch(ctx context.Context, profile string, opts api.SwitchOptions) (string, <-chan error, error)
 }
 
 // Observer receives one call per forwarded /v1 request, for the metrics.

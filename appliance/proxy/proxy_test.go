@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/config"
 	"io"
 	"log/slog"
@@ -15,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"gpuhost/appliance"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/appliance/proxy"
 )
@@ -92,11 +92,11 @@ func TestStreamPassesThrough(t *testing.T) {
 // llama → coder runs (1.5 s engine load) are all held, then all complete.
 func TestHeldDuringSwitch(t *testing.T) {
 	e := newEnv(t, appliancetest.Options{Activate: "llama", VLLMLoad: "1500ms"})
-	_, done, err := e.f.Sup.Switch(context.Background(), "coder", appliance.SwitchOptions{})
+	_, done, err := e.f.Sup.Switch(context.Background(), "coder", api.SwitchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := e.f.Sup.State(); st.Phase != appliance.PhaseSwitching {
+	if st := e.f.Sup.State(); st.Phase != api.PhaseSwitching {
 		t.Fatalf("state %+v, want switching", st)
 	}
 	const n = 32
@@ -174,7 +174,7 @@ func TestHoldTimeoutAndIdle(t *testing.T) {
 	}
 	resp.Body.Close()
 
-	_, done, err := e.f.Sup.Switch(context.Background(), "coder", appliance.SwitchOptions{})
+	_, done, err := e.f.Sup.Switch(context.Background(), "coder", api.SwitchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +332,7 @@ func TestAutoSwitch(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if st := e.f.Sup.State(); st.Profile != "llama" || st.Phase != appliance.PhaseActive {
+	if st := e.f.Sup.State(); st.Profile != "llama" || st.Phase != api.PhaseActive {
 		t.Fatalf("state %+v, want llama active", st)
 	}
 	switched := 0
@@ -564,7 +564,7 @@ func TestSwitchFailures(t *testing.T) {
 	if ae.Error.Code != "switch_incomplete" || !strings.Contains(ae.Error.Message, "switch to broken failed") {
 		t.Fatalf("broken switch: %+v", ae.Error)
 	}
-	if st := e.f.Sup.State(); st.Profile != "coder" || st.Phase != appliance.PhaseActive {
+	if st := e.f.Sup.State(); st.Profile != "coder" || st.Phase != api.PhaseActive {
 		t.Fatalf("state %+v, want the rollback to coder", st)
 	}
 
@@ -665,7 +665,7 @@ func TestAutoSwitchRightAfterRollback(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the Supervisor never logged the rollback")
 	}
-	if st := e.f.Sup.State(); st.Phase != appliance.PhaseActive || st.Profile != "coder" || st.Step != "" {
+	if st := e.f.Sup.State(); st.Phase != api.PhaseActive || st.Profile != "coder" || st.Step != "" {
 		t.Fatalf("state %+v, want coder active after the rollback", st)
 	}
 
@@ -700,7 +700,7 @@ func TestAutoSwitchRightAfterRollback(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the request was never answered")
 	}
-	if st := e.f.Sup.State(); st.Phase != appliance.PhaseActive || st.Profile != "llama" {
+	if st := e.f.Sup.State(); st.Phase != api.PhaseActive || st.Profile != "llama" {
 		t.Fatalf("state %+v, want llama active", st)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"net"
 	"net/http"
 	"slices"
@@ -12,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"gpuhost/appliance"
 	"gpuhost/units"
 )
 
@@ -50,7 +50,7 @@ func (p *Proxy) route(reqCtx, holdCtx context.Context, requested string, rec *re
 		if requested == "" || containsProfile(cands, cur) {
 			prof, err := p.awaitActive(holdCtx, st, profiles, rec)
 			if err != nil {
-				if errors.Is(err, appliance.ErrNoBackend) && requested != "" && p.cfg.AutoSwitch && switchedTo == "" && reqCtx.Err() == nil {
+				if errors.Is(err, api.ErrNoBackend) && requested != "" && p.cfg.AutoSwitch && switchedTo == "" && reqCtx.Err() == nil {
 					continue // the switch we waited for failed: auto_switch may start one
 				}
 				return nil, holdError(p.sup.State(), holdCtx, reqCtx, err)
@@ -63,7 +63,7 @@ func (p *Proxy) route(reqCtx, holdCtx context.Context, requested string, rec *re
 			return nil, switchIncomplete(requested, cur, p.sup.State())
 		}
 		if !p.cfg.AutoSwitch {
-			if st.Phase == appliance.PhaseIdle || st.Phase == appliance.PhaseFailed {
+			if st.Phase == api.PhaseIdle || st.Phase == api.PhaseFailed {
 				return nil, noBackendError(st, fmt.Sprintf("model %q is configured (profile %s) but no backend is running", requested, cands[0].Name))
 			}
 			return nil, p.modelError(http.StatusNotFound, "model_not_loaded",
@@ -80,7 +80,7 @@ func (p *Proxy) route(reqCtx, holdCtx context.Context, requested string, rec *re
 			return nil, aerr
 		}
 		if name == "" {
-			if st := p.sup.State(); st.Phase != appliance.PhaseSwitching {
+			if st := p.sup.State(); st.Phase != api.PhaseSwitching {
 				// The busy switch has set its final state (active after a
 				// rollback, or failed) but not yet let go of the Supervisor:
 				// it is recording its end. Awaiting the state would return
@@ -97,7 +97,7 @@ func (p *Proxy) route(reqCtx, holdCtx context.Context, requested string, rec *re
 				continue
 			}
 			// Another switch runs: wait for it, then route again.
-			if _, err := p.awaitActive(holdCtx, p.sup.State(), profiles, rec); err != nil && !errors.Is(err, appliance.ErrNoBackend) {
+			if _, err := p.awaitActive(holdCtx, p.sup.State(), profiles, rec); err != nil && !errors.Is(err, api.ErrNoBackend) {
 				return nil, holdError(p.sup.State(), holdCtx, reqCtx, err)
 			}
 			continue
@@ -109,7 +109,7 @@ func (p *Proxy) route(reqCtx, holdCtx context.Context, requested string, rec *re
 
 // switchIncomplete is the 503 for a request whose model a switch was meant
 // to load but that is not what runs now.
-func switchIncomplete(requested, profile string, st appliance.State) *apiErr {
+func switchIncomplete(requested, profile string, st api.State) *apiErr {
 	msg := fmt.Sprintf("model %q is not active after the switch", requested)
 	if profile != "" {
 		msg = fmt.Sprintf("model %q is not active after the switch to profile %s", requested, profile)
@@ -124,8 +124,8 @@ func switchIncomplete(requested, profile string, st appliance.State) *apiErr {
 
 // awaitActive returns the active profile; the fast path (active, no switch)
 // takes no lock beyond State's and allocates nothing.
-func (p *Proxy) awaitActive(holdCtx context.Context, st appliance.State, profiles map[string]*units.Profile, rec *record) (*units.Profile, error) {
-	if st.Phase == appliance.PhaseActive && st.Step == "" {
+func (p *Proxy) awaitActive(holdCtx context.Context, st api.State, profiles map[string]*units.Profile, rec *record) (*units.Profile, error) {
+	if st.Phase == api.PhaseActive && st.Step == "" {
 		if prof := profiles[st.Profile]; prof != nil {
 			return prof, nil
 		}
@@ -144,9 +144,9 @@ func (p *Proxy) awaitActive(holdCtx context.Context, st appliance.State, profile
 func (p *Proxy) startSwitch(ctx context.Context, cands []*units.Profile, rec *record) (string, *apiErr) {
 	var refusals []string
 	for _, c := range cands {
-		_, _, err := p.sup.Switch(ctx, c.Name, appliance.SwitchOptions{})
-		var be *appliance.BusyError
-		var de *appliance.DoctorError
+		_, _, err := p.sup.Switch(ctx, c.Name, api.SwitchOptions{})
+		var be *api.BusyError
+		var de *api.DoctorError
 		switch {
 		case err == nil:
 			rec.switched = true
@@ -156,7 +156,7 @@ func (p *Proxy) startSwitch(ctx context.Context, cands []*units.Profile, rec *re
 			return "", nil
 		case errors.As(err, &de):
 			refusals = append(refusals, de.Error())
-		case errors.Is(err, appliance.ErrUnknownProfile):
+		case errors.Is(err, api.ErrUnknownProfile):
 			refusals = append(refusals, err.Error())
 		default:
 			return "", &apiErr{status: http.StatusServiceUnavailable, typ: "service_unavailable", code: "switch_failed",
@@ -169,11 +169,11 @@ func (p *Proxy) startSwitch(ctx context.Context, cands []*units.Profile, rec *re
 
 // currentProfile is the profile requests are routed to now: the active one,
 // or the target of the switch in progress.
-func currentProfile(st appliance.State) string {
+func currentProfile(st api.State) string {
 	switch st.Phase {
-	case appliance.PhaseActive:
+	case api.PhaseActive:
 		return st.Profile
-	case appliance.PhaseSwitching:
+	case api.PhaseSwitching:
 		return st.Target
 	}
 	return ""
@@ -231,11 +231,11 @@ func backendHost(prof *units.Profile) string {
 
 // holdError turns the end of a hold into an answer: no backend → 503 saying
 // why; the hold timed out → 503 with Retry-After; the client left → 499.
-func holdError(st appliance.State, holdCtx, reqCtx context.Context, err error) *apiErr {
+func holdError(st api.State, holdCtx, reqCtx context.Context, err error) *apiErr {
 	switch {
 	case reqCtx.Err() != nil:
 		return &apiErr{status: statusClientClosed, msg: "the client went away while the request was held"}
-	case errors.Is(err, appliance.ErrNoBackend):
+	case errors.Is(err, api.ErrNoBackend):
 		return noBackendError(st, "no inference backend is running")
 	case holdCtx.Err() != nil:
 		return &apiErr{status: http.StatusServiceUnavailable, typ: "service_unavailable", code: "hold_timeout", retryAfter: true,
@@ -246,9 +246,9 @@ func holdError(st appliance.State, holdCtx, reqCtx context.Context, err error) *
 }
 
 // noBackendError is the 503 for "nothing runs", naming why.
-func noBackendError(st appliance.State, what string) *apiErr {
+func noBackendError(st api.State, what string) *apiErr {
 	why := "gpuhost is idle: no profile is active (switch to one with `gpuhost switch PROFILE`)"
-	if st.Phase == appliance.PhaseFailed {
+	if st.Phase == api.PhaseFailed {
 		why = "the backend failed: " + st.Error
 	} else if st.LastError != "" {
 		why += "; last error: " + st.LastError
@@ -257,13 +257,13 @@ func noBackendError(st appliance.State, what string) *apiErr {
 		msg: what + ": " + why, extra: map[string]any{"phase": st.Phase}}
 }
 
-func describe(st appliance.State) string {
+func describe(st api.State) string {
 	switch st.Phase {
-	case appliance.PhaseActive:
+	case api.PhaseActive:
 		return "active: " + st.Profile
-	case appliance.PhaseSwitching:
+	case api.PhaseSwitching:
 		return fmt.Sprintf("switching to %s, step %s", st.Target, st.Step)
-	case appliance.PhaseFailed:
+	case api.PhaseFailed:
 		return "failed: " + st.Error
 	}
 	return string(st.Phase)
@@ -271,9 +271,9 @@ func describe(st appliance.State) string {
 
 // modelError is a 404 (or other) naming what is loaded and what is
 // available, so a client's user sees the names to use.
-func (p *Proxy) modelError(status int, code, msg string, profiles map[string]*units.Profile, st appliance.State) *apiErr {
+func (p *Proxy) modelError(status int, code, msg string, profiles map[string]*units.Profile, st api.State) *apiErr {
 	loaded := ""
-	if st.Phase == appliance.PhaseActive {
+	if st.Phase == api.PhaseActive {
 		if prof := profiles[st.Profile]; prof != nil {
 			loaded = prof.ServedModelName()
 		}

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"errors"
+	"gpuhost/api"
 	"gpuhost/config"
 	"io"
 	"log/slog"
@@ -17,7 +18,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"gpuhost/appliance"
 	"gpuhost/appliance/proxy"
 	"gpuhost/units"
 )
@@ -29,11 +29,11 @@ import (
 
 type fixedBackend struct{ prof *units.Profile }
 
-func (f fixedBackend) State() appliance.State {
-	return appliance.State{Phase: appliance.PhaseActive, Profile: f.prof.Name, Backend: f.prof.Backend}
+func (f fixedBackend) State() api.State {
+	return api.State{Phase: api.PhaseActive, Profile: f.prof.Name, Backend: f.prof.Backend}
 }
 func (f fixedBackend) AwaitActive(context.Context) (*units.Profile, error) { return f.prof, nil }
-func (f fixedBackend) Switch(context.Context, string, appliance.SwitchOptions) (string, <-chan error, error) {
+func (f fixedBackend) Switch(context.Context, string, api.SwitchOptions) (string, <-chan error, error) {
 	return "", nil, errors.New("fixedBackend does not switch")
 }
 

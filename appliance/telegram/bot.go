@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/config"
 	"log/slog"
 	"net/http"
@@ -46,9 +47,9 @@ import (
 // it): state for the doctor schedule, status for /gpu status, and the event
 // stream for notifications.
 type Supervisor interface {
-	State() appliance.State
-	Status(ctx context.Context) appliance.Status
-	Subscribe(since uint64) (<-chan appliance.Event, []appliance.Event, func())
+	State() api.State
+	Status(ctx context.Context) api.Status
+	Subscribe(since uint64) (<-chan api.Event, []api.Event, func())
 	LastSeq() uint64
 }
 
@@ -62,7 +63,7 @@ var ErrDisabled = errors.New("telegram bot disabled (telegram.enabled is false)"
 type Bot struct {
 	cfg    *config.Config
 	sup    Supervisor
-	doctor appliance.DoctorFunc
+	doctor api.DoctorFunc
 	log    *slog.Logger
 	store  *pairing.Store
 
@@ -72,7 +73,7 @@ type Bot struct {
 	mu        sync.Mutex
 	token     string   // in use; changes when a rotated token is read
 	oldTokens []string // earlier tokens, still redacted
-	st        appliance.TelegramStatus
+	st        api.TelegramStatus
 	skipped   atomic.Uint64 // undecodable updates
 	dropped   atomic.Uint64 // notifications given up on
 
@@ -104,7 +105,7 @@ type Bot struct {
 // call. A missing or malformed token is an error naming where it was looked
 // for, never containing the token. doctor may be nil (no /gpu doctor, no
 // red-doctor notifications); log nil means slog.Default().
-func New(cfg *config.Config, sup Supervisor, doctor appliance.DoctorFunc, log *slog.Logger) (*Bot, error) {
+func New(cfg *config.Config, sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) (*Bot, error) {
 	if cfg == nil || sup == nil {
 		return nil, errors.New("telegram: New needs a config and a supervisor")
 	}
@@ -141,7 +142,7 @@ func New(cfg *config.Config, sup Supervisor, doctor appliance.DoctorFunc, log *s
 		notes:       make(chan string, 32),
 	}
 	b.store.Now = func() time.Time { return b.now() }
-	b.st = appliance.TelegramStatus{State: appliance.TelegramStarting, Since: time.Now(), Errors: map[string]uint64{}}
+	b.st = api.TelegramStatus{State: api.TelegramStarting, Since: time.Now(), Errors: map[string]uint64{}}
 	b.log = slog.New(redactlog.New(log.Handler(), b.redact)).With("component", "telegram")
 	return b, nil
 }
@@ -191,7 +192,7 @@ func (b *Bot) Run(ctx context.Context) (err error) {
 		if err != nil {
 			reason = clipText(err.Error())
 		}
-		b.setState(appliance.TelegramStopped, reason)
+		b.setState(api.TelegramStopped, reason)
 	}()
 	since := b.sup.LastSeq() // notify about what happens from now on
 	ctx, cancel := context.WithCancel(ctx)
@@ -423,8 +424,8 @@ func (b *Bot) statusText(ctx context.Context) string {
 
 // probeEndpoint asks the active backend its health endpoint, as the
 // Supervisor does when it waits for readiness.
-func (b *Bot) probeEndpoint(ctx context.Context, st appliance.Status) health {
-	if st.State.Phase != appliance.PhaseActive {
+func (b *Bot) probeEndpoint(ctx context.Context, st api.Status) health {
+	if st.State.Phase != api.PhaseActive {
 		return health{}
 	}
 	p, ok := profileInfo(st, st.State.Profile)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/config"
 	"log"
 	"log/slog"
@@ -17,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"gpuhost/appliance"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/appliance/telegram/pairing"
 	"gpuhost/internal/redactlog"
@@ -422,8 +422,8 @@ func TestDoctorTurningRedIsNotifiedOnce(t *testing.T) {
 		// Without the fixture's failing profile the idle box is not red.
 		hook:        func(c *config.Config) { delete(c.Profiles, "coder-greedy") },
 		doctorEvery: 50 * time.Millisecond,
-		doctor: func(f *appliancetest.Fixture) appliance.DoctorFunc {
-			return func(ctx context.Context, p string) appliance.DoctorReport {
+		doctor: func(f *appliancetest.Fixture) api.DoctorFunc {
+			return func(ctx context.Context, p string) api.DoctorReport {
 				rep := f.Doctor(ctx, p)
 				runs.Add(1)
 				return rep
@@ -491,17 +491,17 @@ func TestTokenNeverAppearsInLogsOrErrors(t *testing.T) {
 		h := startBot(t, harnessOpts{before: func(api *fakeAPI) {
 			api.failNext("getMe", 3, failure{code: 401, desc: "Unauthorized: " + echo})
 		}})
-		st := h.waitStatus(t, "backing off on a refused token", func(st appliance.TelegramStatus) bool {
-			return st.State == appliance.TelegramBackingOff && st.Errors["unauthorized"] >= 1
+		st := h.waitStatus(t, "backing off on a refused token", func(st api.TelegramStatus) bool {
+			return st.State == api.TelegramBackingOff && st.Errors["unauthorized"] >= 1
 		})
 		assertNoToken(t, "status", fmt.Sprint(st))
-		for _, want := range []string{appliance.TelegramTokenRefused, "telegram.token_file"} {
+		for _, want := range []string{api.TelegramTokenRefused, "telegram.token_file"} {
 			if !strings.Contains(st.Reason, want) {
 				t.Errorf("reason %q lacks %q", st.Reason, want)
 			}
 		}
 		h.sync(t) // the fourth getMe succeeds: the bot works
-		if st := h.bot.Status(); st.State != appliance.TelegramPolling || st.Errors["unauthorized"] != 3 {
+		if st := h.bot.Status(); st.State != api.TelegramPolling || st.Errors["unauthorized"] != 3 {
 			t.Errorf("after recovery: %+v", st)
 		}
 	})
@@ -529,7 +529,7 @@ func TestTokenNeverAppearsInLogsOrErrors(t *testing.T) {
 		h.sync(t) // polling works
 		h.api.failNext("getUpdates", 2, failure{code: 401, desc: "Unauthorized: " + echo})
 		h.api.push(syncUser, private(syncUser), "/gpu help") // wakes the long poll
-		h.waitStatus(t, "backing off on a refused token", func(st appliance.TelegramStatus) bool {
+		h.waitStatus(t, "backing off on a refused token", func(st api.TelegramStatus) bool {
 			return st.Errors["unauthorized"] >= 1
 		})
 		h.sync(t) // and it comes back by itself
@@ -539,7 +539,7 @@ func TestTokenNeverAppearsInLogsOrErrors(t *testing.T) {
 			t.Fatalf("Run returned (%v) on a 401", err)
 		default:
 		}
-		if st := h.bot.Status(); st.State != appliance.TelegramPolling || st.Errors["unauthorized"] != 2 {
+		if st := h.bot.Status(); st.State != api.TelegramPolling || st.Errors["unauthorized"] != 2 {
 			t.Errorf("after recovery: %+v", st)
 		}
 		h.waitLog(t, "refuses the bot token", 2)
@@ -610,11 +610,11 @@ func TestNew(t *testing.T) {
 // idleSupervisor is enough for New, which only stores it.
 type idleSupervisor struct{}
 
-func (idleSupervisor) State() appliance.State                  { return appliance.State{Phase: appliance.PhaseIdle} }
-func (idleSupervisor) Status(context.Context) appliance.Status { return appliance.Status{} }
-func (idleSupervisor) LastSeq() uint64                         { return 0 }
-func (idleSupervisor) Subscribe(uint64) (<-chan appliance.Event, []appliance.Event, func()) {
-	return make(chan appliance.Event), nil, func() {}
+func (idleSupervisor) State() api.State                  { return api.State{Phase: api.PhaseIdle} }
+func (idleSupervisor) Status(context.Context) api.Status { return api.Status{} }
+func (idleSupervisor) LastSeq() uint64                   { return 0 }
+func (idleSupervisor) Subscribe(uint64) (<-chan api.Event, []api.Event, func()) {
+	return make(chan api.Event), nil, func() {}
 }
 
 func TestRedactHandlerScrubsEveryKindOfValue(t *testing.T) {

@@ -2,13 +2,13 @@ package telegram
 
 import (
 	"fmt"
+	"gpuhost/api"
 	"math"
 	"strings"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"gpuhost/appliance"
 	"gpuhost/units"
 )
 
@@ -62,23 +62,23 @@ func memBar(used, total uint64) string {
 func gib(mib uint64) string { return fmt.Sprintf("%.1f", float64(mib)/1024) }
 
 // formatStatus is the one compact /gpu status message.
-func formatStatus(st appliance.Status, h health, now time.Time) string {
+func formatStatus(st api.Status, h health, now time.Time) string {
 	var b strings.Builder
 	s := st.State
 	switch s.Phase {
-	case appliance.PhaseActive:
+	case api.PhaseActive:
 		fmt.Fprintf(&b, "🟢 %s", s.Profile)
 		if p, ok := profileInfo(st, s.Profile); ok {
 			fmt.Fprintf(&b, " · %s · %s", p.Backend, p.ServedName)
 		} else if s.Backend != "" {
 			fmt.Fprintf(&b, " · %s", s.Backend)
 		}
-	case appliance.PhaseSwitching:
+	case api.PhaseSwitching:
 		fmt.Fprintf(&b, "🔄 switching to %s", s.Target)
 		if s.Step != "" {
 			fmt.Fprintf(&b, " (step %s)", s.Step)
 		}
-	case appliance.PhaseFailed:
+	case api.PhaseFailed:
 		fmt.Fprintf(&b, "🔴 failed: %s", clip(s.Error, 300))
 	default:
 		b.WriteString("⚪ idle: no backend running")
@@ -138,18 +138,18 @@ func formatStatus(st appliance.Status, h health, now time.Time) string {
 	return truncate(b.String())
 }
 
-func profileInfo(st appliance.Status, name string) (appliance.ProfileInfo, bool) {
+func profileInfo(st api.Status, name string) (api.ProfileInfo, bool) {
 	for _, p := range st.Profiles {
 		if p.Name == name {
 			return p, true
 		}
 	}
-	return appliance.ProfileInfo{}, false
+	return api.ProfileInfo{}, false
 }
 
 // formatDoctor lists failing and warning checks only, or says all green.
-func formatDoctor(rep appliance.DoctorReport) string {
-	var fails, warns []appliance.DoctorCheck
+func formatDoctor(rep api.DoctorReport) string {
+	var fails, warns []api.DoctorCheck
 	for _, c := range rep.Checks {
 		switch c.Severity {
 		case units.SeverityFail:
@@ -163,7 +163,7 @@ func formatDoctor(rep appliance.DoctorReport) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "doctor: %d failing, %d warning (of %d checks)\n", len(fails), len(warns), len(rep.Checks))
-	write := func(icon string, cs []appliance.DoctorCheck) {
+	write := func(icon string, cs []api.DoctorCheck) {
 		for _, c := range cs {
 			fmt.Fprintf(&b, "\n%s %s", icon, c.ID)
 			if c.Profile != "" {

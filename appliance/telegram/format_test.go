@@ -1,12 +1,12 @@
 package telegram
 
 import (
+	"gpuhost/api"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
-	"gpuhost/appliance"
 	"gpuhost/nvml"
 	"gpuhost/units"
 )
@@ -31,16 +31,16 @@ func TestMemBar(t *testing.T) {
 	}
 }
 
-func statusFixture() appliance.Status {
+func statusFixture() api.Status {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	return appliance.Status{
-		State: appliance.State{Phase: appliance.PhaseActive, Profile: "coder", Backend: units.VLLM},
+	return api.Status{
+		State: api.State{Phase: api.PhaseActive, Profile: "coder", Backend: units.VLLM},
 		GPU: &nvml.Snapshot{Backend: "nvml", Devices: []nvml.Device{{
 			Name: "NVIDIA GeForce RTX 4090", MemoryTotalMiB: 24576, MemoryUsedMiB: 18842,
 			UtilizationGPU: 37, TemperatureC: 52, PowerW: 210.4, PowerLimitW: 450,
 		}}},
-		Profiles:   []appliance.ProfileInfo{{Name: "coder", Backend: units.VLLM, ServedName: "qwen3-coder", Port: 8000}},
-		LastSwitch: &appliance.SwitchSummary{Profile: "coder", OK: true, StartedAt: now.Add(-5 * time.Minute), DurationMS: 12345},
+		Profiles:   []api.ProfileInfo{{Name: "coder", Backend: units.VLLM, ServedName: "qwen3-coder", Port: 8000}},
+		LastSwitch: &api.SwitchSummary{Profile: "coder", OK: true, StartedAt: now.Add(-5 * time.Minute), DurationMS: 12345},
 	}
 }
 
@@ -49,7 +49,7 @@ func TestFormatStatus(t *testing.T) {
 	okHealth := health{Checked: true, OK: true, URL: "/health", Detail: "200 in 3 ms"}
 	tests := []struct {
 		name   string
-		mod    func(*appliance.Status)
+		mod    func(*api.Status)
 		health health
 		want   string
 	}{
@@ -64,7 +64,7 @@ func TestFormatStatus(t *testing.T) {
 		},
 		{
 			name: "facts the card cannot report say n/a, not zero",
-			mod: func(s *appliance.Status) {
+			mod: func(s *api.Status) {
 				s.GPU.Devices[0].FactErrors = map[string]string{"power_w": "ERROR_NOT_SUPPORTED", "temperature_c": "ERROR_NOT_SUPPORTED"}
 				s.GPU.Backend = "sim"
 			},
@@ -78,10 +78,10 @@ func TestFormatStatus(t *testing.T) {
 		},
 		{
 			name: "switching, no GPU, failed last switch",
-			mod: func(s *appliance.Status) {
-				s.State = appliance.State{Phase: appliance.PhaseSwitching, Target: "llama", Step: "vram_release"}
+			mod: func(s *api.Status) {
+				s.State = api.State{Phase: api.PhaseSwitching, Target: "llama", Step: "vram_release"}
 				s.GPU, s.GPUError = nil, "NVML not initialised"
-				s.LastSwitch = &appliance.SwitchSummary{Profile: "llama", OK: false, Error: "start: exit 1", StartedAt: now.Add(-3 * time.Hour)}
+				s.LastSwitch = &api.SwitchSummary{Profile: "llama", OK: false, Error: "start: exit 1", StartedAt: now.Add(-3 * time.Hour)}
 			},
 			want: "🔄 switching to llama (step vram_release)\n" +
 				"GPU: unavailable (NVML not initialised)\n" +
@@ -90,8 +90,8 @@ func TestFormatStatus(t *testing.T) {
 		},
 		{
 			name: "idle, no switch yet",
-			mod: func(s *appliance.Status) {
-				s.State = appliance.State{Phase: appliance.PhaseIdle}
+			mod: func(s *api.Status) {
+				s.State = api.State{Phase: api.PhaseIdle}
 				s.LastSwitch = nil
 				s.GPU.Devices = nil
 			},
@@ -99,8 +99,8 @@ func TestFormatStatus(t *testing.T) {
 		},
 		{
 			name: "failed",
-			mod: func(s *appliance.Status) {
-				s.State = appliance.State{Phase: appliance.PhaseFailed, Error: "two backends active"}
+			mod: func(s *api.Status) {
+				s.State = api.State{Phase: api.PhaseFailed, Error: "two backends active"}
 			},
 			want: "🔴 failed: two backends active\n",
 		},
@@ -126,11 +126,11 @@ func TestFormatStatus(t *testing.T) {
 }
 
 func TestFormatDoctor(t *testing.T) {
-	green := appliance.DoctorReport{Checks: []appliance.DoctorCheck{{ID: "a", Severity: units.SeverityOK}, {ID: "b", Severity: units.SeverityOK}}}
+	green := api.DoctorReport{Checks: []api.DoctorCheck{{ID: "a", Severity: units.SeverityOK}, {ID: "b", Severity: units.SeverityOK}}}
 	if got := formatDoctor(green); got != "✅ doctor: all green (2 checks)" {
 		t.Errorf("green: %q", got)
 	}
-	mixed := appliance.DoctorReport{Checks: []appliance.DoctorCheck{
+	mixed := api.DoctorReport{Checks: []api.DoctorCheck{
 		{ID: "units.conflicts", Severity: units.SeverityOK, Message: "fine"},
 		{ID: "profile.vram_fit", Severity: units.SeverityWarn, Profile: "coder", Message: "tight", Fix: "lower max_model_len"},
 		{ID: "gpu.driver", Severity: units.SeverityFail, Message: "driver 535 is older than 580", Fix: "install driver ≥ 580"},
@@ -168,9 +168,9 @@ func TestTruncateKeepsWithinTelegramLimit(t *testing.T) {
 		}
 	}
 	// A huge doctor report still fits.
-	var rep appliance.DoctorReport
+	var rep api.DoctorReport
 	for range 200 {
-		rep.Checks = append(rep.Checks, appliance.DoctorCheck{ID: "x", Severity: units.SeverityFail, Message: strings.Repeat("m", 400)})
+		rep.Checks = append(rep.Checks, api.DoctorCheck{ID: "x", Severity: units.SeverityFail, Message: strings.Repeat("m", 400)})
 	}
 	if n := utf16Len(formatDoctor(rep)); n > maxMessageUnits {
 		t.Errorf("doctor message has %d units", n)

@@ -3,6 +3,7 @@ package telegram
 import (
 	"bytes"
 	"context"
+	"gpuhost/api"
 	"gpuhost/config"
 	"log/slog"
 	"os"
@@ -16,7 +17,6 @@ import (
 	"github.com/go-telegram/bot/models"
 	"github.com/spf13/cobra"
 
-	"gpuhost/appliance"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/appliance/telegram/pairing"
 )
@@ -64,10 +64,10 @@ type harnessOpts struct {
 	hook        func(*config.Config)
 	// doctorEvery > 0 runs the periodic doctor at this interval.
 	doctorEvery time.Duration
-	doctor      func(f *appliancetest.Fixture) appliance.DoctorFunc
+	doctor      func(f *appliancetest.Fixture) api.DoctorFunc
 	clockOffset time.Duration
 	// before runs after the fake API exists and before the bot starts.
-	before func(api *fakeAPI)
+	before func(fakeBot *fakeAPI)
 	// asker, when set, enables /ask.
 	asker Asker
 }
@@ -87,14 +87,14 @@ type harness struct {
 // fresh fake Bot API, with logs captured and checked for the token at the end.
 func startBot(t *testing.T, o harnessOpts) *harness {
 	t.Helper()
-	api := newFakeAPI(t)
+	fakeBot := newFakeAPI(t)
 	tokenFile := filepath.Join(t.TempDir(), "telegram.token")
 	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	f := appliancetest.New(t, appliancetest.Options{Activate: o.activate, Hook: func(c *config.Config) {
 		c.Telegram.Enabled = true
-		c.Telegram.APIURL = api.URL()
+		c.Telegram.APIURL = fakeBot.URL()
 		c.Telegram.TokenFile = tokenFile
 		c.Telegram.AllowGroups = o.allowGroups
 		if o.hook != nil {
@@ -120,13 +120,13 @@ func startBot(t *testing.T, o harnessOpts) *harness {
 		b.doctorFirst, b.doctorEvery = o.doctorEvery, o.doctorEvery
 	}
 	if o.before != nil {
-		o.before(api)
+		o.before(fakeBot)
 	}
 	if o.asker != nil {
 		b.SetAsker(o.asker)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &harness{api: api, f: f, bot: b, store: pairing.New(f.Cfg.StateDir), clock: clock, logs: logs, done: make(chan error, 1), stop: cancel}
+	h := &harness{api: fakeBot, f: f, bot: b, store: pairing.New(f.Cfg.StateDir), clock: clock, logs: logs, done: make(chan error, 1), stop: cancel}
 	h.store.Now = clock.Now
 	go func() { h.done <- b.Run(ctx) }()
 	t.Cleanup(func() {
@@ -250,7 +250,7 @@ func (h *harness) sync(t *testing.T) {
 }
 
 // waitStatus waits until cond holds for the bot's Status.
-func (h *harness) waitStatus(t *testing.T, what string, cond func(appliance.TelegramStatus) bool) appliance.TelegramStatus {
+func (h *harness) waitStatus(t *testing.T, what string, cond func(api.TelegramStatus) bool) api.TelegramStatus {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

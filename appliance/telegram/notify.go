@@ -3,11 +3,11 @@ package telegram
 import (
 	"context"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/config"
 	"strings"
 	"time"
 
-	"gpuhost/appliance"
 	"gpuhost/units"
 )
 
@@ -24,7 +24,7 @@ type noteState struct {
 // note turns one Supervisor event into a notification text, or "" for
 // events that are not worth one. A unit failing during a switch is left to
 // the switch's own failure message, which says more.
-func (n *noteState) note(e appliance.Event, cfg *config.Config) string {
+func (n *noteState) note(e api.Event, cfg *config.Config) string {
 	switch e.Kind {
 	case "switch":
 		switch e.Status {
@@ -75,7 +75,7 @@ func (b *Bot) watchEvents(ctx context.Context, since uint64) {
 	ch, backlog, cancel := b.sup.Subscribe(since)
 	defer cancel()
 	var n noteState
-	handle := func(e appliance.Event) {
+	handle := func(e api.Event) {
 		if text := n.note(e, b.cfg); text != "" {
 			b.enqueue(text)
 		}
@@ -147,7 +147,7 @@ func (b *Bot) watchDoctor(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if b.sup.State().Phase == appliance.PhaseSwitching {
+		if b.sup.State().Phase == api.PhaseSwitching {
 			t.Reset(min(b.doctorEvery, 30*time.Second))
 			continue
 		}

@@ -1,11 +1,11 @@
 package telegram
 
 import (
+	"gpuhost/api"
 	"gpuhost/config"
 	"strings"
 	"testing"
 
-	"gpuhost/appliance"
 	"gpuhost/units"
 )
 
@@ -13,17 +13,17 @@ func TestNoteState(t *testing.T) {
 	cfg := &config.Config{Profiles: map[string]*units.Profile{
 		"coder": {Name: "coder", Backend: units.VLLM, ServedName: "qwen3-coder"},
 	}}
-	unitEv := func(state string) appliance.Event {
-		return appliance.Event{Kind: "unit", Detail: map[string]any{"unit": "gpuhost-vllm.service", "active_state": state}}
+	unitEv := func(state string) api.Event {
+		return api.Event{Kind: "unit", Detail: map[string]any{"unit": "gpuhost-vllm.service", "active_state": state}}
 	}
 	tests := []struct {
 		name string
-		evs  []appliance.Event
+		evs  []api.Event
 		want []string // substrings of the notifications, in order ("" = none for that event)
 	}{
 		{
 			name: "successful switch",
-			evs: []appliance.Event{
+			evs: []api.Event{
 				{Kind: "switch", Status: "started", Profile: "coder"},
 				{Kind: "step", Step: "start", Status: "done"},
 				{Kind: "switch", Status: "done", Profile: "coder", DurationMS: 12300},
@@ -32,7 +32,7 @@ func TestNoteState(t *testing.T) {
 		},
 		{
 			name: "failed switch carries the last journal lines; the unit failing inside it is not a separate note",
-			evs: []appliance.Event{
+			evs: []api.Event{
 				{Kind: "switch", Status: "started", Profile: "coder"},
 				{Kind: "step", Step: "ready", Status: "failed", Journal: []string{"l1", "l2", "l3", "l4", "l5", "l6: bind: address already in use"}},
 				unitEv("failed"),
@@ -42,12 +42,12 @@ func TestNoteState(t *testing.T) {
 		},
 		{
 			name: "unit failing outside a switch",
-			evs:  []appliance.Event{unitEv("active"), unitEv("failed"), unitEv("inactive")},
+			evs:  []api.Event{unitEv("active"), unitEv("failed"), unitEv("inactive")},
 			want: []string{"", "⚠️ backend unit gpuhost-vllm.service failed", ""},
 		},
 		{
 			name: "after a failed switch, unit failures are notified again",
-			evs: []appliance.Event{
+			evs: []api.Event{
 				{Kind: "switch", Status: "started"},
 				{Kind: "switch", Status: "failed", Profile: "x"},
 				unitEv("failed"),
@@ -56,7 +56,7 @@ func TestNoteState(t *testing.T) {
 		},
 		{
 			name: "other events are quiet",
-			evs: []appliance.Event{
+			evs: []api.Event{
 				{Kind: "state", Message: "active"}, {Kind: "reconcile", Message: "restoring"},
 				{Kind: "switch", Status: "info", Message: "rolling back"},
 				{Kind: "unit", Detail: map[string]any{"active_state": 42}},

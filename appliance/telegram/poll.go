@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,8 +18,6 @@ import (
 
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
-
-	"gpuhost/appliance"
 )
 
 // The bot long-polls getUpdates itself rather than through the library's
@@ -345,14 +344,14 @@ func (b *Bot) backoff(ctx context.Context, method string, err error, attempt *in
 	level, msg := slog.LevelWarn, "telegram API error; backing off"
 	switch kind {
 	case errUnauthorized:
-		reason = fmt.Sprintf("%s from %s (%s answered %s); re-reading the token on every retry", appliance.TelegramTokenRefused, b.tokenSource, method, serr)
+		reason = fmt.Sprintf("%s from %s (%s answered %s); re-reading the token on every retry", api.TelegramTokenRefused, b.tokenSource, method, serr)
 		level, msg = slog.LevelError, "telegram API refuses the bot token; retrying with backoff (rotate it in the token file or environment)"
 	case errConflict:
 		level, msg = slog.LevelError, "telegram API conflict: another process polls with this bot token, or a webhook is set (delete it); backing off"
 	case errRateLimited:
 		msg = "telegram API rate limit; waiting as long as it asks"
 	}
-	b.setState(appliance.TelegramBackingOff, clipText(reason))
+	b.setState(api.TelegramBackingOff, clipText(reason))
 	b.log.Log(ctx, level, msg, "method", method, "kind", kind, "err", serr, "retry_in", delay, "token_source", b.tokenSource)
 	if !b.sleep(ctx, delay) {
 		return false

@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"fmt"
+	"gpuhost/api"
 	"os"
 	"strings"
 	"testing"
@@ -9,7 +10,6 @@ import (
 
 	"github.com/go-telegram/bot/models"
 
-	"gpuhost/appliance"
 	"gpuhost/appliance/telegram/pairing"
 )
 
@@ -34,7 +34,7 @@ func TestUndecodableUpdateIsSkipped(t *testing.T) {
 	if codeIn(got) != "" {
 		t.Fatalf("the operator got a pairing code: %q", got)
 	}
-	if st := h.bot.Status(); st.UpdatesSkipped != 1 || st.State != appliance.TelegramPolling {
+	if st := h.bot.Status(); st.UpdatesSkipped != 1 || st.State != api.TelegramPolling {
 		t.Errorf("status after a poison update: %+v", st)
 	}
 	// The next poll confirms past the poison update: Telegram forgets it.
@@ -84,15 +84,15 @@ func TestRotatedTokenIsPickedUp(t *testing.T) {
 	const newToken = "4242424242:AANewRotatedSecretValue_zyxwvutsrqpo"
 	h.api.setToken(newToken)
 	h.api.push(operator, private(operator), "/gpu help")
-	st := h.waitStatus(t, "backing off on the rotated token", func(st appliance.TelegramStatus) bool {
-		return st.State == appliance.TelegramBackingOff && strings.HasPrefix(st.Reason, appliance.TelegramTokenRefused)
+	st := h.waitStatus(t, "backing off on the rotated token", func(st api.TelegramStatus) bool {
+		return st.State == api.TelegramBackingOff && strings.HasPrefix(st.Reason, api.TelegramTokenRefused)
 	})
 	if err := os.WriteFile(h.f.Cfg.Telegram.TokenFile, []byte(newToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	h.api.waitMessage(t, operator.ID, "/gpu status")
 	h.sync(t)
-	if st := h.bot.Status(); st.State != appliance.TelegramPolling {
+	if st := h.bot.Status(); st.State != api.TelegramPolling {
 		t.Errorf("after the rotation: %+v", st)
 	}
 	h.waitLog(t, "token changed", 1)
@@ -111,7 +111,7 @@ func TestRetryAfterOnGetUpdatesIsHonoured(t *testing.T) {
 	h.sync(t)
 	h.api.failNext("getUpdates", 1, failure{code: 429, desc: "Too Many Requests: retry after 2", retryAfter: 2})
 	h.api.push(syncUser, private(syncUser), "/gpu help") // wakes the long poll
-	h.waitStatus(t, "rate limited", func(st appliance.TelegramStatus) bool { return st.Errors["rate_limited"] == 1 })
+	h.waitStatus(t, "rate limited", func(st api.TelegramStatus) bool { return st.Errors["rate_limited"] == 1 })
 	h.sync(t)
 	// After the 429'd call the next must wait ≥ 2 s; every other poll
 	// follows at once or returns early when an update is pushed.
@@ -185,7 +185,7 @@ func TestInvalidBodiesAreLoggedCapped(t *testing.T) {
 	h.api.failNext("getUpdates", 2, failure{code: 502, raw: big})
 	h.api.failNext("sendMessage", 2, failure{code: 200, raw: big})
 	h.api.push(operator, private(operator), "/gpu help")
-	h.waitStatus(t, "two bad answers", func(st appliance.TelegramStatus) bool { return st.Errors["server"] >= 2 })
+	h.waitStatus(t, "two bad answers", func(st api.TelegramStatus) bool { return st.Errors["server"] >= 2 })
 	h.sync(t)
 	logs := h.logs.String()
 	if !strings.Contains(logs, "gateway error page") {
@@ -244,17 +244,17 @@ func mustCodeOf(t *testing.T, s *pairing.Store, user int64) string {
 func TestStoppedStatus(t *testing.T) {
 	h := startBot(t, harnessOpts{})
 	h.sync(t)
-	if st := h.bot.Status(); st.State != appliance.TelegramPolling || st.Bot != testBotName || st.LastPoll.IsZero() {
+	if st := h.bot.Status(); st.State != api.TelegramPolling || st.Bot != testBotName || st.LastPoll.IsZero() {
 		t.Errorf("polling status: %+v", st)
 	}
 	h.stop()
 	err := <-h.done
 	h.done <- err
-	if st := h.bot.Status(); st.State != appliance.TelegramStopped || st.Reason == "" {
+	if st := h.bot.Status(); st.State != api.TelegramStopped || st.Reason == "" {
 		t.Errorf("after Run: %+v", st)
 	}
 	st := StoppedStatus(fmt.Errorf("telegram bot token missing: set GPUHOST_TELEGRAM_TOKEN"), time.Now())()
-	if st.State != appliance.TelegramStopped || !strings.Contains(st.Reason, "token missing") || len(st.Errors) != len(ErrorKinds) {
+	if st.State != api.TelegramStopped || !strings.Contains(st.Reason, "token missing") || len(st.Errors) != len(ErrorKinds) {
 		t.Errorf("StoppedStatus: %+v", st)
 	}
 }

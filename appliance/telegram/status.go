@@ -2,18 +2,17 @@ package telegram
 
 import (
 	"context"
+	"gpuhost/api"
 	"maps"
 	"time"
 
 	"github.com/go-telegram/bot"
-
-	"gpuhost/appliance"
 )
 
 // Status is the bot's health for GET /api/status, the panel, the
 // telegram.bot doctor check and /metrics (the daemon hands it to
 // Supervisor.SetTelegramStatus).
-func (b *Bot) Status() appliance.TelegramStatus {
+func (b *Bot) Status() api.TelegramStatus {
 	b.mu.Lock()
 	st := b.st
 	st.Errors = maps.Clone(b.st.Errors)
@@ -31,7 +30,7 @@ func (b *Bot) Status() appliance.TelegramStatus {
 
 // StoppedStatus is the status of a bot that could not be started (New
 // failed): stopped, with err as the reason.
-func StoppedStatus(err error, now time.Time) appliance.TelegramStatusFunc {
+func StoppedStatus(err error, now time.Time) api.TelegramStatusFunc {
 	reason := "not started"
 	if err != nil {
 		reason = clipText(err.Error())
@@ -40,8 +39,8 @@ func StoppedStatus(err error, now time.Time) appliance.TelegramStatusFunc {
 	for _, k := range ErrorKinds {
 		errs[k] = 0
 	}
-	return func() appliance.TelegramStatus {
-		return appliance.TelegramStatus{State: appliance.TelegramStopped, Reason: reason, Since: now, Errors: maps.Clone(errs)}
+	return func() api.TelegramStatus {
+		return api.TelegramStatus{State: api.TelegramStopped, Reason: reason, Since: now, Errors: maps.Clone(errs)}
 	}
 }
 
@@ -61,10 +60,10 @@ func (b *Bot) polled() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
-	if b.st.State != appliance.TelegramPolling {
+	if b.st.State != api.TelegramPolling {
 		b.st.Since = now
 	}
-	b.st.State, b.st.Reason, b.st.LastPoll = appliance.TelegramPolling, "", now
+	b.st.State, b.st.Reason, b.st.LastPoll = api.TelegramPolling, "", now
 }
 
 func (b *Bot) countError(kind string) {

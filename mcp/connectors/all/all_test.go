@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"gpuhost/api"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,7 +16,6 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"gopkg.in/yaml.v3"
 
-	"gpuhost/appliance"
 	"gpuhost/bench"
 	"gpuhost/mcp"
 	_ "gpuhost/mcp/connectors/all"
@@ -49,9 +49,9 @@ nas:
 type daemon struct{}
 
 func (daemon) Snapshot(context.Context) (nvml.Snapshot, error) { return nvml.Snapshot{}, nil }
-func (daemon) Status(context.Context) appliance.Status         { return appliance.Status{} }
-func (daemon) Doctor(context.Context, string) appliance.DoctorReport {
-	return appliance.DoctorReport{}
+func (daemon) Status(context.Context) api.Status               { return api.Status{} }
+func (daemon) Doctor(context.Context, string) api.DoctorReport {
+	return api.DoctorReport{}
 }
 func (daemon) BenchResults() ([]bench.Summary, error) { return nil, errors.New("none") }
 

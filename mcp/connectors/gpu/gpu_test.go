@@ -3,13 +3,13 @@ package gpu
 import (
 	"context"
 	"errors"
+	"gpuhost/api"
 	"strings"
 	"testing"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
-	"gpuhost/appliance"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/bench"
 	"gpuhost/mcp"
@@ -23,8 +23,8 @@ type fixtureDaemon struct{ f *appliancetest.Fixture }
 func (d fixtureDaemon) Snapshot(ctx context.Context) (nvml.Snapshot, error) {
 	return d.f.Sup.Snapshot(ctx)
 }
-func (d fixtureDaemon) Status(ctx context.Context) appliance.Status { return d.f.Sup.Status(ctx) }
-func (d fixtureDaemon) Doctor(ctx context.Context, p string) appliance.DoctorReport {
+func (d fixtureDaemon) Status(ctx context.Context) api.Status { return d.f.Sup.Status(ctx) }
+func (d fixtureDaemon) Doctor(ctx context.Context, p string) api.DoctorReport {
 	return d.f.Doctor(ctx, p)
 }
 func (d fixtureDaemon) BenchResults() ([]bench.Summary, error) { return nil, nil }
@@ -42,9 +42,9 @@ func (d staticDaemon) Snapshot(ctx context.Context) (nvml.Snapshot, error) {
 	}
 	return d.snap, d.err
 }
-func (d staticDaemon) Status(context.Context) appliance.Status { return appliance.Status{} }
-func (d staticDaemon) Doctor(context.Context, string) appliance.DoctorReport {
-	return appliance.DoctorReport{}
+func (d staticDaemon) Status(context.Context) api.Status { return api.Status{} }
+func (d staticDaemon) Doctor(context.Context, string) api.DoctorReport {
+	return api.DoctorReport{}
 }
 func (d staticDaemon) BenchResults() ([]bench.Summary, error) { return nil, nil }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"io"
 	"net/http"
 	"sort"
@@ -13,7 +14,6 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
-	"gpuhost/appliance"
 	"gpuhost/bench"
 	"gpuhost/mcp"
 	"gpuhost/units"
@@ -118,20 +118,20 @@ type tools struct {
 
 // StatusResult is inference_status's answer.
 type StatusResult struct {
-	Phase     appliance.Phase `json:"phase"`
-	Profile   string          `json:"profile,omitempty"`
-	Target    string          `json:"switching_to,omitempty"`
-	Step      string          `json:"step,omitempty"`
-	Error     string          `json:"error,omitempty"`
-	LastError string          `json:"last_error,omitempty"`
-	Since     time.Time       `json:"since"`
+	Phase     api.Phase `json:"phase"`
+	Profile   string    `json:"profile,omitempty"`
+	Target    string    `json:"switching_to,omitempty"`
+	Step      string    `json:"step,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	LastError string    `json:"last_error,omitempty"`
+	Since     time.Time `json:"since"`
 	// Active describes the active (or current) profile, nil when idle.
 	Active *ProfileView `json:"active,omitempty"`
 	// Endpoint is the live health probe of Active's port.
-	Endpoint   *Health                  `json:"endpoint,omitempty"`
-	Units      []UnitView               `json:"units"`
-	LastSwitch *appliance.SwitchSummary `json:"last_switch,omitempty"`
-	Note       string                   `json:"note,omitempty"`
+	Endpoint   *Health            `json:"endpoint,omitempty"`
+	Units      []UnitView         `json:"units"`
+	LastSwitch *api.SwitchSummary `json:"last_switch,omitempty"`
+	Note       string             `json:"note,omitempty"`
 }
 
 // ProfileView is a profile as the model needs it (no argv).
@@ -166,7 +166,7 @@ type Health struct {
 	Error     string  `json:"error,omitempty"`
 }
 
-func view(p appliance.ProfileInfo) ProfileView {
+func view(p api.ProfileInfo) ProfileView {
 	return ProfileView{Name: p.Name, Backend: p.Backend, Model: p.Model, ServedName: p.ServedName, Port: p.Port, Unit: p.Unit, Active: p.Active}
 }
 
@@ -176,7 +176,7 @@ func (t *tools) status(ctx context.Context, _ mcp.Args) (any, error) {
 	cancel()
 	out := StatusResult{Phase: st.State.Phase, Profile: st.State.Profile, Step: st.State.Step, Error: st.State.Error,
 		LastError: st.State.LastError, Since: st.State.Since, LastSwitch: st.LastSwitch, Units: []UnitView{}}
-	if st.State.Phase == appliance.PhaseSwitching {
+	if st.State.Phase == api.PhaseSwitching {
 		out.Target = st.State.Target
 	}
 	for _, u := range st.Units {
@@ -193,7 +193,7 @@ func (t *tools) status(ctx context.Context, _ mcp.Args) (any, error) {
 	case out.Active != nil:
 		h := t.probe(ctx, out.Active.Backend, out.Active.Port)
 		out.Endpoint = &h
-	case st.State.Phase == appliance.PhaseIdle:
+	case st.State.Phase == api.PhaseIdle:
 		out.Note = "no inference backend is running; an operator starts one with `gpuhost switch <profile>`"
 	}
 	return out, nil

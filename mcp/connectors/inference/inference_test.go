@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,7 +15,6 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"gpuhost/appliance"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/bench"
 	"gpuhost/internal/testbin"
@@ -34,20 +34,20 @@ type fixtureDaemon struct {
 func (d fixtureDaemon) Snapshot(ctx context.Context) (nvml.Snapshot, error) {
 	return d.f.Sup.Snapshot(ctx)
 }
-func (d fixtureDaemon) Status(ctx context.Context) appliance.Status { return d.f.Sup.Status(ctx) }
-func (d fixtureDaemon) Doctor(ctx context.Context, p string) appliance.DoctorReport {
+func (d fixtureDaemon) Status(ctx context.Context) api.Status { return d.f.Sup.Status(ctx) }
+func (d fixtureDaemon) Doctor(ctx context.Context, p string) api.DoctorReport {
 	return d.f.Doctor(ctx, p)
 }
 func (d fixtureDaemon) BenchResults() ([]bench.Summary, error) { return d.bench, d.err }
 
 // staticDaemon reports a fixed Status, for endpoint shapes the fixture
 // cannot produce on demand (a backend answering 503, hanging, gone).
-type staticDaemon struct{ st appliance.Status }
+type staticDaemon struct{ st api.Status }
 
 func (d staticDaemon) Snapshot(context.Context) (nvml.Snapshot, error) { return nvml.Snapshot{}, nil }
-func (d staticDaemon) Status(context.Context) appliance.Status         { return d.st }
-func (d staticDaemon) Doctor(context.Context, string) appliance.DoctorReport {
-	return appliance.DoctorReport{}
+func (d staticDaemon) Status(context.Context) api.Status               { return d.st }
+func (d staticDaemon) Doctor(context.Context, string) api.DoctorReport {
+	return api.DoctorReport{}
 }
 func (d staticDaemon) BenchResults() ([]bench.Summary, error) { return nil, nil }
 
@@ -154,7 +154,7 @@ func TestAgainstRealSupervisor(t *testing.T) {
 	}
 
 	st := call(t, tools["inference_status"], nil).(StatusResult)
-	if st.Phase != appliance.PhaseActive || st.Profile != "coder" || st.Active == nil || st.Active.ServedName != "qwen3-coder" {
+	if st.Phase != api.PhaseActive || st.Profile != "coder" || st.Active == nil || st.Active.ServedName != "qwen3-coder" {
 		t.Fatalf("status %+v", st)
 	}
 	if st.Endpoint == nil || !st.Endpoint.Healthy || st.Endpoint.HTTPCode != 200 ||
@@ -175,11 +175,11 @@ func TestAgainstRealSupervisor(t *testing.T) {
 		}
 	}
 
-	greedy := call(t, tools["inference_doctor"], mcp.Args{"profile": "coder-greedy"}).(appliance.DoctorReport)
+	greedy := call(t, tools["inference_doctor"], mcp.Args{"profile": "coder-greedy"}).(api.DoctorReport)
 	if greedy.Worst != string(units.SeverityFail) || len(greedy.Checks) == 0 {
 		t.Fatalf("doctor coder-greedy: worst %q, want fail; %+v", greedy.Worst, greedy)
 	}
-	all := call(t, tools["inference_doctor"], nil).(appliance.DoctorReport)
+	all := call(t, tools["inference_doctor"], nil).(api.DoctorReport)
 	if len(all.Checks) <= len(greedy.Checks)/2 {
 		t.Fatalf("doctor for all profiles has %d checks", len(all.Checks))
 	}
@@ -210,7 +210,7 @@ func TestIdle(t *testing.T) {
 	f := appliancetest.New(t, appliancetest.Options{})
 	tools := build(t, mcp.Env{Daemon: fixtureDaemon{f: f}})
 	st := call(t, tools["inference_status"], nil).(StatusResult)
-	if st.Phase != appliance.PhaseIdle || st.Active != nil || st.Endpoint != nil || !strings.Contains(st.Note, "no inference backend") {
+	if st.Phase != api.PhaseIdle || st.Active != nil || st.Endpoint != nil || !strings.Contains(st.Note, "no inference backend") {
 		t.Fatalf("idle status %+v", st)
 	}
 }
@@ -238,8 +238,8 @@ func TestEndpointFailures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st := appliance.Status{State: appliance.State{Phase: appliance.PhaseActive, Profile: "coder"},
-				Profiles: []appliance.ProfileInfo{{Name: "coder", Backend: units.VLLM, Port: tt.port, Active: true}}}
+			st := api.Status{State: api.State{Phase: api.PhaseActive, Profile: "coder"},
+				Profiles: []api.ProfileInfo{{Name: "coder", Backend: units.VLLM, Port: tt.port, Active: true}}}
 			tools := build(t, mcp.Env{Daemon: staticDaemon{st}, Config: node(t, "health_timeout: 100ms\n")})
 			res := call(t, tools["inference_status"], nil).(StatusResult)
 			if res.Endpoint == nil || res.Endpoint.Healthy || !strings.Contains(res.Endpoint.Error, tt.want) {

@@ -1,0 +1,50 @@
+package api
+
+import (
+	"gpuhost/units"
+	"time"
+)
+
+// Phase is the Supervisor's coarse state.
+type Phase string
+
+// Phases of the state machine.
+const (
+	PhaseIdle      Phase = "idle"
+	PhaseSwitching Phase = "switching"
+	PhaseActive    Phase = "active"
+	PhaseFailed    Phase = "failed"
+)
+
+// State is derived from systemd and NVML (and, during a switch, from the
+// switch itself); only LastWanted is persisted.
+type State struct {
+	Phase      Phase         `json:"phase"`
+	Profile    string        `json:"profile,omitempty"`
+	Backend    units.Backend `json:"backend,omitempty"`
+	Unit       string        `json:"unit,omitempty"`
+	Target     string        `json:"target,omitempty"`
+	Step       string        `json:"step,omitempty"`
+	SwitchID   string        `json:"switch_id,omitempty"`
+	Error      string        `json:"error,omitempty"`
+	LastError  string        `json:"last_error,omitempty"`
+	Since      time.Time     `json:"since"`
+	LastWanted string        `json:"last_wanted,omitempty"`
+}
+
+// SwitchOptions modify a switch request.
+type SwitchOptions struct {
+	// Force skips the profile's failing doctor checks.
+	Force bool
+}
+
+// SwitchSummary is the outcome of the most recent switch, for the panel,
+// the bot and the metrics.
+type SwitchSummary struct {
+	ID         string    `json:"id"`
+	Profile    string    `json:"profile"`
+	OK         bool      `json:"ok"`
+	Error      string    `json:"error,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
+	DurationMS float64   `json:"duration_ms"`
+}

@@ -1,0 +1,93 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"gpuhost/nvml"
+	"gpuhost/units"
+	"strings"
+)
+
+// APIError is the JSON body of every error answer: a short error and a
+// detail that names what was wrong, plus optional structured context.
+type APIError struct {
+	Error  string `json:"error"`
+	Detail string `json:"detail"`
+	Extra  any    `json:"extra,omitempty"`
+}
+
+// Status is the answer of GET /api/status and `gpuhost status`.
+type Status struct {
+	State    State          `json:"state"`
+	GPU      *nvml.Snapshot `json:"gpu,omitempty"`
+	GPUError string         `json:"gpu_error,omitempty"`
+	Units    []UnitStatus   `json:"units"`
+	Profiles []ProfileInfo  `json:"profiles"`
+	// LastSwitch is the most recent finished switch, if any.
+	LastSwitch *SwitchSummary `json:"last_switch,omitempty"`
+	// Telegram is the bot's health; absent when telegram.enabled is false.
+	Telegram *TelegramStatus `json:"telegram,omitempty"`
+}
+
+// ProfileInfo is a profile as listed to clients.
+type ProfileInfo struct {
+	Name       string        `json:"name"`
+	Backend    units.Backend `json:"backend"`
+	Model      string        `json:"model"`
+	ServedName string        `json:"served_name"`
+	Port       int           `json:"port"`
+	Unit       string        `json:"unit"`
+	Active     bool          `json:"active"`
+	Args       []string      `json:"args"`
+	// Context is the configured context length in tokens (vLLM
+	// max_model_len, Ollama num_ctx); 0: the backend's default.
+	Context int `json:"context,omitempty"`
+	// AutoToolChoice and ToolCallParser: vLLM's enable_auto_tool_choice and
+	// tool_call_parser (without both a request with tools is refused).
+	AutoToolChoice bool   `json:"auto_tool_choice,omitempty"`
+	ToolCallParser string `json:"tool_call_parser,omitempty"`
+}
+
+// StatusLine is the one-line summary for systemd's STATUS= and the log,
+// e.g. "active: qwen3-coder (vllm) · 18.4/24.0 GiB".
+func StatusLine(st State, snap *nvml.Snapshot) string {
+	var b strings.Builder
+	switch st.Phase {
+	case PhaseActive:
+		fmt.Fprintf(&b, "active: %s (%s)", st.Profile, st.Backend)
+	case PhaseSwitching:
+		fmt.Fprintf(&b, "switching to %s: %s", st.Target, st.Step)
+	case PhaseFailed:
+		fmt.Fprintf(&b, "failed: %s", st.Error)
+	default:
+		b.WriteString("idle")
+	}
+	if snap != nil {
+		if d, ok := snap.Device0(); ok {
+			fmt.Fprintf(&b, " · %.1f/%.1f GiB", float64(d.MemoryUsedMiB)/1024, float64(d.MemoryTotalMiB)/1024)
+		}
+	}
+	return b.String()
+}
+
+// DoctorFunc runs the doctor for the API (the serve command wires it with
+// the daemon's GPU and unit connections).
+type DoctorFunc func(ctx context.Context, profile string) DoctorReport
+
+// SwitchRequest is the body of POST /api/switch.
+type SwitchRequest struct {
+	Profile string `json:"profile"`
+	Force   bool   `json:"force"`
+	// Wait makes the request return when the switch has finished.
+	Wait bool `json:"wait"`
+}
+
+// SwitchAccepted answers a started switch.
+type SwitchAccepted struct {
+	SwitchID string `json:"switch_id"`
+	Profile  string `json:"profile"`
+	// Events is where to follow it (SSE), starting after the last event
+	// that preceded the switch.
+	Events string `json:"events"`
+	State  *State `json:"state,omitempty"`
+}
