@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"gpuhost/units"
+	"net/http"
 	"strings"
 )
 
@@ -40,3 +41,25 @@ func (e *DoctorError) Error() string {
 // ErrNoBackend is returned by AwaitActive when nothing runs and no switch
 // is under way, so a held request would wait for nothing.
 var ErrNoBackend = errors.New("no backend is active")
+
+// SwitchErrorStatus is the one mapping from an error of Supervisor.Switch
+// to the HTTP status and short title a front door answers with, so the API
+// and the panel cannot drift apart: an unknown profile is 404, a running
+// switch 409 (the caller may retry), a profile failing the doctor's checks
+// 422 (force overrides), anything else 500. The /v1 proxy's auto-switch
+// decides differently on purpose (it waits for a running switch and skips
+// a refused candidate) and only uses the errors' types.
+func SwitchErrorStatus(err error) (status int, title string) {
+	var be *BusyError
+	var de *DoctorError
+	switch {
+	case errors.Is(err, ErrUnknownProfile):
+		return http.StatusNotFound, "unknown profile"
+	case errors.As(err, &be):
+		return http.StatusConflict, "switch in progress"
+	case errors.As(err, &de):
+		return http.StatusUnprocessableEntity, "profile fails doctor checks"
+	default:
+		return http.StatusInternalServerError, "switch not started"
+	}
+}

@@ -223,18 +223,20 @@ func handleSwitch(c echo.Context, sup *Supervisor) error {
 	}
 	since := sup.LastSeq()
 	id, done, err := sup.Switch(c.Request().Context(), req.Profile, api.SwitchOptions{Force: req.Force})
-	var be *api.BusyError
-	var de *api.DoctorError
-	switch {
-	case errors.Is(err, api.ErrUnknownProfile):
-		return unknownProfile(c, sup.cfg, req.Profile)
-	case errors.As(err, &be):
-		return c.JSON(http.StatusConflict, api.APIError{Error: "switch in progress", Detail: be.Error(),
-			Extra: map[string]any{"target": be.Target, "switch_id": be.SwitchID, "step": be.Step}})
-	case errors.As(err, &de):
-		return c.JSON(http.StatusUnprocessableEntity, api.APIError{Error: "profile fails doctor checks", Detail: de.Error(), Extra: map[string]any{"checks": de.Checks}})
-	case err != nil:
-		return c.JSON(http.StatusInternalServerError, api.APIError{Error: "switch not started", Detail: err.Error()})
+	if err != nil {
+		status, title := api.SwitchErrorStatus(err)
+		body := api.APIError{Error: title, Detail: err.Error()}
+		var be *api.BusyError
+		var de *api.DoctorError
+		switch {
+		case errors.Is(err, api.ErrUnknownProfile):
+			return unknownProfile(c, sup.cfg, req.Profile)
+		case errors.As(err, &be):
+			body.Extra = map[string]any{"target": be.Target, "switch_id": be.SwitchID, "step": be.Step}
+		case errors.As(err, &de):
+			body.Extra = map[string]any{"checks": de.Checks}
+		}
+		return c.JSON(status, body)
 	}
 	acc := api.SwitchAccepted{SwitchID: id, Profile: req.Profile, Events: "/api/events?since=" + strconv.FormatUint(since, 10)}
 	if !req.Wait {

@@ -250,10 +250,10 @@ func (p *Panel) handleSwitch(c echo.Context) error {
 	var de *api.DoctorError
 	switch {
 	case errors.Is(err, api.ErrUnknownProfile):
-		return p.switchRefused(c, http.StatusNotFound, "unknown profile", &noticeView{Kind: "error",
+		return p.switchRefused(c, err, &noticeView{Kind: "error",
 			Message: fmt.Sprintf("There is no profile %q; profiles: %s.", profile, strings.Join(p.cfg.ProfileNames(), ", "))})
 	case errors.As(err, &be):
-		return p.switchRefused(c, http.StatusConflict, "switch in progress", &noticeView{Kind: "error",
+		return p.switchRefused(c, err, &noticeView{Kind: "error",
 			Message: fmt.Sprintf("A switch to %s is already running (step %s); wait for it to finish.", be.Target, be.Step)})
 	case errors.As(err, &de):
 		n := &noticeView{Kind: "error", ForceProfile: profile,
@@ -261,10 +261,10 @@ func (p *Panel) handleSwitch(c echo.Context) error {
 		for _, ch := range de.Checks {
 			n.Checks = append(n.Checks, ch.ID+": "+ch.Message)
 		}
-		return p.switchRefused(c, http.StatusUnprocessableEntity, "profile fails doctor checks", n)
+		return p.switchRefused(c, err, n)
 	case err != nil:
 		p.log.Error("switch not started", "profile", profile, "err", err)
-		return p.switchRefused(c, http.StatusInternalServerError, "switch not started", &noticeView{Kind: "error",
+		return p.switchRefused(c, err, &noticeView{Kind: "error",
 			Message: "The switch did not start: " + err.Error()})
 	}
 	p.befores.put(id, before)
@@ -286,7 +286,8 @@ func (p *Panel) handleSwitch(c echo.Context) error {
 // switchRefused answers a switch that did not start: JSON (with the
 // doctor's checks) for the script, the profiles page with a notice for a
 // form POST.
-func (p *Panel) switchRefused(c echo.Context, code int, short string, n *noticeView) error {
+func (p *Panel) switchRefused(c echo.Context, err error, n *noticeView) error {
+	code, short := api.SwitchErrorStatus(err)
 	if wantsJSON(c) {
 		var extra any
 		if len(n.Checks) > 0 || n.ForceProfile != "" {
