@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"gpuhost/api"
 	"io"
 	"net/http"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"gpuhost/agent"
+	"gpuhost/api"
 )
 
 // askExitNotAnswered is the exit status of `gpuhost ask` when the loop

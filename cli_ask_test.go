@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"gpuhost/api"
-	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net/http"
@@ -24,7 +22,10 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"gpuhost/agent"
+	"gpuhost/api"
 	"gpuhost/appliance"
+	"gpuhost/config"
+	"gpuhost/frontdoor/httpapi"
 	"gpuhost/internal/testbin"
 	"gpuhost/mcp"
 )
@@ -206,7 +207,7 @@ func TestAskCommandToken(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sup := appliance.NewSupervisor(cfg, nil, nil, nil, log)
 	defer sup.Close()
-	httpAPI, err := appliance.NewAPI(sup, nil, log)
+	httpAPI, err := httpapi.New(sup, nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}

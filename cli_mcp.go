@@ -4,6 +4,7 @@ import (
 	"context"
 	"gpuhost/api"
 	"gpuhost/config"
+	"gpuhost/internal/wiring"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -90,7 +91,7 @@ func localDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger) (mcp
 	doctor := func(ctx context.Context, profile string) api.DoctorReport {
 		return (&appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile}).Run(ctx)
 	}
-	d := &mcp.SupervisorDaemon{Sup: sup, DoctorFn: doctor, Bench: bench.NewStore(cfg.StateDir, nil)}
+	d := &wiring.MCPDaemon{Sup: sup, DoctorFn: doctor, Bench: bench.NewStore(cfg.StateDir, nil)}
 	return d, func() {
 		cancel()
 		<-done

@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"gpuhost/appliance/proxy"
+	"gpuhost/frontdoor/proxy"
 	"gpuhost/internal/atomicfile"
 )
 

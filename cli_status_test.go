@@ -1,9 +1,10 @@
 package main
 
 import (
-	"gpuhost/api"
 	"strings"
 	"testing"
+
+	"gpuhost/api"
 )
 
 // TestPrintStatusReportsWantedDrift: with restore_on_boot off a last wanted

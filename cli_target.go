@@ -3,13 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
-	"gpuhost/api"
-	"gpuhost/config"
 	"net"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"gpuhost/api"
+	"gpuhost/config"
 )
 
 // DefaultDaemonURL is where the CLI looks for the daemon when nothing else

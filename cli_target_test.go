@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"gpuhost/api"
-	"gpuhost/config"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +16,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"gpuhost/api"
+	"gpuhost/config"
 )
 
 // TestResolveDaemon: --url, else $GPUHOST_URL, else the config's listen

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"gpuhost/api"
-	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net"
@@ -15,7 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"gpuhost/api"
 	"gpuhost/appliance"
+	"gpuhost/config"
 	"gpuhost/mcp"
 	"gpuhost/triage"
 )

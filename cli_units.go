@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"gpuhost/config"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"gpuhost/config"
 	"gpuhost/internal/atomicfile"
 	"gpuhost/systemd"
 	"gpuhost/units"

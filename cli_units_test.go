@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"gpuhost/config"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"gpuhost/config"
 	"gpuhost/systemd/systemdtest"
 )
 

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"gpuhost/api"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"gpuhost/api"
 	"gpuhost/internal/testbin"
 	"gpuhost/internal/testkit"
 )

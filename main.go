@@ -15,8 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"gpuhost/appliance/telegram"
 	"gpuhost/bench"
+	"gpuhost/frontdoor/telegram"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"gpuhost/api"
 	"io"
 	"net"
 	"net/http"
@@ -20,11 +19,11 @@ import (
 	"testing"
 	"time"
 
+	"gpuhost/api"
+	"gpuhost/internal/testkit"
 	"gpuhost/nvml"
 	"gpuhost/simulator"
 	"gpuhost/triage"
-
-	"gpuhost/internal/testkit"
 )
 
 var binPath string

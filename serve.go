@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"gpuhost/api"
-	"gpuhost/config"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,12 +13,16 @@ import (
 	"golang.org/x/net/netutil"
 
 	"gpuhost/agent"
+	"gpuhost/api"
 	"gpuhost/appliance"
-	"gpuhost/appliance/metrics"
-	"gpuhost/appliance/panel"
-	"gpuhost/appliance/proxy"
-	"gpuhost/appliance/telegram"
 	"gpuhost/bench"
+	"gpuhost/config"
+	"gpuhost/frontdoor/httpapi"
+	"gpuhost/frontdoor/metrics"
+	"gpuhost/frontdoor/panel"
+	"gpuhost/frontdoor/proxy"
+	"gpuhost/frontdoor/telegram"
+	"gpuhost/internal/wiring"
 	"gpuhost/mcp"
 	"gpuhost/mcp/declarative"
 	"gpuhost/nvml"
@@ -50,7 +52,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func
 		}
 		return d.Run(ctx)
 	}
-	httpAPI, err := appliance.NewAPI(sup, doctor, log)
+	httpAPI, err := httpapi.New(sup, doctor, log)
 	if err != nil {
 		return err
 	}
@@ -112,7 +114,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func
 		var err error
 		ms, err = mcp.NewServer(mcp.ServerOptions{
 			Config: cfg.MCP.Connectors, Extra: extra, Log: mlog, Version: version,
-			Daemon: &mcp.SupervisorDaemon{Sup: sup, DoctorFn: doctor, Bench: bstore},
+			Daemon: &wiring.MCPDaemon{Sup: sup, DoctorFn: doctor, Bench: bstore},
 		})
 		if err != nil {
 			ms = nil

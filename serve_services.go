@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"gpuhost/api"
-	"gpuhost/config"
 	"log/slog"
 	"net"
 	"net/http"
@@ -11,7 +9,9 @@ import (
 	"strings"
 
 	"gpuhost/agent"
+	"gpuhost/api"
 	"gpuhost/appliance"
+	"gpuhost/config"
 	"gpuhost/mcp"
 	"gpuhost/triage"
 )

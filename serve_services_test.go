@@ -1,7 +1,6 @@
 package main
 
 import (
-	"gpuhost/config"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"gpuhost/config"
 	"gpuhost/internal/testbin"
 )
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"gpuhost/api"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"gpuhost/api"
 )
 
 // Asker runs one question through the loop; *Agent satisfies it, and so do
@@ -142,7 +143,7 @@ func NewHandler(a Asker, log *slog.Logger) *Handler {
 }
 
 // Register mounts POST /api/ask on the daemon's echo server (the one
-// appliance.NewAPI built), so beyond loopback it sits behind the API's
+// httpapi.New built), so beyond loopback it sits behind the API's
 // bearer token like every other /api route. It logs with component=agent
 // and returns the handler.
 func Register(e *echo.Echo, a Asker, log *slog.Logger) *Handler {

@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"gpuhost/api"
-	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net/http"
@@ -21,7 +19,10 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"gpuhost/api"
 	"gpuhost/appliance"
+	"gpuhost/config"
+	"gpuhost/frontdoor/httpapi"
 	"gpuhost/internal/testbin"
 )
 
@@ -410,7 +411,7 @@ func TestAskBehindBearer(t *testing.T) {
 	cfg.Listen, cfg.APITokenFile = "0.0.0.0:0", tokenFile
 	sup := appliance.NewSupervisor(cfg, nil, nil, nil, quietLog())
 	defer sup.Close()
-	httpAPI, err := appliance.NewAPI(sup, nil, quietLog())
+	httpAPI, err := httpapi.New(sup, nil, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,19 +2,19 @@ package agent_test
 
 import (
 	"context"
-	"gpuhost/api"
-	"gpuhost/config"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"gpuhost/agent"
-	"gpuhost/appliance"
+	"gpuhost/api"
 	"gpuhost/appliance/appliancetest"
-	"gpuhost/appliance/proxy"
 	"gpuhost/bench"
-	"gpuhost/mcp"
+	"gpuhost/config"
+	"gpuhost/frontdoor/httpapi"
+	"gpuhost/frontdoor/proxy"
+	"gpuhost/internal/wiring"
 	"gpuhost/units"
 )
 
@@ -67,7 +67,7 @@ func TestBackendSwitchMidLoop(t *testing.T) {
 				c.Profiles["llama"].Sim.LoadTime = switchLoad.String()
 				c.Proxy.AutoSwitch = tc.autoSwitch
 			}})
-			httpAPI, err := appliance.NewAPI(f.Sup, f.Doctor, f.Log)
+			httpAPI, err := httpapi.New(f.Sup, f.Doctor, f.Log)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,7 +78,7 @@ func TestBackendSwitchMidLoop(t *testing.T) {
 				srv.Close()
 				p.Close()
 			})
-			d := &mcp.SupervisorDaemon{Sup: f.Sup, DoctorFn: f.Doctor, Bench: bench.NewStore(t.TempDir(), nil)}
+			d := &wiring.MCPDaemon{Sup: f.Sup, DoctorFn: f.Doctor, Bench: bench.NewStore(t.TempDir(), nil)}
 			_, _, client := newTestServer(t, d, "gpu", "inference")
 			const deadline = 60 * time.Second
 			a := agent.New(client, agent.Options{BaseURL: srv.URL + "/v1", Model: tc.model, Deadline: deadline})

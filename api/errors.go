@@ -3,9 +3,10 @@ package api
 import (
 	"errors"
 	"fmt"
-	"gpuhost/units"
 	"net/http"
 	"strings"
+
+	"gpuhost/units"
 )
 
 // ErrUnknownProfile is returned (wrapped) for a profile name not in the config.

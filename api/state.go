@@ -1,8 +1,9 @@
 package api
 
 import (
-	"gpuhost/units"
 	"time"
+
+	"gpuhost/units"
 )
 
 // Phase is the Supervisor's coarse state.

@@ -3,9 +3,10 @@ package api
 import (
 	"context"
 	"fmt"
+	"strings"
+
 	"gpuhost/nvml"
 	"gpuhost/units"
-	"strings"
 )
 
 // APIError is the JSON body of every error answer: a short error and a

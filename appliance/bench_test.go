@@ -5,8 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"gpuhost/api"
-	"gpuhost/config"
 	"io"
 	"net/http"
 	"os"
@@ -17,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"gpuhost/api"
+	"gpuhost/config"
 	"gpuhost/systemd"
 )
 

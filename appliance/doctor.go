@@ -3,13 +3,13 @@ package appliance
 import (
 	"context"
 	"fmt"
-	"gpuhost/api"
-	"gpuhost/config"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"gpuhost/api"
+	"gpuhost/config"
 	"gpuhost/nvml"
 	"gpuhost/systemd"
 	"gpuhost/units"

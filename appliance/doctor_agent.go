@@ -7,13 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"gpuhost/api"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
 
+	"gpuhost/api"
 	"gpuhost/units"
 )
 

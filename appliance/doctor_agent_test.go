@@ -3,13 +3,13 @@ package appliance
 import (
 	"context"
 	"fmt"
-	"gpuhost/api"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"gpuhost/api"
 	"gpuhost/units"
 )
 

@@ -3,12 +3,12 @@ package appliance
 import (
 	"context"
 	"errors"
-	"gpuhost/api"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"gpuhost/api"
 	"gpuhost/appliance/procunits"
 	"gpuhost/nvml"
 	"gpuhost/units"

@@ -2,10 +2,11 @@ package appliance
 
 import (
 	"context"
-	"gpuhost/api"
 	"log/slog"
 	"sync"
 	"time"
+
+	"gpuhost/api"
 )
 
 // eventBus fans events out to subscribers without ever blocking the

@@ -3,12 +3,12 @@ package appliance
 import (
 	"context"
 	"fmt"
-	"gpuhost/api"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"gpuhost/api"
 	"gpuhost/internal/testbin"
 )
 

@@ -4,15 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"gpuhost/api"
-	"gpuhost/config"
 	"log/slog"
 	"net"
 	"os"
 	"sync"
 	"time"
 
+	"gpuhost/api"
 	"gpuhost/appliance/procunits"
+	"gpuhost/config"
 	"gpuhost/nvml"
 	"gpuhost/systemd"
 )

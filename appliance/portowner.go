@@ -3,12 +3,12 @@ package appliance
 import (
 	"errors"
 	"fmt"
-	"gpuhost/api"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 
+	"gpuhost/api"
 	"gpuhost/systemd"
 )
 

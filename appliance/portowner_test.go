@@ -3,7 +3,6 @@ package appliance
 import (
 	"context"
 	"errors"
-	"gpuhost/api"
 	"net"
 	"os"
 	"os/exec"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"gpuhost/api"
 	"gpuhost/systemd"
 )
 

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"gpuhost/api"
-	"gpuhost/config"
 	"log/slog"
 
+	"gpuhost/api"
+	"gpuhost/config"
 	"gpuhost/units"
 )
 

@@ -2,14 +2,14 @@ package appliance
 
 import (
 	"context"
-	"gpuhost/api"
-	"gpuhost/config"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"gpuhost/api"
+	"gpuhost/config"
 	"gpuhost/units"
 )
 

@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"gpuhost/api"
-	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net/http"
@@ -21,6 +19,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"gpuhost/api"
+	"gpuhost/config"
 	"gpuhost/internal/atomicfile"
 	"gpuhost/nvml"
 	"gpuhost/systemd"

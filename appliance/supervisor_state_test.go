@@ -2,12 +2,13 @@ package appliance
 
 import (
 	"bytes"
-	"gpuhost/config"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"gpuhost/config"
 )
 
 // TestStateFileIsBounded: state.json was read whole (a 200 MB file took the

@@ -3,8 +3,6 @@ package appliance
 import (
 	"context"
 	"errors"
-	"gpuhost/api"
-	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net"
@@ -12,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"gpuhost/api"
+	"gpuhost/config"
 	"gpuhost/nvml"
 )
 

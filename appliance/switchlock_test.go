@@ -3,9 +3,10 @@ package appliance
 import (
 	"context"
 	"errors"
-	"gpuhost/api"
 	"testing"
 	"time"
+
+	"gpuhost/api"
 )
 
 // TestSwitchWaitsForAFinishingSwitch: a switch that has reached its end

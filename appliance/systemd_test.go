@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"gpuhost/api"
-	"gpuhost/config"
 	"io"
 	"net/http"
 	"os"
@@ -17,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"gpuhost/api"
+	"gpuhost/config"
 	"gpuhost/systemd"
 	"gpuhost/systemd/systemdtest"
 	"gpuhost/units"

@@ -2,11 +2,11 @@ package appliance
 
 import (
 	"fmt"
-	"gpuhost/api"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"gpuhost/api"
 	"gpuhost/units"
 )
 

@@ -3,12 +3,12 @@ package appliance
 import (
 	"context"
 	"encoding/json"
-	"gpuhost/api"
-	"gpuhost/config"
 	"strings"
 	"testing"
 	"time"
 
+	"gpuhost/api"
+	"gpuhost/config"
 	"gpuhost/units"
 )
 

@@ -10,7 +10,6 @@ package mcp
 import (
 	"context"
 	"fmt"
-	"gpuhost/api"
 	"log/slog"
 	"net/http"
 	"sort"
@@ -20,6 +19,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"gopkg.in/yaml.v3"
 
+	"gpuhost/api"
 	"gpuhost/bench"
 	"gpuhost/nvml"
 )

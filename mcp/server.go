@@ -840,7 +840,7 @@ func (s *Server) HTTPHandler() http.Handler {
 }
 
 // Register mounts HTTPHandler on the daemon's echo server. It inherits
-// every middleware registered with e.Use, in particular appliance.NewAPI's
+// every middleware registered with e.Use, in particular httpapi.New's
 // bearer-token check when the daemon listens beyond loopback.
 func (s *Server) Register(e *echo.Echo) {
 	e.Any(MountPath, echo.WrapHandler(s.HTTPHandler()))

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net/http"
@@ -25,6 +24,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"gpuhost/appliance"
+	"gpuhost/config"
+	"gpuhost/frontdoor/httpapi"
 	"gpuhost/internal/testbin"
 	"gpuhost/mcp"
 )
@@ -505,7 +506,7 @@ func TestCanarySecretNeverLeaves(t *testing.T) {
 	}
 }
 
-// authAPI builds the daemon's echo server (appliance.NewAPI with its
+// authAPI builds the daemon's echo server (httpapi.New with its
 // bearer middleware) for a config listening on addr.
 func authAPI(t testing.TB, listen, token string) *echo.Echo {
 	t.Helper()
@@ -521,7 +522,7 @@ func authAPI(t testing.TB, listen, token string) *echo.Echo {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sup := appliance.NewSupervisor(cfg, nil, nil, nil, log)
 	t.Cleanup(sup.Close)
-	e, err := appliance.NewAPI(sup, nil, log)
+	e, err := httpapi.New(sup, nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}

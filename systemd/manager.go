@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"gpuhost/api"
 	"io"
 	"os"
 	"strconv"
@@ -25,6 +24,8 @@ import (
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
+
+	"gpuhost/api"
 )
 
 // CallTimeout bounds every single D-Bus method call, whatever the caller's

@@ -3,7 +3,6 @@ package systemd
 import (
 	"context"
 	"errors"
-	"gpuhost/api"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"gpuhost/api"
 	"gpuhost/systemd/systemdtest"
 )
 

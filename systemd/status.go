@@ -1,8 +1,9 @@
 package systemd
 
 import (
-	"gpuhost/api"
 	"time"
+
+	"gpuhost/api"
 )
 
 // statusFromProperties builds a UnitStatus from systemd's property map (as

@@ -2,11 +2,12 @@ package systemd
 
 import (
 	"encoding/json"
-	"gpuhost/api"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"gpuhost/api"
 )
 
 func TestStatusFromProperties(t *testing.T) {

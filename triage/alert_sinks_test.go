@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"gpuhost/appliance/telegram/pairing"
+	"gpuhost/frontdoor/telegram/pairing"
 	"gpuhost/triage/sink"
 	"gpuhost/triage/sink/slacktest"
 	"gpuhost/triage/sink/telegramtest"

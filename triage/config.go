@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"gpuhost/config"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"gpuhost/config"
 	"gpuhost/triage/customer"
 	"gpuhost/triage/llm"
 	"gpuhost/triage/sink"

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"gpuhost/config"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"gpuhost/config"
 	"gpuhost/internal/testbin"
 	"gpuhost/triage/llm"
 )

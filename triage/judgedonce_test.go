@@ -2,13 +2,13 @@ package triage
 
 import (
 	"context"
-	"gpuhost/config"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"gpuhost/config"
 	"gpuhost/triage/sink"
 	"gpuhost/triage/sink/slacktest"
 	"gpuhost/triage/source/dovecottest"

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"gpuhost/appliance/telegram/pairing"
+	"gpuhost/frontdoor/telegram/pairing"
 	"gpuhost/simulator"
 	"gpuhost/triage/demo"
 	"gpuhost/triage/llm"

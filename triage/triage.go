@@ -40,12 +40,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"gpuhost/config"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
+	"gpuhost/config"
 	"gpuhost/triage/customer"
 	"gpuhost/triage/llm"
 	"gpuhost/triage/sink"

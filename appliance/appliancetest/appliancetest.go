@@ -5,15 +5,15 @@ package appliancetest
 
 import (
 	"context"
-	"gpuhost/api"
-	"gpuhost/config"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"gpuhost/api"
 	"gpuhost/appliance"
+	"gpuhost/config"
 	"gpuhost/internal/testbin"
 )
 

@@ -2,8 +2,9 @@ package appliancetest
 
 import (
 	"context"
-	"gpuhost/api"
 	"testing"
+
+	"gpuhost/api"
 )
 
 func TestFixtureSwitches(t *testing.T) {

@@ -17,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"gpuhost/api"
 	"os"
 	"os/exec"
 	"strings"
@@ -25,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"gpuhost/api"
 	"gpuhost/systemd"
 	"gpuhost/units"
 )

@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-telegram/bot"
 
-	"gpuhost/appliance/telegram/pairing"
+	"gpuhost/frontdoor/telegram/pairing"
 	"gpuhost/triage/sink/slacktest"
 	"gpuhost/triage/sink/telegramtest"
 )

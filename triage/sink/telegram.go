@@ -15,7 +15,7 @@ import (
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
 
-	"gpuhost/appliance/telegram/pairing"
+	"gpuhost/frontdoor/telegram/pairing"
 )
 
 // Telegram defaults.

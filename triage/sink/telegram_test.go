@@ -10,7 +10,7 @@ import (
 
 	"github.com/go-telegram/bot"
 
-	"gpuhost/appliance/telegram/pairing"
+	"gpuhost/frontdoor/telegram/pairing"
 	"gpuhost/triage/sink/telegramtest"
 )
 

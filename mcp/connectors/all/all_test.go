@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-	"gpuhost/api"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"gopkg.in/yaml.v3"
 
+	"gpuhost/api"
 	"gpuhost/bench"
 	"gpuhost/mcp"
 	_ "gpuhost/mcp/connectors/all"

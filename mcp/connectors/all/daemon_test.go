@@ -3,7 +3,6 @@ package all_test
 import (
 	"context"
 	"encoding/json"
-	"gpuhost/config"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -13,9 +12,11 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
-	"gpuhost/appliance"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/bench"
+	"gpuhost/config"
+	"gpuhost/frontdoor/httpapi"
+	"gpuhost/internal/wiring"
 	"gpuhost/mcp"
 )
 
@@ -33,7 +34,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 		c.Listen = "0.0.0.0:0"
 		c.APITokenEnv = "GPUHOST_MCP_E2E_TOKEN"
 	}})
-	d := &mcp.SupervisorDaemon{Sup: f.Sup, DoctorFn: f.Doctor, Bench: bench.NewStore(t.TempDir(), nil)}
+	d := &wiring.MCPDaemon{Sup: f.Sup, DoctorFn: f.Doctor, Bench: bench.NewStore(t.TempDir(), nil)}
 	cfg := mcp.DemoConfig()
 	delete(cfg, "weather") // no internet in tests
 	s, err := mcp.NewServer(mcp.ServerOptions{Config: cfg, Daemon: d})
@@ -43,7 +44,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	if len(s.Disabled()) > 0 {
 		t.Fatalf("disabled: %v", s.Disabled())
 	}
-	e, err := appliance.NewAPI(f.Sup, f.Doctor, f.Log)
+	e, err := httpapi.New(f.Sup, f.Doctor, f.Log)
 	if err != nil {
 		t.Fatal(err)
 	}

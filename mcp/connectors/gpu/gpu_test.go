@@ -3,13 +3,13 @@ package gpu
 import (
 	"context"
 	"errors"
-	"gpuhost/api"
 	"strings"
 	"testing"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"gpuhost/api"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/bench"
 	"gpuhost/mcp"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"gpuhost/api"
 	"io"
 	"net/http"
 	"sort"
@@ -14,6 +13,7 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
+	"gpuhost/api"
 	"gpuhost/bench"
 	"gpuhost/mcp"
 	"gpuhost/units"

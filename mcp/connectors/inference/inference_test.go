@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"gpuhost/api"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"gpuhost/api"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/bench"
 	"gpuhost/internal/testbin"

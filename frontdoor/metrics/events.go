@@ -1,0 +1,97 @@
+package metrics
+
+import (
+	"context"
+	"time"
+
+	"gpuhost/api"
+)
+
+// handle turns one Supervisor event into counter and histogram updates.
+//
+// Switch durations: the "done" event carries the whole switch's DurationMS;
+// a "failed" one may not (it is published after a rollback, with only a
+// message), so its duration is measured from the "started" event's time.
+// When that start was not seen either (the metrics started mid-switch and
+// the start had left the Supervisor's buffer), the switch is counted but its
+// duration is not observed rather than guessed.
+//
+// Step durations are observed for steps that succeeded only: a failed step's
+// time is mostly the timeout that ended it, which says nothing about how
+// long the step takes; failures show in gpuhost_switches_total.
+func (m *Metrics) handle(e api.Event) {
+	m.mu.Lock()
+	if m.lastSeq != 0 && e.Seq > m.lastSeq+1 {
+		m.eventsLost.Add(float64(e.Seq - m.lastSeq - 1))
+	}
+	if e.Seq > m.lastSeq {
+		m.lastSeq = e.Seq
+	}
+	var (
+		finished bool
+		seconds  = -1.0
+	)
+	switch e.Kind {
+	case "switch":
+		switch e.Status {
+		case "started":
+			m.current.id, m.current.started = e.SwitchID, e.Time
+		case "done", "failed":
+			finished = true
+			switch {
+			case e.DurationMS > 0:
+				seconds = e.DurationMS / 1000
+			case m.current.id != "" && m.current.id == e.SwitchID && !e.Time.Before(m.current.started):
+				seconds = e.Time.Sub(m.current.started).Seconds()
+			}
+			if m.current.id == e.SwitchID {
+				m.current.id, m.current.started = "", time.Time{}
+			}
+		}
+	}
+	progress := m.advanceLocked()
+	m.mu.Unlock()
+	close(progress)
+
+	switch {
+	case finished:
+		profile, result := cleanLabel(e.Profile), cleanLabel(e.Status)
+		m.switches.WithLabelValues(profile, result).Inc()
+		if seconds >= 0 {
+			m.switchDur.WithLabelValues(profile, result).Observe(seconds)
+		}
+		// What the doctor checks (drift, endpoint health, exclusivity)
+		// changes with the backend: refresh it, rate-limited.
+		m.requestDoctor()
+	case e.Kind == "step" && e.Status == "done" && e.Step != "":
+		m.stepDur.WithLabelValues(cleanLabel(e.Step)).Observe(max(e.DurationMS, 0) / 1000)
+	}
+}
+
+// advanceLocked replaces the progress channel and returns the old one, for
+// the caller to close once it has released m.mu: that wakes every waitFor.
+func (m *Metrics) advanceLocked() chan struct{} {
+	old := m.progress
+	m.progress = make(chan struct{})
+	return old
+}
+
+// waitFor blocks until cond (called with m.mu held) is true or ctx ends;
+// cond is re-checked whenever an event has been handled or a doctor run has
+// finished. Tests use it to scrape after the metrics have caught up,
+// without sleeping.
+func (m *Metrics) waitFor(ctx context.Context, cond func() bool) error {
+	for {
+		m.mu.Lock()
+		done, progress := cond(), m.progress
+		m.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-progress:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,97 @@
+package panel
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"gpuhost/appliance/appliancetest"
+	"gpuhost/bench"
+	"gpuhost/frontdoor/httpapi"
+)
+
+type benchSrc struct {
+	*bench.Service
+	store *bench.Store
+}
+
+func (b benchSrc) List() ([]*bench.Result, []bench.Warning, error) { return b.store.List() }
+
+// TestBenchPage: stored runs are listed with their driver and figures, the
+// chart is embedded, a corrupt file is named, and the run button is a
+// CSRF-checked form that answers with the service's refusal when nothing
+// is active.
+func TestBenchPage(t *testing.T) {
+	f := appliancetest.New(t, appliancetest.Options{})
+	api, err := httpapi.New(f.Sup, f.Doctor, f.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := bench.NewStore(f.Cfg.StateDir, f.Log)
+	data, err := os.ReadFile("../../bench/testdata/result-v1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := bench.ParseResult(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Save(res); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f.Cfg.StateDir+"/bench/broken-run.json", []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	svc := bench.NewService(bench.ServiceOptions{
+		Store:  store,
+		Daemon: bench.DaemonFuncs{SwitchingFunc: func() bool { return false }, AwaitActiveFunc: f.Sup.AwaitActive},
+		Log:    f.Log,
+	})
+	defer svc.Close()
+	svc.Register(api)
+	p, err := New(f.Sup, f.Doctor, f.Cfg, f.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetBench(benchSrc{svc, store})
+	p.Register(api)
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	ev := &env{f: f, p: p, srv: srv}
+	c := ev.client(t)
+
+	resp, body := do(t, c, "GET", srv.URL+"/bench", nil, nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /bench: %d", resp.StatusCode)
+	}
+	for _, w := range []string{res.ID, `src="/api/bench/chart.svg"`, "broken-run.json", res.Fingerprint.Driver} {
+		if !strings.Contains(body, w) {
+			t.Errorf("bench page lacks %q", w)
+		}
+	}
+	resp, svg := do(t, c, "GET", srv.URL+"/api/bench/chart.svg", nil, nil)
+	if resp.StatusCode != 200 || !strings.Contains(svg, "<svg") {
+		t.Errorf("chart: %d", resp.StatusCode)
+	}
+
+	// Without the CSRF token: refused, nothing started.
+	resp, _ = do(t, c, "POST", srv.URL+"/bench/run", url.Values{}, nil)
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("POST /bench/run without CSRF: %d, want 403", resp.StatusCode)
+	}
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatal("no CSRF token in the bench page")
+	}
+	resp, body = do(t, c, "POST", srv.URL+"/bench/run", url.Values{"csrf": {m[1]}}, nil)
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, "Not started") {
+		t.Errorf("POST /bench/run while idle: %d, want 409 with the reason", resp.StatusCode)
+	}
+	if svc.Current() != nil {
+		t.Error("a run started with no active backend")
+	}
+}

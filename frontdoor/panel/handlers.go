@@ -1,0 +1,320 @@
+package panel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"gpuhost/api"
+	"gpuhost/nvml"
+	"gpuhost/units"
+)
+
+// Timeouts of the outside calls a page view makes.
+const (
+	statusTimeout = 10 * time.Second
+	probeTimeout  = 2 * time.Second
+	doctorWait    = 15 * time.Second
+)
+
+// endpointView is the active backend's health as the dashboard shows it.
+type endpointView struct {
+	URL     string
+	OK      bool
+	Code    int
+	Latency string
+	Error   string
+}
+
+// dashboardView is the body of the dashboard.
+type dashboardView struct {
+	Status   api.Status
+	Snapshot *nvml.Snapshot
+	GPU      *nvml.Device
+	Active   *api.ProfileInfo
+	Endpoint *endpointView
+}
+
+func (p *Panel) handleDashboard(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), statusTimeout)
+	defer cancel()
+	st := p.sup.Status(ctx)
+	v := dashboardView{Status: st, Snapshot: st.GPU}
+	if st.GPU != nil {
+		if d, ok := st.GPU.Device0(); ok {
+			v.GPU = &d
+		}
+	}
+	for i := range st.Profiles {
+		if st.Profiles[i].Active {
+			v.Active = &st.Profiles[i]
+		}
+	}
+	if st.State.Phase == api.PhaseActive {
+		if prof, ok := p.cfg.Profiles[st.State.Profile]; ok {
+			ev := p.probe(ctx, prof)
+			v.Endpoint = &ev
+		}
+	}
+	return p.render(c, http.StatusOK, "dashboard", p.pageData(c, "dashboard", "Dashboard", v))
+}
+
+// probe asks the active backend's health endpoint once, with a short
+// timeout: the dashboard shows whether clients get answers right now.
+func (p *Panel) probe(ctx context.Context, prof *units.Profile) endpointView {
+	ev := endpointView{URL: "http://127.0.0.1:" + strconv.Itoa(prof.Port) + units.HealthPath(prof.Backend)}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ev.URL, nil)
+	if err != nil {
+		ev.Error = fmt.Sprintf("build health request for %s: %v", ev.URL, err)
+		return ev
+	}
+	t0 := time.Now()
+	resp, err := p.probeClient.Do(req)
+	if err != nil {
+		ev.Error = fmt.Sprintf("GET %s: %v", ev.URL, err)
+		return ev
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	ev.Code = resp.StatusCode
+	ev.Latency = formatDuration(float64(time.Since(t0).Microseconds()) / 1000)
+	if ev.Latency == "" {
+		ev.Latency = "< 1 ms"
+	}
+	ev.OK = resp.StatusCode == http.StatusOK
+	if !ev.OK {
+		ev.Error = fmt.Sprintf("GET %s: status %d", ev.URL, resp.StatusCode)
+	}
+	return ev
+}
+
+// flag is one key setting of a profile, shown as name=value.
+type flag struct{ Name, Value string }
+
+// profileRow is one profile on the profiles page.
+type profileRow struct {
+	api.ProfileInfo
+	Aliases []string
+	Flags   []flag
+	Verdict verdict
+}
+
+// noticeView is a message above the profiles table (a refused switch).
+type noticeView struct {
+	Kind    string // error, info
+	Message string
+	Checks  []string
+	// ForceProfile offers "switch anyway" for a doctor refusal.
+	ForceProfile string
+}
+
+// profilesView is the body of the profiles page.
+type profilesView struct {
+	Rows      []profileRow
+	Progress  *progressView
+	Notice    *noticeView
+	DoctorAt  time.Time
+	DoctorRan bool
+	// DoctorOff: no doctor was wired in, so there are no verdicts.
+	DoctorOff bool
+}
+
+func keyFlags(p *units.Profile) []flag {
+	var fs []flag
+	switch p.Backend {
+	case units.VLLM:
+		f := p.VLLM
+		gmu := "default"
+		if f.GPUMemoryUtilization > 0 {
+			gmu = strconv.FormatFloat(f.GPUMemoryUtilization, 'f', -1, 64)
+		}
+		fs = append(fs, flag{"gpu_memory_utilization", gmu})
+		if f.MaxNumSeqs > 0 {
+			fs = append(fs, flag{"max_num_seqs", strconv.Itoa(f.MaxNumSeqs)})
+		}
+		if f.MaxModelLen > 0 {
+			fs = append(fs, flag{"max_model_len", strconv.Itoa(f.MaxModelLen)})
+		}
+		if f.ToolCallParser != "" {
+			fs = append(fs, flag{"tool_call_parser", f.ToolCallParser})
+		}
+		if f.Quantization != "" {
+			fs = append(fs, flag{"quantization", f.Quantization})
+		}
+		if f.KVCacheDtype != "" {
+			fs = append(fs, flag{"kv_cache_dtype", f.KVCacheDtype})
+		}
+	case units.Ollama:
+		if p.Ollama.NumCtx > 0 {
+			fs = append(fs, flag{"num_ctx", strconv.Itoa(p.Ollama.NumCtx)})
+		}
+		fs = append(fs, flag{"keep_alive", p.Ollama.EffectiveKeepAlive()})
+	}
+	return fs
+}
+
+func (p *Panel) profileRows(ctx context.Context, refreshDoctor bool) ([]profileRow, time.Time, bool) {
+	rep, at := p.doctorCache.get(ctx, refreshDoctor, stateKey(p.sup.State()))
+	vs := verdicts(rep)
+	var rows []profileRow
+	for _, info := range p.sup.Profiles() {
+		row := profileRow{ProfileInfo: info, Verdict: vs[info.Name]}
+		if prof, ok := p.cfg.Profiles[info.Name]; ok {
+			row.Flags = keyFlags(prof)
+			row.Aliases = prof.Aliases
+		}
+		if rep != nil && row.Verdict.Severity == "" {
+			row.Verdict.Severity = "ok"
+		}
+		rows = append(rows, row)
+	}
+	return rows, at, rep != nil
+}
+
+// switchIDRE bounds what ?switch= may hold (ids are short hex strings).
+var switchIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+func (p *Panel) handleProfiles(c echo.Context) error {
+	return p.renderProfiles(c, http.StatusOK, nil)
+}
+
+// renderProfiles shows the profiles page, with the progress of the switch
+// named by ?switch= (or of the one running now) and an optional notice.
+func (p *Panel) renderProfiles(c echo.Context, code int, notice *noticeView) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), doctorWait)
+	defer cancel()
+	v := profilesView{Notice: notice, DoctorOff: p.doctor == nil}
+	st := p.sup.State()
+	id := c.QueryParam("switch")
+	if id != "" && !switchIDRE.MatchString(id) {
+		id = ""
+		if v.Notice == nil {
+			v.Notice = &noticeView{Kind: "error", Message: "The switch id in the address is malformed."}
+			code = http.StatusBadRequest
+		}
+	}
+	if id == "" && st.Phase == api.PhaseSwitching {
+		id = st.SwitchID
+	}
+	if id != "" {
+		_, backlog, unsubscribe := p.sup.Subscribe(0)
+		unsubscribe()
+		pv := buildProgress(id, backlog, p.befores.get(id), st)
+		if !pv.Found {
+			pv.Outcome, pv.Result = "unknown", fmt.Sprintf("switch %s is not in the event buffer (it keeps the most recent events only)", id)
+		}
+		v.Progress = &pv
+	}
+	v.Rows, v.DoctorAt, v.DoctorRan = p.profileRows(ctx, false)
+	return p.render(c, code, "profiles", p.pageData(c, "profiles", "Profiles", v))
+}
+
+// switchAccepted answers the panel's fetch: where to follow the switch.
+type switchAccepted struct {
+	SwitchID  string `json:"switch_id"`
+	Profile   string `json:"profile"`
+	Backend   string `json:"backend"`
+	Events    string `json:"events"`
+	Since     uint64 `json:"since"`
+	BeforeMiB int64  `json:"before_mib"`
+	Location  string `json:"location"`
+}
+
+// handleSwitch starts a switch from the Switch button: JSON for the
+// script (which then follows /api/events), a redirect to the progress page
+// for a plain form POST.
+func (p *Panel) handleSwitch(c echo.Context) error {
+	profile := c.FormValue("profile")
+	force := c.FormValue("force") == "1"
+	before := int64(-1)
+	sctx, scancel := context.WithTimeout(c.Request().Context(), probeTimeout)
+	if snap, err := p.sup.Snapshot(sctx); err == nil {
+		if d, ok := snap.Device0(); ok {
+			before = int64(d.MemoryUsedMiB)
+		}
+	}
+	scancel()
+	since := p.sup.LastSeq()
+	id, _, err := p.sup.Switch(c.Request().Context(), profile, api.SwitchOptions{Force: force})
+	var be *api.BusyError
+	var de *api.DoctorError
+	switch {
+	case errors.Is(err, api.ErrUnknownProfile):
+		return p.switchRefused(c, err, &noticeView{Kind: "error",
+			Message: fmt.Sprintf("There is no profile %q; profiles: %s.", profile, strings.Join(p.cfg.ProfileNames(), ", "))})
+	case errors.As(err, &be):
+		return p.switchRefused(c, err, &noticeView{Kind: "error",
+			Message: fmt.Sprintf("A switch to %s is already running (step %s); wait for it to finish.", be.Target, be.Step)})
+	case errors.As(err, &de):
+		n := &noticeView{Kind: "error", ForceProfile: profile,
+			Message: fmt.Sprintf("Profile %s fails the doctor's settings checks, so the switch was not started.", profile)}
+		for _, ch := range de.Checks {
+			n.Checks = append(n.Checks, ch.ID+": "+ch.Message)
+		}
+		return p.switchRefused(c, err, n)
+	case err != nil:
+		p.log.Error("switch not started", "profile", profile, "err", err)
+		return p.switchRefused(c, err, &noticeView{Kind: "error",
+			Message: "The switch did not start: " + err.Error()})
+	}
+	p.befores.put(id, before)
+	p.log.Info("switch requested from the panel", "profile", profile, "switch", id, "force", force, "remote", c.RealIP())
+	loc := "/profiles?switch=" + urlQueryEscape(id)
+	if !wantsJSON(c) {
+		return c.Redirect(http.StatusSeeOther, loc)
+	}
+	backend := ""
+	if prof, ok := p.cfg.Profiles[profile]; ok {
+		backend = string(prof.Backend)
+	}
+	return c.JSON(http.StatusAccepted, switchAccepted{
+		SwitchID: id, Profile: profile, Backend: backend, Since: since, BeforeMiB: before, Location: loc,
+		Events: "/api/events?since=" + strconv.FormatUint(since, 10),
+	})
+}
+
+// switchRefused answers a switch that did not start: JSON (with the
+// doctor's checks) for the script, the profiles page with a notice for a
+// form POST.
+func (p *Panel) switchRefused(c echo.Context, err error, n *noticeView) error {
+	code, short := api.SwitchErrorStatus(err)
+	if wantsJSON(c) {
+		var extra any
+		if len(n.Checks) > 0 || n.ForceProfile != "" {
+			extra = map[string]any{"checks": n.Checks, "force_profile": n.ForceProfile}
+		}
+		return c.JSON(code, api.APIError{Error: short, Detail: n.Message, Extra: extra})
+	}
+	return p.renderProfiles(c, code, n)
+}
+
+// doctorView is the body of the doctor page.
+type doctorView struct {
+	Report    *api.DoctorReport
+	At        time.Time
+	Counts    map[string]int
+	DoctorOff bool
+}
+
+func (p *Panel) handleDoctor(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), doctorWait)
+	defer cancel()
+	rep, at := p.doctorCache.get(ctx, c.QueryParam("refresh") == "1", stateKey(p.sup.State()))
+	v := doctorView{Report: rep, At: at, Counts: map[string]int{}, DoctorOff: p.doctor == nil}
+	if rep != nil {
+		for _, ch := range rep.Checks {
+			v.Counts[string(ch.Severity)]++
+		}
+	}
+	return p.render(c, http.StatusOK, "doctor", p.pageData(c, "doctor", "Doctor", v))
+}

@@ -1,0 +1,181 @@
+package proxy_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gpuhost/appliance/appliancetest"
+	"gpuhost/config"
+	"gpuhost/frontdoor/httpapi"
+	"gpuhost/frontdoor/proxy"
+	"gpuhost/units"
+)
+
+// BenchmarkProxy measures what the proxy adds, side by side in one run:
+// the same requests straight to the simulator ("direct") and through the
+// daemon's echo server with the proxy ("proxy"). The simulator is unpaced
+// (prefill and decode at 1e9 tok/s), so the figures are HTTP and proxy cost,
+// not model time. The access log is a real text handler writing to
+// io.Discard, as the daemon pays for one.
+//
+// Kinds: nonstream (16 tokens, one JSON answer), stream16 (16 SSE chunks:
+// the latency of a short streamed answer) and stream1024 (sustained
+// streaming throughput).
+//
+// The proxy/* runs are paired: before each proxied request the same request
+// goes straight to the simulator, so machine drift (large on a shared VM)
+// cancels. Reported: ns/op, p50-ms and p99-ms of the measured target's
+// requests alone (to the last byte / [DONE]); tok/s for streams (tokens over
+// the median request time); and for proxy/*, added-p50-ms (median of
+// proxied − paired direct), added-p99-ms (p99 proxied − p99 direct) and
+// tput-%direct (median direct time / median proxied time, i.e. streamed
+// tokens/s through the proxy as a percentage of direct, same run).
+//
+//	go test -run '^$' -bench BenchmarkProxy -benchtime 2s ./appliance/proxy/
+func BenchmarkProxy(b *testing.B) {
+	f := appliancetest.New(b, appliancetest.Options{Activate: "coder", Hook: func(c *config.Config) {
+		c.Profiles["coder"].Sim.PrefillTPS = 1e9
+		c.Profiles["coder"].Sim.DecodeTPS = 1e9
+	}})
+	api, err := httpapi.New(f.Sup, f.Doctor, f.Log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := proxy.New(f.Sup, f.Cfg.Proxy, func() map[string]*units.Profile { return f.Cfg.Profiles },
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p.Register(api)
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	defer p.Close()
+
+	msgs := `"messages":[{"role":"system","content":"You are a helpful coding assistant."},{"role":"user","content":"Write a function that reverses a string."}]`
+	bodies := map[string][]byte{
+		"nonstream":  []byte(`{"model":"qwen3-coder",` + msgs + `,"max_tokens":16,"ignore_eos":true}`),
+		"stream16":   []byte(`{"model":"qwen3-coder",` + msgs + `,"max_tokens":16,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`),
+		"stream1024": []byte(`{"model":"qwen3-coder",` + msgs + `,"max_tokens":1024,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`),
+	}
+	targets := []struct{ name, url string }{
+		{"direct", "http://127.0.0.1:" + strconv.Itoa(f.Cfg.Profiles["coder"].Port)},
+		{"proxy", srv.URL},
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+	for _, tgt := range targets {
+		b.Run(tgt.name, func(b *testing.B) {
+			for _, kind := range []string{"nonstream", "stream16", "stream1024"} {
+				b.Run(kind, func(b *testing.B) {
+					body := bodies[kind]
+					stream := kind != "nonstream"
+					tokens := map[string]int{"stream16": 16, "stream1024": 1024}[kind]
+					url := tgt.url + "/v1/chat/completions"
+					directURL := targets[0].url + "/v1/chat/completions"
+					paired := tgt.name != "direct"
+					for range 20 { // warm connections and caches
+						benchRequest(b, client, url, body, stream)
+						benchRequest(b, client, directURL, body, stream)
+					}
+					lat := make([]time.Duration, 0, b.N)
+					ref := make([]time.Duration, 0, b.N) // paired direct requests
+					b.ResetTimer()
+					for range b.N {
+						if paired {
+							t0 := time.Now()
+							benchRequest(b, client, directURL, body, stream)
+							ref = append(ref, time.Since(t0))
+						}
+						t0 := time.Now()
+						benchRequest(b, client, url, body, stream)
+						lat = append(lat, time.Since(t0))
+					}
+					b.StopTimer()
+					sum := func(ds []time.Duration) (s time.Duration) {
+						for _, d := range ds {
+							s += d
+						}
+						return s
+					}
+					b.ReportMetric(float64(sum(lat).Nanoseconds())/float64(b.N), "ns/op")
+					var added []time.Duration
+					if paired {
+						added = make([]time.Duration, b.N)
+						for i := range added {
+							added[i] = lat[i] - ref[i]
+						}
+						slices.Sort(added)
+					}
+					slices.Sort(lat)
+					slices.Sort(ref)
+					b.ReportMetric(msOf(pct(lat, 50)), "p50-ms")
+					b.ReportMetric(msOf(pct(lat, 99)), "p99-ms")
+					if stream {
+						// Medians, not means: a shared VM's stalls of hundreds of
+						// ms would otherwise decide the figure.
+						b.ReportMetric(float64(tokens)/pct(lat, 50).Seconds(), "tok/s")
+					}
+					if !paired {
+						return
+					}
+					b.ReportMetric(msOf(pct(added, 50)), "added-p50-ms")
+					b.ReportMetric(msOf(pct(lat, 99)-pct(ref, 99)), "added-p99-ms")
+					if stream {
+						b.ReportMetric(100*pct(ref, 50).Seconds()/pct(lat, 50).Seconds(), "tput-%direct")
+					}
+				})
+			}
+		})
+	}
+}
+
+// pct is the p-th percentile of sorted durations.
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
+}
+
+// benchRequest sends one request and reads the whole answer; a stream must
+// end with [DONE].
+func benchRequest(b *testing.B, client *http.Client, url string, body []byte, stream bool) {
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		data, _ := io.ReadAll(resp.Body)
+		b.Fatalf("status %d: %s", resp.StatusCode, data)
+	}
+	if !stream {
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			b.Fatal(err)
+		}
+		return
+	}
+	sc := bufio.NewScanner(resp.Body)
+	done := false
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "data: [DONE]") {
+			done = true
+		}
+	}
+	if err := sc.Err(); err != nil || !done {
+		b.Fatalf("stream ended without [DONE]: %v", err)
+	}
+}
+
+func msOf(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }

@@ -1,0 +1,623 @@
+// Package proxy is gpuhost's OpenAI-compatible /v1 endpoint: one stable base
+// URL (http://box:PORT/v1) in front of whichever backend profile is active.
+//
+// What a client sees:
+//
+//   - Requests are forwarded to the active backend (http://127.0.0.1:<port>)
+//     with their bodies byte for byte; streamed answers pass through event by
+//     event (each upstream read is written and flushed at once).
+//   - During a switch, requests are held (never rejected for queue size) and
+//     forwarded when the new backend is ready; after proxy.hold_timeout they
+//     get 503 with Retry-After. With no backend at all (idle, failed) they get
+//     503 saying why.
+//   - "model" routes: the active served name, one of its aliases or the
+//     model id (each rewritten in place to the name the backend serves) or
+//     none (the active one; a "model" member is inserted, as Ollama needs
+//     one) are forwarded; these two byte-level edits (see withModel) are the
+//     only changes a body ever gets. Another profile's model gets 404 naming
+//     the models,
+//     or, with proxy.auto_switch, triggers a switch and is held until it is
+//     done.
+//   - GET /v1/models is answered by gpuhost: every profile's served name and
+//     aliases, with "status" loaded / loading / not_loaded and max_model_len.
+//
+// Forwarding is httputil.ReverseProxy with FlushInterval -1 rather than a
+// hand-written copy: it already handles hop-by-hop headers, trailers, 1xx
+// answers and upgrades, and with -1 it writes and flushes each upstream read
+// at once, so an SSE event is never held back (events that arrived together
+// go out together). The request body is read whole first (it is needed to
+// route, and to hold the request during a switch) and sent upstream as the
+// same bytes; a tap on the response body picks the token usage out of the
+// stream as it passes (usage.go). A stream the backend breaks off is aborted
+// towards the client too (ReverseProxy panics with http.ErrAbortHandler), so
+// a cut answer never looks complete.
+//
+// Errors are JSON in the OpenAI shape {"error":{"message","type","param",
+// "code"}}, because the clients on /v1 are OpenAI SDKs that read that shape;
+// extra fields (the models) sit inside "error".
+//
+// The bearer token is enforced for the whole echo server by the API
+// middleware (httpapi.New) when the daemon listens beyond loopback;
+// Register adds routes to that same server, so /v1 is covered and nothing
+// here bypasses it. The token is not forwarded to the backend.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"gpuhost/api"
+	"gpuhost/config"
+	"gpuhost/units"
+)
+
+// Backend is what the proxy uses of *appliance.Supervisor.
+type Backend interface {
+	// State is the Supervisor's current state (read on every request).
+	State() api.State
+	// AwaitActive returns the active profile, blocking while a switch runs.
+	AwaitActive(ctx context.Context) (*units.Profile, error)
+	// Switch starts a switch (auto_switch only).
+	Switch(ctx context.Context, profile string, opts api.SwitchOptions) (string, <-chan error, error)
+}
+
+// Observer receives one call per forwarded /v1 request, for the metrics.
+// model is always a configured served name or "" (unknown or no model),
+// never the client's free text, so it is safe as a metric label. status is
+// what the request ended with: the HTTP status sent, 499 when the client
+// went away first, 502 when the backend broke off mid-answer. Token counts
+// are 0 when the backend reported none; ttfb is 0 when no byte was sent.
+type Observer interface {
+	ObserveRequest(model string, status int, promptTokens, completionTokens int, ttfb, dur time.Duration)
+}
+
+// DetailObserver is an Observer that also takes what the hold and
+// throughput histograms need; the proxy calls ObserveRequestDetail right
+// after ObserveRequest when its Observer implements it. held is the time
+// the request waited for a switch (0 when it was not held); stream is
+// whether the answer was an SSE stream (its time to first byte is then the
+// first token's, so completionTokens over dur-ttfb is the decode rate).
+type DetailObserver interface {
+	ObserveRequestDetail(model string, held time.Duration, stream bool, completionTokens int, ttfb, dur time.Duration)
+}
+
+// statusClientClosed is nginx's "client closed request": the client left
+// before the answer was complete.
+const statusClientClosed = 499
+
+// retryAfterSeconds is the Retry-After sent with hold-timeout 503s: a switch
+// is under way, so a retry soon is likely to be served.
+const retryAfterSeconds = "5"
+
+// maxDialRetries is how often a request whose connection to the backend was
+// refused is routed again (a switch may have begun between routing and
+// dialling); the request body has not been sent, so a retry is safe.
+const maxDialRetries = 3
+
+// Proxy is the /v1 endpoint. Create it with New and mount it with Register.
+type Proxy struct {
+	sup      Backend
+	cfg      config.ProxyConfig
+	profiles func() map[string]*units.Profile
+	log      *slog.Logger
+
+	transport *http.Transport
+	rp        *httputil.ReverseProxy
+	observer  atomic.Pointer[observerBox]
+	created   int64
+
+	// backend is the backend the pooled connections lead to; when it
+	// changes (a switch), idle connections to the old process are closed.
+	backend atomic.Pointer[backendKey]
+
+	mem      *memBudget
+	rejected *prometheus.CounterVec
+
+	lenMu    sync.Mutex
+	lenCache map[string]int // "profile@since" → max_model_len reported by vLLM
+}
+
+type observerBox struct{ o Observer }
+
+// New builds the proxy. sup is the Supervisor; profiles returns the
+// configured profiles (called per request, so a config reload is seen);
+// cfg's zero HoldTimeout and MaxBodyBytes mean 10 min and 32 MiB.
+func New(sup Backend, cfg config.ProxyConfig, profiles func() map[string]*units.Profile, log *slog.Logger) *Proxy {
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.HoldTimeout <= 0 {
+		cfg.HoldTimeout = config.Duration(10 * time.Minute)
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 32 << 20
+	}
+	if cfg.BodyMemoryBytes < cfg.MaxBodyBytes {
+		cfg.BodyMemoryBytes = max(cfg.MaxBodyBytes, 256<<20)
+	}
+	p := &Proxy{sup: sup, cfg: cfg, profiles: profiles, log: log.With("component", "proxy"),
+		created: time.Now().Unix(), lenCache: map[string]int{},
+		mem: &memBudget{limit: cfg.BodyMemoryBytes}, rejected: newRejectedCounter()}
+	p.transport = &http.Transport{
+		Proxy:       nil, // the backend is on loopback: never an environment proxy
+		DialContext: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		// Agents keep many streams open; without a large idle pool every
+		// request would open a connection and leave one in TIME_WAIT.
+		MaxIdleConns:        512,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		// No ResponseHeaderTimeout: a non-streamed answer to a long prompt
+		// takes minutes; the client's own context bounds it.
+		DisableCompression: true,
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:        p.rewrite,
+		Transport:      p.transport,
+		FlushInterval:  -1, // flush after every write: each SSE event reaches the client as it arrives
+		BufferPool:     bufferPool{},
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.upstreamError,
+		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+	}
+	return p
+}
+
+// SetObserver installs the metrics hook (nil removes it); safe at any time.
+func (p *Proxy) SetObserver(o Observer) {
+	if o == nil {
+		p.observer.Store(nil)
+		return
+	}
+	p.observer.Store(&observerBox{o})
+}
+
+// Register mounts GET /v1/models, GET /v1/models/* and every other /v1/*
+// path on e, behind e's middleware (the bearer token check). It does nothing
+// when the proxy is disabled in the config.
+func (p *Proxy) Register(e *echo.Echo) {
+	if p.cfg.Disabled {
+		return
+	}
+	e.GET("/v1/models", p.handleModels)
+	e.GET("/v1/models/*", p.handleModel)
+	e.Any("/v1/*", func(c echo.Context) error {
+		p.ServeHTTP(c.Response(), c.Request())
+		return nil
+	})
+}
+
+// Close drops the idle connections to the backend (call on shutdown).
+func (p *Proxy) Close() { p.transport.CloseIdleConnections() }
+
+// bufferPool reuses the 32 KiB copy buffers of the reverse proxy.
+type bufferPool struct{}
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *(copyBuffers.Get().(*[]byte)) }
+func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
+
+// exchange is one request's forwarding state, shared with the reverse
+// proxy's hooks through the request context.
+type exchange struct {
+	host     string // 127.0.0.1:port
+	canRetry bool   // a dial failure may be retried (nothing written)
+
+	status  int
+	tap     *usageTap
+	err     error
+	dialErr bool
+}
+
+type exchangeKey struct{}
+
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	x := pr.In.Context().Value(exchangeKey{}).(*exchange)
+	pr.Out.URL.Scheme = "http"
+	pr.Out.URL.Host = x.host
+	pr.Out.Host = x.host
+	// gpuhost's bearer token is gpuhost's, not the backend's.
+	pr.Out.Header.Del("Authorization")
+	// Ask for an identity body, so the usage tap can read it.
+	pr.Out.Header.Del("Accept-Encoding")
+	// The body is already here whole; nothing to wait for.
+	pr.Out.Header.Del("Expect")
+}
+
+func (p *Proxy) modifyResponse(resp *http.Response) error {
+	x := resp.Request.Context().Value(exchangeKey{}).(*exchange)
+	x.status = resp.StatusCode
+	if mode := tapModeFor(resp.Header.Get("Content-Type"), resp.Header.Get("Content-Encoding")); mode != tapNone {
+		x.tap = newUsageTap(resp.Body, mode)
+		resp.Body = x.tap
+	}
+	return nil
+}
+
+// upstreamError handles a failed round trip (nothing has been written to the
+// client yet): a refused connection is left for the caller to retry, a
+// client that left gets nothing, anything else is 502.
+func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	x := r.Context().Value(exchangeKey{}).(*exchange)
+	x.err = err
+	x.dialErr = isDialError(err)
+	switch {
+	case x.dialErr && x.canRetry:
+		return
+	case r.Context().Err() != nil:
+		x.status = statusClientClosed
+		return
+	}
+	x.status = http.StatusBadGateway
+	writeError(w, &apiErr{status: http.StatusBadGateway, typ: "upstream_error", code: "backend_unreachable",
+		msg: "the inference backend at " + x.host + " did not answer: " + err.Error()})
+}
+
+// isDialError reports a connection that could not be made (refused, reset
+// while connecting): the request was not sent.
+func isDialError(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// record is one request's access-log entry.
+type record struct {
+	start     time.Time
+	method    string
+	path      string
+	requested string // the client's "model" (shortened), for the log only
+	model     string // the served name it resolved to, "" if none
+	profile   string
+	status    int
+	held      time.Duration
+	switched  bool
+	stream    bool
+	tap       *usageTap
+	client    *clientWriter // the last forwarding attempt's writer
+	x         *exchange     // the last forwarding attempt
+	firstByte time.Time     // of an answer gpuhost wrote itself
+	detail    string
+}
+
+// clientWriter notes when the first body byte went to the client (the
+// time to first byte: for a stream, the first token rather than the headers
+// the backend sends at once) and whether writing to the client failed (the client
+// left: 499, not the backend's fault).
+type clientWriter struct {
+	http.ResponseWriter
+	first    time.Time // first body byte
+	headerAt time.Time // for answers without a body
+	err      error
+}
+
+func (w *clientWriter) WriteHeader(code int) {
+	if w.headerAt.IsZero() && code >= 200 {
+		w.headerAt = time.Now()
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *clientWriter) Write(p []byte) (int, error) {
+	if w.first.IsZero() {
+		w.first = time.Now()
+	}
+	n, err := w.ResponseWriter.Write(p)
+	if err != nil && w.err == nil {
+		w.err = err
+	}
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection's Flush.
+func (w *clientWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// ServeHTTP forwards one /v1 request; Register mounts it.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := &record{start: time.Now(), method: r.Method, path: r.URL.Path}
+	defer func() {
+		if v := recover(); v != nil {
+			// httputil.ReverseProxy aborts a response whose copy failed
+			// (client gone, backend died mid-stream) with ErrAbortHandler;
+			// log it, then let net/http drop the connection.
+			if rec.x != nil && rec.x.tap.complete() && (rec.client == nil || rec.client.err == nil) {
+				// The copy failed after the whole answer went out: the
+				// client closed at [DONE]. Not a failure of anyone's.
+				rec.tap, rec.status = rec.x.tap, rec.x.status
+			} else if r.Context().Err() != nil || rec.client != nil && rec.client.err != nil {
+				rec.status = statusClientClosed
+			} else {
+				rec.status = http.StatusBadGateway
+				rec.detail = "the backend broke off the answer"
+			}
+			p.done(rec)
+			panic(v)
+		}
+		p.done(rec)
+	}()
+
+	clean, aerr := cleanPath(r.URL.Path)
+	if aerr != nil {
+		p.fail(w, rec, aerr)
+		return
+	}
+	if clean != r.URL.Path {
+		// Doubled slashes: the backend gets the path it would route.
+		r.URL.Path, r.URL.RawPath = clean, ""
+	}
+	body, reserved, aerr := p.readBody(w, r)
+	defer p.mem.give(reserved)
+	if aerr != nil {
+		p.fail(w, rec, aerr)
+		return
+	}
+	var field modelField
+	peeked := false
+	if len(body) > 0 && hasJSONBody(r, body) {
+		f, err := peekModel(body)
+		if err != nil {
+			p.fail(w, rec, badJSON(err))
+			return
+		}
+		field, peeked = f, true
+		if f.IsString {
+			rec.requested = truncate(f.Name, 128)
+		}
+	}
+	requested := ""
+	if field.IsString {
+		requested = field.Name
+	}
+	holdCtx, cancel := context.WithTimeout(r.Context(), p.cfg.HoldTimeout.D())
+	defer cancel()
+
+	for attempt := 0; ; attempt++ {
+		prof, aerr := p.route(r.Context(), holdCtx, requested, rec)
+		if aerr != nil {
+			p.fail(w, rec, aerr)
+			return
+		}
+		rec.model, rec.profile = prof.ServedModelName(), prof.Name
+		out := body
+		if up := upstreamName(prof); peeked && (!field.IsString || field.Name != up) {
+			out = withModel(body, field, up)
+		}
+		x := &exchange{host: backendHost(prof), canRetry: attempt < maxDialRetries}
+		p.noteBackend(prof)
+		req := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
+		req.Body = io.NopCloser(newBytesReader(out))
+		req.ContentLength = int64(len(out))
+		if len(out) == 0 {
+			req.Body = http.NoBody
+		}
+		rec.tap = nil
+		cw := &clientWriter{ResponseWriter: w}
+		rec.client, rec.x = cw, x
+		p.rp.ServeHTTP(cw, req)
+		rec.tap, rec.status = x.tap, x.status
+		if x.tap != nil {
+			rec.stream = x.tap.mode == tapSSE
+		}
+		if x.err != nil && x.dialErr && x.canRetry && r.Context().Err() == nil {
+			// Refused: the backend is restarting or a switch began after
+			// routing. Wait a moment and route again (held if switching).
+			if sleepCtx(holdCtx, 100*time.Millisecond) == nil {
+				continue
+			}
+			p.fail(w, rec, holdError(p.sup.State(), holdCtx, r.Context(), x.err))
+			return
+		}
+		if x.err != nil {
+			rec.detail = x.err.Error()
+		}
+		// 499 only when the client left before it had the whole answer: a
+		// client that closes the moment it reads [DONE] (go-openai does)
+		// got everything, and the request counts as the backend's status.
+		if cw.err != nil || (r.Context().Err() != nil && !x.tap.complete()) {
+			rec.status = statusClientClosed
+		}
+		return
+	}
+}
+
+// cleanPath checks the (decoded) request path before it is forwarded: a dot
+// segment ("/v1/../api/x", also written "%2e%2e") is refused, since the
+// backend (or anything behind it) might resolve it to a path outside /v1;
+// doubled slashes are collapsed. A trailing slash is kept.
+func cleanPath(p string) (string, *apiErr) {
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "." || seg == ".." {
+			return "", &apiErr{status: http.StatusBadRequest, typ: "invalid_request_error", code: "invalid_path",
+				msg: "request path " + strconv.Quote(truncate(p, 200)) + " contains a '.' or '..' segment; gpuhost forwards only paths below /v1 without dot segments"}
+		}
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c, nil
+}
+
+// noteBackend closes pooled connections when requests start going to a
+// different backend process (another profile, or the same one restarted),
+// so none is reused against a process that is gone.
+func (p *Proxy) noteBackend(prof *units.Profile) {
+	key := backendKey{prof: prof, port: prof.Port, since: p.sup.State().Since}
+	if old := p.backend.Load(); old != nil && *old == key {
+		return
+	}
+	if old := p.backend.Swap(&key); old != nil && *old != key {
+		p.transport.CloseIdleConnections()
+	}
+}
+
+// backendKey identifies one running backend process.
+type backendKey struct {
+	prof  *units.Profile
+	port  int
+	since time.Time
+}
+
+// readBody reads the whole request body, bounded by max_body_bytes. The
+// body is needed whole anyway: to route on "model" before the backend is
+// chosen, and to hold the request while a switch runs.
+func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) (body []byte, reserved int64, _ *apiErr) {
+	limit := p.cfg.MaxBodyBytes
+	tooBig := func() *apiErr {
+		return &apiErr{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "request_too_large",
+			msg: "request body is larger than proxy.max_body_bytes (" + itoa64(limit) + " bytes)"}
+	}
+	if r.ContentLength > limit {
+		w.Header().Set("Connection", "close")
+		return nil, 0, tooBig()
+	}
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return nil, 0, nil
+	}
+	br := &budgetReader{r: io.LimitReader(r.Body, limit+1), b: p.mem}
+	if r.ContentLength > 0 {
+		if !p.mem.take(r.ContentLength) {
+			p.rejected.WithLabelValues("body_memory").Inc()
+			w.Header().Set("Connection", "close")
+			return nil, 0, overBudget(p.cfg.BodyMemoryBytes)
+		}
+		br.prepaid, br.reserved = r.ContentLength, r.ContentLength
+	}
+	// Grow with what actually arrives: a client announcing 32 MiB and
+	// sending nothing must not make the daemon allocate 32 MiB. (MinRead
+	// spare: ReadFrom needs room to see EOF without growing.)
+	buf := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength, 0), 1<<20)+bytes.MinRead))
+	_, err := buf.ReadFrom(br)
+	switch {
+	case errors.Is(err, errOverBudget):
+		p.rejected.WithLabelValues("body_memory").Inc()
+		w.Header().Set("Connection", "close")
+		return nil, br.reserved, overBudget(p.cfg.BodyMemoryBytes)
+	case err == nil && int64(buf.Len()) > limit:
+		w.Header().Set("Connection", "close")
+		return nil, br.reserved, tooBig()
+	case err != nil && r.Context().Err() != nil:
+		return nil, br.reserved, &apiErr{status: statusClientClosed, msg: "the client went away while sending the body"}
+	case err != nil:
+		return nil, br.reserved, &apiErr{status: http.StatusBadRequest, typ: "invalid_request_error", code: "body_read_failed",
+			msg: "reading the request body: " + err.Error()}
+	}
+	return buf.Bytes(), br.reserved, nil
+}
+
+// hasJSONBody decides whether a body is routed on its "model": a JSON media
+// type, or a body that looks like an object whatever its label (`curl -d`
+// sends JSON as a form). Other bodies (multipart uploads) go to the active
+// backend untouched.
+func hasJSONBody(r *http.Request, body []byte) bool {
+	switch r.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch:
+	default:
+		return false
+	}
+	if isJSONMediaType(r.Header.Get("Content-Type")) {
+		return true
+	}
+	i := skipWS(body, 0)
+	return i < len(body) && body[i] == '{'
+}
+
+// fail answers with a gpuhost error and records it.
+func (p *Proxy) fail(w http.ResponseWriter, rec *record, e *apiErr) {
+	rec.status, rec.detail = e.status, e.msg
+	if e.status == statusClientClosed {
+		return // nobody to answer
+	}
+	writeError(w, e)
+	rec.firstByte = time.Now()
+}
+
+// done writes the access-log line and feeds the observer.
+func (p *Proxy) done(rec *record) {
+	dur := time.Since(rec.start)
+	var ttfb time.Duration
+	first := rec.firstByte
+	if c := rec.client; c != nil && first.IsZero() {
+		first = c.first
+		if first.IsZero() {
+			first = c.headerAt
+		}
+	}
+	if !first.IsZero() {
+		ttfb = first.Sub(rec.start)
+	}
+	prompt, compl := 0, 0
+	if rec.tap != nil && rec.tap.haveUsage {
+		prompt, compl = rec.tap.prompt, rec.tap.compl
+	}
+	if b := p.observer.Load(); b != nil {
+		b.o.ObserveRequest(rec.model, rec.status, prompt, compl, ttfb, dur)
+		if d, ok := b.o.(DetailObserver); ok {
+			d.ObserveRequestDetail(rec.model, rec.held, rec.stream, compl, ttfb, dur)
+		}
+	}
+	level := slog.LevelInfo
+	if rec.status >= 500 {
+		level = slog.LevelWarn
+	}
+	ctx := context.Background()
+	if !p.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 18)
+	attrs = append(attrs, slog.String("method", rec.method), slog.String("path", rec.path), slog.String("model", rec.model),
+		slog.Int("status", rec.status), slog.Float64("ttfb_ms", ms(ttfb)), slog.Float64("duration_ms", ms(dur)))
+	if rec.requested != "" && rec.requested != rec.model {
+		attrs = append(attrs, slog.String("requested", rec.requested))
+	}
+	if rec.profile != "" {
+		attrs = append(attrs, slog.String("profile", rec.profile))
+	}
+	if rec.tap != nil {
+		attrs = append(attrs, slog.Int("prompt_tokens", prompt), slog.Int("completion_tokens", compl), slog.Int64("bytes", rec.tap.bytes))
+		if rec.stream {
+			attrs = append(attrs, slog.Bool("stream", true), slog.Int("events", rec.tap.events), slog.Bool("done", rec.tap.sawDone))
+		}
+	}
+	if rec.held > 0 {
+		attrs = append(attrs, slog.Float64("held_ms", ms(rec.held)))
+	}
+	if rec.switched {
+		attrs = append(attrs, slog.Bool("switched", true))
+	}
+	if rec.detail != "" {
+		attrs = append(attrs, slog.String("detail", rec.detail))
+	}
+	p.log.LogAttrs(ctx, level, "v1 request", attrs...)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,290 @@
+package telegram
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-telegram/bot/models"
+	"github.com/spf13/cobra"
+
+	"gpuhost/api"
+	"gpuhost/appliance/appliancetest"
+	"gpuhost/config"
+	"gpuhost/frontdoor/telegram/pairing"
+)
+
+// syncBuffer collects log output from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// testClock is real time shifted by a settable offset, so that codes the
+// bot issues can be judged by `gpuhost pair` (real clock) as well.
+type testClock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+func (c *testClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.offset += d
+	c.mu.Unlock()
+}
+
+type harnessOpts struct {
+	activate    string
+	allowGroups bool
+	hook        func(*config.Config)
+	// doctorEvery > 0 runs the periodic doctor at this interval.
+	doctorEvery time.Duration
+	doctor      func(f *appliancetest.Fixture) api.DoctorFunc
+	clockOffset time.Duration
+	// before runs after the fake API exists and before the bot starts.
+	before func(fakeBot *fakeAPI)
+	// asker, when set, enables /ask.
+	asker Asker
+}
+
+type harness struct {
+	api   *fakeAPI
+	f     *appliancetest.Fixture
+	bot   *Bot
+	store *pairing.Store
+	clock *testClock
+	logs  *syncBuffer
+	done  chan error
+	stop  context.CancelFunc
+}
+
+// startBot runs a real Supervisor (appliancetest) and the bot against a
+// fresh fake Bot API, with logs captured and checked for the token at the end.
+func startBot(t *testing.T, o harnessOpts) *harness {
+	t.Helper()
+	fakeBot := newFakeAPI(t)
+	tokenFile := filepath.Join(t.TempDir(), "telegram.token")
+	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := appliancetest.New(t, appliancetest.Options{Activate: o.activate, Hook: func(c *config.Config) {
+		c.Telegram.Enabled = true
+		c.Telegram.APIURL = fakeBot.URL()
+		c.Telegram.TokenFile = tokenFile
+		c.Telegram.AllowGroups = o.allowGroups
+		if o.hook != nil {
+			o.hook(c)
+		}
+	}})
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	doctor := f.Doctor
+	if o.doctor != nil {
+		doctor = o.doctor(f)
+	}
+	b, err := New(f.Cfg, f.Sup, doctor, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := &testClock{offset: o.clockOffset}
+	b.now = clock.Now
+	b.pollTimeout = 2 * time.Second
+	b.retryMin, b.retryMax = 10*time.Millisecond, 50*time.Millisecond
+	b.doctorFirst, b.doctorEvery = time.Hour, time.Hour
+	if o.doctorEvery > 0 {
+		b.doctorFirst, b.doctorEvery = o.doctorEvery, o.doctorEvery
+	}
+	if o.before != nil {
+		o.before(fakeBot)
+	}
+	if o.asker != nil {
+		b.SetAsker(o.asker)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &harness{api: fakeBot, f: f, bot: b, store: pairing.New(f.Cfg.StateDir), clock: clock, logs: logs, done: make(chan error, 1), stop: cancel}
+	h.store.Now = clock.Now
+	go func() { h.done <- b.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-h.done:
+		case <-time.After(15 * time.Second):
+			t.Error("Run did not return within 15 s of cancel")
+		}
+		assertNoToken(t, "log", logs.String())
+		if t.Failed() {
+			t.Logf("bot log:\n%s", logs.String())
+		}
+	})
+	return h
+}
+
+func assertNoToken(t *testing.T, what, s string) {
+	t.Helper()
+	_, secret, _ := strings.Cut(testToken, ":")
+	for _, sec := range []string{testToken, secret} {
+		if strings.Contains(s, sec) {
+			t.Errorf("the bot token appears in the %s:\n%s", what, s)
+			return
+		}
+	}
+}
+
+// Test users and chats.
+var (
+	operator = models.User{ID: 111, FirstName: "Olga", Username: "operator"}
+	opsGroup = models.Chat{ID: -1001234, Type: models.ChatTypeSupergroup, Title: "ops"}
+)
+
+func stranger(i int) models.User {
+	return models.User{ID: int64(5000 + i), FirstName: "Mallory", Username: "mallory" + string(rune('a'+i%26))}
+}
+
+var (
+	codeClass  = "[" + pairing.CodeAlphabet + "]{8}"
+	pairingRE  = regexp.MustCompile(`^This bot is private\. To get access, ask the operator of this machine to run:\n\ngpuhost pair approve (` + codeClass + `)\n\nThe code expires in 10 min\.$`)
+	reminderRE = regexp.MustCompile(`^Your pairing code is still (` + codeClass + `) \(expires in [0-9.]+ (?:s|ms|min)\)\. Ask the operator of this machine to run:\n\ngpuhost pair approve (` + codeClass + `)$`)
+)
+
+// codeIn returns the code of a pairing or reminder message ("" if the
+// message is neither, exactly).
+func codeIn(text string) string {
+	if m := pairingRE.FindStringSubmatch(text); m != nil {
+		return m[1]
+	}
+	if m := reminderRE.FindStringSubmatch(text); m != nil && m[1] == m[2] {
+		return m[1]
+	}
+	return ""
+}
+
+// pairUser has u message the bot and approves the code with the cobra
+// command, as the operator would.
+func (h *harness) pairUser(t *testing.T, u models.User) {
+	t.Helper()
+	before := len(h.api.sentTo(u.ID))
+	h.api.push(u, private(u), "hi")
+	var code string
+	h.api.waitFor(t, "a pairing code", func(sent []sentMsg) bool {
+		var to []string
+		for _, m := range sent {
+			if m.ChatID == u.ID {
+				to = append(to, m.Text)
+			}
+		}
+		if len(to) > before {
+			code = codeIn(to[len(to)-1])
+			return true
+		}
+		return false
+	})
+	if code == "" {
+		t.Fatalf("no pairing code in %q", h.api.sentTo(u.ID))
+	}
+	out, err := runPair(t, h.f.Cfg.StateDir, "approve", code)
+	if err != nil {
+		t.Fatalf("pair approve %s: %v\n%s", code, err, out)
+	}
+}
+
+// allow puts u on the allowlist through the store, without any message.
+func (h *harness) allow(t *testing.T, u models.User) {
+	t.Helper()
+	out, err := h.store.Request(pairing.Sender{UserID: u.ID, ChatID: u.ID, Username: u.Username, FirstName: u.FirstName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.Approve(out.Code); err != nil {
+		t.Fatal(err)
+	}
+	h.api.knowChat(private(u))
+}
+
+// syncUser only ever sends sync points, so counting its help replies is exact.
+var syncUser = models.User{ID: 999999, FirstName: "Sync", Username: "sync"}
+
+// sync sends "/gpu help" from syncUser and waits for the answer: the bot
+// handles updates in order, so everything pushed before is handled.
+func (h *harness) sync(t *testing.T) {
+	t.Helper()
+	if ok, _ := h.store.Allowed(syncUser.ID); !ok {
+		h.allow(t, syncUser)
+	}
+	count := func(sent []sentMsg) int {
+		c := 0
+		for _, m := range sent {
+			if m.ChatID == syncUser.ID && strings.Contains(m.Text, "/gpu help — this text") {
+				c++
+			}
+		}
+		return c
+	}
+	n := count(h.api.allSent())
+	h.api.push(syncUser, private(syncUser), "/gpu help")
+	h.api.waitFor(t, "the help reply (sync point)", func(sent []sentMsg) bool { return count(sent) > n })
+}
+
+// waitStatus waits until cond holds for the bot's Status.
+func (h *harness) waitStatus(t *testing.T, what string, cond func(api.TelegramStatus) bool) api.TelegramStatus {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := h.bot.Status()
+		if cond(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never %s: %+v", what, st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitLog waits until the log holds n lines containing s.
+func (h *harness) waitLog(t *testing.T, s string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for strings.Count(h.logs.String(), s) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("log never had %d × %q:\n%s", n, s, h.logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func runPair(t *testing.T, stateDir string, args ...string) (string, error) {
+	t.Helper()
+	cmd := NewPairCmd(func(*cobra.Command) (string, error) { return stateDir, nil })
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	cmd.SilenceUsage = true
+	err := cmd.Execute()
+	return out.String(), err
+}

@@ -1,0 +1,79 @@
+package telegram
+
+import (
+	"strings"
+	"testing"
+
+	"gpuhost/api"
+	"gpuhost/config"
+	"gpuhost/units"
+)
+
+func TestNoteState(t *testing.T) {
+	cfg := &config.Config{Profiles: map[string]*units.Profile{
+		"coder": {Name: "coder", Backend: units.VLLM, ServedName: "qwen3-coder"},
+	}}
+	unitEv := func(state string) api.Event {
+		return api.Event{Kind: "unit", Detail: map[string]any{"unit": "gpuhost-vllm.service", "active_state": state}}
+	}
+	tests := []struct {
+		name string
+		evs  []api.Event
+		want []string // substrings of the notifications, in order ("" = none for that event)
+	}{
+		{
+			name: "successful switch",
+			evs: []api.Event{
+				{Kind: "switch", Status: "started", Profile: "coder"},
+				{Kind: "step", Step: "start", Status: "done"},
+				{Kind: "switch", Status: "done", Profile: "coder", DurationMS: 12300},
+			},
+			want: []string{"", "", "✅ switch done: coder (vllm, qwen3-coder) is active (12.3 s)"},
+		},
+		{
+			name: "failed switch carries the last journal lines; the unit failing inside it is not a separate note",
+			evs: []api.Event{
+				{Kind: "switch", Status: "started", Profile: "coder"},
+				{Kind: "step", Step: "ready", Status: "failed", Journal: []string{"l1", "l2", "l3", "l4", "l5", "l6: bind: address already in use"}},
+				unitEv("failed"),
+				{Kind: "switch", Status: "failed", Profile: "coder", Message: "switch to coder failed: ready: exit 1"},
+			},
+			want: []string{"", "", "", "❌ switch to coder failed: ready: exit 1\n\nlast journal lines:\nl2\nl3\nl4\nl5\nl6: bind: address already in use"},
+		},
+		{
+			name: "unit failing outside a switch",
+			evs:  []api.Event{unitEv("active"), unitEv("failed"), unitEv("inactive")},
+			want: []string{"", "⚠️ backend unit gpuhost-vllm.service failed", ""},
+		},
+		{
+			name: "after a failed switch, unit failures are notified again",
+			evs: []api.Event{
+				{Kind: "switch", Status: "started"},
+				{Kind: "switch", Status: "failed", Profile: "x"},
+				unitEv("failed"),
+			},
+			want: []string{"", "❌ switch to x failed", "⚠️ backend unit"},
+		},
+		{
+			name: "other events are quiet",
+			evs: []api.Event{
+				{Kind: "state", Message: "active"}, {Kind: "reconcile", Message: "restoring"},
+				{Kind: "switch", Status: "info", Message: "rolling back"},
+				{Kind: "unit", Detail: map[string]any{"active_state": 42}},
+			},
+			want: []string{"", "", "", ""},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var n noteState
+			for i, e := range tc.evs {
+				got := n.note(e, cfg)
+				want := tc.want[i]
+				if (want == "") != (got == "") || !strings.Contains(got, want) {
+					t.Errorf("event %d (%s %s): note %q, want one containing %q", i, e.Kind, e.Status, got, want)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,62 @@
+// Package wiring holds the adapters that connect the daemon's core to its
+// services without either importing the other: package main (serve, the
+// CLI) uses them, and so do tests that run a service against a real
+// Supervisor. Nothing here decides anything; it only forwards.
+package wiring
+
+import (
+	"context"
+	"fmt"
+
+	"gpuhost/api"
+	"gpuhost/appliance"
+	"gpuhost/bench"
+	"gpuhost/mcp"
+	"gpuhost/nvml"
+)
+
+// MCPDaemon adapts the running appliance to mcp.Daemon, so package
+// main wires the gpu and inference connectors in one line. It exposes
+// reads only: the Supervisor's Switch is deliberately not reachable.
+type MCPDaemon struct {
+	Sup *appliance.Supervisor
+	// DoctorFn runs the doctor (the same function the API uses).
+	DoctorFn api.DoctorFunc
+	// Bench is the results store (nil: no results).
+	Bench *bench.Store
+}
+
+var _ mcp.Daemon = (*MCPDaemon)(nil)
+
+// Snapshot reads the GPU through the daemon's own NVML handle.
+func (d *MCPDaemon) Snapshot(ctx context.Context) (nvml.Snapshot, error) {
+	return d.Sup.Snapshot(ctx)
+}
+
+// Status is the Supervisor's status (phase, profile, units, health).
+func (d *MCPDaemon) Status(ctx context.Context) api.Status { return d.Sup.Status(ctx) }
+
+// Doctor runs the doctor for profile ("" = the active one).
+func (d *MCPDaemon) Doctor(ctx context.Context, profile string) api.DoctorReport {
+	if d.DoctorFn == nil {
+		return api.DoctorReport{}
+	}
+	return d.DoctorFn(ctx, profile)
+}
+
+// BenchResults summarises the stored bench results; unreadable files are
+// skipped (the store reports them as warnings to its own log).
+func (d *MCPDaemon) BenchResults() ([]bench.Summary, error) {
+	if d.Bench == nil {
+		return nil, nil
+	}
+	rs, _, err := d.Bench.List()
+	if err != nil {
+		return nil, fmt.Errorf("list bench results in %s: %w", d.Bench.Dir, err)
+	}
+	out := make([]bench.Summary, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, bench.Summarize(r))
+	}
+	return out, nil
+}
