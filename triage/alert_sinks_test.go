@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"gpuhost/frontdoor/telegram/pairing"
+	"gpuhost/internal/pairing"
 	"gpuhost/triage/sink"
 	"gpuhost/triage/sink/slacktest"
 	"gpuhost/triage/sink/telegramtest"

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"gpuhost/frontdoor/telegram/pairing"
+	"gpuhost/internal/pairing"
 	"gpuhost/simulator"
 	"gpuhost/triage/demo"
 	"gpuhost/triage/llm"

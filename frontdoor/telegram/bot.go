@@ -37,7 +37,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/config"
-	"gpuhost/frontdoor/telegram/pairing"
+	"gpuhost/internal/pairing"
 	"gpuhost/internal/redactlog"
 	"gpuhost/units"
 )

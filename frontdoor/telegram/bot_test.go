@@ -19,7 +19,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/config"
-	"gpuhost/frontdoor/telegram/pairing"
+	"gpuhost/internal/pairing"
 	"gpuhost/internal/redactlog"
 	"gpuhost/nvml"
 )

@@ -18,7 +18,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/config"
-	"gpuhost/frontdoor/telegram/pairing"
+	"gpuhost/internal/pairing"
 )
 
 // syncBuffer collects log output from several goroutines.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"gpuhost/frontdoor/telegram/pairing"
+	"gpuhost/internal/pairing"
 )
 
 // NewPairCmd is `gpuhost pair`: the operator's side of pairing, on the

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"gpuhost/frontdoor/telegram/pairing"
+	"gpuhost/internal/pairing"
 )
 
 func TestPairCommand(t *testing.T) {

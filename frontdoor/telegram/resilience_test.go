@@ -10,7 +10,7 @@ import (
 	"github.com/go-telegram/bot/models"
 
 	"gpuhost/api"
-	"gpuhost/frontdoor/telegram/pairing"
+	"gpuhost/internal/pairing"
 )
 
 // Availability: whatever arrives from Telegram, the bot keeps answering,

@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-telegram/bot"
 
-	"gpuhost/frontdoor/telegram/pairing"
+	"gpuhost/internal/pairing"
 	"gpuhost/triage/sink/slacktest"
 	"gpuhost/triage/sink/telegramtest"
 )

@@ -15,7 +15,7 @@ import (
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
 
-	"gpuhost/frontdoor/telegram/pairing"
+	"gpuhost/internal/pairing"
 )
 
 // Telegram defaults.

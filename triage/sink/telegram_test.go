@@ -10,7 +10,7 @@ import (
 
 	"github.com/go-telegram/bot"
 
-	"gpuhost/frontdoor/telegram/pairing"
+	"gpuhost/internal/pairing"
 	"gpuhost/triage/sink/telegramtest"
 )
 
