@@ -144,13 +144,13 @@ func NewHandler(a Asker, log *slog.Logger) *Handler {
 
 // Register mounts POST /api/ask on the daemon's echo server (the one
 // httpapi.New built), so beyond loopback it sits behind the API's
-// bearer token like every other /api route. It logs with component=agent
-// and returns the handler.
+// bearer token like every other /api route, and returns the handler. log
+// carries the component attribute already (the wiring sets it, once).
 func Register(e *echo.Echo, a Asker, log *slog.Logger) *Handler {
 	if log == nil {
 		log = slog.Default()
 	}
-	h := NewHandler(a, log.With("component", "agent"))
+	h := NewHandler(a, log)
 	e.POST(AskPath, h.Serve)
 	return h
 }

@@ -95,7 +95,7 @@ func New(c MCPClient, o Options) *Agent {
 	cfg := openai.DefaultConfig(o.APIKey)
 	cfg.BaseURL = o.BaseURL
 	cfg.HTTPClient = o.HTTPClient
-	return &Agent{mcp: c, opts: o, oai: openai.NewClientWithConfig(cfg), log: o.Log.With("component", "agent")}
+	return &Agent{mcp: c, opts: o, oai: openai.NewClientWithConfig(cfg), log: o.Log}
 }
 
 // Ask answers question with the tools, streaming each step to emit (which

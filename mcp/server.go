@@ -131,7 +131,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		),
 		opts:     opts,
 		sc:       sc,
-		log:      scrubLogger(opts.Log, sc).With("component", "mcp"),
+		log:      scrubLogger(opts.Log, sc),
 		timeout:  opts.CallTimeout,
 		disabled: map[string]string{},
 	}

@@ -106,7 +106,7 @@ func New(sup Supervisor, doctor api.DoctorFunc, cfg *config.Config, log *slog.Lo
 		log = slog.Default()
 	}
 	p := &Panel{
-		sup: sup, doctor: doctor, cfg: cfg, log: log.With("component", "panel"),
+		sup: sup, doctor: doctor, cfg: cfg, log: log,
 		authRequired: !cfg.IsLoopback(),
 		probeClient:  &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}},
 		befores:      newBeforeMemo(64),

@@ -151,7 +151,7 @@ func New(sup Backend, cfg config.ProxyConfig, profiles func() map[string]*units.
 	if cfg.BodyMemoryBytes < cfg.MaxBodyBytes {
 		cfg.BodyMemoryBytes = max(cfg.MaxBodyBytes, 256<<20)
 	}
-	p := &Proxy{sup: sup, cfg: cfg, profiles: profiles, log: log.With("component", "proxy"),
+	p := &Proxy{sup: sup, cfg: cfg, profiles: profiles, log: log,
 		created: time.Now().Unix(), lenCache: map[string]int{},
 		mem: &memBudget{limit: cfg.BodyMemoryBytes}, rejected: newRejectedCounter()}
 	p.transport = &http.Transport{

@@ -140,7 +140,7 @@ func New(cfg *config.Config, sup Supervisor, doctor api.DoctorFunc, log *slog.Lo
 	}
 	b.store.Now = func() time.Time { return b.now() }
 	b.st = api.TelegramStatus{State: api.TelegramStarting, Since: time.Now(), Errors: map[string]uint64{}}
-	b.log = slog.New(redactlog.New(log.Handler(), b.redact)).With("component", "telegram")
+	b.log = slog.New(redactlog.New(log.Handler(), b.redact))
 	return b, nil
 }
 
