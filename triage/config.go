@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"gpuhost/internal/loopback"
 	"gpuhost/triage/customer"
 	"gpuhost/triage/llm"
 	"gpuhost/triage/sink"
@@ -307,7 +308,7 @@ func FromConfig(ctx context.Context, cfg *config.Config, deps Deps) (*Worker, er
 }
 
 // ManagedURL is the daemon's own OpenAI-compatible endpoint for a listen
-// address: a wildcard host is reached on 127.0.0.1.
+// address: a wildcard host is reached on 127.0.0.1 (loopback.DialHost).
 func ManagedURL(listen string) (string, error) {
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
@@ -316,10 +317,7 @@ func ManagedURL(listen string) (string, error) {
 	if port == "0" {
 		return "", fmt.Errorf("listen %q has no fixed port; pass the bound address (Deps.ManagedBaseURL)", listen)
 	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	return "http://" + net.JoinHostPort(host, port) + "/v1", nil
+	return "http://" + net.JoinHostPort(loopback.DialHost(host), port) + "/v1", nil
 }
 
 // activeClassifier follows the managed endpoint's active model: after a
