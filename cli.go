@@ -6,16 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"gpuhost/api"
 	"gpuhost/appliance"
@@ -351,7 +348,7 @@ For ollama the address also comes from OLLAMA_HOST.`,
 			if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 				return cmd.Help()
 			}
-			opts, err := simulateOptions(args[0], args[1:])
+			opts, err := simulator.ParseArgs(args[0], args[1:], os.Getenv)
 			if err != nil {
 				return err
 			}
@@ -363,115 +360,6 @@ For ollama the address also comes from OLLAMA_HOST.`,
 			return simulator.Run(cmd.Context(), opts)
 		},
 	}
-}
-
-// simFlags are the simulator's own flags that take a value; they are taken
-// out before the rest is read as `vllm serve` words.
-var simFlags = map[string]bool{"--sim-dir": true, "--load-time": true, "--prefill-tps": true,
-	"--decode-tps": true, "--vram-mib": true, "--served-name": true, "--model": true,
-	"--schema-fault": true, "--tool-call-fault": true, "--transcription-fault": true, "--stop-delay": true}
-
-// simBoolFlags are the simulator's own flags without a value.
-var simBoolFlags = map[string]bool{"--scripted-tools": true}
-
-func withoutSimFlags(args []string) []string {
-	var out []string
-	for i := 0; i < len(args); i++ {
-		name, _, hasValue := strings.Cut(args[i], "=")
-		if simBoolFlags[name] {
-			continue
-		}
-		if simFlags[name] {
-			if !hasValue {
-				i++ // skip the value word
-			}
-			continue
-		}
-		out = append(out, args[i])
-	}
-	return out
-}
-
-// simulateOptions reads the simulator's own flags and, for vllm, the vLLM
-// serve words, from one argv.
-func simulateOptions(flavor string, args []string) (simulator.Options, error) {
-	opts := simulator.Options{Flavor: simulator.Flavor(flavor)}
-	switch opts.Flavor {
-	case simulator.FlavorVLLM:
-		if err := opts.ApplyVLLMArgv(withoutSimFlags(args)); err != nil {
-			return opts, err
-		}
-	case simulator.FlavorOllama:
-		if h := os.Getenv("OLLAMA_HOST"); h != "" {
-			host, port, err := net.SplitHostPort(strings.TrimPrefix(h, "http://"))
-			if err != nil {
-				return opts, fmt.Errorf("OLLAMA_HOST=%q: want host:port: %w", h, err)
-			}
-			n, err := strconv.Atoi(port)
-			if err != nil {
-				return opts, fmt.Errorf("OLLAMA_HOST=%q: port is not a number", h)
-			}
-			opts.Host, opts.Port = host, n
-		}
-	default:
-		return opts, fmt.Errorf("simulate %q: want vllm or ollama", flavor)
-	}
-	fs := pflag.NewFlagSet("simulate", pflag.ContinueOnError)
-	fs.ParseErrorsAllowlist.UnknownFlags = true
-	fs.SetOutput(io.Discard)
-	port := fs.Int("port", 0, "")
-	host := fs.String("host", "", "")
-	models := fs.StringArray("model", nil, "")
-	served := fs.String("served-name", "", "")
-	load := fs.Duration("load-time", 0, "")
-	fs.DurationVar(&opts.StopDelay, "stop-delay", 0, "")
-	prefill := fs.Float64("prefill-tps", 0, "")
-	decode := fs.Float64("decode-tps", 0, "")
-	vram := fs.Int("vram-mib", 0, "")
-	fs.StringVar(&opts.SimDir, "sim-dir", "", "")
-	fs.StringVar(&opts.SchemaFault, "schema-fault", "", "")
-	fs.StringVar(&opts.TranscriptionFault, "transcription-fault", "", "")
-	fs.StringVar(&opts.ToolCallFault, "tool-call-fault", "", "")
-	fs.BoolVar(&opts.ScriptedTools, "scripted-tools", false, "")
-	if err := fs.Parse(args); err != nil {
-		return opts, fmt.Errorf("simulate %s: %w", flavor, err)
-	}
-	if *port != 0 {
-		opts.Port = *port
-	}
-	if *host != "" {
-		opts.Host = *host
-	}
-	if len(*models) > 0 {
-		if opts.Flavor == simulator.FlavorOllama {
-			opts.Models = append(opts.Models, *models...)
-		} else {
-			opts.Model = (*models)[0]
-		}
-	}
-	if *served != "" {
-		opts.ServedName = *served
-	}
-	if fs.Changed("load-time") {
-		opts.LoadTime = *load
-	}
-	if *prefill != 0 {
-		opts.PrefillTPS = *prefill
-	}
-	if *decode != 0 {
-		opts.DecodeTPS = *decode
-	}
-	if *vram != 0 {
-		opts.VRAMMiB = *vram
-	}
-	if v := os.Getenv("OLLAMA_CONTEXT_LENGTH"); v != "" && opts.Flavor == simulator.FlavorOllama {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return opts, fmt.Errorf("OLLAMA_CONTEXT_LENGTH=%q: want a positive number of tokens", v)
-		}
-		opts.MaxModelLen = n
-	}
-	return opts, nil
 }
 
 // benchEnv gives `gpuhost bench` the config-derived facts: where results

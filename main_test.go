@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,7 +21,6 @@ import (
 	"gpuhost/api"
 	"gpuhost/internal/testkit"
 	"gpuhost/nvml"
-	"gpuhost/simulator"
 	"gpuhost/triage"
 )
 
@@ -66,64 +64,6 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-func TestSimulateOptionsFromUnitArgv(t *testing.T) {
-	t.Setenv("OLLAMA_HOST", "")
-	tests := []struct {
-		name   string
-		flavor string
-		args   []string
-		check  func(o simulator.Options) bool
-	}{
-		{"vllm argv with sim flags first", "vllm",
-			[]string{"--sim-dir", "/x", "serve", "Qwen/Q", "--gpu-memory-utilization", "0.92", "--port", "8001", "--load-time", "1.5s", "--served-model-name", "q"},
-			func(o simulator.Options) bool {
-				return o.Model == "Qwen/Q" && o.GPUMemoryUtilization == 0.92 && o.Port == 8001 && o.LoadTime == 1500*time.Millisecond && o.SimDir == "/x" && o.ServedName == "q"
-			}},
-		{"= forms", "vllm", []string{"serve", "M", "--load-time=10ms", "--decode-tps=99", "--max-num-seqs=4"},
-			func(o simulator.Options) bool {
-				return o.LoadTime == 10*time.Millisecond && o.DecodeTPS == 99 && o.MaxNumSeqs == 4
-			}},
-		{"ollama models", "ollama", []string{"serve", "--model", "llama3.1:8b", "--vram-mib", "6200", "--port", "18434"},
-			func(o simulator.Options) bool {
-				return reflect.DeepEqual(o.Models, []string{"llama3.1:8b"}) && o.VRAMMiB == 6200 && o.Port == 18434
-			}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			o, err := simulateOptions(tt.flavor, tt.args)
-			if err != nil || !tt.check(o) {
-				t.Errorf("options = %+v, err %v", o, err)
-			}
-		})
-	}
-	t.Setenv("OLLAMA_HOST", "127.0.0.1:19999")
-	if o, err := simulateOptions("ollama", []string{"serve"}); err != nil || o.Port != 19999 {
-		t.Errorf("OLLAMA_HOST not honoured: %+v %v", o, err)
-	}
-	for _, bad := range []struct {
-		flavor string
-		args   []string
-		want   string
-	}{
-		{"llama.cpp", nil, `want vllm or ollama`},
-		{"vllm", []string{"serve", "M", "--load-time", "soon"}, "load-time"},
-		{"vllm", []string{"serve", "M", "--max-num-seqs", "many"}, "--max-num-seqs"},
-	} {
-		if _, err := simulateOptions(bad.flavor, bad.args); err == nil || !strings.Contains(err.Error(), bad.want) {
-			t.Errorf("simulate %s %v: err %v, want it to name %q", bad.flavor, bad.args, err, bad.want)
-		}
-	}
-}
-
-func FuzzSimulateOptions(f *testing.F) {
-	f.Add("vllm", "--sim-dir /x serve M --port 8000 --load-time 1s")
-	f.Add("ollama", "serve --model a:b --vram-mib 10")
-	f.Add("vllm", "--model= --served-name")
-	f.Fuzz(func(t *testing.T, flavor, argv string) {
-		_, _ = simulateOptions(flavor, strings.Fields(argv)) // must not panic
-	})
 }
 
 func TestBadConfigNamesKeyAndExits2(t *testing.T) {

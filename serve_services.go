@@ -12,21 +12,20 @@ import (
 	"gpuhost/api"
 	"gpuhost/appliance"
 	"gpuhost/config"
+	"gpuhost/internal/loopback"
 	"gpuhost/mcp"
 	"gpuhost/triage"
 )
 
 // loopbackV1 is the daemon's own OpenAI-compatible base URL as seen from
-// inside the box: a wildcard listen address is reached over 127.0.0.1.
+// inside the box: a wildcard listen address is reached over 127.0.0.1
+// (loopback.DialHost).
 func loopbackV1(addr net.Addr) string {
 	host, port, err := net.SplitHostPort(addr.String())
 	if err != nil {
 		return "http://" + addr.String() + "/v1"
 	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "127.0.0.1"
-	}
-	return "http://" + net.JoinHostPort(host, port) + "/v1"
+	return "http://" + net.JoinHostPort(loopback.DialHost(host), port) + "/v1"
 }
 
 // selfAuth adds the daemon's bearer token to requests the daemon makes to

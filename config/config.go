@@ -20,7 +20,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"gpuhost/internal/frontdoor"
+	"gpuhost/internal/loopback"
 	"gpuhost/units"
 )
 
@@ -774,7 +774,9 @@ func (c *Config) EnvFilePath(unit string) string {
 func (c *Config) Path() string { return c.path }
 
 // IsLoopback reports whether the listen address only accepts local clients.
-func (c *Config) IsLoopback() bool { return frontdoor.IsLoopbackListen(c.Listen) }
+// A wildcard host (0.0.0.0, [::], ":8080") binds every interface and is
+// not loopback.
+func (c *Config) IsLoopback() bool { return loopback.ListensOnly(c.Listen) }
 
 // APIToken reads the bearer token at call time (never cached in logs). It
 // returns "" with no error when none is configured.

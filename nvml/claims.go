@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"gpuhost/internal/atomicfile"
 )
 
 // Claim is one simulated process's hold on simulated GPU memory. Simulator
@@ -37,59 +39,20 @@ func claimPath(dir string, pid int) string {
 }
 
 // WriteClaim records (or replaces) the claim of c.PID in dir atomically
-// (temp file, fsync, rename, fsync of dir), so a reader never sees a
-// half-written claim and a crash never leaves one.
+// (internal/atomicfile: temp file named claimTempPrefix*, fsync, rename,
+// fsync of dir), so a reader never sees a half-written claim and a crash
+// never leaves one.
 func WriteClaim(dir string, c Claim) error {
 	if c.PID <= 0 {
 		return fmt.Errorf("write simulated VRAM claim in %s: invalid pid %d", dir, c.PID)
 	}
 	final := claimPath(dir, c.PID)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("write simulated VRAM claim %s: create dir: %w", final, err)
-	}
 	data, err := json.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("write simulated VRAM claim %s: encode: %w", final, err)
 	}
-	tmp, err := os.CreateTemp(dir, claimTempPrefix+"*")
-	if err != nil {
-		return fmt.Errorf("write simulated VRAM claim %s: create temp file: %w", final, err)
-	}
-	renamed := false
-	defer func() {
-		if !renamed {
-			_ = tmp.Close() // may already be closed; the write error matters
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("write simulated VRAM claim %s: write %s: %w", final, tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("write simulated VRAM claim %s: fsync %s: %w", final, tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write simulated VRAM claim %s: close %s: %w", final, tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), final); err != nil {
-		return fmt.Errorf("write simulated VRAM claim %s: rename %s: %w", final, tmp.Name(), err)
-	}
-	renamed = true
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("write simulated VRAM claim %s: %w", final, err)
-	}
-	return nil
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open dir %s for fsync: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync dir %s: %w", dir, err)
+	if err := atomicfile.WriteWith(final, data, 0o600, atomicfile.Options{TempPattern: claimTempPrefix + "*"}); err != nil {
+		return fmt.Errorf("simulated VRAM claim: %w", err)
 	}
 	return nil
 }

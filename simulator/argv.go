@@ -5,56 +5,9 @@ import (
 	"math"
 	"strconv"
 	"strings"
-)
 
-// vllmBoolFlags are vLLM serve flags that take no value. Flags not listed here
-// and not starting with --enable-/--disable-/--no- are assumed to take one
-// value when the next word does not start with "-", which keeps the
-// positional model from being swallowed by a flag the simulator ignores.
-var vllmBoolFlags = map[string]bool{
-	"--trust-remote-code":                       true,
-	"--enforce-eager":                           true,
-	"--headless":                                true,
-	"--async-scheduling":                        true,
-	"--skip-tokenizer-init":                     true,
-	"--return-tokens-as-token-ids":              true,
-	"--use-tqdm-on-load":                        true,
-	"--fully-sharded-loras":                     true,
-	"--calculate-kv-scales":                     true,
-	"--served-model-name-as-root":               true,
-	"--show-hidden-metrics":                     true,
-	"--worker-use-ray":                          true,
-	"--ray-workers-use-nsight":                  true,
-	"--multi-step-stream-outputs":               true,
-	"--allow-credentials":                       true,
-	"--disable-fastapi-docs":                    true,
-	"--enable-auto-tool-choice":                 true,
-	"--enable-prompt-tokens-details":            true,
-	"--enable-server-load-tracking":             true,
-	"--enable-force-include-usage":              true,
-	"--enable-request-id-headers":               true,
-	"--enable-tokenizer-info-endpoint":          true,
-	"--enable-log-outputs":                      true,
-	"--enable-log-requests":                     true,
-	"--disable-log-requests":                    true,
-	"--disable-log-stats":                       true,
-	"--disable-uvicorn-access-log":              true,
-	"--disable-frontend-multiprocessing":        true,
-	"--enable-ssl-refresh":                      true,
-	"--enable-sleep-mode":                       true,
-	"--enable-expert-parallel":                  true,
-	"--enable-eplb":                             true,
-	"--enable-lora":                             true,
-	"--enable-chunked-prefill":                  true,
-	"--enable-prefix-caching":                   true,
-	"--disable-custom-all-reduce":               true,
-	"--disable-sliding-window":                  true,
-	"--disable-cascade-attn":                    true,
-	"--disable-async-output-proc":               true,
-	"--enable-reasoning":                        true,
-	"--enable-lora-bias":                        true,
-	"--enable-multimodal-encoder-data-parallel": true,
-}
+	"gpuhost/units"
+)
 
 // vllmShortValueFlags are vLLM's single-dash aliases that take a value.
 var vllmShortValueFlags = map[string]string{
@@ -109,7 +62,13 @@ func (o *Options) ApplyVLLMArgv(args []string) error {
 		if strings.HasPrefix(name, "--") {
 			name = "--" + strings.ReplaceAll(name[2:], "_", "-")
 		}
-		isBool := vllmBoolFlags[name] || strings.HasPrefix(name, "--no-") ||
+		// A flag in units' table of vLLM booleans, or one spelled like a
+		// switch, takes no value. Flags not matched and not starting
+		// with --enable-/--disable-/--no- are assumed to take one value
+		// when the next word does not start with "-", which keeps the
+		// positional model from being swallowed by a flag the simulator
+		// ignores.
+		isBool := units.IsVLLMBoolFlag(strings.TrimPrefix(name, "--")) || strings.HasPrefix(name, "--no-") ||
 			strings.HasPrefix(name, "--enable-") || strings.HasPrefix(name, "--disable-")
 		if isBool {
 			on := true

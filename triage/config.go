@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"gpuhost/config"
+	"gpuhost/internal/loopback"
 	"gpuhost/triage/customer"
 	"gpuhost/triage/llm"
 	"gpuhost/triage/sink"
@@ -66,219 +67,42 @@ func FromConfig(ctx context.Context, cfg *config.Config, deps Deps) (*Worker, er
 	if deps.LookupEnv == nil {
 		deps.LookupEnv = os.LookupEnv
 	}
-	log := deps.Log
-	env := func(key, name string) (string, error) {
-		v, ok := deps.LookupEnv(name)
-		if !ok || strings.TrimSpace(v) == "" {
-			return "", fmt.Errorf("%s: environment variable %s is not set", key, name)
-		}
-		return strings.TrimSpace(v), nil
+	b := &builder{cfg: cfg, deps: deps, log: deps.Log}
+	src, err := b.source()
+	if err != nil {
+		return nil, err
 	}
-	optEnv := func(key, name string) (string, error) {
-		if name == "" {
-			return "", nil
-		}
-		return env(key, name)
-	}
-
-	// Mail source.
-	var src source.Source
-	switch t.Source.Kind {
-	case "maildir":
-		md, err := source.NewMaildir(t.Source.Maildir)
-		if err != nil {
-			return nil, fmt.Errorf("triage.source.maildir: %w", err)
-		}
-		src = md
-	case "imap":
-		password := func() (string, error) {
-			if t.Source.PasswordFile != "" {
-				b, err := os.ReadFile(t.Source.PasswordFile)
-				if err != nil {
-					return "", fmt.Errorf("triage.source.password_file: read %s: %w", t.Source.PasswordFile, err)
-				}
-				return strings.TrimSpace(string(b)), nil
-			}
-			return env("triage.source.password_env", t.Source.PasswordEnv)
-		}
-		if _, err := password(); err != nil {
-			return nil, err
-		}
-		if t.Source.InsecureSkipVerify {
-			log.Warn("triage: triage.source.insecure_skip_verify is on: the IMAP server's TLS certificate is not verified, so anyone on the path can read the mailbox password and the mail",
-				"addr", t.Source.Addr)
-		}
-		src = source.NewIMAP(source.IMAPOptions{
-			Addr:               t.Source.Addr,
-			Security:           t.Source.Security,
-			Username:           t.Source.Username,
-			Password:           password,
-			Mailbox:            t.Source.Mailbox,
-			InsecureSkipVerify: t.Source.InsecureSkipVerify,
-			Timeout:            t.Source.Timeout.D(),
-			Log:                log.With("component", "triage-imap"),
-		})
-	default:
-		return nil, fmt.Errorf("triage.source.kind: %q is not imap or maildir", t.Source.Kind)
-	}
-	if len(t.Rules.InternalDomains) > 0 && t.Rules.AuthservID == "" && !t.Rules.TrustFromHeader {
-		log.Warn("triage: triage.rules.internal_domains is set without triage.rules.authserv_id: the internal-sender rule never fires (set the receiving server's authserv-id, or trust_from_header: true to trust the forgeable From header)")
-	}
-	if t.Rules.TrustFromHeader {
-		log.Warn("triage: triage.rules.trust_from_header is on: any external sender can claim an internal From address to get importance 1 and skip the CRM lookup")
-	}
+	b.warnRules()
 	ok := false
 	defer func() {
 		if !ok {
 			_ = src.Close()
 		}
 	}()
-
-	// Classification.
-	baseURL := t.Model.BaseURL
-	local := baseURL == ""
-	if local {
-		baseURL = deps.ManagedBaseURL
-		if baseURL == "" {
-			var err error
-			if baseURL, err = ManagedURL(cfg.Listen); err != nil {
-				return nil, fmt.Errorf("triage.model.base_url is empty, so the daemon's endpoint is used, but %w", err)
-			}
-		}
-	}
-	apiKey, err := optEnv("triage.model.api_key_env", t.Model.APIKeyEnv)
+	ep, err := b.modelEndpoint()
 	if err != nil {
 		return nil, err
 	}
-	mkClassifier := func(model string) (*llm.Classifier, error) {
-		return llm.NewClassifier(llm.ClassifierOptions{
-			BaseURL: baseURL, Model: model, APIKey: apiKey,
-			HTTPClient: deps.HTTPClient, Timeout: t.Model.Timeout.D(), Logger: log,
-		})
+	cls, err := b.classifier(ep)
+	if err != nil {
+		return nil, err
 	}
-	var cls Classifier
-	switch {
-	case t.Model.Model != "":
-		c, err := mkClassifier(t.Model.Model)
-		if err != nil {
-			return nil, fmt.Errorf("triage.model: %w", err)
-		}
-		cls = c
-	default:
-		active := deps.ActiveModel
-		if active == nil {
-			p := cfg.Profiles[cfg.DefaultProfile]
-			if p == nil || p.ServedName == "" {
-				return nil, errors.New("triage.model.model: not set, and there is no default_profile whose served name could stand in")
-			}
-			name := p.ServedName
-			active = func() string { return name }
-		}
-		cls = &activeClassifier{model: active, build: mkClassifier}
+	tr, trLocal, err := b.transcriber(ep)
+	if err != nil {
+		return nil, err
 	}
-
-	// Transcription.
-	var tr Transcriber
-	trLocal := false
-	if !t.Transcription.Disabled {
-		tbase, tkey := t.Transcription.BaseURL, ""
-		switch {
-		case tbase != "":
-			if tkey, err = optEnv("triage.transcription.api_key_env", t.Transcription.APIKeyEnv); err != nil {
-				return nil, err
-			}
-		default:
-			tbase, trLocal = baseURL, local
-			tkey = apiKey
-			if t.Transcription.APIKeyEnv != "" {
-				if tkey, err = env("triage.transcription.api_key_env", t.Transcription.APIKeyEnv); err != nil {
-					return nil, err
-				}
-			}
-		}
-		x, err := llm.NewTranscriber(llm.TranscriberOptions{
-			BaseURL: tbase, Model: t.Transcription.Model, APIKey: tkey,
-			HTTPClient: deps.HTTPClient, Timeout: t.Transcription.Timeout.D(), MaxBytes: t.Transcription.MaxBytes,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("triage.transcription: %w", err)
-		}
-		tr = x
+	customers, err := b.customers()
+	if err != nil {
+		return nil, err
 	}
-
-	// CRM.
-	var customers Customers
-	if t.CRM.Enabled {
-		if deps.MCP == nil {
-			return nil, errors.New("triage.crm.enabled: no MCP client for the crm connector (enable mcp.connectors.crm)")
-		}
-		customers = &customer.Lookup{Client: deps.MCP, Tool: t.CRM.Tool, ProfileURL: t.CRM.ProfileURL, Match: t.CRM.Match}
+	sinks, err := b.sinks()
+	if err != nil {
+		return nil, err
 	}
-
-	// Sinks.
-	var sinks []sink.Sink
-	if t.Slack.Enabled {
-		tokenEnv := t.Slack.TokenEnv
-		token := func() (string, error) { return env("triage.slack.token_env", tokenEnv) }
-		if _, err := token(); err != nil {
-			return nil, err
-		}
-		s, err := sink.NewSlack(sink.SlackOptions{
-			Token: token, TokenSource: "environment variable " + tokenEnv,
-			APIURL: t.Slack.APIURL, Channel: t.Slack.Channel,
-			ImportantChannel: t.Slack.ImportantChannel, HTTPClient: deps.HTTPClient,
-			Log: log,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("triage.slack: %w", err)
-		}
-		sinks = append(sinks, s)
-	}
-	if t.Telegram.Enabled {
-		tc := cfg.Telegram
-		tokenSource := "environment variable " + tc.TokenEnv
-		if tc.TokenFile != "" {
-			tokenSource = "telegram.token_file " + tc.TokenFile
-		}
-		token := func() (string, error) {
-			if tc.TokenFile != "" {
-				b, err := os.ReadFile(tc.TokenFile)
-				if err != nil {
-					return "", fmt.Errorf("telegram.token_file: read %s: %w", tc.TokenFile, err)
-				}
-				return strings.TrimSpace(string(b)), nil
-			}
-			return env("telegram.token_env", tc.TokenEnv)
-		}
-		if _, err := token(); err != nil {
-			return nil, fmt.Errorf("triage.telegram needs the bot token: %w", err)
-		}
-		s, err := sink.NewTelegram(sink.TelegramOptions{
-			Token: token, TokenSource: tokenSource,
-			APIURL: tc.APIURL, StateDir: cfg.StateDir,
-			ImportantOnly: t.Telegram.ImportantOnly, HTTPClient: deps.HTTPClient,
-			Log: log,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("triage.telegram: %w", err)
-		}
-		sinks = append(sinks, s)
-	}
-	if t.Console {
-		out := deps.Stdout
-		if out == nil {
-			out = os.Stdout
-		}
-		sinks = append(sinks, sink.NewConsole(out))
-	}
-	if len(sinks) == 0 {
-		log.Warn("triage: no sink is enabled (triage.slack / triage.telegram / triage.console); results only reach the log and GET /api/triage")
-	}
-
 	w, err := New(Options{
 		Source:           src,
 		Classifier:       cls,
-		ClassifierLocal:  local,
+		ClassifierLocal:  ep.local,
 		Transcriber:      tr,
 		TranscriberLocal: trLocal,
 		Customers:        customers,
@@ -289,7 +113,7 @@ func FromConfig(ctx context.Context, cfg *config.Config, deps Deps) (*Worker, er
 		Clock:            deps.Clock,
 		Power:            deps.Power,
 		Prices:           t.Costs,
-		Log:              log.With("component", "triage"),
+		Log:              b.log.With("component", "triage"),
 		MaxMessageBytes:  t.MaxMessageBytes,
 		MaxAudioBytes:    t.Transcription.MaxBytes,
 		Rebaseline:       t.Rebaseline == nil || *t.Rebaseline,
@@ -306,8 +130,276 @@ func FromConfig(ctx context.Context, cfg *config.Config, deps Deps) (*Worker, er
 	return w, nil
 }
 
+// builder holds what every section of FromConfig reads: the config, the
+// daemon's pieces (defaults filled in) and the log.
+type builder struct {
+	cfg  *config.Config
+	deps Deps
+	log  *slog.Logger
+}
+
+// env reads a secret from the environment variable name; key is the
+// config key that names the variable, for the error.
+func (b *builder) env(key, name string) (string, error) {
+	v, ok := b.deps.LookupEnv(name)
+	if !ok || strings.TrimSpace(v) == "" {
+		return "", fmt.Errorf("%s: environment variable %s is not set", key, name)
+	}
+	return strings.TrimSpace(v), nil
+}
+
+// optEnv is env for an optional variable: no name, no secret.
+func (b *builder) optEnv(key, name string) (string, error) {
+	if name == "" {
+		return "", nil
+	}
+	return b.env(key, name)
+}
+
+// source builds the mail source (triage.source).
+func (b *builder) source() (source.Source, error) {
+	t := b.cfg.Triage
+	switch t.Source.Kind {
+	case "maildir":
+		md, err := source.NewMaildir(t.Source.Maildir)
+		if err != nil {
+			return nil, fmt.Errorf("triage.source.maildir: %w", err)
+		}
+		return md, nil
+	case "imap":
+		password := func() (string, error) {
+			if t.Source.PasswordFile != "" {
+				data, err := os.ReadFile(t.Source.PasswordFile)
+				if err != nil {
+					return "", fmt.Errorf("triage.source.password_file: read %s: %w", t.Source.PasswordFile, err)
+				}
+				return strings.TrimSpace(string(data)), nil
+			}
+			return b.env("triage.source.password_env", t.Source.PasswordEnv)
+		}
+		if _, err := password(); err != nil {
+			return nil, err
+		}
+		if t.Source.InsecureSkipVerify {
+			b.log.Warn("triage: triage.source.insecure_skip_verify is on: the IMAP server's TLS certificate is not verified, so anyone on the path can read the mailbox password and the mail",
+				"addr", t.Source.Addr)
+		}
+		return source.NewIMAP(source.IMAPOptions{
+			Addr:               t.Source.Addr,
+			Security:           t.Source.Security,
+			Username:           t.Source.Username,
+			Password:           password,
+			Mailbox:            t.Source.Mailbox,
+			InsecureSkipVerify: t.Source.InsecureSkipVerify,
+			Timeout:            t.Source.Timeout.D(),
+			Log:                b.log.With("component", "triage-imap"),
+		}), nil
+	default:
+		return nil, fmt.Errorf("triage.source.kind: %q is not imap or maildir", t.Source.Kind)
+	}
+}
+
+// warnRules warns about triage.rules settings that do not do what they
+// seem to.
+func (b *builder) warnRules() {
+	r := b.cfg.Triage.Rules
+	if len(r.InternalDomains) > 0 && r.AuthservID == "" && !r.TrustFromHeader {
+		b.log.Warn("triage: triage.rules.internal_domains is set without triage.rules.authserv_id: the internal-sender rule never fires (set the receiving server's authserv-id, or trust_from_header: true to trust the forgeable From header)")
+	}
+	if r.TrustFromHeader {
+		b.log.Warn("triage: triage.rules.trust_from_header is on: any external sender can claim an internal From address to get importance 1 and skip the CRM lookup")
+	}
+}
+
+// endpoint is the OpenAI-compatible server the classifier (and, by
+// default, the transcriber) calls.
+type endpoint struct {
+	baseURL string
+	local   bool // the daemon's own endpoint: the managed model
+	apiKey  string
+}
+
+// modelEndpoint resolves triage.model.base_url (empty: the daemon's own
+// endpoint) and its API key.
+func (b *builder) modelEndpoint() (endpoint, error) {
+	t := b.cfg.Triage
+	ep := endpoint{baseURL: t.Model.BaseURL, local: t.Model.BaseURL == ""}
+	if ep.local {
+		ep.baseURL = b.deps.ManagedBaseURL
+		if ep.baseURL == "" {
+			var err error
+			if ep.baseURL, err = ManagedURL(b.cfg.Listen); err != nil {
+				return ep, fmt.Errorf("triage.model.base_url is empty, so the daemon's endpoint is used, but %w", err)
+			}
+		}
+	}
+	var err error
+	ep.apiKey, err = b.optEnv("triage.model.api_key_env", t.Model.APIKeyEnv)
+	return ep, err
+}
+
+// classifier builds the classification model (triage.model): a fixed
+// model, or the one the managed endpoint serves now.
+func (b *builder) classifier(ep endpoint) (Classifier, error) {
+	t := b.cfg.Triage
+	mkClassifier := func(model string) (*llm.Classifier, error) {
+		return llm.NewClassifier(llm.ClassifierOptions{
+			BaseURL: ep.baseURL, Model: model, APIKey: ep.apiKey,
+			HTTPClient: b.deps.HTTPClient, Timeout: t.Model.Timeout.D(), Logger: b.log,
+		})
+	}
+	if t.Model.Model != "" {
+		c, err := mkClassifier(t.Model.Model)
+		if err != nil {
+			return nil, fmt.Errorf("triage.model: %w", err)
+		}
+		return c, nil
+	}
+	active := b.deps.ActiveModel
+	if active == nil {
+		p := b.cfg.Profiles[b.cfg.DefaultProfile]
+		if p == nil || p.ServedName == "" {
+			return nil, errors.New("triage.model.model: not set, and there is no default_profile whose served name could stand in")
+		}
+		name := p.ServedName
+		active = func() string { return name }
+	}
+	return &activeClassifier{model: active, build: mkClassifier}, nil
+}
+
+// transcriber builds the voice memo transcriber (triage.transcription;
+// nil when disabled) and says whether it runs on the managed endpoint.
+func (b *builder) transcriber(ep endpoint) (Transcriber, bool, error) {
+	tc := b.cfg.Triage.Transcription
+	if tc.Disabled {
+		return nil, false, nil
+	}
+	tbase, tkey, trLocal := tc.BaseURL, "", false
+	var err error
+	switch {
+	case tbase != "":
+		if tkey, err = b.optEnv("triage.transcription.api_key_env", tc.APIKeyEnv); err != nil {
+			return nil, false, err
+		}
+	default:
+		tbase, trLocal = ep.baseURL, ep.local
+		tkey = ep.apiKey
+		if tc.APIKeyEnv != "" {
+			if tkey, err = b.env("triage.transcription.api_key_env", tc.APIKeyEnv); err != nil {
+				return nil, false, err
+			}
+		}
+	}
+	x, err := llm.NewTranscriber(llm.TranscriberOptions{
+		BaseURL: tbase, Model: tc.Model, APIKey: tkey,
+		HTTPClient: b.deps.HTTPClient, Timeout: tc.Timeout.D(), MaxBytes: tc.MaxBytes,
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("triage.transcription: %w", err)
+	}
+	return x, trLocal, nil
+}
+
+// customers builds the CRM lookup (triage.crm; nil when disabled).
+func (b *builder) customers() (Customers, error) {
+	c := b.cfg.Triage.CRM
+	if !c.Enabled {
+		return nil, nil
+	}
+	if b.deps.MCP == nil {
+		return nil, errors.New("triage.crm.enabled: no MCP client for the crm connector (enable mcp.connectors.crm)")
+	}
+	return &customer.Lookup{Client: b.deps.MCP, Tool: c.Tool, ProfileURL: c.ProfileURL, Match: c.Match}, nil
+}
+
+// sinks builds the enabled sinks: triage.slack, triage.telegram,
+// triage.console, in that order.
+func (b *builder) sinks() ([]sink.Sink, error) {
+	t := b.cfg.Triage
+	var sinks []sink.Sink
+	if t.Slack.Enabled {
+		s, err := b.slackSink()
+		if err != nil {
+			return nil, err
+		}
+		sinks = append(sinks, s)
+	}
+	if t.Telegram.Enabled {
+		s, err := b.telegramSink()
+		if err != nil {
+			return nil, err
+		}
+		sinks = append(sinks, s)
+	}
+	if t.Console {
+		out := b.deps.Stdout
+		if out == nil {
+			out = os.Stdout
+		}
+		sinks = append(sinks, sink.NewConsole(out))
+	}
+	if len(sinks) == 0 {
+		b.log.Warn("triage: no sink is enabled (triage.slack / triage.telegram / triage.console); results only reach the log and GET /api/triage")
+	}
+	return sinks, nil
+}
+
+// slackSink builds the triage.slack sink; its token is read now (to fail
+// early) and at every call.
+func (b *builder) slackSink() (*sink.Slack, error) {
+	sc := b.cfg.Triage.Slack
+	tokenEnv := sc.TokenEnv
+	token := func() (string, error) { return b.env("triage.slack.token_env", tokenEnv) }
+	if _, err := token(); err != nil {
+		return nil, err
+	}
+	s, err := sink.NewSlack(sink.SlackOptions{
+		Token: token, TokenSource: "environment variable " + tokenEnv,
+		APIURL: sc.APIURL, Channel: sc.Channel,
+		ImportantChannel: sc.ImportantChannel, HTTPClient: b.deps.HTTPClient,
+		Log: b.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("triage.slack: %w", err)
+	}
+	return s, nil
+}
+
+// telegramSink builds the triage.telegram sink on the telegram: bot's
+// token (file or variable), read now (to fail early) and at every call.
+func (b *builder) telegramSink() (*sink.Telegram, error) {
+	tc := b.cfg.Telegram
+	tokenSource := "environment variable " + tc.TokenEnv
+	if tc.TokenFile != "" {
+		tokenSource = "telegram.token_file " + tc.TokenFile
+	}
+	token := func() (string, error) {
+		if tc.TokenFile != "" {
+			data, err := os.ReadFile(tc.TokenFile)
+			if err != nil {
+				return "", fmt.Errorf("telegram.token_file: read %s: %w", tc.TokenFile, err)
+			}
+			return strings.TrimSpace(string(data)), nil
+		}
+		return b.env("telegram.token_env", tc.TokenEnv)
+	}
+	if _, err := token(); err != nil {
+		return nil, fmt.Errorf("triage.telegram needs the bot token: %w", err)
+	}
+	s, err := sink.NewTelegram(sink.TelegramOptions{
+		Token: token, TokenSource: tokenSource,
+		APIURL: tc.APIURL, StateDir: b.cfg.StateDir,
+		ImportantOnly: b.cfg.Triage.Telegram.ImportantOnly, HTTPClient: b.deps.HTTPClient,
+		Log: b.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("triage.telegram: %w", err)
+	}
+	return s, nil
+}
+
 // ManagedURL is the daemon's own OpenAI-compatible endpoint for a listen
-// address: a wildcard host is reached on 127.0.0.1.
+// address: a wildcard host is reached on 127.0.0.1 (loopback.DialHost).
 func ManagedURL(listen string) (string, error) {
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
@@ -316,10 +408,7 @@ func ManagedURL(listen string) (string, error) {
 	if port == "0" {
 		return "", fmt.Errorf("listen %q has no fixed port; pass the bound address (Deps.ManagedBaseURL)", listen)
 	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	return "http://" + net.JoinHostPort(host, port) + "/v1", nil
+	return "http://" + net.JoinHostPort(loopback.DialHost(host), port) + "/v1", nil
 }
 
 // activeClassifier follows the managed endpoint's active model: after a

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -238,7 +237,7 @@ func (w *Worker) transcribe(ctx context.Context, log *slog.Logger, msg *mail.Mes
 	// Audio the parser did not keep (over its limit) is not in Audio();
 	// the post still has to say why there is no transcript.
 	for _, a := range msg.Attachments {
-		if a.Truncated && looksAudio(a) {
+		if a.Truncated && a.IsAudio() {
 			n := fmt.Sprintf("%s: %d bytes, over the %d-byte transcription limit; not transcribed", displayName(a), a.Size, w.o.MaxAudioBytes)
 			notes = append(notes, n)
 			log.Warn("triage: "+n, "attachment", displayName(a))
@@ -298,14 +297,6 @@ func displayName(a mail.Attachment) string {
 		return name
 	}
 	return "(unnamed " + clean(a.ContentType, 60) + ")"
-}
-
-// audioExts are voice memo file types sent with a generic content type.
-var audioExts = map[string]bool{".mp3": true, ".m4a": true, ".wav": true, ".ogg": true, ".oga": true, ".opus": true,
-	".webm": true, ".mpga": true, ".mpeg": true, ".flac": true, ".aac": true, ".amr": true}
-
-func looksAudio(a mail.Attachment) bool {
-	return strings.HasPrefix(a.ContentType, "audio/") || audioExts[strings.ToLower(path.Ext(a.Filename))]
 }
 
 // post builds what the sinks get from a result.

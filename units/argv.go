@@ -172,144 +172,201 @@ func plainRune(r rune) bool {
 // ignores them. Later assignments win. It never fails; doctor uses it to read
 // which profile the file on disk describes.
 func ParseEnvFile(text string) map[string]string {
-	const (
-		preKey = iota
-		inKey
-		preValue
-		inValue
-		valueEscape
-		singleQuote
-		doubleQuote
-		doubleQuoteEscape
-		comment
-		commentEscape
-	)
-	out := map[string]string{}
-	var key, val []byte
-	keyWS, valWS := -1, -1 // start of trailing whitespace, -1 = none
-	commit := func() {
-		k := key
-		if keyWS >= 0 {
-			k = k[:keyWS]
-		}
-		v := val
-		if valWS >= 0 {
-			v = v[:valWS]
-		}
-		if envNameValid(string(k)) && utf8.Valid(v) {
-			out[string(k)] = string(v)
-		}
-		key, val = key[:0], val[:0]
-		keyWS, valWS = -1, -1
-	}
-	isNL := func(c byte) bool { return c == '\n' || c == '\r' }
-	isWS := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-	state := preKey
+	p := envParser{out: map[string]string{}, keyWS: -1, valWS: -1}
 	for i := 0; i < len(text); i++ {
-		c := text[i]
-		switch state {
-		case preKey:
-			if c == '#' || c == ';' {
-				state = comment
-			} else if !isWS(c) {
-				state = inKey
-				keyWS = -1
-				key = append(key, c)
-			}
-		case inKey:
-			switch {
-			case isNL(c):
-				state = preKey
-				key = key[:0]
-			case c == '=':
-				state = preValue
-				valWS = -1
-			default:
-				if !isWS(c) {
-					keyWS = -1
-				} else if keyWS < 0 {
-					keyWS = len(key)
-				}
-				key = append(key, c)
-			}
-		case preValue:
-			switch {
-			case isNL(c):
-				state = preKey
-				commit()
-			case c == '\'':
-				state = singleQuote
-			case c == '"':
-				state = doubleQuote
-			case c == '\\':
-				state = valueEscape
-			case !isWS(c):
-				state = inValue
-				val = append(val, c)
-			}
-		case inValue:
-			switch {
-			case isNL(c):
-				state = preKey
-				commit()
-			case c == '\\':
-				state = valueEscape
-				valWS = -1
-			default:
-				if !isWS(c) {
-					valWS = -1
-				} else if valWS < 0 {
-					valWS = len(val)
-				}
-				val = append(val, c)
-			}
-		case valueEscape:
-			state = inValue
-			if !isNL(c) {
-				val = append(val, c)
-			}
-		case singleQuote:
-			if c == '\'' {
-				state = preValue
-			} else {
-				val = append(val, c)
-			}
-		case doubleQuote:
-			switch c {
-			case '"':
-				state = preValue
-			case '\\':
-				state = doubleQuoteEscape
-			default:
-				val = append(val, c)
-			}
-		case doubleQuoteEscape:
-			state = doubleQuote
-			switch {
-			case c == '"' || c == '\\' || c == '`' || c == '$':
-				val = append(val, c)
-			case c != '\n':
-				val = append(val, '\\', c)
-			}
-		case comment:
-			if c == '\\' {
-				state = commentEscape
-			} else if isNL(c) {
-				state = preKey
-			}
-		case commentEscape:
-			if isNL(c) {
-				state = preKey
-			} else {
-				state = comment
-			}
+		p.step(text[i])
+	}
+	switch p.state {
+	case envPreValue, envInValue, envValueEscape, envSingleQuote, envDoubleQuote, envDoubleQuoteEscape:
+		p.commit() // the last assignment has no newline after it
+	}
+	return p.out
+}
+
+// envState is where ParseEnvFile's state machine (systemd's env-file.c) is.
+type envState int
+
+const (
+	envPreKey envState = iota
+	envInKey
+	envPreValue
+	envInValue
+	envValueEscape
+	envSingleQuote
+	envDoubleQuote
+	envDoubleQuoteEscape
+	envComment
+	envCommentEscape
+)
+
+// envParser is ParseEnvFile's state: the assignments so far and the one
+// being read.
+type envParser struct {
+	state        envState
+	out          map[string]string
+	key, val     []byte
+	keyWS, valWS int // start of trailing whitespace, -1 = none
+}
+
+func envIsNL(c byte) bool { return c == '\n' || c == '\r' }
+func envIsWS(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// appendTrackingWS appends c to buf and keeps *ws at the start of buf's
+// trailing whitespace (-1: none), which a bare key or value drops.
+func appendTrackingWS(buf []byte, ws *int, c byte) []byte {
+	if !envIsWS(c) {
+		*ws = -1
+	} else if *ws < 0 {
+		*ws = len(buf)
+	}
+	return append(buf, c)
+}
+
+// commit stores the assignment read so far, if its name and value are
+// valid, and starts the next one.
+func (p *envParser) commit() {
+	k := p.key
+	if p.keyWS >= 0 {
+		k = k[:p.keyWS]
+	}
+	v := p.val
+	if p.valWS >= 0 {
+		v = v[:p.valWS]
+	}
+	if envNameValid(string(k)) && utf8.Valid(v) {
+		p.out[string(k)] = string(v)
+	}
+	p.key, p.val = p.key[:0], p.val[:0]
+	p.keyWS, p.valWS = -1, -1
+}
+
+// step feeds one byte of the file to the state machine.
+func (p *envParser) step(c byte) {
+	switch p.state {
+	case envPreKey, envInKey:
+		p.keyByte(c)
+	case envPreValue:
+		p.preValueByte(c)
+	case envInValue, envValueEscape:
+		p.bareValueByte(c)
+	case envSingleQuote, envDoubleQuote, envDoubleQuoteEscape:
+		p.quotedValueByte(c)
+	case envComment, envCommentEscape:
+		p.commentByte(c)
+	}
+}
+
+// keyByte: before and in the name, up to '='. A line without '=' is
+// dropped.
+func (p *envParser) keyByte(c byte) {
+	if p.state == envPreKey {
+		if c == '#' || c == ';' {
+			p.state = envComment
+		} else if !envIsWS(c) {
+			p.state = envInKey
+			p.keyWS = -1
+			p.key = append(p.key, c)
+		}
+		return
+	}
+	switch {
+	case envIsNL(c):
+		p.state = envPreKey
+		p.key = p.key[:0]
+	case c == '=':
+		p.state = envPreValue
+		p.valWS = -1
+	default:
+		p.key = appendTrackingWS(p.key, &p.keyWS, c)
+	}
+}
+
+// preValueByte: after '=' or a closing quote, before a bare value.
+func (p *envParser) preValueByte(c byte) {
+	switch {
+	case envIsNL(c):
+		p.state = envPreKey
+		p.commit()
+	case c == '\'':
+		p.state = envSingleQuote
+	case c == '"':
+		p.state = envDoubleQuote
+	case c == '\\':
+		p.state = envValueEscape
+	case !envIsWS(c):
+		p.state = envInValue
+		p.val = append(p.val, c)
+	}
+}
+
+// bareValueByte: an unquoted value, with backslash escapes and
+// backslash-newline continuation; trailing whitespace is dropped.
+func (p *envParser) bareValueByte(c byte) {
+	if p.state == envValueEscape {
+		p.state = envInValue
+		if !envIsNL(c) {
+			p.val = append(p.val, c)
+		}
+		return
+	}
+	switch {
+	case envIsNL(c):
+		p.state = envPreKey
+		p.commit()
+	case c == '\\':
+		p.state = envValueEscape
+		p.valWS = -1
+	default:
+		p.val = appendTrackingWS(p.val, &p.valWS, c)
+	}
+}
+
+// quotedValueByte: '…' verbatim; "…" with \" \\ \` \$ escapes (any other
+// backslash is kept, a backslash-newline is dropped).
+func (p *envParser) quotedValueByte(c byte) {
+	switch p.state {
+	case envSingleQuote:
+		if c == '\'' {
+			p.state = envPreValue
+		} else {
+			p.val = append(p.val, c)
+		}
+	case envDoubleQuote:
+		switch c {
+		case '"':
+			p.state = envPreValue
+		case '\\':
+			p.state = envDoubleQuoteEscape
+		default:
+			p.val = append(p.val, c)
+		}
+	case envDoubleQuoteEscape:
+		p.state = envDoubleQuote
+		switch {
+		case c == '"' || c == '\\' || c == '`' || c == '$':
+			p.val = append(p.val, c)
+		case c != '\n':
+			p.val = append(p.val, '\\', c)
 		}
 	}
-	switch state {
-	case preValue, inValue, valueEscape, singleQuote, doubleQuote, doubleQuoteEscape:
-		commit()
+}
+
+// commentByte: a '#' or ';' line up to its newline; a backslash before
+// the newline does not continue the comment.
+func (p *envParser) commentByte(c byte) {
+	if p.state == envCommentEscape {
+		if envIsNL(c) {
+			p.state = envPreKey
+		} else {
+			p.state = envComment
+		}
+		return
 	}
-	return out
+	if c == '\\' {
+		p.state = envCommentEscape
+	} else if envIsNL(c) {
+		p.state = envPreKey
+	}
 }
 
 // envNameValid mirrors systemd's env_name_is_valid: a non-empty name of

@@ -61,22 +61,61 @@ var managedFlags = map[string]knownFlag{
 // shortFlags are vLLM's one-letter aliases for managed flags.
 var shortFlags = map[string]string{"q": "quantization"}
 
-// vllmBoolFlags are vLLM flags that take no value. Knowing them keeps an
-// unknown-flag heuristic ("a flag followed by a plain word takes it as its
-// value") from eating a positional model, as in `serve --trust-remote-code M`.
-// Not exhaustive; an unlisted boolean followed by a plain word is misread.
+// vllmBoolFlags are vLLM serve flags that take no value, by long name
+// without the leading dashes. Knowing them keeps an unknown-flag heuristic
+// ("a flag followed by a plain word takes it as its value") from eating a
+// positional model, as in `serve --trust-remote-code M`. Not exhaustive;
+// an unlisted boolean followed by a plain word is misread. This is the one
+// table: the simulator's argv parser reads it through IsVLLMBoolFlag.
 var vllmBoolFlags = map[string]bool{
-	"trust-remote-code": true, "enforce-eager": true, "enable-prefix-caching": true,
-	"enable-chunked-prefill": true, "disable-log-requests": true, "enable-log-requests": true,
-	"disable-log-stats": true, "disable-custom-all-reduce": true, "enable-lora": true,
-	"enable-reasoning": true, "disable-frontend-multiprocessing": true,
-	"enable-expert-parallel": true, "enable-sleep-mode": true, "disable-sliding-window": true,
-	"skip-tokenizer-init": true, "disable-fastapi-docs": true, "enable-prompt-tokens-details": true,
-	"enable-server-load-tracking": true, "enable-force-include-usage": true,
-	"disable-uvicorn-access-log": true, "async-scheduling": true, "enable-request-id-headers": true,
-	"return-tokens-as-token-ids": true, "headless": true, "disable-cascade-attn": true,
-	"enable-log-outputs": true, "enable-auto-tool-choice": true,
+	"trust-remote-code":                       true,
+	"enforce-eager":                           true,
+	"headless":                                true,
+	"async-scheduling":                        true,
+	"skip-tokenizer-init":                     true,
+	"return-tokens-as-token-ids":              true,
+	"use-tqdm-on-load":                        true,
+	"fully-sharded-loras":                     true,
+	"calculate-kv-scales":                     true,
+	"served-model-name-as-root":               true,
+	"show-hidden-metrics":                     true,
+	"worker-use-ray":                          true,
+	"ray-workers-use-nsight":                  true,
+	"multi-step-stream-outputs":               true,
+	"allow-credentials":                       true,
+	"disable-fastapi-docs":                    true,
+	"enable-auto-tool-choice":                 true,
+	"enable-prompt-tokens-details":            true,
+	"enable-server-load-tracking":             true,
+	"enable-force-include-usage":              true,
+	"enable-request-id-headers":               true,
+	"enable-tokenizer-info-endpoint":          true,
+	"enable-log-outputs":                      true,
+	"enable-log-requests":                     true,
+	"disable-log-requests":                    true,
+	"disable-log-stats":                       true,
+	"disable-uvicorn-access-log":              true,
+	"disable-frontend-multiprocessing":        true,
+	"enable-ssl-refresh":                      true,
+	"enable-sleep-mode":                       true,
+	"enable-expert-parallel":                  true,
+	"enable-eplb":                             true,
+	"enable-lora":                             true,
+	"enable-chunked-prefill":                  true,
+	"enable-prefix-caching":                   true,
+	"disable-custom-all-reduce":               true,
+	"disable-sliding-window":                  true,
+	"disable-cascade-attn":                    true,
+	"disable-async-output-proc":               true,
+	"enable-reasoning":                        true,
+	"enable-lora-bias":                        true,
+	"enable-multimodal-encoder-data-parallel": true,
 }
+
+// IsVLLMBoolFlag reports whether the vLLM serve flag name (the long name
+// without leading dashes and without "=value", e.g. "trust-remote-code")
+// takes no value. A "no-" prefix is not stripped: pass the bare name.
+func IsVLLMBoolFlag(name string) bool { return vllmBoolFlags[name] }
 
 // lookupFlag finds a managed flag by its name without dashes (as splitFlag
 // returns it). vLLM's parser accepts underscores for dashes, and so do we.

@@ -60,6 +60,8 @@ func TestParseVLLMArgv(t *testing.T) {
 			VLLMSettings{Model: "M", Port: 1, Unknown: []string{"--tensor-parallel-size", "2", "--host=0.0.0.0", "--enforce-eager", "-tp", "1"}}},
 		{"known boolean does not eat the model", []string{"vllm", "serve", "--trust-remote-code", "M"},
 			VLLMSettings{Model: "M", Unknown: []string{"--trust-remote-code"}}},
+		{"boolean the simulator knew too does not eat the model", []string{"vllm", "serve", "--allow-credentials", "M"},
+			VLLMSettings{Model: "M", Unknown: []string{"--allow-credentials"}}},
 		{"stray words after the model", []string{"vllm", "serve", "M", "extra"}, VLLMSettings{Model: "M", Unknown: []string{"extra"}}},
 		{"double dash ends options", []string{"vllm", "serve", "M", "--", "--port", "1"}, VLLMSettings{Model: "M", Unknown: []string{"--", "--port", "1"}}},
 		{"program only", []string{"/usr/bin/vllm"}, VLLMSettings{}},
@@ -315,5 +317,29 @@ func TestDrift(t *testing.T) {
 				t.Errorf("Drift() =\n%+v\nwant\n%+v", got, tc.diff)
 			}
 		})
+	}
+}
+
+// TestIsVLLMBoolFlag: the one table of vLLM switches (units and the
+// simulator's argv parser both read it), by bare long name.
+func TestIsVLLMBoolFlag(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		want bool
+	}{
+		{"trust-remote-code", true},
+		{"enable-auto-tool-choice", true},
+		{"allow-credentials", true},         // was only in the simulator's table
+		{"use-tqdm-on-load", true},          // was only in the simulator's table
+		{"disable-async-output-proc", true}, // was only in the simulator's table
+		{"--trust-remote-code", false},      // without dashes
+		{"no-enable-prefix-caching", false},
+		{"max-model-len", false},
+		{"tensor-parallel-size", false},
+		{"", false},
+	} {
+		if got := IsVLLMBoolFlag(tt.name); got != tt.want {
+			t.Errorf("IsVLLMBoolFlag(%q) = %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/config"
 	"gpuhost/internal/frontdoor"
+	"gpuhost/internal/loopback"
 	"gpuhost/nvml"
 )
 
@@ -253,7 +254,7 @@ func (p *Panel) guard(kind guardKind) echo.MiddlewareFunc {
 			if c.Request().Body != nil {
 				c.Request().Body = http.MaxBytesReader(c.Response(), c.Request().Body, maxFormBytes)
 			}
-			if !p.authRequired && !frontdoor.IsLoopbackHost(stripPort(c.Request().Host)) {
+			if !p.authRequired && !loopback.IsHost(stripPort(c.Request().Host)) {
 				c.Set(keyAnonymous, true)
 				// A page that resolves its own name to 127.0.0.1 (DNS
 				// rebinding) must not reach a panel that trusts loopback.

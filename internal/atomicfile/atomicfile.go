@@ -10,11 +10,31 @@ import (
 
 // Write replaces path with data atomically, creating parent directories.
 func Write(path string, data []byte, perm os.FileMode) error {
+	return WriteWith(path, data, perm, Options{})
+}
+
+// Options adjust WriteWith.
+type Options struct {
+	// TempPattern is the os.CreateTemp pattern of the temp file, created in
+	// path's directory; default "."+base(path)+".tmp-*". A reader that
+	// scans the directory can use its own pattern to recognise (skip, or
+	// clean up after a killed writer) files still being written.
+	TempPattern string
+}
+
+// WriteWith is Write with options; the semantics are the same (temp file
+// in the same directory, fsync, rename, best-effort fsync of the
+// directory).
+func WriteWith(path string, data []byte, perm os.FileMode, o Options) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("write %s: create directory: %w", path, err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	pattern := o.TempPattern
+	if pattern == "" {
+		pattern = "." + filepath.Base(path) + ".tmp-*"
+	}
+	tmp, err := os.CreateTemp(dir, pattern)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}

@@ -53,3 +53,24 @@ func TestWriteFailureKeepsOldContent(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteWithTempPattern(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "1.json")
+	if err := WriteWith(p, []byte("x"), 0o600, Options{TempPattern: ".claim-*"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(p); err != nil || string(got) != "x" {
+		t.Fatalf("read back %q, %v", got, err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("directory holds %d entries, want only the file", len(entries))
+	}
+	// The pattern is the one os.CreateTemp gets: a separator in it fails.
+	if err := WriteWith(p, []byte("y"), 0o600, Options{TempPattern: "sub/x-*"}); err == nil {
+		t.Error("want an error for a temp pattern with a path separator")
+	}
+	if got, _ := os.ReadFile(p); string(got) != "x" {
+		t.Errorf("failed write changed the file: %q", got)
+	}
+}

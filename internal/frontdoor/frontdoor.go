@@ -39,6 +39,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"gpuhost/internal/loopback"
 )
 
 // Options configure Guard. Zero sizes and durations disable that limit.
@@ -78,12 +80,12 @@ func New(opts Options) *Guard {
 	if err != nil {
 		host = opts.Listen
 	}
-	if host != "" && !isWildcard(host) {
+	if !loopback.IsWildcard(host) {
 		g.hosts[normHost(host)] = true
 	}
 	// Beyond loopback the bearer token attributes requests; an IP literal
 	// cannot be rebound by a web page, so any of the box's addresses works.
-	g.anyIP = !IsLoopbackListen(opts.Listen)
+	g.anyIP = !loopback.ListensOnly(opts.Listen)
 	for _, h := range opts.AllowedHosts {
 		g.hosts[normHost(h)] = true
 	}
@@ -198,7 +200,7 @@ func (g *Guard) HostAllowed(hostport string) bool {
 		return false // HTTP/1.1 requires Host; an HTTP/1.0 client without one is not a browser we can attribute
 	}
 	h := normHost(stripPort(hostport))
-	if IsLoopbackHost(h) || g.hosts[h] {
+	if loopback.IsHost(h) || g.hosts[h] {
 		return true
 	}
 	return g.anyIP && net.ParseIP(h) != nil
@@ -244,32 +246,6 @@ func sameOrigin(r *http.Request, scheme string) error {
 func isJSON(ct string) bool {
 	mt, _, err := mime.ParseMediaType(ct)
 	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
-}
-
-// IsLoopbackHost reports whether a host name or address (no port) names
-// this machine: localhost, *.localhost, or a loopback IP.
-func IsLoopbackHost(host string) bool {
-	h := normHost(host)
-	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
-}
-
-// IsLoopbackListen reports whether a listen address (host:port) accepts
-// only local clients. A wildcard or empty host listens everywhere.
-func IsLoopbackListen(listen string) bool {
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil || host == "" || isWildcard(host) {
-		return false
-	}
-	return IsLoopbackHost(host)
-}
-
-func isWildcard(host string) bool {
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsUnspecified()
 }
 
 func stripPort(hostport string) string {

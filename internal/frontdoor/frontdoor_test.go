@@ -11,31 +11,9 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"gpuhost/internal/loopback"
 )
-
-func TestIsLoopbackHost(t *testing.T) {
-	for host, want := range map[string]bool{
-		"127.0.0.1": true, "::1": true, "[::1]": true, "localhost": true, "LOCALHOST": true, "localhost.": true,
-		"app.localhost": true, "127.9.9.9": true,
-		"": false, "evil.example": false, "127.0.0.1.nip.io": false, "10.0.0.1": false, "::2": false,
-		"localhost.evil.example": false, "0.0.0.0": false,
-	} {
-		if got := IsLoopbackHost(host); got != want {
-			t.Errorf("IsLoopbackHost(%q) = %v, want %v", host, got, want)
-		}
-	}
-}
-
-func TestIsLoopbackListen(t *testing.T) {
-	for listen, want := range map[string]bool{
-		"127.0.0.1:8080": true, "[::1]:80": true, "localhost:1": true,
-		"0.0.0.0:8080": false, ":8080": false, "[::]:8080": false, "192.168.1.5:80": false, "garbage": false,
-	} {
-		if got := IsLoopbackListen(listen); got != want {
-			t.Errorf("IsLoopbackListen(%q) = %v, want %v", listen, got, want)
-		}
-	}
-}
 
 func TestHostAllowed(t *testing.T) {
 	tests := []struct {
@@ -231,7 +209,7 @@ func FuzzHostAllowed(f *testing.F) {
 			return
 		}
 		h := normHost(stripPort(host))
-		if h != "localhost" && !strings.HasSuffix(h, ".localhost") && !IsLoopbackHost(h) {
+		if h != "localhost" && !strings.HasSuffix(h, ".localhost") && !loopback.IsHost(h) {
 			t.Fatalf("HostAllowed(%q) = true", host)
 		}
 	})

@@ -800,23 +800,32 @@ func readCapped(r io.Reader, max int64) (data []byte, n int64, truncated bool, e
 	return data, n, false, err
 }
 
-// audioExt are the file name endings of audio (and audio-in-video)
-// formats a speech-to-text service accepts.
+// audioExt are the file name endings (lower case) of audio and
+// audio-in-video formats: voice memos and the formats a speech-to-text
+// service accepts. It is the one table; IsAudio reads it.
 var audioExt = map[string]bool{
 	".mp3": true, ".m4a": true, ".wav": true, ".ogg": true, ".oga": true, ".opus": true,
 	".webm": true, ".mp4": true, ".mpga": true, ".mpeg": true, ".flac": true,
+	".aac": true, ".amr": true,
 }
 
-// Audio returns the attachments worth transcribing: audio/* parts, or
-// parts whose file name has an audio ending (voice messages often arrive
-// as application/octet-stream), that were kept in full.
+// IsAudio reports whether the attachment is audio to transcribe: an
+// audio/* part, or a part whose file name has an audio ending (voice
+// messages often arrive as application/octet-stream). It does not look at
+// whether the data was kept (see Truncated).
+func (a Attachment) IsAudio() bool {
+	return strings.HasPrefix(a.ContentType, "audio/") || audioExt[strings.ToLower(path.Ext(a.Filename))]
+}
+
+// Audio returns the attachments worth transcribing (IsAudio) that were
+// kept in full.
 func (m *Message) Audio() []Attachment {
 	var out []Attachment
 	for _, a := range m.Attachments {
 		if len(a.Data) == 0 {
 			continue
 		}
-		if strings.HasPrefix(a.ContentType, "audio/") || audioExt[strings.ToLower(path.Ext(a.Filename))] {
+		if a.IsAudio() {
 			out = append(out, a)
 		}
 	}

@@ -933,3 +933,37 @@ func TestFromDisplayAsReceived(t *testing.T) {
 		})
 	}
 }
+
+// TestAttachmentIsAudio: the one audio table (the parser's Audio and the
+// worker's "over the limit" notes both read it).
+func TestAttachmentIsAudio(t *testing.T) {
+	for _, tt := range []struct {
+		filename, contentType string
+		want                  bool
+	}{
+		{"memo", "audio/ogg", true},
+		{"", "audio/x-whatever", true},
+		{"Memo 12.M4A", "application/octet-stream", true},
+		{"a.mp3", "application/octet-stream", true},
+		{"a.wav", "", true},
+		{"a.ogg", "", true},
+		{"a.oga", "", true},
+		{"a.opus", "", true},
+		{"a.webm", "", true},
+		{"a.mp4", "", true},
+		{"a.mpga", "", true},
+		{"a.mpeg", "", true},
+		{"a.flac", "", true},
+		{"a.aac", "", true},
+		{"a.amr", "", true},
+		{"report.pdf", "application/pdf", false},
+		{"mp3", "application/octet-stream", false},
+		{"a.mp3.txt", "text/plain", false},
+		{"", "video/mp4", false},
+	} {
+		a := Attachment{Filename: tt.filename, ContentType: tt.contentType}
+		if got := a.IsAudio(); got != tt.want {
+			t.Errorf("Attachment{%q, %q}.IsAudio() = %v, want %v", tt.filename, tt.contentType, got, tt.want)
+		}
+	}
+}
