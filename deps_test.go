@@ -1,0 +1,131 @@
+package main
+
+import (
+	"os/exec"
+	"path"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// The dependency rules of docs/architecture.md, kept by a test so that a
+// convenient import cannot quietly turn a service back into a part of the
+// daemon core. Each rule names packages (a trailing "/..." includes the
+// subtree) and what they must not depend on, directly or through others.
+// Only non-test dependencies count: a test may run a real Supervisor.
+var depRules = []struct {
+	pkgs   []string
+	forbid []string
+	why    string
+}{
+	{
+		pkgs:   []string{"gpuhost/mcp/...", "gpuhost/triage/...", "gpuhost/agent/...", "gpuhost/bench/...", "gpuhost/units/...", "gpuhost/simulator/..."},
+		forbid: []string{"gpuhost/appliance/...", "gpuhost/systemd/...", "gpuhost/frontdoor/...", "gpuhost/internal/wiring", "github.com/godbus/dbus/v5/...", "github.com/coreos/go-systemd/v22/..."},
+		why:    "services and connectors use the box only through the daemon's API and small interfaces; they never control systemd",
+	},
+	{
+		pkgs:   []string{"gpuhost/frontdoor/..."},
+		forbid: []string{"gpuhost/appliance/...", "gpuhost/systemd/...", "github.com/godbus/dbus/v5/..."},
+		why:    "front doors call the Supervisor through their own small interfaces; the wiring in package main hands it over",
+	},
+	{
+		pkgs:   []string{"gpuhost/api/...", "gpuhost/config/...", "gpuhost/internal/atomicfile", "gpuhost/internal/pairing", "gpuhost/internal/redactlog", "gpuhost/internal/testkit"},
+		forbid: []string{"gpuhost/appliance/...", "gpuhost/systemd/...", "gpuhost/frontdoor/...", "gpuhost/mcp/...", "gpuhost/triage/...", "gpuhost/agent/...", "gpuhost/bench/...", "github.com/godbus/dbus/v5/...", "github.com/labstack/echo/v4/..."},
+		why:    "leaf packages hold what everyone shares and pull in nothing heavy",
+	},
+}
+
+// godbusAllowed are the only packages that may link godbus: the ones that
+// control systemd, the wiring, and the harness that boots a private systemd.
+var godbusAllowed = map[string]bool{
+	"gpuhost":                         true,
+	"gpuhost/appliance":               true,
+	"gpuhost/appliance/appliancetest": true,
+	"gpuhost/appliance/procunits":     true,
+	"gpuhost/internal/wiring":         true,
+	"gpuhost/systemd":                 true,
+	"gpuhost/systemd/systemdtest":     true,
+}
+
+func matchPkg(pattern, pkg string) bool {
+	if base, ok := strings.CutSuffix(pattern, "/..."); ok {
+		return pkg == base || strings.HasPrefix(pkg, base+"/")
+	}
+	return pkg == pattern
+}
+
+// listDeps maps every package of the module to its transitive non-test
+// dependencies, from one `go list` run.
+func listDeps(t *testing.T) map[string][]string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "./...").Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			t.Fatalf("go list ./...: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatalf("go list ./...: %v", err)
+	}
+	deps := map[string][]string{}
+	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 {
+			deps[f[0]] = f[1:]
+		}
+	}
+	if len(deps) < 20 {
+		t.Fatalf("go list found only %d packages; the rules would check nothing", len(deps))
+	}
+	return deps
+}
+
+func TestDependencyRules(t *testing.T) {
+	deps := listDeps(t)
+	pkgs := make([]string, 0, len(deps))
+	for p := range deps {
+		pkgs = append(pkgs, p)
+	}
+	sort.Strings(pkgs)
+	for _, r := range depRules {
+		checked := 0
+		for _, p := range pkgs {
+			if !matchesAny(r.pkgs, p) {
+				continue
+			}
+			checked++
+			for _, d := range deps[p] {
+				if matchesAny(r.forbid, d) {
+					t.Errorf("%s depends on %s: %s", p, d, r.why)
+				}
+			}
+		}
+		if checked == 0 {
+			t.Errorf("rule %v matches no package of the module (renamed?)", r.pkgs)
+		}
+	}
+	for _, p := range pkgs {
+		for _, d := range deps[p] {
+			if matchPkg("github.com/godbus/dbus/v5/...", d) && !godbusAllowed[p] {
+				t.Errorf("%s links godbus (through its imports); only the packages that control systemd may: %v", p, keys(godbusAllowed))
+				break
+			}
+		}
+	}
+}
+
+func matchesAny(patterns []string, pkg string) bool {
+	for _, pat := range patterns {
+		if matchPkg(pat, pkg) {
+			return true
+		}
+	}
+	return false
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, path.Clean(k))
+	}
+	sort.Strings(out)
+	return out
+}
