@@ -182,7 +182,7 @@ func openTriage(cmd *cobra.Command) (*triage.Worker, func(), error) {
 			closers[i]()
 		}
 	}
-	deps := triage.Deps{Log: log, ActiveModel: daemonActiveModel(cfg)}
+	deps := triage.Deps{Log: log.With("component", "triage"), ActiveModel: daemonActiveModel(cfg)}
 	if cfg.Triage.Model.BaseURL == "" {
 		// Local model: its energy is priced from the GPU's power draw.
 		gpu, closeGPU, gerr := appliance.OpenGPU(cfg)

@@ -113,7 +113,7 @@ func FromConfig(ctx context.Context, cfg *config.Config, deps Deps) (*Worker, er
 		Clock:            deps.Clock,
 		Power:            deps.Power,
 		Prices:           t.Costs,
-		Log:              b.log.With("component", "triage"),
+		Log:              b.log,
 		MaxMessageBytes:  t.MaxMessageBytes,
 		MaxAudioBytes:    t.Transcription.MaxBytes,
 		Rebaseline:       t.Rebaseline == nil || *t.Rebaseline,
@@ -192,7 +192,7 @@ func (b *builder) source() (source.Source, error) {
 			Mailbox:            t.Source.Mailbox,
 			InsecureSkipVerify: t.Source.InsecureSkipVerify,
 			Timeout:            t.Source.Timeout.D(),
-			Log:                b.log.With("component", "triage-imap"),
+			Log:                b.log.With("source", "imap"),
 		}), nil
 	default:
 		return nil, fmt.Errorf("triage.source.kind: %q is not imap or maildir", t.Source.Kind)

@@ -125,7 +125,7 @@ func NewClassifier(o ClassifierOptions) (*Classifier, error) {
 	return &Classifier{
 		client: client, shown: shown, timeout: o.Timeout, schema: schema,
 		model: strings.TrimSpace(o.Model),
-		log:   o.Logger.With("component", "triage-classifier", "endpoint", shown, "prompt", PromptVersion),
+		log:   o.Logger.With("stage", "classify", "endpoint", shown, "prompt", PromptVersion),
 	}, nil
 }
 

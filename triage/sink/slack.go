@@ -131,7 +131,7 @@ func NewSlack(o SlackOptions) (*Slack, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	s.log = s.log.With("component", "triage-slack")
+	s.log = s.log.With("sink", "slack")
 	return s, nil
 }
 

@@ -123,7 +123,7 @@ func NewTelegram(o TelegramOptions) (*Telegram, error) {
 	if t.log == nil {
 		t.log = slog.Default()
 	}
-	t.log = t.log.With("component", "triage-telegram")
+	t.log = t.log.With("sink", "telegram")
 	return t, nil
 }
 
