@@ -244,8 +244,9 @@ func foreignProcessCheck(dev nvml.Device, bs []backendState) DoctorCheck {
 		}
 	}
 	var foreign []string
+	activeUnits := statuses(active)
 	for _, p := range dev.Processes {
-		if !belongsTo(p.PID, active) {
+		if !systemd.InUnits(p.PID, activeUnits...) {
 			foreign = append(foreign, fmt.Sprintf("pid %d (%s) %d MiB", p.PID, p.Name, p.UsedMiB))
 		}
 	}

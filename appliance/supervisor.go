@@ -375,25 +375,7 @@ func (s *Supervisor) backends(ctx context.Context) ([]backendState, error) {
 // GPUHOST_PROFILE variable in its main process's environment (the truth),
 // else the env file we wrote (what it will run after a restart).
 func (s *Supervisor) profileOf(st systemd.UnitStatus) string {
-	if st.MainPID > 0 {
-		if env, err := os.ReadFile("/proc/" + strconv.Itoa(st.MainPID) + "/environ"); err == nil {
-			for _, kv := range bytes.Split(env, []byte{0}) {
-				if v, ok := bytes.CutPrefix(kv, []byte("GPUHOST_PROFILE=")); ok {
-					return string(v)
-				}
-			}
-		}
-	}
-	data, err := os.ReadFile(s.cfg.EnvFilePath(st.Name))
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "GPUHOST_PROFILE="); ok {
-			return strings.Trim(v, `"'`)
-		}
-	}
-	return ""
+	return systemd.UnitEnv(st, s.cfg.EnvFilePath(st.Name), units.EnvProfile)
 }
 
 // Reconcile derives the state from systemd when no switch runs.
@@ -907,6 +889,7 @@ func (r *switchRun) waitVRAMReleased(ctx context.Context, stopped []backendState
 	var last nvml.Device
 	var lastErr error
 	var holders []nvml.Process
+	stoppedUnits := statuses(stopped)
 	for {
 		snap, err := s.snapshot(ctx)
 		if err == nil {
@@ -914,7 +897,7 @@ func (r *switchRun) waitVRAMReleased(ctx context.Context, stopped []backendState
 				last = d
 				holders = holders[:0]
 				for _, proc := range d.Processes {
-					if belongsTo(proc.PID, stopped) {
+					if systemd.InUnits(proc.PID, stoppedUnits...) {
 						holders = append(holders, proc)
 					}
 				}
@@ -961,36 +944,13 @@ func (r *switchRun) waitVRAMReleased(ctx context.Context, stopped []backendState
 	}
 }
 
-// belongsTo reports whether pid runs in the cgroup of one of the units (or
-// is its main process, for runners without cgroups).
-func belongsTo(pid int, bs []backendState) bool {
-	if len(bs) == 0 {
-		return false
+// statuses are the units' systemd states, for systemd.InUnits.
+func statuses(bs []backendState) []systemd.UnitStatus {
+	out := make([]systemd.UnitStatus, len(bs))
+	for i, b := range bs {
+		out[i] = b.status
 	}
-	cg := cgroupOf(pid)
-	for _, b := range bs {
-		if pid == b.status.MainPID {
-			return true
-		}
-		if b.status.ControlGroup != "" && cg != "" && (cg == b.status.ControlGroup || strings.HasPrefix(cg, b.status.ControlGroup+"/")) {
-			return true
-		}
-	}
-	return false
-}
-
-// cgroupOf reads the unified-hierarchy cgroup path of a process.
-func cgroupOf(pid int) string {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "0::"); ok {
-			return rest
-		}
-	}
-	return ""
+	return out
 }
 
 func (r *switchRun) baseURL(p *units.Profile) string {
