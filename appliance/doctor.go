@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"gpuhost/backend"
 	"gpuhost/nvml"
 	"gpuhost/systemd"
 	"gpuhost/units"
@@ -292,7 +293,7 @@ func (d *Doctor) endpointCheck(ctx context.Context, bs []backendState) (DoctorCh
 		return c, nil, nil
 	}
 	c.Profile = p.Name
-	sup := &Supervisor{cfg: d.Cfg, gpu: d.GPU, units: d.Units, client: newBackendClient()}
+	sup := &Supervisor{cfg: d.Cfg, gpu: d.GPU, units: d.Units, client: backend.NewClient(), engines: backend.Engines()}
 	r := &switchRun{s: sup, target: p}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -1,7 +1,6 @@
 package appliance
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -20,6 +19,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"gpuhost/backend"
 	"gpuhost/internal/atomicfile"
 	"gpuhost/nvml"
 	"gpuhost/systemd"
@@ -117,6 +117,7 @@ type Supervisor struct {
 	units   Units
 	journal JournalFunc
 	client  *http.Client
+	engines map[units.Backend]backend.Factory // each engine's protocol; tests substitute
 	log     *slog.Logger
 	bus     *eventBus
 
@@ -220,7 +221,8 @@ func NewSupervisor(cfg *config.Config, gpu GPU, u Units, journal JournalFunc, lo
 		gpu:     gpu,
 		units:   u,
 		journal: journal,
-		client:  newBackendClient(),
+		client:  backend.NewClient(),
+		engines: backend.Engines(),
 		log:     log,
 		bus:     newEventBus(log),
 		baseCtx: ctx,
@@ -548,12 +550,6 @@ func (s *Supervisor) failingChecks(ctx context.Context, p *units.Profile) []unit
 	return out
 }
 
-// newBackendClient talks to the backends on loopback: no proxy from the
-// environment, no kept-alive connections to a backend that is being replaced.
-func newBackendClient() *http.Client {
-	return &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
-}
-
 func newID() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -733,6 +729,10 @@ func (s *Supervisor) finish(p *units.Profile, lastErr string) {
 func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 	s := r.s
 	targetUnit := s.cfg.BackendFor(p.Backend).Unit
+	be, err := s.engineOf(p)
+	if err != nil {
+		return err
+	}
 	bs, err := s.backends(ctx)
 	if err != nil {
 		return err
@@ -804,14 +804,14 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 		}
 	}
 	if err := r.step(ctx, "ready", func(ctx context.Context) (string, map[string]any, error) {
-		return r.waitReady(ctx, p, targetUnit)
+		return r.waitReady(ctx, p, be, targetUnit)
 	}); err != nil {
 		r.cleanup(targetUnit)
 		return err
 	}
-	if p.Backend == units.Ollama {
+	if loader, ok := be.(backend.Loader); ok {
 		if err := r.step(ctx, "load_model", func(ctx context.Context) (string, map[string]any, error) {
-			return r.loadOllamaModel(ctx, p)
+			return r.load(ctx, loader)
 		}); err != nil {
 			r.cleanup(targetUnit)
 			return err
@@ -953,8 +953,14 @@ func statuses(bs []backendState) []systemd.UnitStatus {
 	return out
 }
 
-func (r *switchRun) baseURL(p *units.Profile) string {
-	return "http://127.0.0.1:" + strconv.Itoa(p.Port)
+// engineOf returns the protocol of p's engine, talking to its server on
+// loopback.
+func (s *Supervisor) engineOf(p *units.Profile) (backend.Backend, error) {
+	f, ok := s.engines[p.Backend]
+	if !ok {
+		return nil, fmt.Errorf("profile %s: no protocol for backend %q", p.Name, p.Backend)
+	}
+	return f(*p, s.client, "http://127.0.0.1:"+strconv.Itoa(p.Port)), nil
 }
 
 // waitReady polls the backend's health endpoint on the adaptive schedule and
@@ -962,17 +968,19 @@ func (r *switchRun) baseURL(p *units.Profile) string {
 // once (with its journal) instead of at the ready timeout. An answer counts
 // only from the unit's own listener (portowner.go): another program on the
 // profile's port fails the switch at once, naming it.
-func (r *switchRun) waitReady(ctx context.Context, p *units.Profile, unit string) (string, map[string]any, error) {
+func (r *switchRun) waitReady(ctx context.Context, p *units.Profile, be backend.Backend, unit string) (string, map[string]any, error) {
 	s := r.s
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.ReadyTimeout.D())
 	defer cancel()
-	url := r.baseURL(p) + units.HealthPath(p.Backend)
+	url := be.HealthURL()
 	pl := newPoller(readyPollCap)
 	polls := 0
 	var ownerErr error
 	for {
 		polls++
-		code, gerr := r.get(ctx, url, time.Second)
+		hctx, hcancel := context.WithTimeout(ctx, time.Second)
+		gerr := be.Health(hctx)
+		hcancel()
 		st, uerr := s.units.Unit(ctx, unit)
 		if uerr == nil && !st.Active() {
 			return "", nil, &stepError{
@@ -980,7 +988,7 @@ func (r *switchRun) waitReady(ctx context.Context, p *units.Profile, unit string
 				journal: r.journalTail(unit),
 			}
 		}
-		if gerr == nil && code == http.StatusOK && uerr == nil {
+		if gerr == nil && uerr == nil {
 			owner, oerr := provePortOwner(p.Port, st)
 			if oerr == nil {
 				return fmt.Sprintf("%s answered after %d polls; %s", url, polls, owner), map[string]any{"polls": polls}, nil
@@ -1005,113 +1013,29 @@ func (r *switchRun) waitReady(ctx context.Context, p *units.Profile, unit string
 	}
 }
 
-func (r *switchRun) get(ctx context.Context, url string, timeout time.Duration) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := r.s.client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-	resp.Body.Close()
-	return resp.StatusCode, nil
-}
-
-func (r *switchRun) getJSON(ctx context.Context, url string, v any) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return getJSONWith(ctx, r.s.client, url, v)
-}
-
-// loadOllamaModel asks Ollama to load the model now (an empty generate
-// request), so the first client request does not pay the load time.
-func (r *switchRun) loadOllamaModel(ctx context.Context, p *units.Profile) (string, map[string]any, error) {
-	keep := p.Ollama.KeepAlive
-	if keep == "" {
-		keep = "-1"
-	}
-	var keepAlive any = keep
-	if n, err := strconv.Atoi(keep); err == nil {
-		keepAlive = n
-	}
-	body, _ := json.Marshal(map[string]any{"model": p.Model, "keep_alive": keepAlive, "stream": false})
+// load has the engine load the model (Ollama), bounded by the ready timeout.
+func (r *switchRun) load(ctx context.Context, l backend.Loader) (string, map[string]any, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.s.cfg.Switch.ReadyTimeout.D())
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.baseURL(p)+"/api/generate", bytes.NewReader(body))
-	if err != nil {
-		return "", nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := r.s.client.Do(req)
-	if err != nil {
-		return "", nil, fmt.Errorf("load %s: %w", p.Model, err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusOK {
-		return "", nil, fmt.Errorf("load %s: status %d: %s", p.Model, resp.StatusCode, strings.TrimSpace(string(data)))
-	}
-	var out struct {
-		DoneReason string `json:"done_reason"`
-	}
-	_ = json.Unmarshal(data, &out)
-	return fmt.Sprintf("loaded %s (done_reason %q)", p.Model, out.DoneReason), nil, nil
+	msg, err := l.Load(ctx)
+	return msg, nil, err
 }
 
 // verify checks that the backend serves the profile's name and reports the
 // VRAM it now holds.
 func (r *switchRun) verify(ctx context.Context, p *units.Profile) (string, map[string]any, error) {
-	detail := map[string]any{}
-	switch p.Backend {
-	case units.VLLM:
-		var models struct {
-			Data []struct {
-				ID          string `json:"id"`
-				MaxModelLen int    `json:"max_model_len"`
-			} `json:"data"`
-		}
-		if err := r.getJSON(ctx, r.baseURL(p)+"/v1/models", &models); err != nil {
-			return "", nil, err
-		}
-		var ids []string
-		found := false
-		for _, m := range models.Data {
-			ids = append(ids, m.ID)
-			if m.ID == p.ServedName {
-				found = true
-				detail["max_model_len"] = m.MaxModelLen
-			}
-		}
-		if !found {
-			return "", detail, fmt.Errorf("backend serves %v, not the profile's served_name %q", ids, p.ServedName)
-		}
-	case units.Ollama:
-		var ps struct {
-			Models []struct {
-				Name     string `json:"name"`
-				Model    string `json:"model"`
-				SizeVRAM int64  `json:"size_vram"`
-			} `json:"models"`
-		}
-		if err := r.getJSON(ctx, r.baseURL(p)+"/api/ps", &ps); err != nil {
-			return "", nil, err
-		}
-		found := false
-		var names []string
-		for _, m := range ps.Models {
-			names = append(names, m.Name)
-			if sameOllamaModel(m.Name, p.Model) || sameOllamaModel(m.Model, p.Model) {
-				found = true
-				detail["size_vram"] = m.SizeVRAM
-			}
-		}
-		if !found {
-			return "", detail, fmt.Errorf("ollama has %v loaded, not %q", names, p.Model)
-		}
+	be, err := r.s.engineOf(p)
+	if err != nil {
+		return "", nil, err
+	}
+	vctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	detail, err := be.Verify(vctx)
+	cancel()
+	if err != nil {
+		return "", detail, err
+	}
+	if detail == nil {
+		detail = map[string]any{}
 	}
 	// The answers above must have come from the unit's own listener.
 	unit := r.s.cfg.BackendFor(p.Backend).Unit
@@ -1133,16 +1057,4 @@ func (r *switchRun) verify(ctx context.Context, p *units.Profile) (string, map[s
 		}
 	}
 	return msg, detail, nil
-}
-
-// sameOllamaModel compares Ollama model names the way Ollama does: a name
-// without a tag means ":latest".
-func sameOllamaModel(a, b string) bool {
-	norm := func(s string) string {
-		if !strings.Contains(s, ":") {
-			return s + ":latest"
-		}
-		return s
-	}
-	return a != "" && norm(a) == norm(b)
 }
