@@ -294,10 +294,9 @@ func (d *Doctor) endpointCheck(ctx context.Context, bs []backendState) (DoctorCh
 	}
 	c.Profile = p.Name
 	sup := &Supervisor{cfg: d.Cfg, gpu: d.GPU, units: d.Units, client: backend.NewClient(), engines: backend.Engines()}
-	r := &switchRun{s: sup, target: p}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if msg, _, err := r.verify(cctx, p); err != nil {
+	if msg, _, err := sup.verify(cctx, p); err != nil {
 		c.Severity = units.SeverityFail
 		c.Message = fmt.Sprintf("%s (profile %s) is not serving correctly: %v", act.unit, p.Name, err)
 		c.Fix = "see `journalctl -u " + act.unit + "`; `gpuhost switch " + p.Name + "` restarts it"

@@ -651,8 +651,12 @@ func (r *switchRun) event(e Event) {
 	r.s.bus.publish(e)
 }
 
+// stepFunc is the work of one step: the message and detail of its done
+// event, or the error (and detail) of its failed one.
+type stepFunc func(ctx context.Context) (string, map[string]any, error)
+
 // step runs fn as a named step, with started/done/failed events and timing.
-func (r *switchRun) step(ctx context.Context, name string, fn func(ctx context.Context) (string, map[string]any, error)) error {
+func (r *switchRun) step(ctx context.Context, name string, fn stepFunc) error {
 	if r.rollback {
 		name = "rollback." + name
 	}
@@ -724,106 +728,147 @@ func (s *Supervisor) finish(p *units.Profile, lastErr string) {
 	}
 }
 
+// leg is one pass of the sequence towards one profile: the switch's
+// target, or after its failure the rollback to the previous profile. Its
+// methods below are the sequence's steps, in order.
+type leg struct {
+	r    *switchRun
+	p    *units.Profile
+	unit string          // the profile's backend unit
+	be   backend.Backend // its engine's protocol
+	// loader is be when the engine loads its model by request (Ollama),
+	// else nil: the leg has no load_model step.
+	loader backend.Loader
+	// toStop are the active backend units in the way. running is set when
+	// the target unit already runs the profile (a no-op switch, or a
+	// restart after a crash mid-switch): it then only has to be ready.
+	toStop     []backendState
+	running    bool
+	heldBefore uint64 // MiB in use before the stop, for the release message
+}
+
 // sequence is the switch proper: stop what is in the way, wait for the VRAM,
-// configure and start the target, wait until it answers, load, verify.
+// configure and start the target, wait until it answers, load, verify. From
+// the start on, a failed step stops the target again (leg.upStep).
 func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
+	l, err := r.plan(ctx, p)
+	if err != nil {
+		return err
+	}
+	if len(l.toStop) > 0 {
+		l.heldBefore = r.s.usedMiB(ctx)
+		if err := r.step(ctx, "stop", l.stopOld); err != nil {
+			return err
+		}
+	}
+	if !l.running {
+		if err := r.step(ctx, "vram_release", l.waitVRAMReleased); err != nil {
+			return err
+		}
+		if err := r.step(ctx, "configure", l.configure); err != nil {
+			return err
+		}
+		if err := l.upStep(ctx, "start", l.start); err != nil {
+			return err
+		}
+	}
+	if err := l.upStep(ctx, "ready", l.waitReady); err != nil {
+		return err
+	}
+	if l.loader != nil {
+		if err := l.upStep(ctx, "load_model", l.load); err != nil {
+			return err
+		}
+	}
+	return l.upStep(ctx, "verify", l.verify)
+}
+
+// plan reads systemd to find what is in the way of p: every active backend
+// unit, except the target unit when it already runs p (and is not
+// stopping).
+func (r *switchRun) plan(ctx context.Context, p *units.Profile) (*leg, error) {
 	s := r.s
-	targetUnit := s.cfg.BackendFor(p.Backend).Unit
+	l := &leg{r: r, p: p, unit: s.cfg.BackendFor(p.Backend).Unit}
 	be, err := s.engineOf(p)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	l.be = be
+	l.loader, _ = be.(backend.Loader)
 	bs, err := s.backends(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// Already running the right profile (a no-op switch, or a restart after
-	// a crash mid-switch): only make sure it is ready.
-	var toStop []backendState
-	alreadyRunning := false
 	for _, b := range bs {
 		if !b.status.Active() {
 			continue
 		}
-		if b.unit == targetUnit && b.profile == p.Name && b.status.ActiveState != "deactivating" {
-			alreadyRunning = true
+		if b.unit == l.unit && b.profile == p.Name && b.status.ActiveState != "deactivating" {
+			l.running = true
 			continue
 		}
-		toStop = append(toStop, b)
+		l.toStop = append(l.toStop, b)
 	}
+	return l, nil
+}
 
-	var heldBefore uint64
-	if len(toStop) > 0 {
-		if snap, err := s.snapshot(ctx); err == nil {
-			if d, ok := snap.Device0(); ok {
-				heldBefore = d.MemoryUsedMiB
-			}
-		}
-		if err := r.step(ctx, "stop", func(ctx context.Context) (string, map[string]any, error) {
-			var names []string
-			for _, b := range toStop {
-				cctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.StopTimeout.D())
-				err := s.units.Stop(cctx, b.unit)
-				cancel()
-				if err != nil {
-					return "", nil, fmt.Errorf("stop %s: %w", b.unit, err)
-				}
-				names = append(names, b.unit)
-			}
-			return "stopped " + strings.Join(names, ", "), nil, nil
-		}); err != nil {
-			return err
-		}
-	}
-	if !alreadyRunning {
-		if err := r.step(ctx, "vram_release", func(ctx context.Context) (string, map[string]any, error) {
-			return r.waitVRAMReleased(ctx, toStop, heldBefore)
-		}); err != nil {
-			return err
-		}
-		if err := r.step(ctx, "configure", func(ctx context.Context) (string, map[string]any, error) {
-			path := s.cfg.EnvFilePath(targetUnit)
-			bc := s.cfg.BackendFor(p.Backend)
-			if err := atomicfile.Write(path, []byte(units.EnvFile(*p, bc.Simulated)), 0o644); err != nil {
-				return "", nil, err
-			}
-			return "wrote " + path, map[string]any{"args": units.BackendArgs(*p, bc.Simulated)}, nil
-		}); err != nil {
-			return err
-		}
-		if err := r.step(ctx, "start", func(ctx context.Context) (string, map[string]any, error) {
-			cctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.ReadyTimeout.D())
-			defer cancel()
-			if err := s.units.Start(cctx, targetUnit); err != nil {
-				return "", nil, &stepError{err: fmt.Errorf("start %s: %w", targetUnit, err), journal: r.journalTail(targetUnit)}
-			}
-			return "started " + targetUnit, nil, nil
-		}); err != nil {
-			r.cleanup(targetUnit)
-			return err
-		}
-	}
-	if err := r.step(ctx, "ready", func(ctx context.Context) (string, map[string]any, error) {
-		return r.waitReady(ctx, p, be, targetUnit)
-	}); err != nil {
-		r.cleanup(targetUnit)
-		return err
-	}
-	if loader, ok := be.(backend.Loader); ok {
-		if err := r.step(ctx, "load_model", func(ctx context.Context) (string, map[string]any, error) {
-			return r.load(ctx, loader)
-		}); err != nil {
-			r.cleanup(targetUnit)
-			return err
-		}
-	}
-	if err := r.step(ctx, "verify", func(ctx context.Context) (string, map[string]any, error) {
-		return r.verify(ctx, p)
-	}); err != nil {
-		r.cleanup(targetUnit)
+// upStep runs a step of a target that has been started (or found running):
+// when the step fails the target is stopped again, so it cannot keep VRAM
+// that the rollback needs.
+func (l *leg) upStep(ctx context.Context, name string, fn stepFunc) error {
+	if err := l.r.step(ctx, name, fn); err != nil {
+		l.r.cleanup(l.unit)
 		return err
 	}
 	return nil
+}
+
+// usedMiB is the GPU memory in use now; 0 when NVML cannot tell.
+func (s *Supervisor) usedMiB(ctx context.Context) uint64 {
+	if snap, err := s.snapshot(ctx); err == nil {
+		if d, ok := snap.Device0(); ok {
+			return d.MemoryUsedMiB
+		}
+	}
+	return 0
+}
+
+// stopOld stops the backend units in the way, each within the stop timeout.
+func (l *leg) stopOld(ctx context.Context) (string, map[string]any, error) {
+	s := l.r.s
+	var names []string
+	for _, b := range l.toStop {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.StopTimeout.D())
+		err := s.units.Stop(cctx, b.unit)
+		cancel()
+		if err != nil {
+			return "", nil, fmt.Errorf("stop %s: %w", b.unit, err)
+		}
+		names = append(names, b.unit)
+	}
+	return "stopped " + strings.Join(names, ", "), nil, nil
+}
+
+// configure writes the target unit's env file: the profile and its
+// backend's arguments, which the unit reads when it starts.
+func (l *leg) configure(context.Context) (string, map[string]any, error) {
+	s := l.r.s
+	path := s.cfg.EnvFilePath(l.unit)
+	bc := s.cfg.BackendFor(l.p.Backend)
+	if err := atomicfile.Write(path, []byte(units.EnvFile(*l.p, bc.Simulated)), 0o644); err != nil {
+		return "", nil, err
+	}
+	return "wrote " + path, map[string]any{"args": units.BackendArgs(*l.p, bc.Simulated)}, nil
+}
+
+// start starts the target unit; a failed start carries the unit's journal.
+func (l *leg) start(ctx context.Context) (string, map[string]any, error) {
+	cctx, cancel := context.WithTimeout(ctx, l.r.s.cfg.Switch.ReadyTimeout.D())
+	defer cancel()
+	if err := l.r.s.units.Start(cctx, l.unit); err != nil {
+		return "", nil, &stepError{err: fmt.Errorf("start %s: %w", l.unit, err), journal: l.r.journalTail(l.unit)}
+	}
+	return "started " + l.unit, nil, nil
 }
 
 // cleanup stops a unit whose start failed, so it cannot keep VRAM that the
@@ -877,8 +922,8 @@ func (p *poller) wait(ctx context.Context) error {
 
 // waitVRAMReleased waits until NVML shows used memory back near the idle
 // baseline and no GPU process from a stopped unit.
-func (r *switchRun) waitVRAMReleased(ctx context.Context, stopped []backendState, heldBefore uint64) (string, map[string]any, error) {
-	s := r.s
+func (l *leg) waitVRAMReleased(ctx context.Context) (string, map[string]any, error) {
+	s := l.r.s
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.GPU.ReleaseTimeout.D())
 	defer cancel()
 	s.mu.Lock()
@@ -889,7 +934,7 @@ func (r *switchRun) waitVRAMReleased(ctx context.Context, stopped []backendState
 	var last nvml.Device
 	var lastErr error
 	var holders []nvml.Process
-	stoppedUnits := statuses(stopped)
+	stoppedUnits := statuses(l.toStop)
 	for {
 		snap, err := s.snapshot(ctx)
 		if err == nil {
@@ -903,8 +948,8 @@ func (r *switchRun) waitVRAMReleased(ctx context.Context, stopped []backendState
 				}
 				if d.MemoryUsedMiB <= limit && len(holders) == 0 {
 					msg := fmt.Sprintf("VRAM released: %d MiB used of %d (baseline %d)", d.MemoryUsedMiB, d.MemoryTotalMiB, baseline)
-					if heldBefore > d.MemoryUsedMiB {
-						msg += fmt.Sprintf(", %d MiB freed", heldBefore-d.MemoryUsedMiB)
+					if l.heldBefore > d.MemoryUsedMiB {
+						msg += fmt.Sprintf(", %d MiB freed", l.heldBefore-d.MemoryUsedMiB)
 					}
 					return msg, map[string]any{"used_mib": d.MemoryUsedMiB, "total_mib": d.MemoryTotalMiB, "baseline_mib": baseline}, nil
 				}
@@ -921,27 +966,34 @@ func (r *switchRun) waitVRAMReleased(ctx context.Context, stopped []backendState
 		}
 		if werr := pl.wait(ctx); werr != nil {
 			detail := map[string]any{"used_mib": last.MemoryUsedMiB, "limit_mib": limit, "baseline_mib": baseline}
-			var hs []string
-			for _, h := range holders {
-				hs = append(hs, fmt.Sprintf("pid %d (%s) %d MiB", h.PID, h.Name, h.UsedMiB))
-			}
-			msg := fmt.Sprintf("VRAM not released within %s: %d MiB used, want ≤ %d (baseline %d + tolerance %d)",
-				s.cfg.GPU.ReleaseTimeout.D(), last.MemoryUsedMiB, limit, baseline, s.cfg.GPU.ReleaseToleranceMiB)
-			if len(hs) > 0 {
-				msg += "; still held by " + strings.Join(hs, ", ")
-			} else if len(last.Processes) > 0 {
-				var others []string
-				for _, p := range last.Processes {
-					others = append(others, fmt.Sprintf("pid %d (%s) %d MiB", p.PID, p.Name, p.UsedMiB))
-				}
-				msg += "; GPU processes: " + strings.Join(others, ", ")
-			}
-			if lastErr != nil {
-				msg += "; last NVML error: " + lastErr.Error()
-			}
-			return "", detail, errors.New(msg)
+			return "", detail, s.notReleased(last, holders, baseline, lastErr)
 		}
 	}
+}
+
+// notReleased is the error of a VRAM release that timed out: the memory
+// still used against the limit, and who holds it.
+func (s *Supervisor) notReleased(last nvml.Device, holders []nvml.Process, baseline uint64, lastErr error) error {
+	limit := baseline + s.cfg.GPU.ReleaseToleranceMiB
+	var hs []string
+	for _, h := range holders {
+		hs = append(hs, fmt.Sprintf("pid %d (%s) %d MiB", h.PID, h.Name, h.UsedMiB))
+	}
+	msg := fmt.Sprintf("VRAM not released within %s: %d MiB used, want ≤ %d (baseline %d + tolerance %d)",
+		s.cfg.GPU.ReleaseTimeout.D(), last.MemoryUsedMiB, limit, baseline, s.cfg.GPU.ReleaseToleranceMiB)
+	if len(hs) > 0 {
+		msg += "; still held by " + strings.Join(hs, ", ")
+	} else if len(last.Processes) > 0 {
+		var others []string
+		for _, p := range last.Processes {
+			others = append(others, fmt.Sprintf("pid %d (%s) %d MiB", p.PID, p.Name, p.UsedMiB))
+		}
+		msg += "; GPU processes: " + strings.Join(others, ", ")
+	}
+	if lastErr != nil {
+		msg += "; last NVML error: " + lastErr.Error()
+	}
+	return errors.New(msg)
 }
 
 // statuses are the units' systemd states, for systemd.InUnits.
@@ -968,18 +1020,18 @@ func (s *Supervisor) engineOf(p *units.Profile) (backend.Backend, error) {
 // once (with its journal) instead of at the ready timeout. An answer counts
 // only from the unit's own listener (portowner.go): another program on the
 // profile's port fails the switch at once, naming it.
-func (r *switchRun) waitReady(ctx context.Context, p *units.Profile, be backend.Backend, unit string) (string, map[string]any, error) {
-	s := r.s
+func (l *leg) waitReady(ctx context.Context) (string, map[string]any, error) {
+	r, s, unit := l.r, l.r.s, l.unit
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.ReadyTimeout.D())
 	defer cancel()
-	url := be.HealthURL()
+	url := l.be.HealthURL()
 	pl := newPoller(readyPollCap)
 	polls := 0
 	var ownerErr error
 	for {
 		polls++
 		hctx, hcancel := context.WithTimeout(ctx, time.Second)
-		gerr := be.Health(hctx)
+		gerr := l.be.Health(hctx)
 		hcancel()
 		st, uerr := s.units.Unit(ctx, unit)
 		if uerr == nil && !st.Active() {
@@ -989,7 +1041,7 @@ func (r *switchRun) waitReady(ctx context.Context, p *units.Profile, be backend.
 			}
 		}
 		if gerr == nil && uerr == nil {
-			owner, oerr := provePortOwner(p.Port, st)
+			owner, oerr := provePortOwner(l.p.Port, st)
 			if oerr == nil {
 				return fmt.Sprintf("%s answered after %d polls; %s", url, polls, owner), map[string]any{"polls": polls}, nil
 			}
@@ -999,32 +1051,43 @@ func (r *switchRun) waitReady(ctx context.Context, p *units.Profile, be backend.
 			ownerErr = oerr
 		}
 		if werr := pl.wait(ctx); werr != nil {
-			err := fmt.Errorf("%s not ready within %s (%d polls of %s)", unit, s.cfg.Switch.ReadyTimeout.D(), polls, url)
-			// Whatever holds the port may be why: name it.
-			if st, uerr := s.units.Unit(s.baseCtx, unit); uerr == nil {
-				if _, oerr := provePortOwner(p.Port, st); oerr != nil && !errors.Is(oerr, errPortUnproven) {
-					err = fmt.Errorf("%w; %w", err, oerr)
-				} else if ownerErr != nil {
-					err = fmt.Errorf("%w; %w", err, ownerErr)
-				}
-			}
-			return "", map[string]any{"polls": polls}, &stepError{err: err, journal: r.journalTail(unit)}
+			return "", map[string]any{"polls": polls}, l.notReady(polls, url, ownerErr)
 		}
 	}
 }
 
+// notReady is the error of a ready step that timed out after polls polls
+// of url, naming whatever holds the port, which may be why.
+func (l *leg) notReady(polls int, url string, ownerErr error) error {
+	s := l.r.s
+	err := fmt.Errorf("%s not ready within %s (%d polls of %s)", l.unit, s.cfg.Switch.ReadyTimeout.D(), polls, url)
+	if st, uerr := s.units.Unit(s.baseCtx, l.unit); uerr == nil {
+		if _, oerr := provePortOwner(l.p.Port, st); oerr != nil && !errors.Is(oerr, errPortUnproven) {
+			err = fmt.Errorf("%w; %w", err, oerr)
+		} else if ownerErr != nil {
+			err = fmt.Errorf("%w; %w", err, ownerErr)
+		}
+	}
+	return &stepError{err: err, journal: l.r.journalTail(l.unit)}
+}
+
 // load has the engine load the model (Ollama), bounded by the ready timeout.
-func (r *switchRun) load(ctx context.Context, l backend.Loader) (string, map[string]any, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.s.cfg.Switch.ReadyTimeout.D())
+func (l *leg) load(ctx context.Context) (string, map[string]any, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.r.s.cfg.Switch.ReadyTimeout.D())
 	defer cancel()
-	msg, err := l.Load(ctx)
+	msg, err := l.loader.Load(ctx)
 	return msg, nil, err
 }
 
-// verify checks that the backend serves the profile's name and reports the
-// VRAM it now holds.
-func (r *switchRun) verify(ctx context.Context, p *units.Profile) (string, map[string]any, error) {
-	be, err := r.s.engineOf(p)
+// verify is the last step: Supervisor.verify.
+func (l *leg) verify(ctx context.Context) (string, map[string]any, error) {
+	return l.r.s.verify(ctx, l.p)
+}
+
+// verify checks that the backend serves the profile's name, from the unit's
+// own listener, and reports the VRAM it now holds. The doctor asks it too.
+func (s *Supervisor) verify(ctx context.Context, p *units.Profile) (string, map[string]any, error) {
+	be, err := s.engineOf(p)
 	if err != nil {
 		return "", nil, err
 	}
@@ -1038,23 +1101,30 @@ func (r *switchRun) verify(ctx context.Context, p *units.Profile) (string, map[s
 		detail = map[string]any{}
 	}
 	// The answers above must have come from the unit's own listener.
-	unit := r.s.cfg.BackendFor(p.Backend).Unit
-	st, err := r.s.units.Unit(ctx, unit)
-	if err != nil {
-		return "", detail, fmt.Errorf("read state of %s: %w", unit, err)
-	}
-	if _, err := provePortOwner(p.Port, st); err != nil {
+	if err := s.proveUnitListens(ctx, p); err != nil {
 		return "", detail, err
 	}
 	msg := "serving " + p.ServedName
-	if r.s.gpu == nil {
+	if s.gpu == nil {
 		return msg, detail, nil
 	}
-	if snap, err := r.s.snapshot(ctx); err == nil {
+	if snap, err := s.snapshot(ctx); err == nil {
 		if d, ok := snap.Device0(); ok {
 			detail["used_mib"], detail["total_mib"] = d.MemoryUsedMiB, d.MemoryTotalMiB
 			msg += fmt.Sprintf(" · VRAM %.1f/%.1f GiB", float64(d.MemoryUsedMiB)/1024, float64(d.MemoryTotalMiB)/1024)
 		}
 	}
 	return msg, detail, nil
+}
+
+// proveUnitListens checks that the listener on p's port belongs to p's
+// backend unit (provePortOwner).
+func (s *Supervisor) proveUnitListens(ctx context.Context, p *units.Profile) error {
+	unit := s.cfg.BackendFor(p.Backend).Unit
+	st, err := s.units.Unit(ctx, unit)
+	if err != nil {
+		return fmt.Errorf("read state of %s: %w", unit, err)
+	}
+	_, err = provePortOwner(p.Port, st)
+	return err
 }
