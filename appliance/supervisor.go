@@ -4,20 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"gpuhost/config"
-	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"gpuhost/backend"
 	"gpuhost/internal/atomicfile"
@@ -556,73 +551,6 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-type lastWantedFile struct {
-	Profile string    `json:"last_wanted_profile"`
-	At      time.Time `json:"at"`
-}
-
-func (s *Supervisor) statePath() string { return filepath.Join(s.cfg.StateDir, "state.json") }
-
-// maxStateFileBytes bounds the read of state.json, which holds one profile
-// name and a time: a file beyond it is not gpuhost's and is ignored rather
-// than read whole into memory.
-const maxStateFileBytes = 64 << 10
-
-// readLastWanted returns the last wanted profile from state.json, or "" when
-// there is none or the file is not usable (too large, not JSON, not a
-// profile name). What it logs about the file is bounded too.
-func (s *Supervisor) readLastWanted() string {
-	path := s.statePath()
-	f, err := os.Open(path)
-	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
-			s.log.Warn("ignoring unreadable state file", "file", path, "err", err)
-		}
-		return ""
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxStateFileBytes+1))
-	if err != nil {
-		s.log.Warn("ignoring unreadable state file", "file", path, "err", err)
-		return ""
-	}
-	if len(data) > maxStateFileBytes {
-		s.log.Warn("ignoring state file larger than its limit", "file", path, "limit_bytes", maxStateFileBytes)
-		return ""
-	}
-	var lw lastWantedFile
-	if err := json.Unmarshal(data, &lw); err != nil {
-		s.log.Warn("ignoring unreadable state file", "file", path, "err", err)
-		return ""
-	}
-	if lw.Profile != "" {
-		if err := units.ValidProfileName(lw.Profile); err != nil {
-			s.log.Warn("ignoring state file: last_wanted_profile is not a profile name", "file", path,
-				"profile_prefix", clipForLog(lw.Profile, 64), "profile_bytes", len(lw.Profile))
-			return ""
-		}
-	}
-	return lw.Profile
-}
-
-// clipForLog shortens s to at most n bytes (on a rune boundary) for a log
-// line, marking the cut.
-func clipForLog(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
-func (s *Supervisor) writeLastWanted(p string) error {
-	data, _ := json.Marshal(lastWantedFile{Profile: p, At: time.Now().UTC()})
-	return atomicfile.Write(s.statePath(), append(data, '\n'), 0o644)
-}
-
 // switchRun is one switch in flight.
 type switchRun struct {
 	s        *Supervisor
@@ -889,35 +817,6 @@ func (r *switchRun) journalTail(unit string) []string {
 		return []string{"(journal unavailable: " + err.Error() + ")"}
 	}
 	return lines
-}
-
-// poller yields an adaptive schedule: the first check comes at once, then
-// the gap grows from 2 ms by half each time up to a cap, so fast events are
-// seen within milliseconds. The cap bounds how late a slow event (a model
-// load of minutes) is noticed; at 20 ms a health poll costs the backend 50
-// refused connects or tiny GETs a second, which is nothing next to a load.
-type poller struct {
-	next, max time.Duration
-}
-
-func newPoller(max time.Duration) *poller { return &poller{next: 2 * time.Millisecond, max: max} }
-
-// Poll caps: how late at most a ready backend or released VRAM is seen.
-const (
-	readyPollCap   = 20 * time.Millisecond
-	releasePollCap = 20 * time.Millisecond
-)
-
-func (p *poller) wait(ctx context.Context) error {
-	t := time.NewTimer(p.next)
-	defer t.Stop()
-	p.next = min(p.next*3/2, p.max)
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // waitVRAMReleased waits until NVML shows used memory back near the idle
