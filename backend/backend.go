@@ -24,13 +24,20 @@ import (
 // uses it. Implementations: VLLM and Ollama.
 //
 // Steps only one engine has are optional interfaces that a Backend also
-// implements, checked with a type assertion, so that the switch can tell
-// in advance that a step does not apply (and emit no events for it):
-// Loader is the first. The standby operations of the next issue fit the
-// same way, without changing Backend or its two implementations' callers:
-// a Sleeper (vLLM sleep mode: POST /sleep, POST /wake_up, GET
-// /is_sleeping; Ollama: unload with keep_alive 0, wake by loading) lets the
-// Supervisor free the GPU while the unit keeps running.
+// implements, checked with a type assertion, so that the switch knows
+// before it starts a step whether the step applies (and emits no events
+// for one that does not). Loader is the first. The standby operations of
+// the next issue fit the same way, without changing Backend, for example
+//
+//	// Sleeper frees the GPU while the server (and its unit) keeps running.
+//	type Sleeper interface {
+//		Sleep(ctx context.Context) (msg string, err error) // vLLM: POST /sleep; Ollama: unload (keep_alive 0)
+//		Wake(ctx context.Context) (msg string, err error)  // vLLM: POST /wake_up; Ollama: Load
+//	}
+//
+// (vLLM serves /sleep?level=N, /wake_up and /is_sleeping only when started
+// with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1, so whether a VLLM is
+// a Sleeper may come to depend on the profile.)
 type Backend interface {
 	// HealthURL is the readiness endpoint Health asks (units.HealthPath),
 	// for the switch's messages.
@@ -41,7 +48,8 @@ type Backend interface {
 	// Verify asks the server which models it serves and fails unless the
 	// profile's is among them. detail holds what the server reported of it
 	// (vLLM: max_model_len; Ollama: size_vram), for the verify step's
-	// event; it is returned (possibly empty) with a mismatch too.
+	// event; it is returned (possibly empty) with a mismatch too, and is
+	// nil when the server did not answer.
 	Verify(ctx context.Context) (detail map[string]any, err error)
 }
 
