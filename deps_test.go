@@ -19,7 +19,7 @@ var depRules = []struct {
 	why    string
 }{
 	{
-		pkgs:   []string{"gpuhost/mcp/...", "gpuhost/triage/...", "gpuhost/agent/...", "gpuhost/bench/...", "gpuhost/units/...", "gpuhost/simulator/..."},
+		pkgs:   []string{"gpuhost/mcp/...", "gpuhost/triage/...", "gpuhost/agent/...", "gpuhost/bench/...", "gpuhost/units/...", "gpuhost/simulator/...", "gpuhost/backend/..."},
 		forbid: []string{"gpuhost/appliance/...", "gpuhost/systemd/...", "gpuhost/frontdoor/...", "gpuhost/internal/wiring", "github.com/godbus/dbus/v5/...", "github.com/coreos/go-systemd/v22/..."},
 		why:    "services and connectors use the box only through the daemon's API and small interfaces; they never control systemd",
 	},

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"gpuhost/api"
+	"gpuhost/backend"
 	"gpuhost/config"
 	"gpuhost/nvml"
 	"gpuhost/systemd"
@@ -226,8 +227,9 @@ func foreignProcessCheck(dev nvml.Device, bs []backendState) api.DoctorCheck {
 		}
 	}
 	var foreign []string
+	activeUnits := statuses(active)
 	for _, p := range dev.Processes {
-		if !belongsTo(p.PID, active) {
+		if !systemd.InUnits(p.PID, activeUnits...) {
 			foreign = append(foreign, fmt.Sprintf("pid %d (%s) %d MiB", p.PID, p.Name, p.UsedMiB))
 		}
 	}
@@ -273,11 +275,10 @@ func (d *Doctor) endpointCheck(ctx context.Context, bs []backendState) (api.Doct
 		return c, nil, nil
 	}
 	c.Profile = p.Name
-	sup := &Supervisor{cfg: d.Cfg, gpu: d.GPU, units: d.Units, client: newBackendClient()}
-	r := &switchRun{s: sup, target: p}
+	sup := &Supervisor{cfg: d.Cfg, gpu: d.GPU, units: d.Units, client: backend.NewClient(), engines: backend.Engines()}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if msg, _, err := r.verify(cctx, p); err != nil {
+	if msg, _, err := sup.verify(cctx, p); err != nil {
 		c.Severity = units.SeverityFail
 		c.Message = fmt.Sprintf("%s (profile %s) is not serving correctly: %v", act.unit, p.Name, err)
 		c.Fix = "see `journalctl -u " + act.unit + "`; `gpuhost switch " + p.Name + "` restarts it"

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"gpuhost/api"
+	"gpuhost/backend"
 	"gpuhost/units"
 )
 
@@ -39,7 +40,7 @@ const (
 func (d *Doctor) agentChecks(ctx context.Context, act backendState, p *units.Profile) []api.DoctorCheck {
 	ctx, cancel := context.WithTimeout(ctx, doctorAgentBudget)
 	defer cancel()
-	client := newBackendClient()
+	client := backend.NewClient()
 	base := "http://127.0.0.1:" + fmt.Sprint(p.Port)
 	return []api.DoctorCheck{
 		toolCallsCheck(ctx, client, base, act, p),
@@ -388,7 +389,7 @@ func contextCheck(ctx context.Context, client *http.Client, base string, p *unit
 				MaxModelLen int    `json:"max_model_len"`
 			} `json:"data"`
 		}
-		if err := getJSONWith(ctx, client, base+"/v1/models", &models); err != nil {
+		if err := backend.GetJSON(ctx, client, base+"/v1/models", &models); err != nil {
 			c.Severity, c.Message = units.SeverityFail, "cannot read the served context: "+err.Error()
 			return c
 		}
@@ -409,12 +410,12 @@ func contextCheck(ctx context.Context, client *http.Client, base string, p *unit
 				ContextLength int    `json:"context_length"`
 			} `json:"models"`
 		}
-		if err := getJSONWith(ctx, client, base+"/api/ps", &ps); err != nil {
+		if err := backend.GetJSON(ctx, client, base+"/api/ps", &ps); err != nil {
 			c.Severity, c.Message = units.SeverityFail, "cannot read the served context: "+err.Error()
 			return c
 		}
 		for _, m := range ps.Models {
-			if sameOllamaModel(m.Name, p.Model) || sameOllamaModel(m.Model, p.Model) {
+			if backend.SameOllamaModel(m.Name, p.Model) || backend.SameOllamaModel(m.Model, p.Model) {
 				served = m.ContextLength
 			}
 		}
@@ -446,23 +447,4 @@ func ctxText(n int) string {
 		return "the model's default"
 	}
 	return fmt.Sprint(n)
-}
-
-func getJSONWith(ctx context.Context, client *http.Client, url string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("GET %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(v); err != nil {
-		return fmt.Errorf("GET %s: decode: %w", url, err)
-	}
-	return nil
 }

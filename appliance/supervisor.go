@@ -1,27 +1,21 @@
 package appliance
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"gpuhost/api"
+	"gpuhost/backend"
 	"gpuhost/config"
-	"gpuhost/internal/atomicfile"
 	"gpuhost/nvml"
 	"gpuhost/systemd"
 	"gpuhost/units"
@@ -55,6 +49,7 @@ type Supervisor struct {
 	units   Units
 	journal JournalFunc
 	client  *http.Client
+	engines map[units.Backend]backend.Factory // each engine's protocol; tests substitute
 	log     *slog.Logger
 	bus     *eventBus
 
@@ -143,7 +138,8 @@ func NewSupervisor(cfg *config.Config, gpu GPU, u Units, journal JournalFunc, lo
 		gpu:     gpu,
 		units:   u,
 		journal: journal,
-		client:  newBackendClient(),
+		client:  backend.NewClient(),
+		engines: backend.Engines(),
 		log:     log,
 		bus:     newEventBus(log),
 		baseCtx: ctx,
@@ -298,25 +294,26 @@ func (s *Supervisor) backends(ctx context.Context) ([]backendState, error) {
 // GPUHOST_PROFILE variable in its main process's environment (the truth),
 // else the env file we wrote (what it will run after a restart).
 func (s *Supervisor) profileOf(st api.UnitStatus) string {
-	if st.MainPID > 0 {
-		if env, err := os.ReadFile("/proc/" + strconv.Itoa(st.MainPID) + "/environ"); err == nil {
-			for _, kv := range bytes.Split(env, []byte{0}) {
-				if v, ok := bytes.CutPrefix(kv, []byte("GPUHOST_PROFILE=")); ok {
-					return string(v)
-				}
-			}
-		}
+	return systemd.UnitEnv(st, s.cfg.EnvFilePath(st.Name), units.EnvProfile)
+}
+
+// statuses are the units' systemd states, for systemd.InUnits.
+func statuses(bs []backendState) []api.UnitStatus {
+	out := make([]api.UnitStatus, len(bs))
+	for i, b := range bs {
+		out[i] = b.status
 	}
-	data, err := os.ReadFile(s.cfg.EnvFilePath(st.Name))
-	if err != nil {
-		return ""
+	return out
+}
+
+// engineOf returns the protocol of p's engine, talking to its server on
+// loopback.
+func (s *Supervisor) engineOf(p *units.Profile) (backend.Backend, error) {
+	f, ok := s.engines[p.Backend]
+	if !ok {
+		return nil, fmt.Errorf("profile %s: no protocol for backend %q", p.Name, p.Backend)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "GPUHOST_PROFILE="); ok {
-			return strings.Trim(v, `"'`)
-		}
-	}
-	return ""
+	return f(*p, s.client, "http://127.0.0.1:"+strconv.Itoa(p.Port)), nil
 }
 
 // Reconcile derives the state from systemd when no switch runs.
@@ -489,83 +486,10 @@ func (s *Supervisor) failingChecks(ctx context.Context, p *units.Profile) []unit
 	return out
 }
 
-// newBackendClient talks to the backends on loopback: no proxy from the
-// environment, no kept-alive connections to a backend that is being replaced.
-func newBackendClient() *http.Client {
-	return &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
-}
-
 func newID() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-type lastWantedFile struct {
-	Profile string    `json:"last_wanted_profile"`
-	At      time.Time `json:"at"`
-}
-
-func (s *Supervisor) statePath() string { return filepath.Join(s.cfg.StateDir, "state.json") }
-
-// maxStateFileBytes bounds the read of state.json, which holds one profile
-// name and a time: a file beyond it is not gpuhost's and is ignored rather
-// than read whole into memory.
-const maxStateFileBytes = 64 << 10
-
-// readLastWanted returns the last wanted profile from state.json, or "" when
-// there is none or the file is not usable (too large, not JSON, not a
-// profile name). What it logs about the file is bounded too.
-func (s *Supervisor) readLastWanted() string {
-	path := s.statePath()
-	f, err := os.Open(path)
-	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
-			s.log.Warn("ignoring unreadable state file", "file", path, "err", err)
-		}
-		return ""
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxStateFileBytes+1))
-	if err != nil {
-		s.log.Warn("ignoring unreadable state file", "file", path, "err", err)
-		return ""
-	}
-	if len(data) > maxStateFileBytes {
-		s.log.Warn("ignoring state file larger than its limit", "file", path, "limit_bytes", maxStateFileBytes)
-		return ""
-	}
-	var lw lastWantedFile
-	if err := json.Unmarshal(data, &lw); err != nil {
-		s.log.Warn("ignoring unreadable state file", "file", path, "err", err)
-		return ""
-	}
-	if lw.Profile != "" {
-		if err := units.ValidProfileName(lw.Profile); err != nil {
-			s.log.Warn("ignoring state file: last_wanted_profile is not a profile name", "file", path,
-				"profile_prefix", clipForLog(lw.Profile, 64), "profile_bytes", len(lw.Profile))
-			return ""
-		}
-	}
-	return lw.Profile
-}
-
-// clipForLog shortens s to at most n bytes (on a rune boundary) for a log
-// line, marking the cut.
-func clipForLog(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
-func (s *Supervisor) writeLastWanted(p string) error {
-	data, _ := json.Marshal(lastWantedFile{Profile: p, At: time.Now().UTC()})
-	return atomicfile.Write(s.statePath(), append(data, '\n'), 0o644)
 }
 
 // switchRun is one switch in flight.
@@ -596,8 +520,12 @@ func (r *switchRun) event(e api.Event) {
 	r.s.bus.publish(e)
 }
 
+// stepFunc is the work of one step: the message and detail of its done
+// event, or the error (and detail) of its failed one.
+type stepFunc func(ctx context.Context) (string, map[string]any, error)
+
 // step runs fn as a named step, with started/done/failed events and timing.
-func (r *switchRun) step(ctx context.Context, name string, fn func(ctx context.Context) (string, map[string]any, error)) error {
+func (r *switchRun) step(ctx context.Context, name string, fn stepFunc) error {
 	if r.rollback {
 		name = "rollback." + name
 	}
@@ -669,99 +597,96 @@ func (s *Supervisor) finish(p *units.Profile, lastErr string) {
 	}
 }
 
+// leg is one pass of the sequence towards one profile: the switch's
+// target, or after its failure the rollback to the previous profile. Its
+// methods in steps.go are the sequence's steps.
+type leg struct {
+	r    *switchRun
+	p    *units.Profile
+	unit string          // the profile's backend unit
+	be   backend.Backend // its engine's protocol
+	// loader is be when the engine loads its model by request (Ollama),
+	// else nil: the leg has no load_model step.
+	loader backend.Loader
+	// toStop are the active backend units in the way. running is set when
+	// the target unit already runs the profile (a no-op switch, or a
+	// restart after a crash mid-switch): it then only has to be ready.
+	toStop     []backendState
+	running    bool
+	heldBefore uint64 // MiB in use before the stop, for the release message
+}
+
 // sequence is the switch proper: stop what is in the way, wait for the VRAM,
-// configure and start the target, wait until it answers, load, verify.
+// configure and start the target, wait until it answers, load, verify. From
+// the start on, a failed step stops the target again (leg.upStep).
 func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
-	s := r.s
-	targetUnit := s.cfg.BackendFor(p.Backend).Unit
-	bs, err := s.backends(ctx)
+	l, err := r.plan(ctx, p)
 	if err != nil {
 		return err
 	}
-	// Already running the right profile (a no-op switch, or a restart after
-	// a crash mid-switch): only make sure it is ready.
-	var toStop []backendState
-	alreadyRunning := false
+	if len(l.toStop) > 0 {
+		l.heldBefore = r.s.usedMiB(ctx)
+		if err := r.step(ctx, "stop", l.stopOld); err != nil {
+			return err
+		}
+	}
+	if !l.running {
+		if err := r.step(ctx, "vram_release", l.waitVRAMReleased); err != nil {
+			return err
+		}
+		if err := r.step(ctx, "configure", l.configure); err != nil {
+			return err
+		}
+		if err := l.upStep(ctx, "start", l.start); err != nil {
+			return err
+		}
+	}
+	if err := l.upStep(ctx, "ready", l.waitReady); err != nil {
+		return err
+	}
+	if l.loader != nil {
+		if err := l.upStep(ctx, "load_model", l.load); err != nil {
+			return err
+		}
+	}
+	return l.upStep(ctx, "verify", l.verify)
+}
+
+// plan reads systemd to find what is in the way of p: every active backend
+// unit, except the target unit when it already runs p (and is not
+// stopping).
+func (r *switchRun) plan(ctx context.Context, p *units.Profile) (*leg, error) {
+	s := r.s
+	l := &leg{r: r, p: p, unit: s.cfg.BackendFor(p.Backend).Unit}
+	be, err := s.engineOf(p)
+	if err != nil {
+		return nil, err
+	}
+	l.be = be
+	l.loader, _ = be.(backend.Loader)
+	bs, err := s.backends(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for _, b := range bs {
 		if !b.status.Active() {
 			continue
 		}
-		if b.unit == targetUnit && b.profile == p.Name && b.status.ActiveState != "deactivating" {
-			alreadyRunning = true
+		if b.unit == l.unit && b.profile == p.Name && b.status.ActiveState != "deactivating" {
+			l.running = true
 			continue
 		}
-		toStop = append(toStop, b)
+		l.toStop = append(l.toStop, b)
 	}
+	return l, nil
+}
 
-	var heldBefore uint64
-	if len(toStop) > 0 {
-		if snap, err := s.snapshot(ctx); err == nil {
-			if d, ok := snap.Device0(); ok {
-				heldBefore = d.MemoryUsedMiB
-			}
-		}
-		if err := r.step(ctx, "stop", func(ctx context.Context) (string, map[string]any, error) {
-			var names []string
-			for _, b := range toStop {
-				cctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.StopTimeout.D())
-				err := s.units.Stop(cctx, b.unit)
-				cancel()
-				if err != nil {
-					return "", nil, fmt.Errorf("stop %s: %w", b.unit, err)
-				}
-				names = append(names, b.unit)
-			}
-			return "stopped " + strings.Join(names, ", "), nil, nil
-		}); err != nil {
-			return err
-		}
-	}
-	if !alreadyRunning {
-		if err := r.step(ctx, "vram_release", func(ctx context.Context) (string, map[string]any, error) {
-			return r.waitVRAMReleased(ctx, toStop, heldBefore)
-		}); err != nil {
-			return err
-		}
-		if err := r.step(ctx, "configure", func(ctx context.Context) (string, map[string]any, error) {
-			path := s.cfg.EnvFilePath(targetUnit)
-			bc := s.cfg.BackendFor(p.Backend)
-			if err := atomicfile.Write(path, []byte(units.EnvFile(*p, bc.Simulated)), 0o644); err != nil {
-				return "", nil, err
-			}
-			return "wrote " + path, map[string]any{"args": units.BackendArgs(*p, bc.Simulated)}, nil
-		}); err != nil {
-			return err
-		}
-		if err := r.step(ctx, "start", func(ctx context.Context) (string, map[string]any, error) {
-			cctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.ReadyTimeout.D())
-			defer cancel()
-			if err := s.units.Start(cctx, targetUnit); err != nil {
-				return "", nil, &stepError{err: fmt.Errorf("start %s: %w", targetUnit, err), journal: r.journalTail(targetUnit)}
-			}
-			return "started " + targetUnit, nil, nil
-		}); err != nil {
-			r.cleanup(targetUnit)
-			return err
-		}
-	}
-	if err := r.step(ctx, "ready", func(ctx context.Context) (string, map[string]any, error) {
-		return r.waitReady(ctx, p, targetUnit)
-	}); err != nil {
-		r.cleanup(targetUnit)
-		return err
-	}
-	if p.Backend == units.Ollama {
-		if err := r.step(ctx, "load_model", func(ctx context.Context) (string, map[string]any, error) {
-			return r.loadOllamaModel(ctx, p)
-		}); err != nil {
-			r.cleanup(targetUnit)
-			return err
-		}
-	}
-	if err := r.step(ctx, "verify", func(ctx context.Context) (string, map[string]any, error) {
-		return r.verify(ctx, p)
-	}); err != nil {
-		r.cleanup(targetUnit)
+// upStep runs a step of a target that has been started (or found running):
+// when the step fails the target is stopped again, so it cannot keep VRAM
+// that the rollback needs.
+func (l *leg) upStep(ctx context.Context, name string, fn stepFunc) error {
+	if err := l.r.step(ctx, name, fn); err != nil {
+		l.r.cleanup(l.unit)
 		return err
 	}
 	return nil
@@ -785,327 +710,4 @@ func (r *switchRun) journalTail(unit string) []string {
 		return []string{"(journal unavailable: " + err.Error() + ")"}
 	}
 	return lines
-}
-
-// poller yields an adaptive schedule: the first check comes at once, then
-// the gap grows from 2 ms by half each time up to a cap, so fast events are
-// seen within milliseconds. The cap bounds how late a slow event (a model
-// load of minutes) is noticed; at 20 ms a health poll costs the backend 50
-// refused connects or tiny GETs a second, which is nothing next to a load.
-type poller struct {
-	next, max time.Duration
-}
-
-func newPoller(max time.Duration) *poller { return &poller{next: 2 * time.Millisecond, max: max} }
-
-// Poll caps: how late at most a ready backend or released VRAM is seen.
-const (
-	readyPollCap   = 20 * time.Millisecond
-	releasePollCap = 20 * time.Millisecond
-)
-
-func (p *poller) wait(ctx context.Context) error {
-	t := time.NewTimer(p.next)
-	defer t.Stop()
-	p.next = min(p.next*3/2, p.max)
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-// waitVRAMReleased waits until NVML shows used memory back near the idle
-// baseline and no GPU process from a stopped unit.
-func (r *switchRun) waitVRAMReleased(ctx context.Context, stopped []backendState, heldBefore uint64) (string, map[string]any, error) {
-	s := r.s
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.GPU.ReleaseTimeout.D())
-	defer cancel()
-	s.mu.Lock()
-	baseline := s.baseline
-	s.mu.Unlock()
-	limit := baseline + s.cfg.GPU.ReleaseToleranceMiB
-	pl := newPoller(releasePollCap)
-	var last nvml.Device
-	var lastErr error
-	var holders []nvml.Process
-	for {
-		snap, err := s.snapshot(ctx)
-		if err == nil {
-			if d, ok := snap.Device0(); ok {
-				last = d
-				holders = holders[:0]
-				for _, proc := range d.Processes {
-					if belongsTo(proc.PID, stopped) {
-						holders = append(holders, proc)
-					}
-				}
-				if d.MemoryUsedMiB <= limit && len(holders) == 0 {
-					msg := fmt.Sprintf("VRAM released: %d MiB used of %d (baseline %d)", d.MemoryUsedMiB, d.MemoryTotalMiB, baseline)
-					if heldBefore > d.MemoryUsedMiB {
-						msg += fmt.Sprintf(", %d MiB freed", heldBefore-d.MemoryUsedMiB)
-					}
-					return msg, map[string]any{"used_mib": d.MemoryUsedMiB, "total_mib": d.MemoryTotalMiB, "baseline_mib": baseline}, nil
-				}
-			} else {
-				return "no GPU device reported; nothing to wait for", nil, nil
-			}
-		} else {
-			if errors.Is(err, nvml.ErrUnavailable) {
-				// No NVML at all: waiting cannot help, and starting a backend
-				// without proof that the VRAM is free is what we refuse.
-				return "", nil, fmt.Errorf("cannot verify the VRAM release: %w", err)
-			}
-			lastErr = err
-		}
-		if werr := pl.wait(ctx); werr != nil {
-			detail := map[string]any{"used_mib": last.MemoryUsedMiB, "limit_mib": limit, "baseline_mib": baseline}
-			var hs []string
-			for _, h := range holders {
-				hs = append(hs, fmt.Sprintf("pid %d (%s) %d MiB", h.PID, h.Name, h.UsedMiB))
-			}
-			msg := fmt.Sprintf("VRAM not released within %s: %d MiB used, want ≤ %d (baseline %d + tolerance %d)",
-				s.cfg.GPU.ReleaseTimeout.D(), last.MemoryUsedMiB, limit, baseline, s.cfg.GPU.ReleaseToleranceMiB)
-			if len(hs) > 0 {
-				msg += "; still held by " + strings.Join(hs, ", ")
-			} else if len(last.Processes) > 0 {
-				var others []string
-				for _, p := range last.Processes {
-					others = append(others, fmt.Sprintf("pid %d (%s) %d MiB", p.PID, p.Name, p.UsedMiB))
-				}
-				msg += "; GPU processes: " + strings.Join(others, ", ")
-			}
-			if lastErr != nil {
-				msg += "; last NVML error: " + lastErr.Error()
-			}
-			return "", detail, errors.New(msg)
-		}
-	}
-}
-
-// belongsTo reports whether pid runs in the cgroup of one of the units (or
-// is its main process, for runners without cgroups).
-func belongsTo(pid int, bs []backendState) bool {
-	if len(bs) == 0 {
-		return false
-	}
-	cg := cgroupOf(pid)
-	for _, b := range bs {
-		if pid == b.status.MainPID {
-			return true
-		}
-		if b.status.ControlGroup != "" && cg != "" && (cg == b.status.ControlGroup || strings.HasPrefix(cg, b.status.ControlGroup+"/")) {
-			return true
-		}
-	}
-	return false
-}
-
-// cgroupOf reads the unified-hierarchy cgroup path of a process.
-func cgroupOf(pid int) string {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "0::"); ok {
-			return rest
-		}
-	}
-	return ""
-}
-
-func (r *switchRun) baseURL(p *units.Profile) string {
-	return "http://127.0.0.1:" + strconv.Itoa(p.Port)
-}
-
-// waitReady polls the backend's health endpoint on the adaptive schedule and
-// watches the unit, so a backend that dies while loading fails the switch at
-// once (with its journal) instead of at the ready timeout. An answer counts
-// only from the unit's own listener (portowner.go): another program on the
-// profile's port fails the switch at once, naming it.
-func (r *switchRun) waitReady(ctx context.Context, p *units.Profile, unit string) (string, map[string]any, error) {
-	s := r.s
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.ReadyTimeout.D())
-	defer cancel()
-	url := r.baseURL(p) + units.HealthPath(p.Backend)
-	pl := newPoller(readyPollCap)
-	polls := 0
-	var ownerErr error
-	for {
-		polls++
-		code, gerr := r.get(ctx, url, time.Second)
-		st, uerr := s.units.Unit(ctx, unit)
-		if uerr == nil && !st.Active() {
-			return "", nil, &stepError{
-				err:     fmt.Errorf("%s stopped while loading (state %s, result %s)", unit, st.ActiveState, st.Result),
-				journal: r.journalTail(unit),
-			}
-		}
-		if gerr == nil && code == http.StatusOK && uerr == nil {
-			owner, oerr := provePortOwner(p.Port, st)
-			if oerr == nil {
-				return fmt.Sprintf("%s answered after %d polls; %s", url, polls, owner), map[string]any{"polls": polls}, nil
-			}
-			if !errors.Is(oerr, errPortUnproven) {
-				return "", map[string]any{"polls": polls}, &stepError{err: oerr, journal: r.journalTail(unit)}
-			}
-			ownerErr = oerr
-		}
-		if werr := pl.wait(ctx); werr != nil {
-			err := fmt.Errorf("%s not ready within %s (%d polls of %s)", unit, s.cfg.Switch.ReadyTimeout.D(), polls, url)
-			// Whatever holds the port may be why: name it.
-			if st, uerr := s.units.Unit(s.baseCtx, unit); uerr == nil {
-				if _, oerr := provePortOwner(p.Port, st); oerr != nil && !errors.Is(oerr, errPortUnproven) {
-					err = fmt.Errorf("%w; %w", err, oerr)
-				} else if ownerErr != nil {
-					err = fmt.Errorf("%w; %w", err, ownerErr)
-				}
-			}
-			return "", map[string]any{"polls": polls}, &stepError{err: err, journal: r.journalTail(unit)}
-		}
-	}
-}
-
-func (r *switchRun) get(ctx context.Context, url string, timeout time.Duration) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := r.s.client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-	resp.Body.Close()
-	return resp.StatusCode, nil
-}
-
-func (r *switchRun) getJSON(ctx context.Context, url string, v any) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return getJSONWith(ctx, r.s.client, url, v)
-}
-
-// loadOllamaModel asks Ollama to load the model now (an empty generate
-// request), so the first client request does not pay the load time.
-func (r *switchRun) loadOllamaModel(ctx context.Context, p *units.Profile) (string, map[string]any, error) {
-	keep := p.Ollama.KeepAlive
-	if keep == "" {
-		keep = "-1"
-	}
-	var keepAlive any = keep
-	if n, err := strconv.Atoi(keep); err == nil {
-		keepAlive = n
-	}
-	body, _ := json.Marshal(map[string]any{"model": p.Model, "keep_alive": keepAlive, "stream": false})
-	ctx, cancel := context.WithTimeout(ctx, r.s.cfg.Switch.ReadyTimeout.D())
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.baseURL(p)+"/api/generate", bytes.NewReader(body))
-	if err != nil {
-		return "", nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := r.s.client.Do(req)
-	if err != nil {
-		return "", nil, fmt.Errorf("load %s: %w", p.Model, err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusOK {
-		return "", nil, fmt.Errorf("load %s: status %d: %s", p.Model, resp.StatusCode, strings.TrimSpace(string(data)))
-	}
-	var out struct {
-		DoneReason string `json:"done_reason"`
-	}
-	_ = json.Unmarshal(data, &out)
-	return fmt.Sprintf("loaded %s (done_reason %q)", p.Model, out.DoneReason), nil, nil
-}
-
-// verify checks that the backend serves the profile's name and reports the
-// VRAM it now holds.
-func (r *switchRun) verify(ctx context.Context, p *units.Profile) (string, map[string]any, error) {
-	detail := map[string]any{}
-	switch p.Backend {
-	case units.VLLM:
-		var models struct {
-			Data []struct {
-				ID          string `json:"id"`
-				MaxModelLen int    `json:"max_model_len"`
-			} `json:"data"`
-		}
-		if err := r.getJSON(ctx, r.baseURL(p)+"/v1/models", &models); err != nil {
-			return "", nil, err
-		}
-		var ids []string
-		found := false
-		for _, m := range models.Data {
-			ids = append(ids, m.ID)
-			if m.ID == p.ServedName {
-				found = true
-				detail["max_model_len"] = m.MaxModelLen
-			}
-		}
-		if !found {
-			return "", detail, fmt.Errorf("backend serves %v, not the profile's served_name %q", ids, p.ServedName)
-		}
-	case units.Ollama:
-		var ps struct {
-			Models []struct {
-				Name     string `json:"name"`
-				Model    string `json:"model"`
-				SizeVRAM int64  `json:"size_vram"`
-			} `json:"models"`
-		}
-		if err := r.getJSON(ctx, r.baseURL(p)+"/api/ps", &ps); err != nil {
-			return "", nil, err
-		}
-		found := false
-		var names []string
-		for _, m := range ps.Models {
-			names = append(names, m.Name)
-			if sameOllamaModel(m.Name, p.Model) || sameOllamaModel(m.Model, p.Model) {
-				found = true
-				detail["size_vram"] = m.SizeVRAM
-			}
-		}
-		if !found {
-			return "", detail, fmt.Errorf("ollama has %v loaded, not %q", names, p.Model)
-		}
-	}
-	// The answers above must have come from the unit's own listener.
-	unit := r.s.cfg.BackendFor(p.Backend).Unit
-	st, err := r.s.units.Unit(ctx, unit)
-	if err != nil {
-		return "", detail, fmt.Errorf("read state of %s: %w", unit, err)
-	}
-	if _, err := provePortOwner(p.Port, st); err != nil {
-		return "", detail, err
-	}
-	msg := "serving " + p.ServedName
-	if r.s.gpu == nil {
-		return msg, detail, nil
-	}
-	if snap, err := r.s.snapshot(ctx); err == nil {
-		if d, ok := snap.Device0(); ok {
-			detail["used_mib"], detail["total_mib"] = d.MemoryUsedMiB, d.MemoryTotalMiB
-			msg += fmt.Sprintf(" · VRAM %.1f/%.1f GiB", float64(d.MemoryUsedMiB)/1024, float64(d.MemoryTotalMiB)/1024)
-		}
-	}
-	return msg, detail, nil
-}
-
-// sameOllamaModel compares Ollama model names the way Ollama does: a name
-// without a tag means ":latest".
-func sameOllamaModel(a, b string) bool {
-	norm := func(s string) string {
-		if !strings.Contains(s, ":") {
-			return s + ":latest"
-		}
-		return s
-	}
-	return a != "" && norm(a) == norm(b)
 }

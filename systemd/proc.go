@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
+
+	"gpuhost/api"
 )
 
 // CmdlineOf returns the argv of process pid from /proc/<pid>/cmdline, so a
@@ -42,4 +45,79 @@ func parseCmdline(data []byte) []string {
 		argv[i] = string(p)
 	}
 	return argv
+}
+
+// ProcessEnv returns the value of variable key in the environment process
+// pid was started with (/proc/<pid>/environ), and whether it is set there.
+// That environment is fixed at execve, so it tells what a running backend
+// really got, whatever happened to the files it was configured from since.
+// Reading another user's process needs CAP_SYS_PTRACE (or root); without it
+// the variable reads as unset.
+func ProcessEnv(pid int, key string) (string, bool) {
+	if pid <= 0 {
+		return "", false
+	}
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return "", false
+	}
+	prefix := []byte(key + "=")
+	for _, kv := range bytes.Split(env, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, prefix); ok {
+			return string(v), true
+		}
+	}
+	return "", false
+}
+
+// EnvFileValue returns the value of key in an EnvironmentFile= of a unit
+// (KEY=value lines; surrounding quotes are dropped), and whether the file
+// sets it. It is what the unit's next start will get.
+func EnvFileValue(path, key string) (string, bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), key+"="); ok {
+			return strings.Trim(v, `"'`), true
+		}
+	}
+	return "", false
+}
+
+// UnitEnv tells the value of key a running unit was started with: the one
+// in its main process's environment (the truth, see ProcessEnv), else the
+// one in envFile (what it will run with after a restart, and all there is
+// for a unit whose process cannot be read). It is "" when neither says.
+// The Supervisor reads a backend's GPUHOST_PROFILE this way, so a daemon
+// restart finds out which profile the running backend serves.
+func UnitEnv(st api.UnitStatus, envFile, key string) string {
+	if v, ok := ProcessEnv(st.MainPID, key); ok {
+		return v
+	}
+	v, _ := EnvFileValue(envFile, key)
+	return v
+}
+
+// InUnits reports whether pid is the main process of one of the units or
+// runs in one's cgroup (or below it). The Supervisor asks it of every GPU
+// process while it waits for a stopped backend's VRAM, and the doctor to
+// find GPU memory held outside the backends: a process counts as the
+// unit's without walking its ancestry, which keeps a poll cheap. (A
+// runner without cgroups reports only the main process.)
+func InUnits(pid int, sts ...api.UnitStatus) bool {
+	if len(sts) == 0 {
+		return false
+	}
+	cg := CgroupOf(pid)
+	for _, st := range sts {
+		if pid == st.MainPID {
+			return true
+		}
+		if st.ControlGroup != "" && cg != "" && (cg == st.ControlGroup || strings.HasPrefix(cg, st.ControlGroup+"/")) {
+			return true
+		}
+	}
+	return false
 }

@@ -3,10 +3,13 @@ package systemd
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"gpuhost/api"
 )
 
 func TestParseCmdline(t *testing.T) {
@@ -83,4 +86,111 @@ func FuzzParseCmdline(f *testing.F) {
 			t.Errorf("parseCmdline(%q) = %q does not round-trip", data, argv)
 		}
 	})
+}
+
+func TestProcessEnv(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	cmd.Env = []string{"GPUHOST_PROFILE=coder", "EMPTY=", "OTHER=x=y"}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	pid := cmd.Process.Pid
+	waitEnv(t, pid, "GPUHOST_PROFILE")
+	for _, tt := range []struct {
+		key, want string
+		ok        bool
+	}{
+		{"GPUHOST_PROFILE", "coder", true},
+		{"EMPTY", "", true},
+		{"OTHER", "x=y", true},
+		{"GPUHOST", "", false}, // a prefix of a name is not the name
+		{"PATH", "", false},
+	} {
+		if got, ok := ProcessEnv(pid, tt.key); got != tt.want || ok != tt.ok {
+			t.Errorf("ProcessEnv(%s) = %q, %v; want %q, %v", tt.key, got, ok, tt.want, tt.ok)
+		}
+	}
+	for _, pid := range []int{0, -1, 1 << 30} {
+		if got, ok := ProcessEnv(pid, "PATH"); ok || got != "" {
+			t.Errorf("ProcessEnv(%d) = %q, %v", pid, got, ok)
+		}
+	}
+}
+
+// waitEnv waits until a process just started shows its environment (right
+// after execve the kernel may briefly show it empty, as its command line).
+func waitEnv(t *testing.T, pid int, key string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, ok := ProcessEnv(pid, key); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("PID %d shows no %s in its environment", pid, key)
+		}
+	}
+}
+
+func TestEnvFileValueAndUnitEnv(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vllm.env")
+	if err := os.WriteFile(path, []byte("# written by gpuhost\nGPUHOST_ARGS=--port 8000\n  GPUHOST_PROFILE=\"coder\"  \nGPUHOST_PROFILE=second\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := EnvFileValue(path, "GPUHOST_PROFILE"); got != "coder" || !ok {
+		t.Errorf("EnvFileValue = %q, %v; want the first line's value, unquoted", got, ok)
+	}
+	if got, ok := EnvFileValue(path, "GPUHOST_MISSING"); got != "" || ok {
+		t.Errorf("EnvFileValue(missing key) = %q, %v", got, ok)
+	}
+	if got, ok := EnvFileValue(path+".none", "GPUHOST_PROFILE"); got != "" || ok {
+		t.Errorf("EnvFileValue(missing file) = %q, %v", got, ok)
+	}
+
+	// The process's environment wins over the file; without the variable
+	// there (or without a process) the file answers.
+	cmd := exec.Command("sleep", "30")
+	cmd.Env = []string{"GPUHOST_PROFILE=running"}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitEnv(t, cmd.Process.Pid, "GPUHOST_PROFILE")
+	if got := UnitEnv(api.UnitStatus{MainPID: cmd.Process.Pid}, path, "GPUHOST_PROFILE"); got != "running" {
+		t.Errorf("UnitEnv(running process) = %q, want the process's value", got)
+	}
+	if got := UnitEnv(api.UnitStatus{MainPID: cmd.Process.Pid}, path, "GPUHOST_ARGS"); got != "--port 8000" {
+		t.Errorf("UnitEnv(variable only in the file) = %q", got)
+	}
+	if got := UnitEnv(api.UnitStatus{}, path, "GPUHOST_PROFILE"); got != "coder" {
+		t.Errorf("UnitEnv(no process) = %q, want the file's value", got)
+	}
+	if got := UnitEnv(api.UnitStatus{}, path+".none", "GPUHOST_PROFILE"); got != "" {
+		t.Errorf("UnitEnv(nothing) = %q", got)
+	}
+}
+
+func TestInUnits(t *testing.T) {
+	self := os.Getpid()
+	if InUnits(self) {
+		t.Error("InUnits with no units is true")
+	}
+	if !InUnits(self, api.UnitStatus{MainPID: 1 << 30}, api.UnitStatus{MainPID: self}) {
+		t.Error("the main process is not in its unit")
+	}
+	cg := CgroupOf(self)
+	if cg == "" {
+		t.Skip("no unified cgroup for this process")
+	}
+	if !InUnits(self, api.UnitStatus{MainPID: 1 << 30, ControlGroup: cg}) {
+		t.Errorf("a process in cgroup %s is not in the unit of that cgroup", cg)
+	}
+	if InUnits(self, api.UnitStatus{MainPID: 1 << 30, ControlGroup: cg + "x"}) {
+		t.Errorf("cgroup %sx holds a process of %s", cg, cg)
+	}
+	if parent := filepath.Dir(cg); parent != "/" && parent != "." {
+		if !InUnits(self, api.UnitStatus{ControlGroup: parent}) {
+			t.Errorf("a process in %s is not in the unit of the parent cgroup %s", cg, parent)
+		}
+	}
 }

@@ -1,0 +1,255 @@
+package appliance
+
+// The steps of a switch's sequence (switchRun.sequence in supervisor.go),
+// in their order: each is a stepFunc of one leg, with its helpers.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"gpuhost/internal/atomicfile"
+	"gpuhost/nvml"
+	"gpuhost/systemd"
+	"gpuhost/units"
+)
+
+// usedMiB is the GPU memory in use now; 0 when NVML cannot tell.
+func (s *Supervisor) usedMiB(ctx context.Context) uint64 {
+	if snap, err := s.snapshot(ctx); err == nil {
+		if d, ok := snap.Device0(); ok {
+			return d.MemoryUsedMiB
+		}
+	}
+	return 0
+}
+
+// stopOld stops the backend units in the way, each within the stop timeout.
+func (l *leg) stopOld(ctx context.Context) (string, map[string]any, error) {
+	s := l.r.s
+	var names []string
+	for _, b := range l.toStop {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.StopTimeout.D())
+		err := s.units.Stop(cctx, b.unit)
+		cancel()
+		if err != nil {
+			return "", nil, fmt.Errorf("stop %s: %w", b.unit, err)
+		}
+		names = append(names, b.unit)
+	}
+	return "stopped " + strings.Join(names, ", "), nil, nil
+}
+
+// waitVRAMReleased waits until NVML shows used memory back near the idle
+// baseline and no GPU process from a stopped unit.
+func (l *leg) waitVRAMReleased(ctx context.Context) (string, map[string]any, error) {
+	s := l.r.s
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.GPU.ReleaseTimeout.D())
+	defer cancel()
+	s.mu.Lock()
+	baseline := s.baseline
+	s.mu.Unlock()
+	limit := baseline + s.cfg.GPU.ReleaseToleranceMiB
+	pl := newPoller(releasePollCap)
+	var last nvml.Device
+	var lastErr error
+	var holders []nvml.Process
+	stoppedUnits := statuses(l.toStop)
+	for {
+		snap, err := s.snapshot(ctx)
+		if err == nil {
+			if d, ok := snap.Device0(); ok {
+				last = d
+				holders = holders[:0]
+				for _, proc := range d.Processes {
+					if systemd.InUnits(proc.PID, stoppedUnits...) {
+						holders = append(holders, proc)
+					}
+				}
+				if d.MemoryUsedMiB <= limit && len(holders) == 0 {
+					msg := fmt.Sprintf("VRAM released: %d MiB used of %d (baseline %d)", d.MemoryUsedMiB, d.MemoryTotalMiB, baseline)
+					if l.heldBefore > d.MemoryUsedMiB {
+						msg += fmt.Sprintf(", %d MiB freed", l.heldBefore-d.MemoryUsedMiB)
+					}
+					return msg, map[string]any{"used_mib": d.MemoryUsedMiB, "total_mib": d.MemoryTotalMiB, "baseline_mib": baseline}, nil
+				}
+			} else {
+				return "no GPU device reported; nothing to wait for", nil, nil
+			}
+		} else {
+			if errors.Is(err, nvml.ErrUnavailable) {
+				// No NVML at all: waiting cannot help, and starting a backend
+				// without proof that the VRAM is free is what we refuse.
+				return "", nil, fmt.Errorf("cannot verify the VRAM release: %w", err)
+			}
+			lastErr = err
+		}
+		if werr := pl.wait(ctx); werr != nil {
+			detail := map[string]any{"used_mib": last.MemoryUsedMiB, "limit_mib": limit, "baseline_mib": baseline}
+			return "", detail, s.notReleased(last, holders, baseline, lastErr)
+		}
+	}
+}
+
+// notReleased is the error of a VRAM release that timed out: the memory
+// still used against the limit, and who holds it.
+func (s *Supervisor) notReleased(last nvml.Device, holders []nvml.Process, baseline uint64, lastErr error) error {
+	limit := baseline + s.cfg.GPU.ReleaseToleranceMiB
+	var hs []string
+	for _, h := range holders {
+		hs = append(hs, fmt.Sprintf("pid %d (%s) %d MiB", h.PID, h.Name, h.UsedMiB))
+	}
+	msg := fmt.Sprintf("VRAM not released within %s: %d MiB used, want ≤ %d (baseline %d + tolerance %d)",
+		s.cfg.GPU.ReleaseTimeout.D(), last.MemoryUsedMiB, limit, baseline, s.cfg.GPU.ReleaseToleranceMiB)
+	if len(hs) > 0 {
+		msg += "; still held by " + strings.Join(hs, ", ")
+	} else if len(last.Processes) > 0 {
+		var others []string
+		for _, p := range last.Processes {
+			others = append(others, fmt.Sprintf("pid %d (%s) %d MiB", p.PID, p.Name, p.UsedMiB))
+		}
+		msg += "; GPU processes: " + strings.Join(others, ", ")
+	}
+	if lastErr != nil {
+		msg += "; last NVML error: " + lastErr.Error()
+	}
+	return errors.New(msg)
+}
+
+// configure writes the target unit's env file: the profile and its
+// backend's arguments, which the unit reads when it starts.
+func (l *leg) configure(context.Context) (string, map[string]any, error) {
+	s := l.r.s
+	path := s.cfg.EnvFilePath(l.unit)
+	bc := s.cfg.BackendFor(l.p.Backend)
+	if err := atomicfile.Write(path, []byte(units.EnvFile(*l.p, bc.Simulated)), 0o644); err != nil {
+		return "", nil, err
+	}
+	return "wrote " + path, map[string]any{"args": units.BackendArgs(*l.p, bc.Simulated)}, nil
+}
+
+// start starts the target unit; a failed start carries the unit's journal.
+func (l *leg) start(ctx context.Context) (string, map[string]any, error) {
+	cctx, cancel := context.WithTimeout(ctx, l.r.s.cfg.Switch.ReadyTimeout.D())
+	defer cancel()
+	if err := l.r.s.units.Start(cctx, l.unit); err != nil {
+		return "", nil, &stepError{err: fmt.Errorf("start %s: %w", l.unit, err), journal: l.r.journalTail(l.unit)}
+	}
+	return "started " + l.unit, nil, nil
+}
+
+// waitReady polls the backend's health endpoint on the adaptive schedule and
+// watches the unit, so a backend that dies while loading fails the switch at
+// once (with its journal) instead of at the ready timeout. An answer counts
+// only from the unit's own listener (portowner.go): another program on the
+// profile's port fails the switch at once, naming it.
+func (l *leg) waitReady(ctx context.Context) (string, map[string]any, error) {
+	r, s, unit := l.r, l.r.s, l.unit
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.ReadyTimeout.D())
+	defer cancel()
+	url := l.be.HealthURL()
+	pl := newPoller(readyPollCap)
+	polls := 0
+	var ownerErr error
+	for {
+		polls++
+		hctx, hcancel := context.WithTimeout(ctx, time.Second)
+		gerr := l.be.Health(hctx)
+		hcancel()
+		st, uerr := s.units.Unit(ctx, unit)
+		if uerr == nil && !st.Active() {
+			return "", nil, &stepError{
+				err:     fmt.Errorf("%s stopped while loading (state %s, result %s)", unit, st.ActiveState, st.Result),
+				journal: r.journalTail(unit),
+			}
+		}
+		if gerr == nil && uerr == nil {
+			owner, oerr := provePortOwner(l.p.Port, st)
+			if oerr == nil {
+				return fmt.Sprintf("%s answered after %d polls; %s", url, polls, owner), map[string]any{"polls": polls}, nil
+			}
+			if !errors.Is(oerr, errPortUnproven) {
+				return "", map[string]any{"polls": polls}, &stepError{err: oerr, journal: r.journalTail(unit)}
+			}
+			ownerErr = oerr
+		}
+		if werr := pl.wait(ctx); werr != nil {
+			return "", map[string]any{"polls": polls}, l.notReady(polls, url, ownerErr)
+		}
+	}
+}
+
+// notReady is the error of a ready step that timed out after polls polls
+// of url, naming whatever holds the port, which may be why.
+func (l *leg) notReady(polls int, url string, ownerErr error) error {
+	s := l.r.s
+	err := fmt.Errorf("%s not ready within %s (%d polls of %s)", l.unit, s.cfg.Switch.ReadyTimeout.D(), polls, url)
+	if st, uerr := s.units.Unit(s.baseCtx, l.unit); uerr == nil {
+		if _, oerr := provePortOwner(l.p.Port, st); oerr != nil && !errors.Is(oerr, errPortUnproven) {
+			err = fmt.Errorf("%w; %w", err, oerr)
+		} else if ownerErr != nil {
+			err = fmt.Errorf("%w; %w", err, ownerErr)
+		}
+	}
+	return &stepError{err: err, journal: l.r.journalTail(l.unit)}
+}
+
+// load has the engine load the model (Ollama), bounded by the ready timeout.
+func (l *leg) load(ctx context.Context) (string, map[string]any, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.r.s.cfg.Switch.ReadyTimeout.D())
+	defer cancel()
+	msg, err := l.loader.Load(ctx)
+	return msg, nil, err
+}
+
+// verify is the last step: Supervisor.verify.
+func (l *leg) verify(ctx context.Context) (string, map[string]any, error) {
+	return l.r.s.verify(ctx, l.p)
+}
+
+// verify checks that the backend serves the profile's name, from the unit's
+// own listener, and reports the VRAM it now holds. The doctor asks it too.
+func (s *Supervisor) verify(ctx context.Context, p *units.Profile) (string, map[string]any, error) {
+	be, err := s.engineOf(p)
+	if err != nil {
+		return "", nil, err
+	}
+	vctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	detail, err := be.Verify(vctx)
+	cancel()
+	if err != nil {
+		return "", detail, err
+	}
+	if detail == nil {
+		detail = map[string]any{}
+	}
+	// The answers above must have come from the unit's own listener.
+	if err := s.proveUnitListens(ctx, p); err != nil {
+		return "", detail, err
+	}
+	msg := "serving " + p.ServedName
+	if s.gpu == nil {
+		return msg, detail, nil
+	}
+	if snap, err := s.snapshot(ctx); err == nil {
+		if d, ok := snap.Device0(); ok {
+			detail["used_mib"], detail["total_mib"] = d.MemoryUsedMiB, d.MemoryTotalMiB
+			msg += fmt.Sprintf(" · VRAM %.1f/%.1f GiB", float64(d.MemoryUsedMiB)/1024, float64(d.MemoryTotalMiB)/1024)
+		}
+	}
+	return msg, detail, nil
+}
+
+// proveUnitListens checks that the listener on p's port belongs to p's
+// backend unit (provePortOwner).
+func (s *Supervisor) proveUnitListens(ctx context.Context, p *units.Profile) error {
+	unit := s.cfg.BackendFor(p.Backend).Unit
+	st, err := s.units.Unit(ctx, unit)
+	if err != nil {
+		return fmt.Errorf("read state of %s: %w", unit, err)
+	}
+	_, err = provePortOwner(p.Port, st)
+	return err
+}
