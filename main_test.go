@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -57,16 +56,6 @@ func gpuhost(t *testing.T, args ...string) (string, int) {
 		t.Fatal(err)
 	}
 	return string(out), code
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func TestSimulateOptionsFromUnitArgv(t *testing.T) {
@@ -171,7 +160,7 @@ func TestUnitsRender(t *testing.T) {
 // embedded default, a switch from the CLI shows VRAM released and taken
 // again, and Ctrl-C leaves no backend behind.
 func TestDemo(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	state := t.TempDir()
 	cmd := exec.Command(binPath, "demo", "--listen", addr, "--state-dir", state)
 	stdout, _ := cmd.StdoutPipe()
@@ -302,7 +291,7 @@ func TestDemo(t *testing.T) {
 // are clear errors in the API, and the daemon keeps serving.
 func TestDaemonStaysUpWithoutDBusAndNVML(t *testing.T) {
 	dir := t.TempDir()
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	cfg := fmt.Sprintf(`listen: %s
 state_dir: %s
 gpu: {backend: nvml}
@@ -406,7 +395,7 @@ func TestTwoDemosSideBySide(t *testing.T) {
 		out *syncBuffer
 	}
 	start := func() demo {
-		addr := freeAddr(t)
+		addr := testkit.FreeAddr(t)
 		cmd := exec.Command(binPath, "demo", "--listen", addr, "--state-dir", t.TempDir())
 		out := &syncBuffer{}
 		cmd.Stdout, cmd.Stderr = out, out

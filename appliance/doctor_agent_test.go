@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"gpuhost/internal/testkit"
 	"gpuhost/units"
 )
 
@@ -131,8 +132,8 @@ func TestDoctorToolCallFaults(t *testing.T) {
 	} {
 		t.Run(tt.fault+tt.profile, func(t *testing.T) {
 			f := newProcFixtureYAML(t, func(bin, state string) string {
-				vp := freePort(t)
-				y := testConfigYAML(bin, state, "process", "", vp, freePort(t), "10ms")
+				vp := testkit.FreePort(t)
+				y := testConfigYAML(bin, state, "process", "", vp, testkit.FreePort(t), "10ms")
 				if tt.fault != "" {
 					y = strings.Replace(y, "simulate, vllm,", "simulate, vllm, --tool-call-fault, "+tt.fault+",", 1)
 				}

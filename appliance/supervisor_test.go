@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"gpuhost/internal/testkit"
 	"gpuhost/nvml"
 )
 
@@ -27,7 +28,7 @@ type procFixture struct {
 func newProcFixture(t *testing.T, vllmLoad string) *procFixture {
 	t.Helper()
 	return newProcFixtureYAML(t, func(bin, state string) string {
-		return testConfigYAML(bin, state, "process", "", freePort(t), freePort(t), vllmLoad)
+		return testConfigYAML(bin, state, "process", "", testkit.FreePort(t), testkit.FreePort(t), vllmLoad)
 	})
 }
 

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"gpuhost/internal/testkit"
 	"gpuhost/systemd"
 	"gpuhost/systemd/systemdtest"
 	"gpuhost/units"
@@ -42,8 +43,8 @@ func startE2E(t testing.TB, vllmLoad string) *e2e {
 func startE2EWith(t testing.TB, vllmLoad, state string, mutate func(string) string, dropIns map[string]string) *e2e {
 	t.Helper()
 	bin := gpuhostBinary(t)
-	listenPort := freePort(t)
-	yaml := testConfigYAML(bin, state, "systemd", "/run/systemd/private", freePort(t), freePort(t), vllmLoad)
+	listenPort := testkit.FreePort(t)
+	yaml := testConfigYAML(bin, state, "systemd", "/run/systemd/private", testkit.FreePort(t), testkit.FreePort(t), vllmLoad)
 	yaml = strings.Replace(yaml, "listen: 127.0.0.1:0", "listen: 127.0.0.1:"+strconv.Itoa(listenPort), 1)
 	// Nothing is wanted at first boot; after a switch, the last wanted
 	// profile is what a restart restores.
