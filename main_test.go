@@ -392,12 +392,12 @@ func demoTriage(t *testing.T, url string) {
 func TestTwoDemosSideBySide(t *testing.T) {
 	type demo struct {
 		url string
-		out *syncBuffer
+		out *testkit.SyncBuffer
 	}
 	start := func() demo {
 		addr := testkit.FreeAddr(t)
 		cmd := exec.Command(binPath, "demo", "--listen", addr, "--state-dir", t.TempDir())
-		out := &syncBuffer{}
+		out := &testkit.SyncBuffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -446,6 +446,3 @@ func TestTwoDemosSideBySide(t *testing.T) {
 		}
 	}
 }
-
-// syncBuffer is a bytes.Buffer safe for a child's output and the test.
-type syncBuffer = testkit.SyncBuffer

@@ -21,6 +21,7 @@ import (
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/appliance/telegram/pairing"
 	"gpuhost/internal/redactlog"
+	"gpuhost/internal/testkit"
 	"gpuhost/nvml"
 )
 
@@ -482,7 +483,7 @@ func countContaining(msgs []string, s string) int {
 
 func TestTokenNeverAppearsInLogsOrErrors(t *testing.T) {
 	// The library must not print through the standard logger either.
-	var stdlog syncBuffer
+	var stdlog testkit.SyncBuffer
 	log.SetOutput(&stdlog)
 	t.Cleanup(func() { log.SetOutput(os.Stderr) })
 	echo := "token " + testToken + " at /bot" + testToken + "/getMe"
@@ -618,7 +619,7 @@ func (idleSupervisor) Subscribe(uint64) (<-chan appliance.Event, []appliance.Eve
 }
 
 func TestRedactHandlerScrubsEveryKindOfValue(t *testing.T) {
-	var buf syncBuffer
+	var buf testkit.SyncBuffer
 	b := &Bot{token: testToken}
 	l := slog.New(redactlog.New(slog.NewTextHandler(&buf, nil), b.redact))
 	l.Info("msg "+testToken, "s", "x"+testToken, "err", errors.New("GET /bot"+testToken+"/getMe"),

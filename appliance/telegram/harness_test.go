@@ -19,25 +19,8 @@ import (
 	"gpuhost/appliance"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/appliance/telegram/pairing"
+	"gpuhost/internal/testkit"
 )
-
-// syncBuffer collects log output from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // testClock is real time shifted by a settable offset, so that codes the
 // bot issues can be judged by `gpuhost pair` (real clock) as well.
@@ -78,7 +61,7 @@ type harness struct {
 	bot   *Bot
 	store *pairing.Store
 	clock *testClock
-	logs  *syncBuffer
+	logs  *testkit.SyncBuffer
 	done  chan error
 	stop  context.CancelFunc
 }
@@ -101,7 +84,7 @@ func startBot(t *testing.T, o harnessOpts) *harness {
 			o.hook(c)
 		}
 	}})
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	doctor := f.Doctor
 	if o.doctor != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/go-telegram/bot"
 
 	"gpuhost/appliance/telegram/pairing"
+	"gpuhost/internal/testkit"
 	"gpuhost/triage/sink/telegramtest"
 )
 
@@ -37,9 +38,9 @@ func pair(t *testing.T, stateDir string, users ...int64) *pairing.Store {
 	return st
 }
 
-func newTelegramSink(t *testing.T, f *telegramtest.Fake, stateDir string, edit func(*TelegramOptions)) (*Telegram, *lockedBuffer) {
+func newTelegramSink(t *testing.T, f *telegramtest.Fake, stateDir string, edit func(*TelegramOptions)) (*Telegram, *testkit.SyncBuffer) {
 	t.Helper()
-	var logs lockedBuffer
+	var logs testkit.SyncBuffer
 	o := TelegramOptions{
 		Token:       func() (string, error) { return telegramtest.DefaultToken, nil },
 		TokenSource: "environment variable GPUHOST_TELEGRAM_TOKEN",
