@@ -122,17 +122,15 @@ func (e *e2e) isActive(t testing.TB, unit string) string {
 
 func (e *e2e) waitState(t testing.TB, what string, timeout time.Duration, ok func(Status) bool) Status {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	var last Status
 	var lastErr error
-	for time.Now().Before(deadline) {
+	if testkit.Poll(timeout, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		last, lastErr = e.client.Status(ctx)
-		cancel()
-		if lastErr == nil && ok(last) {
-			return last
-		}
-		time.Sleep(50 * time.Millisecond)
+		return lastErr == nil && ok(last)
+	}) {
+		return last
 	}
 	t.Fatalf("%s not reached within %s: last state %+v, err %v", what, timeout, last.State, lastErr)
 	return last

@@ -438,12 +438,8 @@ func TestDoctorTurningRedIsNotifiedOnce(t *testing.T) {
 	waitRuns := func(n int64) {
 		t.Helper()
 		target := runs.Load() + n
-		deadline := time.Now().Add(30 * time.Second)
-		for runs.Load() < target {
-			if time.Now().After(deadline) {
-				t.Fatalf("doctor ran %d times, waiting for %d", runs.Load(), target)
-			}
-			time.Sleep(10 * time.Millisecond)
+		if !testkit.Poll(30*time.Second, func() bool { return runs.Load() >= target }) {
+			t.Fatalf("doctor ran %d times, waiting for %d", runs.Load(), target)
 		}
 	}
 	waitRuns(2)

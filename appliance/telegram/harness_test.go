@@ -235,28 +235,18 @@ func (h *harness) sync(t *testing.T) {
 // waitStatus waits until cond holds for the bot's Status.
 func (h *harness) waitStatus(t *testing.T, what string, cond func(appliance.TelegramStatus) bool) appliance.TelegramStatus {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st := h.bot.Status()
-		if cond(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status never %s: %+v", what, st)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var st appliance.TelegramStatus
+	if !testkit.Poll(30*time.Second, func() bool { st = h.bot.Status(); return cond(st) }) {
+		t.Fatalf("status never %s: %+v", what, st)
 	}
+	return st
 }
 
 // waitLog waits until the log holds n lines containing s.
 func (h *harness) waitLog(t *testing.T, s string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for strings.Count(h.logs.String(), s) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("log never had %d × %q:\n%s", n, s, h.logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testkit.Poll(30*time.Second, func() bool { return strings.Count(h.logs.String(), s) >= n }) {
+		t.Fatalf("log never had %d × %q:\n%s", n, s, h.logs.String())
 	}
 }
 

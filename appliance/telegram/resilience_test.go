@@ -11,6 +11,7 @@ import (
 
 	"gpuhost/appliance"
 	"gpuhost/appliance/telegram/pairing"
+	"gpuhost/internal/testkit"
 )
 
 // Availability: whatever arrives from Telegram, the bot keeps answering,
@@ -38,10 +39,8 @@ func TestUndecodableUpdateIsSkipped(t *testing.T) {
 		t.Errorf("status after a poison update: %+v", st)
 	}
 	// The next poll confirms past the poison update: Telegram forgets it.
-	for deadline := time.Now().Add(30 * time.Second); h.api.confirmed() <= poison; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("confirmed offset %d is not past the poison update %d", h.api.confirmed(), poison)
-		}
+	if !testkit.Poll(30*time.Second, func() bool { return h.api.confirmed() > poison }) {
+		t.Fatalf("confirmed offset %d is not past the poison update %d", h.api.confirmed(), poison)
 	}
 	h.waitLog(t, "skipping a Telegram update that cannot be decoded", 1)
 	logs := h.logs.String()
