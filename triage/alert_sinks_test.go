@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"gpuhost/appliance/telegram/pairing"
+	"gpuhost/internal/telegramtest"
 	"gpuhost/internal/testkit"
 	"gpuhost/triage/sink"
 	"gpuhost/triage/sink/slacktest"
-	"gpuhost/triage/sink/telegramtest"
 )
 
 const (

@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"gpuhost/appliance/telegram/pairing"
+	"gpuhost/internal/telegramtest"
 	"gpuhost/internal/testkit"
 	"gpuhost/simulator"
 	"gpuhost/triage/demo"
 	"gpuhost/triage/llm"
 	"gpuhost/triage/sink"
 	"gpuhost/triage/sink/slacktest"
-	"gpuhost/triage/sink/telegramtest"
 	"gpuhost/triage/source"
 )
 
