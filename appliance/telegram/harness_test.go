@@ -19,7 +19,14 @@ import (
 	"gpuhost/appliance"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/appliance/telegram/pairing"
+	"gpuhost/internal/telegramtest"
 	"gpuhost/internal/testkit"
+)
+
+// The bot's token and username are the fake Bot API's.
+const (
+	testToken   = telegramtest.DefaultToken
+	testBotName = telegramtest.BotUsername
 )
 
 // testClock is real time shifted by a settable offset, so that codes the
@@ -50,13 +57,13 @@ type harnessOpts struct {
 	doctor      func(f *appliancetest.Fixture) appliance.DoctorFunc
 	clockOffset time.Duration
 	// before runs after the fake API exists and before the bot starts.
-	before func(api *fakeAPI)
+	before func(api *telegramtest.Fake)
 	// asker, when set, enables /ask.
 	asker Asker
 }
 
 type harness struct {
-	api   *fakeAPI
+	api   *telegramtest.Fake
 	f     *appliancetest.Fixture
 	bot   *Bot
 	store *pairing.Store
@@ -70,7 +77,8 @@ type harness struct {
 // fresh fake Bot API, with logs captured and checked for the token at the end.
 func startBot(t *testing.T, o harnessOpts) *harness {
 	t.Helper()
-	api := newFakeAPI(t)
+	api := telegramtest.New(t)
+	api.RequireKnownChats() // as Telegram: no sendMessage to a chat that never wrote
 	tokenFile := filepath.Join(t.TempDir(), "telegram.token")
 	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -170,10 +178,10 @@ func codeIn(text string) string {
 // command, as the operator would.
 func (h *harness) pairUser(t *testing.T, u models.User) {
 	t.Helper()
-	before := len(h.api.sentTo(u.ID))
-	h.api.push(u, private(u), "hi")
+	before := len(h.api.SentTo(u.ID))
+	h.api.Push(u, telegramtest.Private(u), "hi")
 	var code string
-	h.api.waitFor(t, "a pairing code", func(sent []sentMsg) bool {
+	h.api.WaitFor(t, "a pairing code", func(sent []telegramtest.Sent) bool {
 		var to []string
 		for _, m := range sent {
 			if m.ChatID == u.ID {
@@ -187,7 +195,7 @@ func (h *harness) pairUser(t *testing.T, u models.User) {
 		return false
 	})
 	if code == "" {
-		t.Fatalf("no pairing code in %q", h.api.sentTo(u.ID))
+		t.Fatalf("no pairing code in %q", h.api.SentTo(u.ID))
 	}
 	out, err := runPair(t, h.f.Cfg.StateDir, "approve", code)
 	if err != nil {
@@ -205,7 +213,7 @@ func (h *harness) allow(t *testing.T, u models.User) {
 	if _, err := h.store.Approve(out.Code); err != nil {
 		t.Fatal(err)
 	}
-	h.api.knowChat(private(u))
+	h.api.KnowChat(telegramtest.Private(u))
 }
 
 // syncUser only ever sends sync points, so counting its help replies is exact.
@@ -218,7 +226,7 @@ func (h *harness) sync(t *testing.T) {
 	if ok, _ := h.store.Allowed(syncUser.ID); !ok {
 		h.allow(t, syncUser)
 	}
-	count := func(sent []sentMsg) int {
+	count := func(sent []telegramtest.Sent) int {
 		c := 0
 		for _, m := range sent {
 			if m.ChatID == syncUser.ID && strings.Contains(m.Text, "/gpu help — this text") {
@@ -227,9 +235,9 @@ func (h *harness) sync(t *testing.T) {
 		}
 		return c
 	}
-	n := count(h.api.allSent())
-	h.api.push(syncUser, private(syncUser), "/gpu help")
-	h.api.waitFor(t, "the help reply (sync point)", func(sent []sentMsg) bool { return count(sent) > n })
+	n := count(h.api.Sent())
+	h.api.Push(syncUser, telegramtest.Private(syncUser), "/gpu help")
+	h.api.WaitFor(t, "the help reply (sync point)", func(sent []telegramtest.Sent) bool { return count(sent) > n })
 }
 
 // waitStatus waits until cond holds for the bot's Status.
