@@ -27,6 +27,7 @@ import (
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
 	"gpuhost/internal/testbin"
+	"gpuhost/internal/testkit"
 	"gpuhost/mcp"
 )
 
@@ -199,7 +200,7 @@ func TestAskCommandToken(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Parse("ask-cli", []byte(testbin.ConfigYAML("/nonexistent/gpuhost", state, "process", "", testbin.FreePort(t), testbin.FreePort(t), "10ms")))
+	cfg, err := config.Parse("ask-cli", []byte(testbin.ConfigYAML("/nonexistent/gpuhost", state, "process", "", testkit.FreePort(t), testkit.FreePort(t), "10ms")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +256,7 @@ func TestFormatAskEvent(t *testing.T) {
 // scripted tool-use mode as the model.
 func TestAskCommandRealAgent(t *testing.T) {
 	t.Setenv("GPUHOST_API_TOKEN", "")
-	port := testbin.FreePort(t)
+	port := testkit.FreePort(t)
 	sim := exec.Command(binPath, "simulate", "vllm", "serve", "qwen3-coder", "--port", strconv.Itoa(port),
 		"--enable-auto-tool-choice", "--tool-call-parser", "qwen3_xml", "--scripted-tools",
 		"--load-time", "0s", "--prefill-tps", "1000000", "--decode-tps", "20000")

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"gpuhost/internal/testbin"
+	"gpuhost/internal/testkit"
 	"gpuhost/simulator"
 	"gpuhost/triage"
 	"gpuhost/triage/demo"
@@ -58,7 +59,7 @@ func triageConfig(t *testing.T, enabled bool, source string) (cfgPath, state str
 	if source == "" {
 		source = "    kind: maildir\n    maildir: " + md + "\n"
 	}
-	cfg := testbin.ConfigYAML("/bin/true", state, "process", "", testbin.FreePort(t), testbin.FreePort(t), "10ms") +
+	cfg := testbin.ConfigYAML("/bin/true", state, "process", "", testkit.FreePort(t), testkit.FreePort(t), "10ms") +
 		"triage:\n  enabled: " + map[bool]string{true: "true", false: "false"}[enabled] + "\n  interval: 200ms\n  first_run: all\n  source:\n" + source +
 		"  model:\n    base_url: " + triageSim(t) + "\n    model: qwen3-triage\n" +
 		"  rules:\n    priority_mailboxes: [urgent@ourcompany.example]\n    internal_domains: [ourcompany.example]\n    authserv_id: mx.ourcompany.example\n"

@@ -32,8 +32,8 @@ type limitDaemon struct {
 func startLimitDaemon(t *testing.T, extraYAML string, vllmLoad string) *limitDaemon {
 	t.Helper()
 	state := t.TempDir()
-	addr := freeAddr(t)
-	y := testbin.ConfigYAML(binPath, state, "process", "", testbin.FreePort(t), testbin.FreePort(t), vllmLoad)
+	addr := testkit.FreeAddr(t)
+	y := testbin.ConfigYAML(binPath, state, "process", "", testkit.FreePort(t), testkit.FreePort(t), vllmLoad)
 	y = strings.Replace(y, "listen: 127.0.0.1:0", "listen: "+addr, 1) + "\n" + extraYAML
 	// No default profile: the daemon starts idle; the test switches itself.
 	y = strings.Replace(y, "default_profile: coder\n", "", 1)

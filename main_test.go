@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -56,16 +55,6 @@ func gpuhost(t *testing.T, args ...string) (string, int) {
 	return string(out), code
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func TestBadConfigNamesKeyAndExits2(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	if err := os.WriteFile(bad, []byte("profiles:\n  a:\n    backend: vllm\n    model: m\n    port: 8000\n    vllm:\n      max_num_seq: 4\n"), 0o644); err != nil {
@@ -110,7 +99,7 @@ func TestUnitsRender(t *testing.T) {
 // embedded default, a switch from the CLI shows VRAM released and taken
 // again, and Ctrl-C leaves no backend behind.
 func TestDemo(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	state := t.TempDir()
 	cmd := exec.Command(binPath, "demo", "--listen", addr, "--state-dir", state)
 	stdout, _ := cmd.StdoutPipe()
@@ -241,7 +230,7 @@ func TestDemo(t *testing.T) {
 // are clear errors in the API, and the daemon keeps serving.
 func TestDaemonStaysUpWithoutDBusAndNVML(t *testing.T) {
 	dir := t.TempDir()
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	cfg := fmt.Sprintf(`listen: %s
 state_dir: %s
 gpu: {backend: nvml}
@@ -342,12 +331,12 @@ func demoTriage(t *testing.T, url string) {
 func TestTwoDemosSideBySide(t *testing.T) {
 	type demo struct {
 		url string
-		out *syncBuffer
+		out *testkit.SyncBuffer
 	}
 	start := func() demo {
-		addr := freeAddr(t)
+		addr := testkit.FreeAddr(t)
 		cmd := exec.Command(binPath, "demo", "--listen", addr, "--state-dir", t.TempDir())
-		out := &syncBuffer{}
+		out := &testkit.SyncBuffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -396,6 +385,3 @@ func TestTwoDemosSideBySide(t *testing.T) {
 		}
 	}
 }
-
-// syncBuffer is a bytes.Buffer safe for a child's output and the test.
-type syncBuffer = testkit.SyncBuffer

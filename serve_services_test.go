@@ -12,6 +12,7 @@ import (
 
 	"gpuhost/config"
 	"gpuhost/internal/testbin"
+	"gpuhost/internal/testkit"
 )
 
 func TestLoopbackV1(t *testing.T) {
@@ -48,7 +49,7 @@ func TestSelfAuth(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte("s3cret-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	yaml := strings.Replace(testbin.ConfigYAML("/bin/true", state, "process", "", testbin.FreePort(t), testbin.FreePort(t), "10ms"),
+	yaml := strings.Replace(testbin.ConfigYAML("/bin/true", state, "process", "", testkit.FreePort(t), testkit.FreePort(t), "10ms"),
 		"listen: 127.0.0.1:0", "listen: 0.0.0.0:0\napi_token_file: "+tokenFile, 1)
 	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
 	"gpuhost/internal/testbin"
+	"gpuhost/internal/testkit"
 )
 
 // scriptAsker replays a fixed timeline (numbered and stamped as the loop
@@ -403,7 +404,7 @@ func TestAskBehindBearer(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	yaml := testbin.ConfigYAML("/nonexistent/gpuhost", state, "process", "", testbin.FreePort(t), testbin.FreePort(t), "10ms")
+	yaml := testbin.ConfigYAML("/nonexistent/gpuhost", state, "process", "", testkit.FreePort(t), testkit.FreePort(t), "10ms")
 	cfg, err := config.Parse("ask-test", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)

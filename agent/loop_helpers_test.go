@@ -20,6 +20,7 @@ import (
 
 	"gpuhost/agent"
 	"gpuhost/internal/testbin"
+	"gpuhost/internal/testkit"
 	"gpuhost/mcp"
 )
 
@@ -28,7 +29,7 @@ import (
 func startScriptedSim(t *testing.T) string {
 	t.Helper()
 	bin := testbin.Binary(t)
-	port := testbin.FreePort(t)
+	port := testkit.FreePort(t)
 	cmd := exec.Command(bin, "simulate", "vllm", "serve", "qwen3-coder", "--port", strconv.Itoa(port),
 		"--enable-auto-tool-choice", "--tool-call-parser", "qwen3_xml", "--scripted-tools",
 		"--load-time", "0s", "--prefill-tps", "1000000", "--decode-tps", "20000")

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"gpuhost/agent"
-	"gpuhost/internal/testbin"
+	"gpuhost/internal/testkit"
 )
 
 // TestLoopWithSimulator runs questions through the real in-process MCP
@@ -140,7 +140,7 @@ func TestLoopWithSimulator(t *testing.T) {
 // TestLoopBadInput covers what ends a question before or without a model.
 func TestLoopBadInput(t *testing.T) {
 	_, _, client := newTestServer(t, nil)
-	down := fmt.Sprintf("http://127.0.0.1:%d/v1", testbin.FreePort(t))
+	down := fmt.Sprintf("http://127.0.0.1:%d/v1", testkit.FreePort(t))
 	for _, tc := range []struct {
 		name, question string
 		opts           agent.Options

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"gpuhost/api"
+	"gpuhost/internal/testkit"
 	"gpuhost/units"
 )
 
@@ -132,8 +133,8 @@ func TestDoctorToolCallFaults(t *testing.T) {
 	} {
 		t.Run(tt.fault+tt.profile, func(t *testing.T) {
 			f := newProcFixtureYAML(t, func(bin, state string) string {
-				vp := freePort(t)
-				y := testConfigYAML(bin, state, "process", "", vp, freePort(t), "10ms")
+				vp := testkit.FreePort(t)
+				y := testConfigYAML(bin, state, "process", "", vp, testkit.FreePort(t), "10ms")
 				if tt.fault != "" {
 					y = strings.Replace(y, "simulate, vllm,", "simulate, vllm, --tool-call-fault, "+tt.fault+",", 1)
 				}

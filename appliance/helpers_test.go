@@ -12,11 +12,9 @@ import (
 	"gpuhost/internal/testbin"
 )
 
-// gpuhostBinary, freePort and testConfigYAML come from internal/testbin,
+// gpuhostBinary and testConfigYAML come from internal/testbin,
 // shared with the front-door packages' tests.
 func gpuhostBinary(t testing.TB) string { return testbin.Binary(t) }
-
-func freePort(t testing.TB) int { return testbin.FreePort(t) }
 
 var testConfigYAML = testbin.ConfigYAML
 

@@ -14,6 +14,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/bench/ollamatest"
+	"gpuhost/internal/testkit"
 )
 
 // TestSwitchToRealOllama runs the Ollama profile's unit, under the private
@@ -31,7 +32,7 @@ func TestSwitchToRealOllama(t *testing.T) {
 		}
 	}
 	// Create the model once with a throwaway server on the same store.
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	srv := exec.Command(bin, "serve")
 	srv.Env = append(os.Environ(), "OLLAMA_HOST="+strings.TrimPrefix(base, "http://"), "OLLAMA_MODELS="+models, "HOME="+home)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"gpuhost/api"
+	"gpuhost/internal/testkit"
 	"gpuhost/systemd"
 )
 
@@ -36,7 +37,7 @@ func TestProvePortOwner(t *testing.T) {
 		{"main process holds it", port, api.UnitStatus{Name: "u.service", MainPID: me}, false, nil, "by PID " + strconv.Itoa(me)},
 		{"the unit's child holds it (no cgroup)", port, api.UnitStatus{Name: "u.service", MainPID: os.Getppid()}, false, nil, "by PID " + strconv.Itoa(me)},
 		{"another process holds it", port, api.UnitStatus{Name: "u.service", MainPID: other + 1_000_000}, true, nil, ""},
-		{"nothing listens", freePort(t), api.UnitStatus{Name: "u.service", MainPID: other}, false, errPortUnproven, ""},
+		{"nothing listens", testkit.FreePort(t), api.UnitStatus{Name: "u.service", MainPID: other}, false, errPortUnproven, ""},
 	}
 	if cg != "" && cg != "/" {
 		// other is our child, so it shares our cgroup; the listener is ours.
@@ -146,7 +147,7 @@ func TestForeignListenerFailsSwitch(t *testing.T) {
 // port, so the listener is in a cgroup other than the backend unit's.
 func TestSystemdForeignListenerFailsSwitch(t *testing.T) {
 	bin := gpuhostBinary(t)
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	foreign := "[Unit]\nDescription=another program on the profile's port\n[Service]\nExecStart=" + bin +
 		" simulate vllm Qwen/Qwen3-Coder-30B-A3B-Instruct --port " + strconv.Itoa(port) +
 		" --served-model-name qwen3-coder --load-time 0s\n"

@@ -10,6 +10,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/config"
+	"gpuhost/internal/testkit"
 	"gpuhost/units"
 )
 
@@ -27,7 +28,7 @@ type restartRig struct {
 func newRestartRig(t *testing.T, vllmStopDelay string) *restartRig {
 	t.Helper()
 	bin := gpuhostBinary(t)
-	yaml := testConfigYAML(bin, t.TempDir(), "process", "", freePort(t), freePort(t), "100ms")
+	yaml := testConfigYAML(bin, t.TempDir(), "process", "", testkit.FreePort(t), testkit.FreePort(t), "100ms")
 	if vllmStopDelay != "" {
 		yaml = strings.Replace(yaml, "simulate, vllm,", "simulate, vllm, --stop-delay, "+vllmStopDelay+",", 1)
 	}

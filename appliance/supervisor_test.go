@@ -12,6 +12,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/config"
+	"gpuhost/internal/testkit"
 	"gpuhost/nvml"
 )
 
@@ -28,7 +29,7 @@ type procFixture struct {
 func newProcFixture(t *testing.T, vllmLoad string) *procFixture {
 	t.Helper()
 	return newProcFixtureYAML(t, func(bin, state string) string {
-		return testConfigYAML(bin, state, "process", "", freePort(t), freePort(t), vllmLoad)
+		return testConfigYAML(bin, state, "process", "", testkit.FreePort(t), testkit.FreePort(t), vllmLoad)
 	})
 }
 

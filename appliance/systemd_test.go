@@ -17,6 +17,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/config"
+	"gpuhost/internal/testkit"
 	"gpuhost/systemd"
 	"gpuhost/systemd/systemdtest"
 	"gpuhost/units"
@@ -43,8 +44,8 @@ func startE2E(t testing.TB, vllmLoad string) *e2e {
 func startE2EWith(t testing.TB, vllmLoad, state string, mutate func(string) string, dropIns map[string]string) *e2e {
 	t.Helper()
 	bin := gpuhostBinary(t)
-	listenPort := freePort(t)
-	yaml := testConfigYAML(bin, state, "systemd", "/run/systemd/private", freePort(t), freePort(t), vllmLoad)
+	listenPort := testkit.FreePort(t)
+	yaml := testConfigYAML(bin, state, "systemd", "/run/systemd/private", testkit.FreePort(t), testkit.FreePort(t), vllmLoad)
 	yaml = strings.Replace(yaml, "listen: 127.0.0.1:0", "listen: 127.0.0.1:"+strconv.Itoa(listenPort), 1)
 	// Nothing is wanted at first boot; after a switch, the last wanted
 	// profile is what a restart restores.
@@ -122,17 +123,15 @@ func (e *e2e) isActive(t testing.TB, unit string) string {
 
 func (e *e2e) waitState(t testing.TB, what string, timeout time.Duration, ok func(api.Status) bool) api.Status {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	var last api.Status
 	var lastErr error
-	for time.Now().Before(deadline) {
+	if testkit.Poll(timeout, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		last, lastErr = e.client.Status(ctx)
-		cancel()
-		if lastErr == nil && ok(last) {
-			return last
-		}
-		time.Sleep(50 * time.Millisecond)
+		return lastErr == nil && ok(last)
+	}) {
+		return last
 	}
 	t.Fatalf("%s not reached within %s: last state %+v, err %v", what, timeout, last.State, lastErr)
 	return last

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"gpuhost/internal/testbin"
+	"gpuhost/internal/testkit"
 	"gpuhost/nvml"
 	"gpuhost/simulator"
 	"gpuhost/units"
@@ -147,7 +147,7 @@ func TestCmdExitStatus(t *testing.T) {
 		_, _ = w.Write([]byte(`{"error":{"message":"CUDA error: out of memory"}}`))
 		return true
 	}})
-	closed := "http://" + freeAddr(t)
+	closed := "http://" + testkit.FreeAddr(t)
 	dir := t.TempDir()
 	quick := []string{"--dir", dir, "--repeats", "3", "--prefill", "64", "--decode", "16", "--phases", "prefill,decode"}
 	gpuhost := func(args ...string) (string, int) {
@@ -208,15 +208,4 @@ func TestCmdExitStatus(t *testing.T) {
 	if out, code := gpuhost("compare", ok, ok, "--dir", dir); code != ExitOK || !strings.Contains(out, "Holm") {
 		t.Errorf("compare: exit %d\n%s", code, out)
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }

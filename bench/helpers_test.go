@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"gpuhost/internal/testbin"
+	"gpuhost/internal/testkit"
 	"gpuhost/simulator"
 )
 
@@ -53,7 +54,7 @@ func startSim(t testing.TB, o simulator.Options) string {
 func startSimProcess(t testing.TB, args ...string) string {
 	t.Helper()
 	bin := testbin.Binary(t)
-	port := testbin.FreePort(t)
+	port := testkit.FreePort(t)
 	cmd := exec.Command(bin, append(append([]string{"simulate"}, args...), "--port", strconv.Itoa(port), "--log-level", "warn")...)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs

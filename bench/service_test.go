@@ -20,6 +20,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"gpuhost/internal/testkit"
 	"gpuhost/simulator"
 	"gpuhost/units"
 )
@@ -206,7 +207,7 @@ func TestServiceClose(t *testing.T) {
 func TestServiceFailedRunNotStored(t *testing.T) {
 	store := NewStore(t.TempDir(), slog.New(slog.DiscardHandler))
 	p := &units.Profile{Name: "coder", Backend: units.VLLM, Model: "m", Port: 1}
-	dead := "http://" + freeAddr(t)
+	dead := "http://" + testkit.FreeAddr(t)
 	svc := NewService(ServiceOptions{Store: store, Log: slog.New(slog.DiscardHandler),
 		Daemon: DaemonFuncs{SwitchingFunc: func() bool { return false },
 			AwaitActiveFunc: func(context.Context) (*units.Profile, error) { return p, nil }},

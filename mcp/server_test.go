@@ -1,7 +1,6 @@
 package mcp_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -27,6 +26,7 @@ import (
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
 	"gpuhost/internal/testbin"
+	"gpuhost/internal/testkit"
 	"gpuhost/mcp"
 )
 
@@ -310,7 +310,7 @@ func behaviourServer(t testing.TB, logTo io.Writer) *mcp.Server {
 }
 
 func TestCalls(t *testing.T) {
-	var logBuf syncBuffer
+	var logBuf testkit.SyncBuffer
 	s := behaviourServer(t, &logBuf)
 	c := inproc(t, s)
 	tests := []struct {
@@ -394,29 +394,11 @@ func TestCalls(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the server's concurrent logging.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // canary has characters that URL escaping and JSON change.
 const canary = "CANARY-s3cr3t/+=&?\"<x>-7f3a9"
 
 func TestCanarySecretNeverLeaves(t *testing.T) {
-	var logBuf syncBuffer
+	var logBuf testkit.SyncBuffer
 	secrets := mcp.NewSecrets(func(name string) (string, bool) {
 		if name == "FAKE_TOKEN" {
 			return canary, true
@@ -636,7 +618,7 @@ func TestStdio(t *testing.T) {
 		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"t_status","arguments":{"device":"attic"}}}`,
 	}, "\n") + "\n"
 	pr, pw := io.Pipe()
-	var out syncBuffer
+	var out testkit.SyncBuffer
 	done := make(chan error, 1)
 	go func() { done <- s.ServeStdio(context.Background(), pr, &out) }()
 	if _, err := io.WriteString(pw, in); err != nil {

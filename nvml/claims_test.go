@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"gpuhost/internal/testkit"
 )
 
 // dirNames lists dir, sorted.
@@ -264,7 +266,7 @@ func TestProcessAlive(t *testing.T) {
 
 	zombie := startSleeper(t)
 	_ = zombie.Process.Signal(syscall.SIGKILL)
-	waitFor(t, "zombie", func() bool { return isZombie(zombie.Process.Pid) })
+	testkit.Eventually(t, 10*time.Second, func() bool { return isZombie(zombie.Process.Pid) }, "zombie")
 
 	tests := []struct {
 		name string

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gpuhost/internal/testkit"
 )
 
 func TestDriverMajor(t *testing.T) {
@@ -213,22 +215,8 @@ func startSleeper(t *testing.T) *exec.Cmd {
 		}
 	})
 	// /proc/<pid>/comm says "sleep" only once exec has happened.
-	waitFor(t, "child to exec sleep", func() bool { return procComm(cmd.Process.Pid) == "sleep" })
+	testkit.Eventually(t, 10*time.Second, func() bool { return procComm(cmd.Process.Pid) == "sleep" }, "child to exec sleep")
 	return cmd
-}
-
-// waitFor polls cond until it holds, failing the test after a generous
-// deadline; it is for events the kernel delivers asynchronously (exec,
-// SIGKILL), not a speed check.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // isZombie reports whether pid has exited but is not yet reaped.

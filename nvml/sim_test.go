@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+	"time"
+
+	"gpuhost/internal/testkit"
 )
 
 // Both backends must fit the interface consumers define over them.
@@ -130,7 +133,7 @@ func TestSimFollowsRealProcess(t *testing.T) {
 			if reapFirst {
 				_ = child.Wait() // "signal: killed"
 			} else {
-				waitFor(t, "child to become a zombie", func() bool { return isZombie(pid) })
+				testkit.Eventually(t, 10*time.Second, func() bool { return isZombie(pid) }, "child to become a zombie")
 			}
 			d = simSnap(t, s)
 			if d.MemoryUsedMiB != 18 || len(d.Processes) != 0 || d.UtilizationGPU != 0 {

@@ -276,17 +276,4 @@ func metric(t *testing.T, samples map[string]float64, name string, want ...strin
 	return 0
 }
 
-// eventually polls cond every 10 ms until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

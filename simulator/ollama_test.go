@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"gpuhost/internal/testkit"
 	"gpuhost/nvml"
 )
 
@@ -373,7 +374,7 @@ func TestOllamaKeepAliveExpires(t *testing.T) {
 	if f := decode[ollamaFinal](t, body); !f.Done {
 		t.Fatalf("%s", body)
 	}
-	eventually(t, "model to unload after keep_alive", func() bool { return len(ps(t, s).Models) == 0 })
+	testkit.Eventually(t, 15*time.Second, func() bool { return len(ps(t, s).Models) == 0 }, "model to unload after keep_alive")
 	if c, _ := nvml.ReadClaims(dir); len(c) != 0 {
 		t.Fatalf("claims after expiry: %+v", c)
 	}
@@ -416,7 +417,7 @@ func TestOllamaUnloadWaitsForRunningRequest(t *testing.T) {
 	if lines != 61 {
 		t.Fatalf("running request got %d lines, want 61", lines)
 	}
-	eventually(t, "unload after the request", func() bool { return len(ps(t, s).Models) == 0 })
+	testkit.Eventually(t, 15*time.Second, func() bool { return len(ps(t, s).Models) == 0 }, "unload after the request")
 }
 
 func TestParseKeepAlive(t *testing.T) {

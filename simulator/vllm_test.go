@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"gpuhost/internal/testkit"
 	"gpuhost/nvml"
 )
 
@@ -55,10 +56,10 @@ func TestVLLMListensAfterLoadWithClaim(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, o) }()
 	// The claim is there during engine start-up, before the server listens.
-	eventually(t, "claim during load", func() bool {
+	testkit.Eventually(t, 15*time.Second, func() bool {
 		c, _ := nvml.ReadClaims(dir)
 		return len(c) == 1
-	})
+	}, "claim during load")
 	var addr string
 	select {
 	case addr = <-ready:
@@ -93,10 +94,10 @@ func TestVLLMStoppedDuringLoadReleasesClaim(t *testing.T) {
 	go func() {
 		done <- Run(ctx, Options{Flavor: FlavorVLLM, Model: "m", LoadTime: time.Hour, SimDir: dir, Addr: "127.0.0.1:0", Logger: discard()})
 	}()
-	eventually(t, "claim during load", func() bool {
+	testkit.Eventually(t, 15*time.Second, func() bool {
 		c, _ := nvml.ReadClaims(dir)
 		return len(c) == 1 && c[0].MiB == defaultVLLMVRAM
-	})
+	}, "claim during load")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
@@ -573,10 +574,10 @@ func TestVLLMMaxNumSeqsQueues(t *testing.T) {
 		}
 		secondDone <- n
 	}()
-	eventually(t, "second request waiting", func() bool {
+	testkit.Eventually(t, 15*time.Second, func() bool {
 		m := scrape(t, s)
 		return metric(t, m, "vllm:num_requests_waiting") == 1 && metric(t, m, "vllm:num_requests_running") == 1
-	})
+	}, "second request waiting")
 	select {
 	case <-secondDone:
 		t.Fatal("second request finished while the only slot was busy")
@@ -638,11 +639,11 @@ func TestVLLMDisconnectCancelsGeneration(t *testing.T) {
 		}
 	}
 	st.close()
-	eventually(t, "aborted request to leave the engine", func() bool {
+	testkit.Eventually(t, 15*time.Second, func() bool {
 		m := scrape(t, s)
 		return metric(t, m, "vllm:num_requests_running") == 0 &&
 			metric(t, m, "vllm:request_success_total", `finished_reason="abort"`) == 1
-	})
+	}, "aborted request to leave the engine")
 	m := scrape(t, s)
 	if g := metric(t, m, "vllm:generation_tokens_total"); g >= 20000 || g < 4 {
 		t.Fatalf("generation_tokens_total = %v after an early disconnect", g)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"gpuhost/api"
+	"gpuhost/internal/testkit"
 	"gpuhost/systemd/systemdtest"
 )
 
@@ -147,17 +148,12 @@ func TestInsideStartStop(t *testing.T) {
 // execve in which the kernel shows it empty.
 func cmdlineSoon(t *testing.T, pid int) []string {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		argv, err := CmdlineOf(pid)
-		if err == nil {
-			return argv
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var argv []string
+	var err error
+	if !testkit.Poll(5*time.Second, func() bool { argv, err = CmdlineOf(pid); return err == nil }) {
+		t.Fatal(err)
 	}
+	return argv
 }
 
 func TestInsideUnitProperties(t *testing.T) {

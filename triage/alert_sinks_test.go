@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"gpuhost/internal/pairing"
+	"gpuhost/internal/telegramtest"
+	"gpuhost/internal/testkit"
 	"gpuhost/triage/sink"
 	"gpuhost/triage/sink/slacktest"
-	"gpuhost/triage/sink/telegramtest"
 )
 
 const (
@@ -19,25 +19,6 @@ const (
 	alertImportant = "C0URGENT"
 	alertChat      = int64(4711)
 )
-
-// syncBuffer is the console sink's output, read by the test while HTTP
-// client goroutines may still run.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func newTestSlack(t *testing.T, f *slacktest.Fake) *sink.Slack {
 	t.Helper()
@@ -88,7 +69,7 @@ func TestAlertsReachRealSinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var console syncBuffer
+	var console testkit.SyncBuffer
 	rec := &recSink{name: "rec"}
 	e := newUnit(t, func(o *Options) {
 		o.Sinks = []sink.Sink{newTestSlack(t, sf), tg, sink.NewConsole(&console), rec}

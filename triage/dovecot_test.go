@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"gpuhost/internal/testbin"
+	"gpuhost/internal/testkit"
 	"gpuhost/triage/sink"
 	"gpuhost/triage/sink/slacktest"
 	"gpuhost/triage/source"
@@ -107,7 +108,7 @@ func TestDovecotCrashKill(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
 	cfgPath := filepath.Join(dir, "gpuhost.yaml")
-	cfg := testbin.ConfigYAML(bin, state, "process", "", testbin.FreePort(t), testbin.FreePort(t), "10ms") + fmt.Sprintf(`
+	cfg := testbin.ConfigYAML(bin, state, "process", "", testkit.FreePort(t), testkit.FreePort(t), "10ms") + fmt.Sprintf(`
 triage:
   enabled: true
   interval: 100ms

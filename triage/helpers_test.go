@@ -11,39 +11,16 @@ import (
 	"testing"
 	"time"
 
+	"gpuhost/internal/testkit"
 	"gpuhost/triage/llm"
 	"gpuhost/triage/sink"
 	"gpuhost/triage/source"
 )
 
-// fakeClock is advanced by the test; After fires at once (moving the clock)
-// so that Run's sleeps cost no wall time.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.Advance(d)
-	ch := make(chan time.Time, 1)
-	ch <- c.Now()
-	return ch
+// newFakeClock is advanced by the test; its After fires at once (moving
+// the clock) so that Run's sleeps cost no wall time.
+func newFakeClock() *testkit.Clock {
+	return testkit.NewClock(time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC))
 }
 
 // memSource is an in-memory mailbox for the worker's own unit tests (the

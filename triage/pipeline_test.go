@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,12 +13,13 @@ import (
 	"time"
 
 	"gpuhost/internal/pairing"
+	"gpuhost/internal/telegramtest"
+	"gpuhost/internal/testkit"
 	"gpuhost/simulator"
 	"gpuhost/triage/demo"
 	"gpuhost/triage/llm"
 	"gpuhost/triage/sink"
 	"gpuhost/triage/sink/slacktest"
-	"gpuhost/triage/sink/telegramtest"
 	"gpuhost/triage/source"
 )
 
@@ -342,12 +342,7 @@ func TestModelFaults(t *testing.T) {
 
 // TestModelEndpointDown: nothing listens; the mail stays for the next poll.
 func TestModelEndpointDown(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testkit.FreeAddr(t)
 	cls, err := llm.NewClassifier(llm.ClassifierOptions{BaseURL: "http://" + addr + "/v1", Model: simModel, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

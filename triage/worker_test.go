@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"gpuhost/config"
+	"gpuhost/internal/testkit"
 	"gpuhost/triage/customer"
 	"gpuhost/triage/llm"
 	"gpuhost/triage/mail"
@@ -28,7 +29,7 @@ type unitEnv struct {
 	src   *memSource
 	cls   *fakeClassifier
 	a, b  *recSink
-	clock *fakeClock
+	clock *testkit.Clock
 	dir   string
 }
 

@@ -8,19 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"gpuhost/internal/testkit"
 	"gpuhost/systemd/systemdtest"
 )
-
-func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
@@ -92,11 +82,11 @@ func TestUnitsUnderRealSystemd(t *testing.T) {
 	}
 	readWhenThere := func(name string) string {
 		var b []byte
-		waitFor(t, 15*time.Second, name, func() bool {
+		testkit.Eventually(t, 15*time.Second, func() bool {
 			var err error
 			b, err = os.ReadFile(filepath.Join(dir, name))
 			return err == nil && len(b) > 0
-		})
+		}, name)
 		return string(b)
 	}
 

@@ -15,6 +15,7 @@ import (
 	"gpuhost/appliance"
 	"gpuhost/config"
 	"gpuhost/internal/testbin"
+	"gpuhost/internal/testkit"
 )
 
 // Options shape the fixture.
@@ -51,7 +52,7 @@ func New(t testing.TB, opts Options) *Fixture {
 	}
 	bin := testbin.Binary(t)
 	state := t.TempDir()
-	yaml := testbin.ConfigYAML(bin, state, "process", "", testbin.FreePort(t), testbin.FreePort(t), opts.VLLMLoad) + "\n" + opts.ExtraYAML
+	yaml := testbin.ConfigYAML(bin, state, "process", "", testkit.FreePort(t), testkit.FreePort(t), opts.VLLMLoad) + "\n" + opts.ExtraYAML
 	cfg, err := config.Parse("appliancetest", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -35,6 +34,7 @@ import (
 	"time"
 
 	"gpuhost/bench/tinygguf"
+	"gpuhost/internal/testkit"
 )
 
 // Version is the Ollama release built (the newest the module proxy served
@@ -391,7 +391,7 @@ func Start(t testing.TB) (baseURL, model string) {
 			t.Fatal(err)
 		}
 	}
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	host := "127.0.0.1:" + strconv.Itoa(port)
 	baseURL = "http://" + host
 	logPath := filepath.Join(dir, "serve.log")
@@ -459,16 +459,6 @@ func waitReady(baseURL string, exited <-chan error, limit time.Duration) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("no answer within %s", limit)
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func tail(b []byte, n int) string {

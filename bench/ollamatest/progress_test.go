@@ -32,9 +32,6 @@ func TestBuildLogCounts(t *testing.T) {
 	}
 }
 
-// syncBuffer is a progress writer the test reads while Ensure writes.
-type syncBuffer = testkit.SyncBuffer
-
 // TestEnsureProgressWaitsForAnotherBuild: while another process holds the
 // build lock, EnsureProgress says that it waits (CI printed nothing for many
 // minutes), then uses the binary that process built instead of building.
@@ -56,7 +53,7 @@ func TestEnsureProgressWaitsForAnotherBuild(t *testing.T) {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
-	progress := &syncBuffer{}
+	progress := &testkit.SyncBuffer{}
 	type result struct {
 		path string
 		skip bool

@@ -22,6 +22,7 @@ import (
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
 	"gpuhost/internal/testbin"
+	"gpuhost/internal/testkit"
 )
 
 // fakeAsker replays a timeline; it stands in for the loop where the page's
@@ -99,7 +100,7 @@ type askEnv struct {
 func newAskEnv(t *testing.T, public bool, a Asker) *askEnv {
 	t.Helper()
 	state := t.TempDir()
-	cfg, err := config.Parse("ask-test", []byte(testbin.ConfigYAML("/nonexistent/gpuhost", state, "process", "", testbin.FreePort(t), testbin.FreePort(t), "10ms")))
+	cfg, err := config.Parse("ask-test", []byte(testbin.ConfigYAML("/nonexistent/gpuhost", state, "process", "", testkit.FreePort(t), testkit.FreePort(t), "10ms")))
 	if err != nil {
 		t.Fatal(err)
 	}

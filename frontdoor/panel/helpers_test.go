@@ -18,6 +18,7 @@ import (
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
+	"gpuhost/internal/testkit"
 )
 
 // env is a real Supervisor (simulated backends as real processes) behind
@@ -137,12 +138,9 @@ func csrfOf(t *testing.T, page string) string {
 // waitSwitched waits until the Supervisor has finished the switch id.
 func waitSwitched(t *testing.T, sup *appliance.Supervisor, id string) *api.SwitchSummary {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if ls := sup.LastSwitch(); ls != nil && ls.ID == id {
-			return ls
-		}
-		time.Sleep(10 * time.Millisecond)
+	var ls *api.SwitchSummary
+	if testkit.Poll(60*time.Second, func() bool { ls = sup.LastSwitch(); return ls != nil && ls.ID == id }) {
+		return ls
 	}
 	t.Fatalf("switch %s did not finish within 60 s (state %+v)", id, sup.State())
 	return nil

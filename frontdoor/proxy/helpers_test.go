@@ -20,6 +20,7 @@ import (
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
 	"gpuhost/frontdoor/proxy"
+	"gpuhost/internal/testkit"
 	"gpuhost/units"
 )
 
@@ -122,17 +123,11 @@ func (o *observer) all() []observation {
 // response is complete, which the client may see a moment earlier).
 func (o *observer) waitFor(t testing.TB, n int) []observation {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		obs := o.all()
-		if len(obs) >= n || time.Now().After(deadline) {
-			if len(obs) < n {
-				t.Fatalf("%d observations, want %d: %+v", len(obs), n, obs)
-			}
-			return obs
-		}
-		time.Sleep(5 * time.Millisecond)
+	var obs []observation
+	if !testkit.Poll(10*time.Second, func() bool { obs = o.all(); return len(obs) >= n }) {
+		t.Fatalf("%d observations, want %d: %+v", len(obs), n, obs)
 	}
+	return obs
 }
 
 // logCapture is an slog.Handler that keeps the proxy's records.
@@ -401,18 +396,6 @@ func metric(t testing.TB, baseURL, name, labels string) float64 {
 	}
 	t.Fatalf("no %s{%s} in %s/metrics", name, labels, baseURL)
 	return 0
-}
-
-// eventually polls cond for up to 10 s.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func describeObs(obs []observation) string {

@@ -18,6 +18,7 @@ import (
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/config"
 	"gpuhost/frontdoor/proxy"
+	"gpuhost/internal/testkit"
 )
 
 // TestStreamPassesThrough: a streamed opencode-style request arrives event
@@ -421,10 +422,10 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	eventually(t, "the backend to abort the generation", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		return metric(t, backend, "vllm:num_requests_running", "") == 0 &&
 			metric(t, backend, "vllm:request_success_total", `finished_reason="abort"`) == aborts+1
-	})
+	}, "the backend to abort the generation")
 	o := e.obs.waitFor(t, 1)[0]
 	if o.status != 499 || o.model != "qwen3-coder" {
 		t.Fatalf("observation %+v, want 499", o)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"gpuhost/appliance/appliancetest"
+	"gpuhost/internal/testkit"
 )
 
 // soakDuration is GPUHOST_PROXY_SOAK (a Go duration, at most 60 s), 20 s by
@@ -146,7 +147,7 @@ func TestSoak(t *testing.T) {
 	if fd1 > fd0+tolerance {
 		t.Fatalf("open files grew from %d to %d", fd0, fd1)
 	}
-	eventually(t, "no generation left running on the backend", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		return metric(t, e.backendURL("coder"), "vllm:num_requests_running", "") == 0
-	})
+	}, "no generation left running on the backend")
 }

@@ -19,6 +19,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/config"
 	"gpuhost/frontdoor/proxy"
+	"gpuhost/internal/testkit"
 	"gpuhost/units"
 )
 
@@ -123,12 +124,7 @@ func TestWireBytes(t *testing.T) {
 // connection (no clean end that would look like a complete answer) and is
 // recorded as 502.
 func TestBackendFailures(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close() // nothing listens here now
+	port := testkit.FreePort(t) // nothing listens here
 	url, obs := serveProxy(t, &units.Profile{Name: "p", Backend: units.VLLM, Model: "m", Port: port})
 	client := &http.Client{Timeout: 10 * time.Second}
 	resp, err := client.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))

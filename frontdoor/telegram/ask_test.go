@@ -10,6 +10,7 @@ import (
 
 	"gpuhost/agent"
 	"gpuhost/config"
+	"gpuhost/internal/telegramtest"
 )
 
 // scriptedAsker answers every question with the same recovery timeline
@@ -178,9 +179,9 @@ func TestAskCommand(t *testing.T) {
 	a := &scriptedAsker{}
 	h := askHarness(t, a)
 
-	h.api.push(operator, private(operator), "/ask what is 6*7?")
-	reply := h.api.waitMessage(t, operator.ID, "6*7 is 42.")
-	msgs := h.api.sentTo(operator.ID)
+	h.api.Push(operator, telegramtest.Private(operator), "/ask what is 6*7?")
+	reply := h.api.WaitMessage(t, operator.ID, "6*7 is 42.")
+	msgs := h.api.SentTo(operator.ID)
 	if len(msgs) != 2 || msgs[0] != askWorking {
 		t.Fatalf("messages to the operator: %q, want working… then the answer", msgs)
 	}
@@ -193,12 +194,12 @@ func TestAskCommand(t *testing.T) {
 		t.Errorf("asked %q", q)
 	}
 
-	h.api.push(operator, private(operator), "/ask")
-	h.api.waitMessage(t, operator.ID, "Usage: /ask <question>")
+	h.api.Push(operator, telegramtest.Private(operator), "/ask")
+	h.api.WaitMessage(t, operator.ID, "Usage: /ask <question>")
 
 	m := stranger(1)
-	h.api.push(m, private(m), "/ask what is the storage status?")
-	text := h.api.waitMessage(t, m.ID, "gpuhost pair approve")
+	h.api.Push(m, telegramtest.Private(m), "/ask what is the storage status?")
+	text := h.api.WaitMessage(t, m.ID, "gpuhost pair approve")
 	assertOnlyPairing(t, "the stranger", []string{text})
 	h.sync(t)
 	if n := len(a.questions()); n != 1 {
@@ -206,7 +207,7 @@ func TestAskCommand(t *testing.T) {
 	}
 
 	// In a group, /ask for another bot is not ours.
-	h.api.push(operator, private(operator), "/ask@otherbot what runs?")
+	h.api.Push(operator, telegramtest.Private(operator), "/ask@otherbot what runs?")
 	h.sync(t)
 	if n := len(a.questions()); n != 1 {
 		t.Errorf("/ask@otherbot ran the loop")
@@ -220,30 +221,30 @@ func TestAskOnePerChatAndRateLimit(t *testing.T) {
 	a := &scriptedAsker{gate: make(chan struct{}, 4)}
 	h := askHarness(t, a)
 
-	h.api.push(operator, private(operator), "/ask first")
-	h.api.waitMessage(t, operator.ID, askWorking)
-	h.api.push(operator, private(operator), "/ask second")
-	h.api.waitMessage(t, operator.ID, "still working on your previous question")
+	h.api.Push(operator, telegramtest.Private(operator), "/ask first")
+	h.api.WaitMessage(t, operator.ID, askWorking)
+	h.api.Push(operator, telegramtest.Private(operator), "/ask second")
+	h.api.WaitMessage(t, operator.ID, "still working on your previous question")
 
 	colleague := stranger(7)
 	h.allow(t, colleague)
-	h.api.push(colleague, private(colleague), "/ask in parallel")
-	h.api.waitMessage(t, colleague.ID, askWorking)
+	h.api.Push(colleague, telegramtest.Private(colleague), "/ask in parallel")
+	h.api.WaitMessage(t, colleague.ID, askWorking)
 
 	a.gate <- struct{}{}
 	a.gate <- struct{}{}
-	h.api.waitMessage(t, operator.ID, "6*7 is 42.")
-	h.api.waitMessage(t, colleague.ID, "6*7 is 42.")
+	h.api.WaitMessage(t, operator.ID, "6*7 is 42.")
+	h.api.WaitMessage(t, colleague.ID, "6*7 is 42.")
 
-	h.api.push(operator, private(operator), "/ask too soon")
-	wait := h.api.waitMessage(t, operator.ID, "Please wait")
+	h.api.Push(operator, telegramtest.Private(operator), "/ask too soon")
+	wait := h.api.WaitMessage(t, operator.ID, "Please wait")
 	if !strings.HasSuffix(wait, " s before the next /ask.") {
 		t.Errorf("wait reply %q", wait)
 	}
 	h.clock.Add(11 * time.Second)
 	a.gate <- struct{}{}
-	h.api.push(operator, private(operator), "/ask later")
-	h.api.waitFor(t, "the second answer", func(sent []sentMsg) bool {
+	h.api.Push(operator, telegramtest.Private(operator), "/ask later")
+	h.api.WaitFor(t, "the second answer", func(sent []telegramtest.Sent) bool {
 		n := 0
 		for _, m := range sent {
 			if m.ChatID == operator.ID && strings.HasPrefix(m.Text, "6*7 is 42.") {
@@ -266,8 +267,8 @@ func TestAskDisabled(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			h := startBot(t, harnessOpts{asker: a})
 			h.allow(t, operator)
-			h.api.push(operator, private(operator), "/ask anything")
-			h.api.waitMessage(t, operator.ID, "The agent is not enabled")
+			h.api.Push(operator, telegramtest.Private(operator), "/ask anything")
+			h.api.WaitMessage(t, operator.ID, "The agent is not enabled")
 		})
 	}
 }

@@ -21,6 +21,8 @@ import (
 	"gpuhost/config"
 	"gpuhost/internal/pairing"
 	"gpuhost/internal/redactlog"
+	"gpuhost/internal/telegramtest"
+	"gpuhost/internal/testkit"
 	"gpuhost/nvml"
 )
 
@@ -53,8 +55,8 @@ func assertOnlyPairing(t *testing.T, who string, msgs []string) string {
 func TestUnknownSenderGetsOnlyACode(t *testing.T) {
 	h := startBot(t, harnessOpts{})
 	m := stranger(0)
-	h.api.push(m, private(m), "/gpu status")
-	text := h.api.waitMessage(t, m.ID, "gpuhost pair approve")
+	h.api.Push(m, telegramtest.Private(m), "/gpu status")
+	text := h.api.WaitMessage(t, m.ID, "gpuhost pair approve")
 	code := assertOnlyPairing(t, "the stranger", []string{text})
 	if !strings.Contains(text, "ask the operator of this machine to run") || !strings.Contains(text, "gpuhost pair approve "+code) {
 		t.Errorf("pairing message lacks the instruction: %q", text)
@@ -82,8 +84,8 @@ func TestPairedOperatorGetsStatusDoctorAndNotifications(t *testing.T) {
 	}
 
 	t.Run("status", func(t *testing.T) {
-		h.api.push(operator, private(operator), "/gpu status")
-		st := h.api.waitMessage(t, operator.ID, "qwen3-coder")
+		h.api.Push(operator, telegramtest.Private(operator), "/gpu status")
+		st := h.api.WaitMessage(t, operator.ID, "qwen3-coder")
 		for _, want := range []string{"🟢 coder · vllm · qwen3-coder", "GiB", "▓", "(simulated)", "util ", "endpoint: ✅ /health 200", "last switch: ✅ coder"} {
 			if !strings.Contains(st, want) {
 				t.Errorf("status lacks %q:\n%s", want, st)
@@ -92,8 +94,8 @@ func TestPairedOperatorGetsStatusDoctorAndNotifications(t *testing.T) {
 	})
 
 	t.Run("doctor addressed to the bot", func(t *testing.T) {
-		h.api.push(operator, private(operator), "/gpu@"+testBotName+" doctor")
-		d := h.api.waitMessage(t, operator.ID, "doctor:")
+		h.api.Push(operator, telegramtest.Private(operator), "/gpu@"+testBotName+" doctor")
+		d := h.api.WaitMessage(t, operator.ID, "doctor:")
 		// The fixture's coder-greedy profile fails the settings checks.
 		if !strings.Contains(d, "❌") || !strings.Contains(d, "[coder-greedy]") || !strings.Contains(d, "fix:") {
 			t.Errorf("doctor message:\n%s", d)
@@ -114,7 +116,7 @@ func TestPairedOperatorGetsStatusDoctorAndNotifications(t *testing.T) {
 		if err == nil {
 			t.Fatalf("switch should fail:%s", appliancetest.Describe(evs))
 		}
-		n := h.api.waitMessage(t, operator.ID, "switch to llama failed")
+		n := h.api.WaitMessage(t, operator.ID, "switch to llama failed")
 		for _, want := range []string{"❌", "rolled back to coder", "last journal lines:", "address already in use"} {
 			if !strings.Contains(n, want) {
 				t.Errorf("failure notification lacks %q:\n%s", want, n)
@@ -122,7 +124,7 @@ func TestPairedOperatorGetsStatusDoctorAndNotifications(t *testing.T) {
 		}
 		// The backend unit failed during the switch; the switch's own
 		// message covers it, so no separate unit notification came first.
-		if c := countContaining(h.api.sentTo(operator.ID), "⚠️ backend unit"); c != 0 {
+		if c := countContaining(h.api.SentTo(operator.ID), "⚠️ backend unit"); c != 0 {
 			t.Errorf("%d unit-failed notifications during a switch", c)
 		}
 	})
@@ -131,7 +133,7 @@ func TestPairedOperatorGetsStatusDoctorAndNotifications(t *testing.T) {
 		if evs, err := h.f.SwitchTo(t, "llama"); err != nil {
 			t.Fatalf("%v:%s", err, appliancetest.Describe(evs))
 		}
-		n := h.api.waitMessage(t, operator.ID, "✅ switch done: llama")
+		n := h.api.WaitMessage(t, operator.ID, "✅ switch done: llama")
 		if !strings.Contains(n, "llama (ollama, llama3.1:8b) is active") {
 			t.Errorf("done notification: %q", n)
 		}
@@ -146,14 +148,14 @@ func TestPairedOperatorGetsStatusDoctorAndNotifications(t *testing.T) {
 		if err := syscall.Kill(st.MainPID, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		n := h.api.waitMessage(t, operator.ID, "⚠️ backend unit "+unit+" failed")
+		n := h.api.WaitMessage(t, operator.ID, "⚠️ backend unit "+unit+" failed")
 		if !strings.Contains(n, "journalctl -u "+unit) {
 			t.Errorf("unit notification: %q", n)
 		}
 	})
 
 	if testing.Verbose() {
-		for _, m := range h.api.sentTo(operator.ID) {
+		for _, m := range h.api.SentTo(operator.ID) {
 			t.Logf("to the operator:\n%s\n", m)
 		}
 	}
@@ -163,10 +165,10 @@ func TestPairedOperatorGetsStatusDoctorAndNotifications(t *testing.T) {
 		if err != nil || !strings.Contains(out, "revoked user 111") {
 			t.Fatalf("pair revoke = %q, %v", out, err)
 		}
-		before := len(h.api.sentTo(operator.ID))
-		h.api.push(operator, private(operator), "/gpu status")
+		before := len(h.api.SentTo(operator.ID))
+		h.api.Push(operator, telegramtest.Private(operator), "/gpu status")
 		h.sync(t)
-		after := h.api.sentTo(operator.ID)[before:]
+		after := h.api.SentTo(operator.ID)[before:]
 		if len(after) != 1 || codeIn(after[0]) == "" {
 			t.Errorf("after revoke the operator got %q, want only a new pairing code", after)
 		}
@@ -179,8 +181,8 @@ func TestInjectionFloodChangesNothing(t *testing.T) {
 	h.allow(t, syncUser)
 	// A stranger with a real pending code, which the flood tries to approve.
 	victim := stranger(99)
-	h.api.push(victim, private(victim), "hello")
-	victimCode := codeIn(h.api.waitMessage(t, victim.ID, "gpuhost pair approve"))
+	h.api.Push(victim, telegramtest.Private(victim), "hello")
+	victimCode := codeIn(h.api.WaitMessage(t, victim.ID, "gpuhost pair approve"))
 	if victimCode == "" {
 		t.Fatal("no code for the victim")
 	}
@@ -210,18 +212,18 @@ func TestInjectionFloodChangesNothing(t *testing.T) {
 		for j := range perSender {
 			text := texts[(i+j)%len(texts)]
 			if text == "" {
-				h.api.push(u, private(u), "", []byte("caf\xe9 \xff\xfe /gpu status \xc3"))
+				h.api.PushRawText(u, telegramtest.Private(u), []byte("caf\xe9 \xff\xfe /gpu status \xc3"))
 			} else {
-				h.api.push(u, private(u), text)
+				h.api.Push(u, telegramtest.Private(u), text)
 			}
 			sent++
 		}
 		// Strangers in a group, too: no code there, nothing else either.
-		h.api.push(u, opsGroup, "/gpu@"+testBotName+" status")
+		h.api.Push(u, opsGroup, "/gpu@"+testBotName+" status")
 	}
 	// An allowlisted user asking for a change gets help, not a change.
-	h.api.push(operator, private(operator), "add user 999 to the allowlist")
-	h.api.push(operator, private(operator), "/gpu allow 999")
+	h.api.Push(operator, telegramtest.Private(operator), "add user 999 to the allowlist")
+	h.api.Push(operator, telegramtest.Private(operator), "/gpu allow 999")
 	h.sync(t)
 
 	if sent != 200 {
@@ -236,7 +238,7 @@ func TestInjectionFloodChangesNothing(t *testing.T) {
 	withCode := 0
 	for i := range senders {
 		u := stranger(i)
-		msgs := h.api.sentTo(u.ID)
+		msgs := h.api.SentTo(u.ID)
 		if len(msgs) > 2 {
 			t.Errorf("stranger %d got %d messages, want a code and at most one reminder: %q", u.ID, len(msgs), msgs)
 		}
@@ -248,10 +250,10 @@ func TestInjectionFloodChangesNothing(t *testing.T) {
 	if withCode != pairing.NewCodesPerMinute-1 {
 		t.Errorf("%d strangers got a code, want %d (the rate limit, less the victim's)", withCode, pairing.NewCodesPerMinute-1)
 	}
-	if got := h.api.sentTo(opsGroup.ID); len(got) != 0 {
+	if got := h.api.SentTo(opsGroup.ID); len(got) != 0 {
 		t.Errorf("the group got %q", got)
 	}
-	if got := h.api.sentTo(victim.ID); len(got) != 1 {
+	if got := h.api.SentTo(victim.ID); len(got) != 1 {
 		t.Errorf("the victim got %d messages", len(got))
 	}
 	if ok, _ := h.store.Allowed(victim.ID); ok {
@@ -264,7 +266,7 @@ func TestInjectionFloodChangesNothing(t *testing.T) {
 	if len(ps) != pairing.NewCodesPerMinute {
 		t.Errorf("%d pending codes, want %d (the rate limit)", len(ps), pairing.NewCodesPerMinute)
 	}
-	op := h.api.sentTo(operator.ID)
+	op := h.api.SentTo(operator.ID)
 	if len(op) != 2 {
 		t.Fatalf("operator got %d replies, want 2: %q", len(op), op)
 	}
@@ -273,7 +275,7 @@ func TestInjectionFloodChangesNothing(t *testing.T) {
 			t.Errorf("operator's reply to a change request: %q", m)
 		}
 	}
-	if n := h.api.callCount("sendMessage"); n > senders*2+1+2+1 {
+	if n := h.api.Calls("sendMessage"); n > senders*2+1+2+1 {
 		t.Errorf("%d sendMessage calls for %d strangers", n, senders)
 	}
 }
@@ -292,8 +294,8 @@ func TestExpiredCodeIsRefused(t *testing.T) {
 	// expired by the real clock that `gpuhost pair approve` uses.
 	h := startBot(t, harnessOpts{clockOffset: -(pairing.CodeTTL + time.Minute)})
 	m := stranger(1)
-	h.api.push(m, private(m), "let me in")
-	old := codeIn(h.api.waitMessage(t, m.ID, "gpuhost pair approve"))
+	h.api.Push(m, telegramtest.Private(m), "let me in")
+	old := codeIn(h.api.WaitMessage(t, m.ID, "gpuhost pair approve"))
 
 	out, err := runPair(t, h.f.Cfg.StateDir, "approve", old)
 	if !errors.Is(err, pairing.ErrCodeExpired) {
@@ -313,9 +315,9 @@ func TestExpiredCodeIsRefused(t *testing.T) {
 
 	// Once the code has expired for the bot too, the sender gets a new one.
 	h.clock.Add(pairing.CodeTTL + time.Minute)
-	h.api.push(m, private(m), "let me in")
+	h.api.Push(m, telegramtest.Private(m), "let me in")
 	h.sync(t)
-	msgs := h.api.sentTo(m.ID)
+	msgs := h.api.SentTo(m.ID)
 	if len(msgs) != 2 {
 		t.Fatalf("sender got %q, want a second code", msgs)
 	}
@@ -350,19 +352,19 @@ func TestGroupChats(t *testing.T) {
 			if tc.allowlisted {
 				h.allow(t, operator)
 			}
-			h.api.push(operator, opsGroup, tc.text)
+			h.api.Push(operator, opsGroup, tc.text)
 			if tc.wantReply != "" {
-				h.api.waitMessage(t, opsGroup.ID, tc.wantReply)
+				h.api.WaitMessage(t, opsGroup.ID, tc.wantReply)
 			}
 			h.sync(t)
-			got := h.api.sentTo(opsGroup.ID)
+			got := h.api.SentTo(opsGroup.ID)
 			if tc.wantReply == "" && len(got) != 0 {
 				t.Errorf("group got %q, want nothing", got)
 			}
 			if len(got) > 1 {
 				t.Errorf("group got %d messages", len(got))
 			}
-			if n := len(h.api.sentTo(operator.ID)); n != 0 {
+			if n := len(h.api.SentTo(operator.ID)); n != 0 {
 				t.Errorf("operator got %d private messages for a group message", n)
 			}
 			if !tc.allowlisted {
@@ -394,18 +396,18 @@ func TestCorruptAllowlistFailsClosed(t *testing.T) {
 	if err := os.WriteFile(h.store.AllowlistPath(), []byte(`{"version":1,"users":[{"user_id":111,`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h.api.push(operator, private(operator), "/gpu status")
-	h.api.push(stranger(3), private(stranger(3)), "hi")
+	h.api.Push(operator, telegramtest.Private(operator), "/gpu status")
+	h.api.Push(stranger(3), telegramtest.Private(stranger(3)), "hi")
 	h.waitLog(t, "fail closed", 2)
 	// Restore, then sync: nothing more comes of the messages above.
 	if err := os.WriteFile(h.store.AllowlistPath(), good, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	h.sync(t)
-	if got := h.api.sentTo(operator.ID); len(got) != 0 {
+	if got := h.api.SentTo(operator.ID); len(got) != 0 {
 		t.Errorf("with a corrupt allowlist the operator got %q", got)
 	}
-	if got := h.api.sentTo(stranger(3).ID); len(got) != 0 {
+	if got := h.api.SentTo(stranger(3).ID); len(got) != 0 {
 		t.Errorf("with a corrupt allowlist a stranger got %q", got)
 	}
 	logs := h.logs.String()
@@ -437,16 +439,12 @@ func TestDoctorTurningRedIsNotifiedOnce(t *testing.T) {
 	waitRuns := func(n int64) {
 		t.Helper()
 		target := runs.Load() + n
-		deadline := time.Now().Add(30 * time.Second)
-		for runs.Load() < target {
-			if time.Now().After(deadline) {
-				t.Fatalf("doctor ran %d times, waiting for %d", runs.Load(), target)
-			}
-			time.Sleep(10 * time.Millisecond)
+		if !testkit.Poll(30*time.Second, func() bool { return runs.Load() >= target }) {
+			t.Fatalf("doctor ran %d times, waiting for %d", runs.Load(), target)
 		}
 	}
 	waitRuns(2)
-	if got := h.api.sentTo(operator.ID); len(got) != 0 {
+	if got := h.api.SentTo(operator.ID); len(got) != 0 {
 		t.Fatalf("green doctor notified %q", got)
 	}
 
@@ -455,19 +453,19 @@ func TestDoctorTurningRedIsNotifiedOnce(t *testing.T) {
 	if err := nvml.WriteClaim(h.f.Cfg.GPU.SimDir, nvml.Claim{PID: sleeper.Pid, MiB: 4096, Name: "foreign"}); err != nil {
 		t.Fatal(err)
 	}
-	red := h.api.waitMessage(t, operator.ID, "🔴 doctor turned red")
+	red := h.api.WaitMessage(t, operator.ID, "🔴 doctor turned red")
 	if !strings.Contains(red, "gpu.foreign_processes") || !strings.Contains(red, "foreign") {
 		t.Errorf("red notification:\n%s", red)
 	}
 	waitRuns(3)
-	if n := countContaining(h.api.sentTo(operator.ID), "doctor turned red"); n != 1 {
+	if n := countContaining(h.api.SentTo(operator.ID), "doctor turned red"); n != 1 {
 		t.Errorf("%d red notifications while it stayed red, want 1", n)
 	}
 
 	if err := nvml.RemoveClaim(h.f.Cfg.GPU.SimDir, sleeper.Pid); err != nil {
 		t.Fatal(err)
 	}
-	h.api.waitMessage(t, operator.ID, "🟢 doctor is no longer red")
+	h.api.WaitMessage(t, operator.ID, "🟢 doctor is no longer red")
 }
 
 func countContaining(msgs []string, s string) int {
@@ -482,14 +480,14 @@ func countContaining(msgs []string, s string) int {
 
 func TestTokenNeverAppearsInLogsOrErrors(t *testing.T) {
 	// The library must not print through the standard logger either.
-	var stdlog syncBuffer
+	var stdlog testkit.SyncBuffer
 	log.SetOutput(&stdlog)
 	t.Cleanup(func() { log.SetOutput(os.Stderr) })
 	echo := "token " + testToken + " at /bot" + testToken + "/getMe"
 
 	t.Run("refused token at start is retried and reported", func(t *testing.T) {
-		h := startBot(t, harnessOpts{before: func(api *fakeAPI) {
-			api.failNext("getMe", 3, failure{code: 401, desc: "Unauthorized: " + echo})
+		h := startBot(t, harnessOpts{before: func(api *telegramtest.Fake) {
+			api.FailNext("getMe", 3, telegramtest.Failure{Code: 401, Description: "Unauthorized: " + echo})
 		}})
 		st := h.waitStatus(t, "backing off on a refused token", func(st api.TelegramStatus) bool {
 			return st.State == api.TelegramBackingOff && st.Errors["unauthorized"] >= 1
@@ -507,15 +505,15 @@ func TestTokenNeverAppearsInLogsOrErrors(t *testing.T) {
 	})
 
 	t.Run("transient failures are retried and logged without the token", func(t *testing.T) {
-		h := startBot(t, harnessOpts{before: func(api *fakeAPI) {
-			api.failNext("getMe", 2, failure{code: 500, desc: "Internal Server Error: " + echo})
-			api.failNext("getUpdates", 2, failure{code: 502, raw: "<html>502 Bad Gateway for /bot" + testToken + "/getUpdates</html>"})
-			api.failNext("sendMessage", 1, failure{code: 400, desc: "Bad Request: " + echo})
+		h := startBot(t, harnessOpts{before: func(api *telegramtest.Fake) {
+			api.FailNext("getMe", 2, telegramtest.Failure{Code: 500, Description: "Internal Server Error: " + echo})
+			api.FailNext("getUpdates", 2, telegramtest.Failure{Code: 502, Raw: "<html>502 Bad Gateway for /bot" + testToken + "/getUpdates</html>"})
+			api.FailNext("sendMessage", 1, telegramtest.Failure{Code: 400, Description: "Bad Request: " + echo})
 		}})
 		m := stranger(7)
-		h.api.push(m, private(m), "hi") // its answer fails (400)
-		h.api.push(m, private(m), "hi?")
-		h.api.waitMessage(t, m.ID, "Your pairing code is still")
+		h.api.Push(m, telegramtest.Private(m), "hi") // its answer fails (400)
+		h.api.Push(m, telegramtest.Private(m), "hi?")
+		h.api.WaitMessage(t, m.ID, "Your pairing code is still")
 		logs := h.logs.String()
 		for _, want := range []string{"backing off", "Internal Server Error", "502 Bad Gateway", "send telegram message", "<redacted>"} {
 			if !strings.Contains(logs, want) {
@@ -527,8 +525,8 @@ func TestTokenNeverAppearsInLogsOrErrors(t *testing.T) {
 	t.Run("token refused while polling is retried and reported", func(t *testing.T) {
 		h := startBot(t, harnessOpts{})
 		h.sync(t) // polling works
-		h.api.failNext("getUpdates", 2, failure{code: 401, desc: "Unauthorized: " + echo})
-		h.api.push(syncUser, private(syncUser), "/gpu help") // wakes the long poll
+		h.api.FailNext("getUpdates", 2, telegramtest.Failure{Code: 401, Description: "Unauthorized: " + echo})
+		h.api.Push(syncUser, telegramtest.Private(syncUser), "/gpu help") // wakes the long poll
 		h.waitStatus(t, "backing off on a refused token", func(st api.TelegramStatus) bool {
 			return st.Errors["unauthorized"] >= 1
 		})
@@ -618,7 +616,7 @@ func (idleSupervisor) Subscribe(uint64) (<-chan api.Event, []api.Event, func()) 
 }
 
 func TestRedactHandlerScrubsEveryKindOfValue(t *testing.T) {
-	var buf syncBuffer
+	var buf testkit.SyncBuffer
 	b := &Bot{token: testToken}
 	l := slog.New(redactlog.New(slog.NewTextHandler(&buf, nil), b.redact))
 	l.Info("msg "+testToken, "s", "x"+testToken, "err", errors.New("GET /bot"+testToken+"/getMe"),

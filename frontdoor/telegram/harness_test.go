@@ -19,25 +19,15 @@ import (
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/config"
 	"gpuhost/internal/pairing"
+	"gpuhost/internal/telegramtest"
+	"gpuhost/internal/testkit"
 )
 
-// syncBuffer collects log output from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// The bot's token and username are the fake Bot API's.
+const (
+	testToken   = telegramtest.DefaultToken
+	testBotName = telegramtest.BotUsername
+)
 
 // testClock is real time shifted by a settable offset, so that codes the
 // bot issues can be judged by `gpuhost pair` (real clock) as well.
@@ -67,18 +57,18 @@ type harnessOpts struct {
 	doctor      func(f *appliancetest.Fixture) api.DoctorFunc
 	clockOffset time.Duration
 	// before runs after the fake API exists and before the bot starts.
-	before func(fakeBot *fakeAPI)
+	before func(fake *telegramtest.Fake)
 	// asker, when set, enables /ask.
 	asker Asker
 }
 
 type harness struct {
-	api   *fakeAPI
+	api   *telegramtest.Fake
 	f     *appliancetest.Fixture
 	bot   *Bot
 	store *pairing.Store
 	clock *testClock
-	logs  *syncBuffer
+	logs  *testkit.SyncBuffer
 	done  chan error
 	stop  context.CancelFunc
 }
@@ -87,7 +77,8 @@ type harness struct {
 // fresh fake Bot API, with logs captured and checked for the token at the end.
 func startBot(t *testing.T, o harnessOpts) *harness {
 	t.Helper()
-	fakeBot := newFakeAPI(t)
+	fakeBot := telegramtest.New(t)
+	fakeBot.RequireKnownChats() // as Telegram: no sendMessage to a chat that never wrote
 	tokenFile := filepath.Join(t.TempDir(), "telegram.token")
 	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -101,7 +92,7 @@ func startBot(t *testing.T, o harnessOpts) *harness {
 			o.hook(c)
 		}
 	}})
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	doctor := f.Doctor
 	if o.doctor != nil {
@@ -187,10 +178,10 @@ func codeIn(text string) string {
 // command, as the operator would.
 func (h *harness) pairUser(t *testing.T, u models.User) {
 	t.Helper()
-	before := len(h.api.sentTo(u.ID))
-	h.api.push(u, private(u), "hi")
+	before := len(h.api.SentTo(u.ID))
+	h.api.Push(u, telegramtest.Private(u), "hi")
 	var code string
-	h.api.waitFor(t, "a pairing code", func(sent []sentMsg) bool {
+	h.api.WaitFor(t, "a pairing code", func(sent []telegramtest.Sent) bool {
 		var to []string
 		for _, m := range sent {
 			if m.ChatID == u.ID {
@@ -204,7 +195,7 @@ func (h *harness) pairUser(t *testing.T, u models.User) {
 		return false
 	})
 	if code == "" {
-		t.Fatalf("no pairing code in %q", h.api.sentTo(u.ID))
+		t.Fatalf("no pairing code in %q", h.api.SentTo(u.ID))
 	}
 	out, err := runPair(t, h.f.Cfg.StateDir, "approve", code)
 	if err != nil {
@@ -222,7 +213,7 @@ func (h *harness) allow(t *testing.T, u models.User) {
 	if _, err := h.store.Approve(out.Code); err != nil {
 		t.Fatal(err)
 	}
-	h.api.knowChat(private(u))
+	h.api.KnowChat(telegramtest.Private(u))
 }
 
 // syncUser only ever sends sync points, so counting its help replies is exact.
@@ -235,7 +226,7 @@ func (h *harness) sync(t *testing.T) {
 	if ok, _ := h.store.Allowed(syncUser.ID); !ok {
 		h.allow(t, syncUser)
 	}
-	count := func(sent []sentMsg) int {
+	count := func(sent []telegramtest.Sent) int {
 		c := 0
 		for _, m := range sent {
 			if m.ChatID == syncUser.ID && strings.Contains(m.Text, "/gpu help — this text") {
@@ -244,36 +235,26 @@ func (h *harness) sync(t *testing.T) {
 		}
 		return c
 	}
-	n := count(h.api.allSent())
-	h.api.push(syncUser, private(syncUser), "/gpu help")
-	h.api.waitFor(t, "the help reply (sync point)", func(sent []sentMsg) bool { return count(sent) > n })
+	n := count(h.api.Sent())
+	h.api.Push(syncUser, telegramtest.Private(syncUser), "/gpu help")
+	h.api.WaitFor(t, "the help reply (sync point)", func(sent []telegramtest.Sent) bool { return count(sent) > n })
 }
 
 // waitStatus waits until cond holds for the bot's Status.
 func (h *harness) waitStatus(t *testing.T, what string, cond func(api.TelegramStatus) bool) api.TelegramStatus {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st := h.bot.Status()
-		if cond(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status never %s: %+v", what, st)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var st api.TelegramStatus
+	if !testkit.Poll(30*time.Second, func() bool { st = h.bot.Status(); return cond(st) }) {
+		t.Fatalf("status never %s: %+v", what, st)
 	}
+	return st
 }
 
 // waitLog waits until the log holds n lines containing s.
 func (h *harness) waitLog(t *testing.T, s string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for strings.Count(h.logs.String(), s) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("log never had %d × %q:\n%s", n, s, h.logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testkit.Poll(30*time.Second, func() bool { return strings.Count(h.logs.String(), s) >= n }) {
+		t.Fatalf("log never had %d × %q:\n%s", n, s, h.logs.String())
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/internal/pairing"
+	"gpuhost/internal/telegramtest"
+	"gpuhost/internal/testkit"
 )
 
 // Availability: whatever arrives from Telegram, the bot keeps answering,
@@ -24,13 +26,13 @@ func TestUndecodableUpdateIsSkipped(t *testing.T) {
 	h := startBot(t, harnessOpts{})
 	h.allow(t, operator)
 	m := stranger(3)
-	poison := h.api.pushRaw(fmt.Sprintf(`{"message":{"message_id":1,"date":1700000000,
+	poison := h.api.PushRaw(fmt.Sprintf(`{"message":{"message_id":1,"date":1700000000,
 		"from":{"id":%d,"is_bot":false,"first_name":"Mallory"},
 		"chat":{"id":%d,"type":"private","first_name":"Mallory"},
 		"forward_origin":{"type":"hologram","date":1700000000},
 		"text":"look at this"}}`, m.ID, m.ID))
-	h.api.push(operator, private(operator), "/gpu status")
-	got := h.api.waitMessage(t, operator.ID, "")
+	h.api.Push(operator, telegramtest.Private(operator), "/gpu status")
+	got := h.api.WaitMessage(t, operator.ID, "")
 	if codeIn(got) != "" {
 		t.Fatalf("the operator got a pairing code: %q", got)
 	}
@@ -38,10 +40,8 @@ func TestUndecodableUpdateIsSkipped(t *testing.T) {
 		t.Errorf("status after a poison update: %+v", st)
 	}
 	// The next poll confirms past the poison update: Telegram forgets it.
-	for deadline := time.Now().Add(30 * time.Second); h.api.confirmed() <= poison; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("confirmed offset %d is not past the poison update %d", h.api.confirmed(), poison)
-		}
+	if !testkit.Poll(30*time.Second, func() bool { return h.api.Confirmed() > poison }) {
+		t.Fatalf("confirmed offset %d is not past the poison update %d", h.api.Confirmed(), poison)
 	}
 	h.waitLog(t, "skipping a Telegram update that cannot be decoded", 1)
 	logs := h.logs.String()
@@ -53,7 +53,7 @@ func TestUndecodableUpdateIsSkipped(t *testing.T) {
 	if n := strings.Count(logs, "cannot be decoded"); n != 1 {
 		t.Errorf("%d WARN lines for one poison update", n)
 	}
-	if got := h.api.sentTo(m.ID); len(got) != 0 {
+	if got := h.api.SentTo(m.ID); len(got) != 0 {
 		t.Errorf("the poison's sender got %q", got)
 	}
 }
@@ -64,11 +64,11 @@ func TestPoisonBatch(t *testing.T) {
 	h := startBot(t, harnessOpts{})
 	h.allow(t, operator)
 	for i := range 5 {
-		h.api.pushRaw(`{"message":{"message_id":1,"date":1,"chat":{"id":1,"type":"private"},"forward_origin":{"type":"x"}}}`)
-		h.api.pushRaw(`{"some_future_update":{"id":1}, "message": 7}`)
-		h.api.push(operator, private(operator), fmt.Sprintf("/gpu help %d", i))
+		h.api.PushRaw(`{"message":{"message_id":1,"date":1,"chat":{"id":1,"type":"private"},"forward_origin":{"type":"x"}}}`)
+		h.api.PushRaw(`{"some_future_update":{"id":1}, "message": 7}`)
+		h.api.Push(operator, telegramtest.Private(operator), fmt.Sprintf("/gpu help %d", i))
 	}
-	h.api.waitFor(t, "5 help replies", func(sent []sentMsg) bool { return len(sent) >= 5 })
+	h.api.WaitFor(t, "5 help replies", func(sent []telegramtest.Sent) bool { return len(sent) >= 5 })
 	if st := h.bot.Status(); st.UpdatesSkipped != 10 {
 		t.Errorf("skipped %d updates, want 10", st.UpdatesSkipped)
 	}
@@ -82,15 +82,15 @@ func TestRotatedTokenIsPickedUp(t *testing.T) {
 	h.allow(t, operator)
 	h.sync(t)
 	const newToken = "4242424242:AANewRotatedSecretValue_zyxwvutsrqpo"
-	h.api.setToken(newToken)
-	h.api.push(operator, private(operator), "/gpu help")
+	h.api.SetToken(newToken)
+	h.api.Push(operator, telegramtest.Private(operator), "/gpu help")
 	st := h.waitStatus(t, "backing off on the rotated token", func(st api.TelegramStatus) bool {
 		return st.State == api.TelegramBackingOff && strings.HasPrefix(st.Reason, api.TelegramTokenRefused)
 	})
 	if err := os.WriteFile(h.f.Cfg.Telegram.TokenFile, []byte(newToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h.api.waitMessage(t, operator.ID, "/gpu status")
+	h.api.WaitMessage(t, operator.ID, "/gpu status")
 	h.sync(t)
 	if st := h.bot.Status(); st.State != api.TelegramPolling {
 		t.Errorf("after the rotation: %+v", st)
@@ -109,13 +109,13 @@ func TestRotatedTokenIsPickedUp(t *testing.T) {
 func TestRetryAfterOnGetUpdatesIsHonoured(t *testing.T) {
 	h := startBot(t, harnessOpts{})
 	h.sync(t)
-	h.api.failNext("getUpdates", 1, failure{code: 429, desc: "Too Many Requests: retry after 2", retryAfter: 2})
-	h.api.push(syncUser, private(syncUser), "/gpu help") // wakes the long poll
+	h.api.FailNext("getUpdates", 1, telegramtest.Failure{Code: 429, Description: "Too Many Requests: retry after 2", RetryAfter: 2})
+	h.api.Push(syncUser, telegramtest.Private(syncUser), "/gpu help") // wakes the long poll
 	h.waitStatus(t, "rate limited", func(st api.TelegramStatus) bool { return st.Errors["rate_limited"] == 1 })
 	h.sync(t)
 	// After the 429'd call the next must wait ≥ 2 s; every other poll
 	// follows at once or returns early when an update is pushed.
-	calls := h.api.callTimes("getUpdates")
+	calls := h.api.CallTimes("getUpdates")
 	maxGap := time.Duration(0)
 	for i := 1; i < len(calls); i++ {
 		maxGap = max(maxGap, calls[i].Sub(calls[i-1]))
@@ -133,25 +133,25 @@ func TestRetryAfterOnGetUpdatesIsHonoured(t *testing.T) {
 func TestReplyIsRetriedOnce(t *testing.T) {
 	h := startBot(t, harnessOpts{})
 	h.allow(t, operator)
-	h.api.failNext("sendMessage", 1, failure{code: 429, desc: "Too Many Requests: retry after 1", retryAfter: 1})
-	h.api.push(operator, private(operator), "/gpu help")
-	h.api.waitMessage(t, operator.ID, "/gpu status")
-	if n := h.api.callCount("sendMessage"); n != 2 {
+	h.api.FailNext("sendMessage", 1, telegramtest.Failure{Code: 429, Description: "Too Many Requests: retry after 1", RetryAfter: 1})
+	h.api.Push(operator, telegramtest.Private(operator), "/gpu help")
+	h.api.WaitMessage(t, operator.ID, "/gpu status")
+	if n := h.api.Calls("sendMessage"); n != 2 {
 		t.Errorf("%d sendMessage calls, want 2 (the 429, then the retry)", n)
 	}
-	h.api.failNext("sendMessage", 2, failure{code: 500, desc: "Internal Server Error"})
-	h.api.push(operator, private(operator), "/gpu help")
+	h.api.FailNext("sendMessage", 2, telegramtest.Failure{Code: 500, Description: "Internal Server Error"})
+	h.api.Push(operator, telegramtest.Private(operator), "/gpu help")
 	h.sync(t)
-	if got := countContaining(h.api.sentTo(operator.ID), "/gpu status"); got != 1 {
+	if got := countContaining(h.api.SentTo(operator.ID), "/gpu status"); got != 1 {
 		t.Errorf("operator got %d help texts, want 1 (the second reply failed twice: given up after one retry)", got)
 	}
 	// A flood wait longer than maxReplyWait: the reply is given up at once
 	// rather than holding up the poll loop.
-	before := h.api.callCount("sendMessage")
-	h.api.failNext("sendMessage", 1, failure{code: 429, desc: "Too Many Requests: retry after 120", retryAfter: 120})
-	h.api.push(operator, private(operator), "/gpu help")
+	before := h.api.Calls("sendMessage")
+	h.api.FailNext("sendMessage", 1, telegramtest.Failure{Code: 429, Description: "Too Many Requests: retry after 120", RetryAfter: 120})
+	h.api.Push(operator, telegramtest.Private(operator), "/gpu help")
 	h.sync(t)
-	if n := h.api.callCount("sendMessage") - before; n != 2 { // the 429'd reply and the sync reply
+	if n := h.api.Calls("sendMessage") - before; n != 2 { // the 429'd reply and the sync reply
 		t.Errorf("%d sendMessage calls, want 2 (no retry after a 120 s flood wait)", n)
 	}
 	if st := h.bot.Status(); st.Errors["rate_limited"] != 2 || st.Errors["server"] != 2 {
@@ -165,12 +165,12 @@ func TestNotificationIsRetried(t *testing.T) {
 	h := startBot(t, harnessOpts{activate: "coder"})
 	h.allow(t, operator)
 	h.sync(t)
-	h.api.failNext("sendMessage", 2, failure{code: 429, desc: "Too Many Requests: retry after 1", retryAfter: 1})
-	h.api.failNext("sendMessage", 2, failure{code: 502, raw: "<html>Bad Gateway</html>"})
+	h.api.FailNext("sendMessage", 2, telegramtest.Failure{Code: 429, Description: "Too Many Requests: retry after 1", RetryAfter: 1})
+	h.api.FailNext("sendMessage", 2, telegramtest.Failure{Code: 502, Raw: "<html>Bad Gateway</html>"})
 	if _, err := h.f.SwitchTo(t, "llama"); err != nil {
 		t.Fatalf("switch: %v", err)
 	}
-	h.api.waitMessage(t, operator.ID, "✅ switch done: llama")
+	h.api.WaitMessage(t, operator.ID, "✅ switch done: llama")
 	if st := h.bot.Status(); st.NotificationsDropped != 0 {
 		t.Errorf("status: %+v", st)
 	}
@@ -182,9 +182,9 @@ func TestInvalidBodiesAreLoggedCapped(t *testing.T) {
 	h.allow(t, operator)
 	h.sync(t)
 	big := strings.Repeat("<html>gateway error page ", 2<<20/25)
-	h.api.failNext("getUpdates", 2, failure{code: 502, raw: big})
-	h.api.failNext("sendMessage", 2, failure{code: 200, raw: big})
-	h.api.push(operator, private(operator), "/gpu help")
+	h.api.FailNext("getUpdates", 2, telegramtest.Failure{Code: 502, Raw: big})
+	h.api.FailNext("sendMessage", 2, telegramtest.Failure{Code: 200, Raw: big})
+	h.api.Push(operator, telegramtest.Private(operator), "/gpu help")
 	h.waitStatus(t, "two bad answers", func(st api.TelegramStatus) bool { return st.Errors["server"] >= 2 })
 	h.sync(t)
 	logs := h.logs.String()
@@ -213,8 +213,8 @@ func TestNewcomerGetsACodeWhenTheCapIsFull(t *testing.T) {
 	}
 	h.store.Now = h.clock.Now
 	newcomer := models.User{ID: 8888, FirstName: "Nina", Username: "newcomer"}
-	h.api.push(newcomer, private(newcomer), "hello")
-	code := codeIn(h.api.waitMessage(t, newcomer.ID, "gpuhost pair approve"))
+	h.api.Push(newcomer, telegramtest.Private(newcomer), "hello")
+	code := codeIn(h.api.WaitMessage(t, newcomer.ID, "gpuhost pair approve"))
 	if code == "" {
 		t.Fatal("no code for the newcomer")
 	}

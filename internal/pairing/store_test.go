@@ -12,24 +12,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"gpuhost/internal/testkit"
 )
 
-// clock is a settable test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func newStore(t *testing.T) (*Store, *clock) {
+func newStore(t *testing.T) (*Store, *testkit.Clock) {
 	t.Helper()
-	c := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	c := testkit.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	s := New(t.TempDir())
 	s.Now = c.Now
 	return s, c
@@ -51,20 +40,20 @@ func TestRequestIssuesOneCodeThenRemindsOnceThenNothing(t *testing.T) {
 			t.Fatalf("code %q has %q outside the alphabet", first.Code, r)
 		}
 	}
-	c.Add(time.Minute)
+	c.Advance(time.Minute)
 	second, err := s.Request(alice())
 	if err != nil || second.Action != ActionRemind || second.Code != first.Code {
 		t.Fatalf("second request = %+v, %v; want a reminder of %s", second, err, first.Code)
 	}
 	for i := range 5 {
-		c.Add(time.Minute)
+		c.Advance(time.Minute)
 		again, err := s.Request(alice())
 		if err != nil || again.Action != ActionNone {
 			t.Fatalf("request %d = %+v, %v; want nothing", i+3, again, err)
 		}
 	}
 	// After the TTL the sender may get a fresh code, different from the old.
-	c.Add(CodeTTL)
+	c.Advance(CodeTTL)
 	fresh, err := s.Request(alice())
 	if err != nil || fresh.Action != ActionNewCode || fresh.Code == first.Code {
 		t.Fatalf("after expiry = %+v, %v; want a different new code", fresh, err)
@@ -99,7 +88,7 @@ func TestApprove(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.Add(tc.wait)
+			c.Advance(tc.wait)
 			e, err := s.Approve(tc.code(out.Code))
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
@@ -270,9 +259,9 @@ func TestFloodIsRateLimitedAndEvictsTheOldest(t *testing.T) {
 		t.Fatalf("reminder during the rate limit = %+v, %v", out, err)
 	}
 	// Fill the live cap at the highest rate allowed.
-	c.Add(time.Minute)
+	c.Advance(time.Minute)
 	for i := NewCodesPerMinute; i < MaxLivePending; i++ {
-		c.Add(time.Minute / NewCodesPerMinute)
+		c.Advance(time.Minute / NewCodesPerMinute)
 		if out, err := req(int64(10 + i)); err != nil || out.Action != ActionNewCode || out.Evicted != 0 {
 			t.Fatalf("request %d = %+v, %v", i, out, err)
 		}
@@ -281,7 +270,7 @@ func TestFloodIsRateLimitedAndEvictsTheOldest(t *testing.T) {
 	oldest := ps[0]
 	// The cap is full: a newcomer still gets a code, and the oldest live
 	// code is evicted. It had at least MaxLivePending/NewCodesPerMinute.
-	c.Add(time.Minute / NewCodesPerMinute)
+	c.Advance(time.Minute / NewCodesPerMinute)
 	out, err := req(5000)
 	if err != nil || out.Action != ActionNewCode || out.Evicted != oldest.UserID {
 		t.Fatalf("newcomer at the cap = %+v, %v; want a code evicting user %d", out, err, oldest.UserID)
@@ -296,7 +285,7 @@ func TestFloodIsRateLimitedAndEvictsTheOldest(t *testing.T) {
 	if out, err := req(oldest.UserID); err != nil || out.Action != ActionNone {
 		t.Errorf("evicted sender again = %+v, %v; want silence", out, err)
 	}
-	c.Add(CodeTTL)
+	c.Advance(CodeTTL)
 	if out, err := req(oldest.UserID); err != nil || out.Action != ActionNewCode {
 		t.Errorf("evicted sender after the TTL = %+v, %v; want a new code", out, err)
 	}
@@ -317,11 +306,11 @@ func TestExpiredCodesArePruned(t *testing.T) {
 	if _, err := s.Request(Sender{UserID: 5000, ChatID: 5000}); err != nil {
 		t.Fatal(err)
 	}
-	c.Add(CodeTTL)
+	c.Advance(CodeTTL)
 	if _, err := s.Request(Sender{UserID: 5001, ChatID: 5001}); err != nil {
 		t.Fatal(err)
 	}
-	c.Add(KeepExpired + time.Minute)
+	c.Advance(KeepExpired + time.Minute)
 	if _, err := s.Request(Sender{UserID: 5002, ChatID: 5002}); err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +333,7 @@ func TestPendingFileStaysBoundedUnderAFlood(t *testing.T) {
 	const senders = MaxKeptExpired + MaxLivePending + 120
 	biggest := int64(0)
 	for i := range senders {
-		c.Add(time.Minute / NewCodesPerMinute)
+		c.Advance(time.Minute / NewCodesPerMinute)
 		out, err := s.Request(Sender{UserID: int64(100 + i), ChatID: int64(100 + i), Username: worstName, FirstName: worstName})
 		if err != nil || out.Action != ActionNewCode {
 			t.Fatalf("sender %d: %+v, %v", i, out, err)
@@ -438,7 +427,7 @@ func TestPurge(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c.Add(CodeTTL)
+	c.Advance(CodeTTL)
 	live, _ := s.Request(alice())
 	if n, err := s.Purge(false); err != nil || n != 3 {
 		t.Fatalf("Purge = %d, %v; want the 3 expired codes", n, err)

@@ -5,7 +5,6 @@ package testbin
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,17 +43,6 @@ func Binary(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return built
-}
-
-// FreePort asks the kernel for an unused loopback port.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // ConfigYAML is a gpuhost config whose backends are the simulator in bin.

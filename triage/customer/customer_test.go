@@ -10,6 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"gpuhost/internal/testkit"
 	"gpuhost/mcp"
 	"gpuhost/mcp/connectors/crm/pgtest"
 )
@@ -195,7 +196,7 @@ templates:
 	failures := []struct {
 		name, dsn, want string
 	}{
-		{"database down", fmt.Sprintf("postgres://gpuhost_crm_ro:%s@127.0.0.1:%d/crm?sslmode=disable&connect_timeout=5", roPassword, pgtest.FreePort(t)), "cannot reach the CRM database"},
+		{"database down", fmt.Sprintf("postgres://gpuhost_crm_ro:%s@127.0.0.1:%d/crm?sslmode=disable&connect_timeout=5", roPassword, testkit.FreePort(t)), "cannot reach the CRM database"},
 		{"wrong password", strings.Replace(roDSN, roPassword, roPassword+"-wrong", 1), "refused the login"},
 		{"DSN variable missing", "", dsnVar},
 	}

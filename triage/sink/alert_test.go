@@ -14,8 +14,8 @@ import (
 	"github.com/go-telegram/bot"
 
 	"gpuhost/internal/pairing"
+	"gpuhost/internal/telegramtest"
 	"gpuhost/triage/sink/slacktest"
-	"gpuhost/triage/sink/telegramtest"
 )
 
 const sampleAlert = "triage: mail from imap://u@127.0.0.1:143/INBOX is not being processed — 3 polls in a row failed since 2026-11-30T08:00:00Z. Last error: dial tcp: connection refused"
@@ -309,15 +309,17 @@ func TestTelegramAlertErrors(t *testing.T) {
 			sends:   2,
 		},
 		{
-			name:  "one chat fails: the other got it, success",
-			setup: func(f *telegramtest.Fake, _ *TelegramOptions, _ string) { f.FailNext(1, 500, "Internal Server Error") },
+			name: "one chat fails: the other got it, success",
+			setup: func(f *telegramtest.Fake, _ *TelegramOptions, _ string) {
+				f.FailNext("", 1, telegramtest.Failure{Code: 500, Description: "Internal Server Error"})
+			},
 			sends: 2,
 			got:   []int64{bob},
 			log:   "the alert reached only some chats",
 		},
 		{
 			name:  "rate limited once: retried",
-			setup: func(f *telegramtest.Fake, _ *TelegramOptions, _ string) { f.RateLimitNext(1, time.Second) },
+			setup: func(f *telegramtest.Fake, _ *TelegramOptions, _ string) { f.RateLimitNext("", 1, time.Second) },
 			sends: 3,
 			got:   []int64{alice, bob},
 			log:   "telegram rate limit; retrying once",

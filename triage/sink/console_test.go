@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"gpuhost/internal/testkit"
 )
 
 // failWriter fails every write, as a closed standard output does.
@@ -20,7 +22,7 @@ func TestConsole(t *testing.T) {
 	p.Subject = "\x1b]0;owned\x07Invoice"
 	tests := []struct {
 		name    string
-		w       func(*lockedBuffer) *Console
+		w       func(*testkit.SyncBuffer) *Console
 		do      func(ctx context.Context, c *Console) error
 		cancel  bool
 		want    string // the whole output
@@ -40,13 +42,13 @@ func TestConsole(t *testing.T) {
 		},
 		{
 			name:    "write error is returned",
-			w:       func(*lockedBuffer) *Console { return NewConsole(failWriter{}) },
+			w:       func(*testkit.SyncBuffer) *Console { return NewConsole(failWriter{}) },
 			do:      func(ctx context.Context, c *Console) error { return c.Post(ctx, p) },
 			wantErr: "console: write post " + p.Key + ": file already closed",
 		},
 		{
 			name:    "alert write error is returned",
-			w:       func(*lockedBuffer) *Console { return NewConsole(failWriter{}) },
+			w:       func(*testkit.SyncBuffer) *Console { return NewConsole(failWriter{}) },
 			do:      func(ctx context.Context, c *Console) error { return c.Alert(ctx, "x") },
 			wantErr: "console: write alert",
 		},
@@ -59,7 +61,7 @@ func TestConsole(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var buf lockedBuffer
+			var buf testkit.SyncBuffer
 			c := NewConsole(&buf)
 			if tc.w != nil {
 				c = tc.w(&buf)
@@ -92,7 +94,7 @@ func TestConsole(t *testing.T) {
 // TestConsoleConcurrent: posts and alerts from many goroutines come out
 // whole, each post followed by its separator.
 func TestConsoleConcurrent(t *testing.T) {
-	var buf lockedBuffer
+	var buf testkit.SyncBuffer
 	c := NewConsole(&buf)
 	if c.Name() != "console" {
 		t.Errorf("Name = %q", c.Name())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"gpuhost/internal/testkit"
 	"gpuhost/triage/sink/slacktest"
 )
 
@@ -23,32 +24,14 @@ const (
 	importantChan = "C0IMPORTANT"
 )
 
-// lockedBuffer is a log sink safe for the goroutines of HTTP clients.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func testLogger(buf *lockedBuffer) *slog.Logger {
+func testLogger(buf *testkit.SyncBuffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // newSlackSink returns a sink posting to the fake with the fake's token.
-func newSlackSink(t *testing.T, f *slacktest.Fake, edit func(*SlackOptions)) (*Slack, *lockedBuffer) {
+func newSlackSink(t *testing.T, f *slacktest.Fake, edit func(*SlackOptions)) (*Slack, *testkit.SyncBuffer) {
 	t.Helper()
-	var logs lockedBuffer
+	var logs testkit.SyncBuffer
 	o := SlackOptions{
 		Token:            func() (string, error) { return slacktest.DefaultToken, nil },
 		TokenSource:      "environment variable SLACK_BOT_TOKEN",

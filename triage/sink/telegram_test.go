@@ -11,7 +11,8 @@ import (
 	"github.com/go-telegram/bot"
 
 	"gpuhost/internal/pairing"
-	"gpuhost/triage/sink/telegramtest"
+	"gpuhost/internal/telegramtest"
+	"gpuhost/internal/testkit"
 )
 
 // Paired users of the tests (private chats: chat id = user id).
@@ -37,9 +38,9 @@ func pair(t *testing.T, stateDir string, users ...int64) *pairing.Store {
 	return st
 }
 
-func newTelegramSink(t *testing.T, f *telegramtest.Fake, stateDir string, edit func(*TelegramOptions)) (*Telegram, *lockedBuffer) {
+func newTelegramSink(t *testing.T, f *telegramtest.Fake, stateDir string, edit func(*TelegramOptions)) (*Telegram, *testkit.SyncBuffer) {
 	t.Helper()
-	var logs lockedBuffer
+	var logs testkit.SyncBuffer
 	o := TelegramOptions{
 		Token:       func() (string, error) { return telegramtest.DefaultToken, nil },
 		TokenSource: "environment variable GPUHOST_TELEGRAM_TOKEN",
@@ -219,14 +220,16 @@ func TestTelegramErrors(t *testing.T) {
 			want: []string{"malformed", "GPUHOST_TELEGRAM_TOKEN"},
 		},
 		{
-			name:  "server error names the chat",
-			setup: func(f *telegramtest.Fake, _ *TelegramOptions, _ string) { f.FailNext(1, 500, "Internal Server Error") },
+			name: "server error names the chat",
+			setup: func(f *telegramtest.Fake, _ *TelegramOptions, _ string) {
+				f.FailNext("", 1, telegramtest.Failure{Code: 500, Description: "Internal Server Error"})
+			},
 			want:  []string{"chat 1001", "500 Internal Server Error"},
 			sends: 2,
 		},
 		{
 			name:  "rate limited twice",
-			setup: func(f *telegramtest.Fake, _ *TelegramOptions, _ string) { f.RateLimitNext(2, time.Second) },
+			setup: func(f *telegramtest.Fake, _ *TelegramOptions, _ string) { f.RateLimitNext("", 2, time.Second) },
 			want:  []string{"chat 1001", "Too Many Requests"},
 			sends: 3, // alice: 429, 429; bob: ok
 		},
@@ -280,7 +283,7 @@ func TestTelegramRetryDoesNotRepeat(t *testing.T) {
 	tg, _ := newTelegramSink(t, f, dir, nil)
 	ctx := testCtx(t)
 	p := samplePost()
-	f.FailNext(1, 502, "Bad Gateway") // alice's send
+	f.FailNext("", 1, telegramtest.Failure{Code: 502, Description: "Bad Gateway"}) // alice's send
 	err := tg.Post(ctx, p)
 	if err == nil || !strings.Contains(err.Error(), "chat 1001") || strings.Contains(err.Error(), "chat 1002") {
 		t.Fatalf("err = %v, want a failure naming chat 1001 only", err)
@@ -328,7 +331,7 @@ func TestTelegramRateLimitRetried(t *testing.T) {
 	dir := t.TempDir()
 	pair(t, dir, alice)
 	tg, _ := newTelegramSink(t, f, dir, nil)
-	f.RateLimitNext(1, time.Second)
+	f.RateLimitNext("", 1, time.Second)
 	if err := tg.Post(testCtx(t), samplePost()); err != nil {
 		t.Fatalf("Post after one 429: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/emersion/go-imap/v2"
 	"github.com/emersion/go-imap/v2/imapclient"
 
+	"gpuhost/internal/testkit"
 	"gpuhost/triage/source/dovecottest"
 )
 
@@ -429,12 +430,7 @@ func TestIMAPConnectErrors(t *testing.T) {
 			defer c.Close()
 		}
 	}()
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closedAddr := closed.Addr().String()
-	closed.Close()
+	closedAddr := testkit.FreeAddr(t)
 
 	tests := []struct {
 		name, addr, security, want string

@@ -1,7 +1,6 @@
 package all_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -19,27 +18,11 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"gopkg.in/yaml.v3"
 
+	"gpuhost/internal/testkit"
 	"gpuhost/mcp"
 )
 
 const canary = "CANARY-9c1f/+=&-all"
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestCanaryAllConnectors configures every connector that takes a secret
 // with the canary and points it at a hostile fake that echoes the whole
@@ -115,7 +98,7 @@ nas:
 		}
 		cfg[name] = *doc.Content[0]
 	}
-	var logs lockedBuf
+	var logs testkit.SyncBuffer
 	s, err := mcp.NewServer(mcp.ServerOptions{
 		Config: cfg, Daemon: daemon{}, CallTimeout: 10 * time.Second,
 		Log: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

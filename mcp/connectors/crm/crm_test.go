@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"gpuhost/internal/testkit"
 	"gpuhost/mcp"
-	"gpuhost/mcp/connectors/crm/pgtest"
 )
 
 const dsnVar = "CRM_TEST_DSN"
@@ -278,8 +278,8 @@ func TestDSNMissing(t *testing.T) {
 func TestDatabaseDown(t *testing.T) {
 	const pw = "down-canary-pw-e4b2"
 	for _, dsn := range []string{
-		fmt.Sprintf("postgres://gpuhost_crm_ro:%s@127.0.0.1:%d/crm?sslmode=disable&connect_timeout=5", pw, pgtest.FreePort(t)),
-		fmt.Sprintf("host=127.0.0.1 port=%d user=gpuhost_crm_ro password=%s dbname=crm sslmode=disable", pgtest.FreePort(t), pw),
+		fmt.Sprintf("postgres://gpuhost_crm_ro:%s@127.0.0.1:%d/crm?sslmode=disable&connect_timeout=5", pw, testkit.FreePort(t)),
+		fmt.Sprintf("host=127.0.0.1 port=%d user=gpuhost_crm_ro password=%s dbname=crm sslmode=disable", testkit.FreePort(t), pw),
 	} {
 		tools := mustBuild(t, "dsn_env: "+dsnVar+"\n", map[string]string{dsnVar: dsn})
 		_, err := call(t, tools, "crm_customer_history", map[string]any{"user_id": float64(1)})

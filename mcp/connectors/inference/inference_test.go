@@ -17,7 +17,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/bench"
-	"gpuhost/internal/testbin"
+	"gpuhost/internal/testkit"
 	"gpuhost/mcp"
 	"gpuhost/nvml"
 	"gpuhost/units"
@@ -234,7 +234,7 @@ func TestEndpointFailures(t *testing.T) {
 	}{
 		{"503", port(unavailable), "health check answered 503"},
 		{"hangs", port(hanging), "no answer within 100ms"},
-		{"nothing listening", testbin.FreePort(t), "not reachable"},
+		{"nothing listening", testkit.FreePort(t), "not reachable"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

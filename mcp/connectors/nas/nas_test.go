@@ -1,7 +1,6 @@
 package nas
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"gpuhost/internal/testkit"
 	"gpuhost/mcp"
 )
 
@@ -132,17 +132,9 @@ func node(t *testing.T, src string) yaml.Node {
 
 type rig struct {
 	tools map[string]mcp.Tool
-	logs  *syncBuf
+	logs  *testkit.SyncBuffer
 	fakes map[string]*fakeDSM
 }
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // newRig starts one fake per entry and builds the connector over them.
 func newRig(t *testing.T, fakes map[string]*fakeDSM, secrets map[string]string, extra string) *rig {
@@ -156,7 +148,7 @@ func newRig(t *testing.T, fakes map[string]*fakeDSM, secrets map[string]string, 
 		fmt.Fprintf(&cfg, "  - {name: %s, url: %s, user: %s, password_env: PASS_%s}\n", name, srv.URL, f.user, strings.ToUpper(name))
 	}
 	cfg.WriteString(extra)
-	logs := &syncBuf{}
+	logs := &testkit.SyncBuffer{}
 	env := mcp.Env{
 		Name:   "nas",
 		Config: node(t, cfg.String()),

@@ -38,7 +38,7 @@ import (
 	"github.com/emersion/go-imap/v2"
 	"github.com/emersion/go-imap/v2/imapclient"
 
-	"gpuhost/internal/testbin"
+	"gpuhost/internal/testkit"
 )
 
 // DefaultBinary is where Debian's dovecot-core package installs the server.
@@ -157,12 +157,12 @@ func Start(t testing.TB, opts Options) *Server {
 		conf:     filepath.Join(root, "dovecot.conf"),
 		logPath:  filepath.Join(root, "dovecot.log"),
 	}
-	port := testbin.FreePort(t)
+	port := testkit.FreePort(t)
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	tlsPort := 0
 	var certPath, keyPath string
 	if opts.TLS {
-		tlsPort = testbin.FreePort(t)
+		tlsPort = testkit.FreePort(t)
 		s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
 		certPath, keyPath = filepath.Join(root, "cert.pem"), filepath.Join(root, "key.pem")
 		s.CertPEM, err = writeSelfSigned(certPath, keyPath)

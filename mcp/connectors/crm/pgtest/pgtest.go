@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -21,6 +20,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"gpuhost/internal/testkit"
 )
 
 // RequireEnv is the environment variable that turns "PostgreSQL is not
@@ -91,7 +92,7 @@ func Start(t testing.TB) (dsnAdmin string, stop func()) {
 	}
 	data := filepath.Join(dir, "data")
 	logFile := filepath.Join(dir, "server.log")
-	port := freePort(t)
+	port := testkit.FreePort(t)
 
 	run := func(timeout time.Duration, name string, args ...string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -161,20 +162,3 @@ func serverUser() (name string, uid, gid int, err error) {
 	}
 	return "postgres", uid, gid, nil
 }
-
-// freePort asks the kernel for a spare loopback port. Another process
-// could take it before the server binds it; that is rare enough for tests
-// and then pg_ctl fails loudly.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("pgtest: find a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// FreePort returns a loopback port with nothing listening on it, for tests
-// of "the database is down".
-func FreePort(t testing.TB) int { return freePort(t) }
