@@ -284,7 +284,7 @@ func ReadEvents(r io.Reader, fn func(Event) error) error {
 	rd := sse.NewReader(r, maxSSELine)
 	for n := 1; ; n++ {
 		ev, err := rd.Next()
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		if errors.Is(err, io.EOF) || errors.Is(err, sse.ErrIncomplete) {
 			return ErrStreamEnded
 		}
 		if err != nil {

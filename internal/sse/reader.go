@@ -198,10 +198,10 @@ func NewReader(r io.Reader, max int) *Reader {
 // Next returns the next event. Its errors:
 //
 //   - io.EOF: the stream ended where an event may end.
-//   - io.ErrUnexpectedEOF: the stream ended inside an event that had data
-//     (cut before its blank line). The format says to drop that event;
-//     Next returns it with the error, for a caller that wants to know
-//     what a cut stream said last.
+//   - ErrIncomplete: the stream ended inside an event that had data (cut
+//     before its blank line). The format says to drop that event; Next
+//     returns it with the error, for a caller that wants to know what a
+//     cut stream said last.
 //   - ErrTooLong (wrapped, with the limit): a line or an event's data is
 //     over the limit.
 //   - the underlying reader's error, as is.
@@ -304,8 +304,8 @@ func (r *Reader) finish() (Event, error) {
 	}
 	if r.have {
 		e := r.event()
-		r.err = io.ErrUnexpectedEOF
-		return e, io.ErrUnexpectedEOF
+		r.err = ErrIncomplete
+		return e, ErrIncomplete
 	}
 	return r.fail(io.EOF)
 }

@@ -16,15 +16,15 @@ type ev struct {
 }
 
 // readAll reads every event of r and the error that ended it; the event
-// returned with io.ErrUnexpectedEOF is the last one, marked with cut.
+// returned with ErrIncomplete is the last one, marked with cut.
 func readAll(r *Reader) (events []ev, cut bool, err error) {
 	for {
 		e, err := r.Next()
-		if err == nil || errors.Is(err, io.ErrUnexpectedEOF) {
+		if err == nil || errors.Is(err, ErrIncomplete) {
 			events = append(events, ev{e.ID, e.Type, string(e.Data)})
 		}
 		if err != nil {
-			return events, errors.Is(err, io.ErrUnexpectedEOF), err
+			return events, errors.Is(err, ErrIncomplete), err
 		}
 	}
 }
@@ -34,7 +34,7 @@ func TestReader(t *testing.T) {
 		name    string
 		in      string
 		want    []ev
-		cut     bool  // the last event came with io.ErrUnexpectedEOF
+		cut     bool  // the last event came with ErrIncomplete
 		wantErr error // the error at the end (io.EOF unless set)
 	}{
 		{name: "empty", in: ""},
@@ -73,7 +73,7 @@ func TestReader(t *testing.T) {
 			if wantErr == nil {
 				wantErr = io.EOF
 				if tc.cut {
-					wantErr = io.ErrUnexpectedEOF
+					wantErr = ErrIncomplete
 				}
 			}
 			// Whole, one byte per read, and cut in two at every offset: the
@@ -152,6 +152,12 @@ func TestReaderErrors(t *testing.T) {
 	r = NewReader(iotest.DataErrReader(strings.NewReader("data: a\n\n")), 0)
 	if got, _, err := readAll(r); err != io.EOF || len(got) != 1 {
 		t.Fatalf("data with EOF: %q %v", got, err)
+	}
+	// A cut transfer (an HTTP body's io.ErrUnexpectedEOF) is passed on, not
+	// taken for the stream's end.
+	r = NewReader(io.MultiReader(strings.NewReader("data: a\n"), iotest.ErrReader(io.ErrUnexpectedEOF)), 0)
+	if _, err := r.Next(); err != io.ErrUnexpectedEOF {
+		t.Fatalf("cut transfer: %v", err)
 	}
 	// A reader that returns nothing forever.
 	if _, err := NewReader(emptyReader{}, 0).Next(); err != io.ErrNoProgress {
@@ -278,7 +284,7 @@ func FuzzReader(f *testing.F) {
 		if !reflect.DeepEqual(whole, split) || wcut != scut || !sameEnd(werr, serr) {
 			t.Fatalf("cut at %d changed the result: %q %v %v vs %q %v %v", c, whole, wcut, werr, split, scut, serr)
 		}
-		if !errors.Is(werr, io.EOF) && !errors.Is(werr, io.ErrUnexpectedEOF) && !errors.Is(werr, ErrTooLong) {
+		if !errors.Is(werr, io.EOF) && !errors.Is(werr, ErrIncomplete) && !errors.Is(werr, ErrTooLong) {
 			t.Fatalf("unexpected error %v", werr)
 		}
 		if limit == 0 {
@@ -297,7 +303,7 @@ func FuzzReader(f *testing.F) {
 }
 
 func sameEnd(a, b error) bool {
-	for _, target := range []error{io.EOF, io.ErrUnexpectedEOF, ErrTooLong} {
+	for _, target := range []error{io.EOF, ErrIncomplete, ErrTooLong} {
 		if errors.Is(a, target) != errors.Is(b, target) {
 			return false
 		}

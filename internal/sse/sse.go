@@ -37,6 +37,12 @@ import "errors"
 // less: 4 MiB, what the daemon's clients have always allowed one line.
 const DefaultMax = 4 << 20
 
+// ErrIncomplete is Reader.Next's error when the stream ended inside an
+// event that has data, before the blank line that ends it. It is not
+// io.ErrUnexpectedEOF, which an HTTP body returns when its transfer is
+// cut and which Next passes on as is.
+var ErrIncomplete = errors.New("sse: the stream ended inside an event")
+
 // ErrTooLong reports a line, or the data of one event, over the size limit
 // of a Reader or a Parser. The Reader wraps it with the limit.
 var ErrTooLong = errors.New("sse: too long")
