@@ -80,8 +80,10 @@ func TestUsageTapBounds(t *testing.T) {
 	if _, err := io.Copy(io.Discard, tap); err != nil {
 		t.Fatal(err)
 	}
-	if !tap.haveUsage || tap.prompt != 9 || cap(tap.line) > 2*maxSSELine {
-		t.Fatalf("an over-long line must be skipped and the next one read: usage %v %d, line cap %d", tap.haveUsage, tap.prompt, cap(tap.line))
+	// (That the line kept aside stays within the limit is internal/sse's
+	// TestParserSkipsLongLines.)
+	if !tap.haveUsage || tap.prompt != 9 {
+		t.Fatalf("an over-long line must be skipped and the next one read: usage %v %d", tap.haveUsage, tap.prompt)
 	}
 	big := `{"pad":"` + strings.Repeat("x", maxJSONBody) + `","usage":{"prompt_tokens":1,"completion_tokens":1}}`
 	tap = newUsageTap(io.NopCloser(strings.NewReader(big)), tapJSON)
