@@ -49,8 +49,9 @@ func NewParser(max int) *Parser {
 
 // Feed consumes b up to the end of its first complete field (comments are
 // consumed and skipped) and returns how many bytes it consumed and, with ok
-// true, that field. With ok false it consumed all of b (n == len(b)) and
-// keeps the start of an unfinished line for the next Feed. A non-empty b
+// true, that field. With ok false and no error it consumed all of b
+// (n == len(b)) and keeps the start of an unfinished line for the next
+// Feed. A non-empty b
 // is always consumed in part at least, so a caller loops until b is used
 // up. The field's bytes point into b or into the Parser and are valid
 // until the next Feed or End.
