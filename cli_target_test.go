@@ -19,6 +19,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/config"
+	"gpuhost/internal/sse"
 )
 
 // TestResolveDaemon: --url, else $GPUHOST_URL, else the config's listen
@@ -246,9 +247,7 @@ func TestSwitchCtrlC(t *testing.T) {
 			w.WriteHeader(http.StatusAccepted)
 			fmt.Fprint(w, `{"switch_id":"sw-7","profile":"llama3-8b","events":"/api/events?since=3"}`)
 		case "/api/events":
-			w.Header().Set("Content-Type", "text/event-stream")
-			fmt.Fprint(w, "data: {\"kind\":\"step\",\"switch_id\":\"sw-7\",\"step\":\"stop\",\"status\":\"started\",\"time\":\"2026-01-01T00:00:00Z\"}\n\n")
-			w.(http.Flusher).Flush()
+			_ = sse.NewWriter(w).Send(sse.Event{Data: []byte(`{"kind":"step","switch_id":"sw-7","step":"stop","status":"started","time":"2026-01-01T00:00:00Z"}`)})
 			close(streaming)
 			<-r.Context().Done() // the switch is still going
 		}

@@ -11,6 +11,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"gpuhost/agent"
+	"gpuhost/internal/sse"
 )
 
 // memTransport is a model endpoint in memory: it answers every chat
@@ -44,12 +45,11 @@ func (m *memTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 func sseBody(payloads []string) []byte {
-	var b bytes.Buffer
+	var b []byte
 	for _, p := range payloads {
-		b.WriteString("data: " + p + "\n\n")
+		b = sse.AppendEvent(b, sse.Event{Data: []byte(p)})
 	}
-	b.WriteString("data: [DONE]\n\n")
-	return b.Bytes()
+	return sse.AppendEvent(b, sse.Event{Data: []byte("[DONE]")})
 }
 
 // memTools is an MCP client in memory with the shape of gpuhost's tools.

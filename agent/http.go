@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"gpuhost/api"
+	"gpuhost/internal/sse"
 )
 
 // Asker runs one question through the loop; *Agent satisfies it, and so do
@@ -207,13 +207,16 @@ func (h *Handler) stream(c echo.Context, q string) {
 	ctx, cancel := context.WithCancel(c.Request().Context())
 	defer cancel()
 	w := c.Response()
-	hd := w.Header()
-	hd.Set("Content-Type", "text/event-stream; charset=utf-8")
-	hd.Set("Cache-Control", "no-store")
-	hd.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w), cancel: cancel}
-	sw.comment("gpuhost ask")
+	w.Header().Set("Cache-Control", "no-store") // sse.Writer sets the other SSE headers
+	sw := sse.NewWriter(w)
+	// After the first failed write (the client left) the writer writes
+	// nothing more; the loop is cancelled.
+	cancelOnErr := func(err error) {
+		if err != nil {
+			cancel()
+		}
+	}
+	cancelOnErr(sw.Comment("gpuhost ask"))
 
 	hbDone := make(chan struct{})
 	go func() {
@@ -225,7 +228,7 @@ func (h *Handler) stream(c echo.Context, q string) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				sw.comment("keep-alive")
+				cancelOnErr(sw.Comment("keep-alive"))
 			}
 		}
 	}()
@@ -236,7 +239,7 @@ func (h *Handler) stream(c echo.Context, q string) {
 		if e.Kind == EventStop {
 			sawStop = true
 		}
-		sw.event(e)
+		cancelOnErr(writeEvent(sw, e))
 	})
 	if !sawStop {
 		// The loop promises a stop event; a client must never wait for one
@@ -245,75 +248,27 @@ func (h *Handler) stream(c echo.Context, q string) {
 		if stop.Reason == "" {
 			stop.Reason, stop.Text = StopError, "the agent loop ended without saying why"
 		}
-		sw.event(stop)
+		cancelOnErr(writeEvent(sw, stop))
 	}
 	cancel()
 	<-hbDone
 	h.log.Info("ask stream ended", "stop", res.Stop, "steps", res.Steps, "tools", strings.Join(res.ToolsUsed, ","),
 		"tool_errors", res.Errors, "question_bytes", len(q), "ms", time.Since(t0).Milliseconds(),
-		"remote", c.RealIP(), "client_gone", sw.failed())
+		"remote", c.RealIP(), "client_gone", sw.Err() != nil)
 }
 
-// sseWriter serialises writes of the loop and the heartbeat. After the
-// first failed write (the client left) it writes nothing more and cancels
-// the loop.
-type sseWriter struct {
-	w      io.Writer
-	rc     *http.ResponseController
-	cancel context.CancelFunc
-
-	mu  sync.Mutex
-	err error
-}
-
-func (s *sseWriter) comment(text string) {
-	s.write(": " + sseLine(text) + "\n\n")
-}
-
-func (s *sseWriter) event(e Event) {
+// writeEvent sends e as one SSE event: its Seq the id, its Kind the event
+// type, the Event as JSON the data.
+func writeEvent(sw *sse.Writer, e Event) error {
 	data, err := json.Marshal(e)
 	if err != nil { // an Event always marshals; stay safe regardless
 		data = []byte(`{"kind":"stop","reason":"error","text":"event not encodable"}`)
 	}
-	s.write("id: " + strconv.Itoa(e.Seq) + "\nevent: " + sseLine(e.Kind) + "\ndata: " + string(data) + "\n\n")
+	return sw.Send(sse.Event{ID: strconv.Itoa(e.Seq), Type: e.Kind, Data: data})
 }
 
-func (s *sseWriter) write(chunk string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
-		return
-	}
-	if _, err := io.WriteString(s.w, chunk); err != nil {
-		s.err = err
-		s.cancel()
-		return
-	}
-	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		s.err = err
-		s.cancel()
-	}
-}
-
-func (s *sseWriter) failed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err != nil
-}
-
-// sseLine keeps a field on one line: a CR or LF would end the field and
-// let the rest be read as another field.
-func sseLine(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\r' {
-			return ' '
-		}
-		return r
-	}, s)
-}
-
-// maxSSELine bounds one line of a stream ReadEvents accepts; an event is a
-// tool result excerpt or an answer, far below it.
+// maxSSELine bounds one line, and one event, of a stream ReadEvents
+// accepts; an event is a tool result excerpt or an answer, far below it.
 const maxSSELine = 4 << 20
 
 // ErrStreamEnded is returned by ReadEvents when the stream closes before
@@ -326,57 +281,29 @@ var ErrStreamEnded = errors.New("the answer stream ended before the loop's stop 
 // naming the bad event when data is not an Event. Comments, ids and
 // unknown fields are skipped as the SSE format prescribes.
 func ReadEvents(r io.Reader, fn func(Event) error) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxSSELine)
-	var kind string
-	var data strings.Builder
-	haveData := false
-	n := 0
-	for sc.Scan() {
-		line := strings.TrimSuffix(sc.Text(), "\r")
-		if line == "" {
-			if !haveData {
-				kind = ""
-				continue
-			}
-			n++
-			var e Event
-			if err := json.Unmarshal([]byte(data.String()), &e); err != nil {
-				return fmt.Errorf("read answer stream: event %d (%q) is not an agent event: %w", n, sseClip(data.String(), 80), err)
-			}
-			if e.Kind == "" {
-				e.Kind = kind
-			}
-			kind, haveData = "", false
-			data.Reset()
-			if err := fn(e); err != nil {
-				return err
-			}
-			if e.Kind == EventStop {
-				return nil
-			}
-			continue
+	rd := sse.NewReader(r, maxSSELine)
+	for n := 1; ; n++ {
+		ev, err := rd.Next()
+		if errors.Is(err, io.EOF) || errors.Is(err, sse.ErrIncomplete) {
+			return ErrStreamEnded
 		}
-		if strings.HasPrefix(line, ":") {
-			continue
+		if err != nil {
+			return fmt.Errorf("read answer stream: %w", err)
 		}
-		field, value, _ := strings.Cut(line, ":")
-		value = strings.TrimPrefix(value, " ")
-		switch field {
-		case "event":
-			kind = value
-		case "data":
-			if haveData {
-				data.WriteByte('\n')
-			}
-			data.WriteString(value)
-			haveData = true
+		var e Event
+		if err := json.Unmarshal(ev.Data, &e); err != nil {
+			return fmt.Errorf("read answer stream: event %d (%q) is not an agent event: %w", n, sseClip(string(ev.Data), 80), err)
+		}
+		if e.Kind == "" {
+			e.Kind = ev.Type
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+		if e.Kind == EventStop {
+			return nil
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("read answer stream: %w", err)
-	}
-	return ErrStreamEnded
 }
 
 // sseClip shortens s to n runes for an error message.

@@ -23,6 +23,7 @@ import (
 	"gpuhost/appliance"
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
+	"gpuhost/internal/sse"
 	"gpuhost/internal/testbin"
 	"gpuhost/internal/testkit"
 )
@@ -538,11 +539,12 @@ func FuzzAskRequest(f *testing.F) {
 // TestSSEWriterEventFraming: whatever an event's strings hold, it goes out
 // as exactly one SSE event that reads back equal.
 func TestSSEWriterEventFraming(t *testing.T) {
-	var buf bytes.Buffer
 	rec := httptest.NewRecorder()
-	sw := &sseWriter{w: &buf, rc: http.NewResponseController(rec), cancel: func() {}}
 	in := Event{Seq: 7, Kind: "stop\nevent: answer", Reason: StopAnswer, Text: "a\r\n\r\ndata: x\n\nevent: stop"}
-	sw.event(in)
+	if err := writeEvent(sse.NewWriter(rec), in); err != nil {
+		t.Fatal(err)
+	}
+	buf := rec.Body
 	if n := strings.Count(buf.String(), "\n\n"); n != 1 {
 		t.Fatalf("one event became %d blank-line-separated blocks:\n%q", n, buf.String())
 	}
@@ -550,7 +552,7 @@ func TestSSEWriterEventFraming(t *testing.T) {
 		t.Errorf("event field not kept on one line: %q", buf.String())
 	}
 	var got Event
-	_ = ReadEvents(&buf, func(e Event) error { got = e; return nil })
+	_ = ReadEvents(buf, func(e Event) error { got = e; return nil })
 	if got.Text != in.Text || got.Seq != 7 {
 		t.Errorf("read back %+v", got)
 	}

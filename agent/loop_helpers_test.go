@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"gpuhost/agent"
+	"gpuhost/internal/sse"
 	"gpuhost/internal/testbin"
 	"gpuhost/internal/testkit"
 	"gpuhost/mcp"
@@ -275,11 +276,11 @@ func startFakeModel(t *testing.T, reply func(n int) []string) (*fakeModel, strin
 		n := len(f.requests)
 		f.requests = append(f.requests, req)
 		f.mu.Unlock()
-		w.Header().Set("Content-Type", "text/event-stream")
+		sw := sse.NewWriter(w)
 		for _, p := range f.reply(n) {
-			_, _ = fmt.Fprintf(w, "data: %s\n\n", p)
+			_ = sw.Send(sse.Event{Data: []byte(p)})
 		}
-		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+		_ = sw.Send(sse.Event{Data: []byte("[DONE]")})
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"gpuhost/agent"
+	"gpuhost/internal/sse"
 )
 
 // TestModelGoneBetweenLookupAndRequest: a switch that starts after the
@@ -50,11 +51,11 @@ func TestModelGoneBetweenLookupAndRequest(t *testing.T) {
 			_, _ = fmt.Fprintf(w, `{"error":{"message":"model %q is not loaded and proxy.auto_switch is off","type":"invalid_request_error","code":"model_not_loaded","param":null}}`, req.Model)
 			return
 		}
-		w.Header().Set("Content-Type", "text/event-stream")
+		sw := sse.NewWriter(w)
 		for _, p := range sseText("the new model answers") {
-			_, _ = fmt.Fprintf(w, "data: %s\n\n", p)
+			_ = sw.Send(sse.Event{Data: []byte(p)})
 		}
-		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+		_ = sw.Send(sse.Event{Data: []byte("[DONE]")})
 	})
 	srv := httptest.NewServer(mux)
 	defer srv.Close()

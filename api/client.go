@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"gpuhost/internal/sse"
 )
 
 // Client is the CLI's view of a running daemon's API.
@@ -161,32 +162,27 @@ func (c *Client) Events(ctx context.Context, path string, fn func(Event) bool) e
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("follow events: HTTP %d", resp.StatusCode)
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	var data strings.Builder
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "data:"):
-			data.WriteString(strings.TrimSpace(strings.TrimPrefix(line, "data:")))
-		case line == "":
-			if data.Len() == 0 {
-				continue
+	rd := sse.NewReader(resp.Body, 4<<20)
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, sse.ErrIncomplete) && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+				return fmt.Errorf("follow events: %w", err)
 			}
-			var e Event
-			if err := json.Unmarshal([]byte(data.String()), &e); err != nil {
-				return fmt.Errorf("follow events: bad event %q: %w", data.String(), err)
-			}
-			data.Reset()
-			if !fn(e) {
-				return nil
-			}
+			return ctx.Err()
+		}
+		data := bytes.TrimSpace(ev.Data)
+		if len(data) == 0 {
+			continue
+		}
+		var e Event
+		if err := json.Unmarshal(data, &e); err != nil {
+			return fmt.Errorf("follow events: bad event %q: %w", data, err)
+		}
+		if !fn(e) {
+			return nil
 		}
 	}
-	if err := sc.Err(); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
-		return fmt.Errorf("follow events: %w", err)
-	}
-	return ctx.Err()
 }
 
 // SwitchAndFollow starts a switch and calls step for each of its events

@@ -1,7 +1,6 @@
 package appliance
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,6 +14,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/backend"
+	"gpuhost/internal/sse"
 	"gpuhost/units"
 )
 
@@ -323,19 +323,18 @@ func readWholeReply(body io.Reader) (toolReply, error) {
 // assembled by index.
 func readStreamedReply(body io.Reader) (toolReply, error) {
 	var r toolReply
-	sc := bufio.NewScanner(io.LimitReader(body, doctorProbeMaxBody))
-	sc.Buffer(make([]byte, 64<<10), doctorProbeMaxBody)
-	done := false
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		data, ok := strings.CutPrefix(line, "data:")
-		if !ok {
-			continue
-		}
-		data = strings.TrimSpace(data)
-		if data == "[DONE]" {
-			done = true
+	rd := sse.NewReader(io.LimitReader(body, doctorProbeMaxBody), doctorProbeMaxBody)
+	for {
+		ev, err := rd.Next()
+		if errors.Is(err, io.EOF) {
 			break
+		}
+		if err != nil && !errors.Is(err, sse.ErrIncomplete) {
+			return r, fmt.Errorf("read stream: %w", err)
+		}
+		data := bytes.TrimSpace(ev.Data)
+		if string(data) == "[DONE]" {
+			return r, nil
 		}
 		var chunk struct {
 			Choices []struct {
@@ -345,7 +344,7 @@ func readStreamedReply(body io.Reader) (toolReply, error) {
 				} `json:"delta"`
 			} `json:"choices"`
 		}
-		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
+		if err := json.Unmarshal(data, &chunk); err != nil {
 			return r, fmt.Errorf("decode stream chunk: %w", err)
 		}
 		for _, ch := range chunk.Choices {
@@ -363,14 +362,11 @@ func readStreamedReply(body io.Reader) (toolReply, error) {
 				r.args[tc.Index] += tc.Function.Arguments
 			}
 		}
+		if err != nil { // the stream ended inside this event
+			break
+		}
 	}
-	if err := sc.Err(); err != nil {
-		return r, fmt.Errorf("read stream: %w", err)
-	}
-	if !done {
-		return r, errors.New("stream ended without [DONE]")
-	}
-	return r, nil
+	return r, errors.New("stream ended without [DONE]")
 }
 
 // contextCheck compares the served context with the profile's: vLLM's

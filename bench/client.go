@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"gpuhost/internal/sse"
 )
 
 // Flavor is the kind of server behind an endpoint; it decides how output
@@ -454,10 +456,7 @@ type chatChunk struct {
 	Message string `json:"message"`
 }
 
-var (
-	dataPrefix = []byte("data:")
-	doneMarker = []byte("[DONE]")
-)
+var doneMarker = []byte("[DONE]")
 
 // chatStream sends one streamed chat completion and records when each
 // generated token arrived and what usage the server reported.
@@ -547,32 +546,35 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 	return long, err
 }
 
+// maxSSE bounds one line, and one event, of a chat stream: a token chunk
+// is a few hundred bytes, a tool call's arguments far below it.
+const maxSSE = sse.DefaultMax
+
 // parseSSE reads server-sent events and calls fn with each data payload and
 // its arrival time, until the OpenAI end marker [DONE]. A stream that ends
-// without [DONE] is a StreamError: the server broke off mid-answer.
+// without [DONE] is a StreamError: the server broke off mid-answer. An
+// event cut by the end of the stream is still read (a last "data: [DONE]"
+// without the blank line after it ends the stream well).
 func parseSSE(r io.Reader, fn func(data []byte, at time.Time) error) error {
-	br := bufio.NewReaderSize(r, 64<<10)
+	rd := sse.NewReader(r, maxSSE)
 	events := 0
 	for {
-		line, err := readLine(br)
+		ev, err := rd.Next()
 		at := time.Now()
-		if len(line) > 0 {
-			line = bytes.TrimRight(line, "\r\n")
-			if bytes.HasPrefix(line, dataPrefix) {
-				data := bytes.TrimSpace(line[len(dataPrefix):])
-				if bytes.Equal(data, doneMarker) {
-					return nil
-				}
-				if len(data) > 0 {
-					events++
-					if ferr := fn(data, at); ferr != nil {
-						return ferr
-					}
+		if err == nil || errors.Is(err, sse.ErrIncomplete) {
+			data := bytes.TrimSpace(ev.Data)
+			if bytes.Equal(data, doneMarker) {
+				return nil
+			}
+			if len(data) > 0 {
+				events++
+				if ferr := fn(data, at); ferr != nil {
+					return ferr
 				}
 			}
 		}
 		if err != nil {
-			if errors.Is(err, io.EOF) {
+			if errors.Is(err, io.EOF) || errors.Is(err, sse.ErrIncomplete) {
 				return &StreamError{Msg: fmt.Sprintf("stream ended without [DONE] after %d events (server broke off mid-answer)", events)}
 			}
 			return &StreamError{Msg: fmt.Sprintf("stream broke off after %d events: %v", events, err)}

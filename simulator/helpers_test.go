@@ -1,7 +1,6 @@
 package simulator
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gpuhost/internal/sse"
 )
 
 // sim is a simulator running in the test process on an ephemeral port.
@@ -160,31 +161,24 @@ func parseSSE(t *testing.T, body []byte) sseStream {
 
 // sseReader reads SSE events one by one from a live response.
 type sseReader struct {
-	sc *bufio.Scanner
+	r *sse.Reader
 }
 
 func newSSEReader(r io.Reader) *sseReader {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	return &sseReader{sc: sc}
+	return &sseReader{r: sse.NewReader(r, 1<<20)}
 }
 
-// next returns the next event's payload, or io.EOF.
+// next returns the next event's payload, or io.EOF. An OpenAI stream has
+// only data: an event with an id or a type is an error.
 func (r *sseReader) next() (string, error) {
-	for r.sc.Scan() {
-		line := r.sc.Text()
-		if line == "" {
-			continue
-		}
-		if !strings.HasPrefix(line, "data: ") {
-			return "", fmt.Errorf("unexpected SSE line %q", line)
-		}
-		return strings.TrimPrefix(line, "data: "), nil
-	}
-	if err := r.sc.Err(); err != nil {
+	e, err := r.r.Next()
+	if err != nil {
 		return "", err
 	}
-	return "", io.EOF
+	if e.ID != "" || e.Type != "" {
+		return "", fmt.Errorf("unexpected SSE event: id %q, event %q", e.ID, e.Type)
+	}
+	return string(e.Data), nil
 }
 
 // chunk is the union of the OpenAI stream chunk fields the tests read.

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"gpuhost/internal/sse"
 )
 
 // maxBodyBytes bounds a request body; agent requests with large tool lists
@@ -101,31 +103,32 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	return data, nil
 }
 
-// streamWriter sends Server-Sent Events (OpenAI streams) or NDJSON lines
-// (Ollama streams), flushing each one so clients see tokens as they come.
+// streamWriter sends Server-Sent Events (OpenAI streams, framed by
+// internal/sse) or NDJSON lines (Ollama streams), flushing each one so
+// clients see tokens as they come.
 type streamWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
-	sse     bool
+	events  *sse.Writer // nil: NDJSON
 	started bool
 }
 
-func newStream(w http.ResponseWriter, sse bool) *streamWriter {
-	return &streamWriter{w: w, rc: http.NewResponseController(w), sse: sse}
+func newStream(w http.ResponseWriter, isSSE bool) *streamWriter {
+	s := &streamWriter{w: w, rc: http.NewResponseController(w)}
+	if isSSE {
+		s.events = sse.NewWriter(w)
+	}
+	return s
 }
 
+// start sends the header of an NDJSON stream (an SSE stream's is the
+// sse.Writer's).
 func (s *streamWriter) start() {
 	if s.started {
 		return
 	}
 	s.started = true
-	h := s.w.Header()
-	if s.sse {
-		h.Set("Content-Type", "text/event-stream; charset=utf-8")
-		h.Set("Cache-Control", "no-cache")
-	} else {
-		h.Set("Content-Type", "application/x-ndjson")
-	}
+	s.w.Header().Set("Content-Type", "application/x-ndjson")
 	s.w.WriteHeader(http.StatusOK)
 }
 
@@ -135,17 +138,14 @@ func (s *streamWriter) send(v any) error {
 	if err != nil {
 		return fmt.Errorf("encode stream event: %w", err)
 	}
-	s.start()
-	var out []byte
-	if s.sse {
-		out = make([]byte, 0, len(body)+8)
-		out = append(out, "data: "...)
-		out = append(out, body...)
-		out = append(out, "\n\n"...)
-	} else {
-		out = append(body, '\n')
+	if s.events != nil {
+		if err := s.events.Send(sse.Event{Data: body}); err != nil {
+			return fmt.Errorf("write stream event: %w", err)
+		}
+		return nil
 	}
-	if _, err := s.w.Write(out); err != nil {
+	s.start()
+	if _, err := s.w.Write(append(body, '\n')); err != nil {
 		return fmt.Errorf("write stream event: %w", err)
 	}
 	if err := s.rc.Flush(); err != nil {
@@ -154,14 +154,16 @@ func (s *streamWriter) send(v any) error {
 	return nil
 }
 
+// doneData is OpenAI's stream terminator, "data: [DONE]".
+var doneData = []byte("[DONE]")
+
 // done ends an SSE stream with OpenAI's terminator.
 func (s *streamWriter) done() error {
-	s.start()
-	if _, err := s.w.Write([]byte("data: [DONE]\n\n")); err != nil {
-		return fmt.Errorf("write stream end: %w", err)
+	if s.events == nil {
+		return nil
 	}
-	if err := s.rc.Flush(); err != nil {
-		return fmt.Errorf("flush stream end: %w", err)
+	if err := s.events.Send(sse.Event{Data: doneData}); err != nil {
+		return fmt.Errorf("write stream end: %w", err)
 	}
 	return nil
 }

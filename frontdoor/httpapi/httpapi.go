@@ -21,6 +21,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/config"
 	"gpuhost/internal/frontdoor"
+	"gpuhost/internal/sse"
 )
 
 // Supervisor is what the HTTP API uses of the daemon's Supervisor: reading
@@ -234,21 +235,13 @@ func handleEvents(c echo.Context, sup Supervisor) error {
 	}
 	ch, backlog, cancel := sup.Subscribe(since)
 	defer cancel()
-	w := c.Response()
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	c.Response().Header().Set("Content-Type", "text/event-stream") // no charset, as always; sse.Writer sets the rest
+	w := sse.NewWriter(c.Response())
 	write := func(e api.Event) error {
 		data, _ := json.Marshal(e)
-		if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Kind, data); err != nil {
-			return err
-		}
-		w.Flush()
-		return nil
+		return w.Send(sse.Event{ID: strconv.FormatUint(e.Seq, 10), Type: e.Kind, Data: data})
 	}
-	fmt.Fprint(w, ": gpuhost events\n\n")
-	w.Flush()
+	_ = w.Comment("gpuhost events")
 	last := since
 	for _, e := range backlog {
 		if err := write(e); err != nil {
@@ -263,10 +256,9 @@ func handleEvents(c echo.Context, sup Supervisor) error {
 		case <-c.Request().Context().Done():
 			return nil
 		case <-heartbeat.C:
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+			if err := w.Comment("keep-alive"); err != nil {
 				return nil
 			}
-			w.Flush()
 		case e, ok := <-ch:
 			if !ok {
 				return nil

@@ -1,16 +1,15 @@
 package proxy_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
 	"gpuhost/frontdoor/proxy"
+	"gpuhost/internal/sse"
 	"gpuhost/units"
 )
 
@@ -166,15 +166,17 @@ func benchRequest(b *testing.B, client *http.Client, url string, body []byte, st
 		}
 		return
 	}
-	sc := bufio.NewScanner(resp.Body)
+	rd := sse.NewReader(resp.Body, 0)
 	done := false
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "data: [DONE]") {
-			done = true
+	for {
+		e, err := rd.Next()
+		done = done || string(e.Data) == "[DONE]"
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, sse.ErrIncomplete) || !done {
+				b.Fatalf("stream ended without [DONE]: %v", err)
+			}
+			return
 		}
-	}
-	if err := sc.Err(); err != nil || !done {
-		b.Fatalf("stream ended without [DONE]: %v", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
 	"gpuhost/frontdoor/proxy"
+	"gpuhost/internal/sse"
 	"gpuhost/internal/testkit"
 	"gpuhost/units"
 )
@@ -296,51 +298,59 @@ func readStream(t testing.TB, resp *http.Response, onFirst func()) stream {
 func parseStream(resp *http.Response, onFirst func()) (stream, error) {
 	defer resp.Body.Close()
 	cr := &countingReader{r: resp.Body}
-	sc := bufio.NewScanner(cr)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	rd := sse.NewReader(cr, 1<<20)
 	var s stream
 	first := true
-	for sc.Scan() {
-		payload, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
+	for {
+		ev, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
 		}
-		if payload == "[DONE]" {
+		if err != nil && !errors.Is(err, sse.ErrIncomplete) {
+			return s, fmt.Errorf("reading the stream: %w", err)
+		}
+		if payload := string(ev.Data); payload == "[DONE]" {
 			s.done = true
-			continue
+		} else if err := s.chunk(payload, &first, onFirst); err != nil {
+			return s, err
 		}
-		s.events = append(s.events, payload)
-		var chunk struct {
-			Model   string `json:"model"`
-			Choices []struct {
-				Delta struct {
-					Content string `json:"content"`
-				} `json:"delta"`
-			} `json:"choices"`
-			Usage *struct {
-				Prompt     int `json:"prompt_tokens"`
-				Completion int `json:"completion_tokens"`
-			} `json:"usage"`
+		if err != nil { // the stream ended inside this event
+			break
 		}
-		if err := json.Unmarshal([]byte(payload), &chunk); err != nil {
-			return s, fmt.Errorf("chunk is not JSON: %w: %s", err, payload)
-		}
-		s.model = chunk.Model
-		if chunk.Usage != nil {
-			s.usage.Prompt, s.usage.Completion = chunk.Usage.Prompt, chunk.Usage.Completion
-		}
-		if first && len(chunk.Choices) > 0 && chunk.Choices[0].Delta.Content != "" {
-			first = false
-			if onFirst != nil {
-				onFirst()
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return s, fmt.Errorf("reading the stream: %w", err)
 	}
 	s.reads = cr.reads
 	return s, nil
+}
+
+// chunk adds one data payload to s; onFirst runs at the first content.
+func (s *stream) chunk(payload string, first *bool, onFirst func()) error {
+	s.events = append(s.events, payload)
+	var chunk struct {
+		Model   string `json:"model"`
+		Choices []struct {
+			Delta struct {
+				Content string `json:"content"`
+			} `json:"delta"`
+		} `json:"choices"`
+		Usage *struct {
+			Prompt     int `json:"prompt_tokens"`
+			Completion int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(payload), &chunk); err != nil {
+		return fmt.Errorf("chunk is not JSON: %w: %s", err, payload)
+	}
+	s.model = chunk.Model
+	if chunk.Usage != nil {
+		s.usage.Prompt, s.usage.Completion = chunk.Usage.Prompt, chunk.Usage.Completion
+	}
+	if *first && len(chunk.Choices) > 0 && chunk.Choices[0].Delta.Content != "" {
+		*first = false
+		if onFirst != nil {
+			onFirst()
+		}
+	}
+	return nil
 }
 
 // apiError decodes gpuhost's OpenAI-shaped error answer.

@@ -19,6 +19,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/config"
 	"gpuhost/frontdoor/proxy"
+	"gpuhost/internal/sse"
 	"gpuhost/internal/testkit"
 	"gpuhost/units"
 )
@@ -142,10 +143,7 @@ func TestBackendFailures(t *testing.T) {
 	}
 
 	url, obs, _, _ = wireEnv(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(200)
-		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")
-		w.(http.Flusher).Flush()
+		_ = sse.NewWriter(w).Send(sse.Event{Data: []byte(`{"choices":[{"delta":{"content":"a"}}]}`)})
 		conn, _, err := http.NewResponseController(w).Hijack()
 		if err == nil {
 			conn.Close() // the backend dies mid-stream

@@ -6,6 +6,8 @@ import (
 	"io"
 	"mime"
 	"time"
+
+	"gpuhost/internal/sse"
 )
 
 // Limits of what the usage tap keeps aside. They bound memory per request;
@@ -30,21 +32,22 @@ const (
 
 // usageTap wraps an upstream response body. Every Read passes the bytes on
 // unchanged; on the side it notes when the first byte came and picks the
-// token usage out of the stream: for SSE, each complete `data:` line that
-// mentions "usage" is decoded (the last usage seen wins: with
-// stream_options.include_usage it is the chunk before [DONE]); for a JSON
-// answer, the body's "usage" member at EOF. It runs in the goroutine that
-// copies the response (httputil.ReverseProxy copies synchronously inside
-// ServeHTTP), so its fields are read safely once ServeHTTP returns.
+// token usage out of the stream: for SSE, each complete `data:` line (as
+// internal/sse's Parser splits them: in place, copied aside only when a
+// line spans reads) that mentions "usage" is decoded (the last usage seen
+// wins: with stream_options.include_usage it is the chunk before [DONE]);
+// for a JSON answer, the body's "usage" member at EOF. It runs in the
+// goroutine that copies the response (httputil.ReverseProxy copies
+// synchronously inside ServeHTTP), so its fields are read safely once
+// ServeHTTP returns.
 type usageTap struct {
 	rc   io.ReadCloser
 	mode tapMode
 
 	first     time.Time
 	bytes     int64
-	line      []byte // the current SSE line when it spans reads
-	skipLine  bool   // the current SSE line is too long to examine
-	body      []byte // JSON mode: the answer so far
+	lines     *sse.Parser // SSE mode
+	body      []byte      // JSON mode: the answer so far
 	tooBig    bool
 	haveUsage bool
 	prompt    int
@@ -74,7 +77,11 @@ func tapModeFor(contentType, contentEncoding string) tapMode {
 }
 
 func newUsageTap(rc io.ReadCloser, mode tapMode) *usageTap {
-	return &usageTap{rc: rc, mode: mode}
+	t := &usageTap{rc: rc, mode: mode}
+	if mode == tapSSE {
+		t.lines = sse.NewParser(maxSSELine)
+	}
+	return t
 }
 
 func (t *usageTap) Read(p []byte) (int, error) {
@@ -119,53 +126,31 @@ func (t *usageTap) feed(p []byte) {
 	}
 }
 
-// feedSSE splits the stream into lines; a line that lies whole inside p is
-// examined in place, only a line that spans reads is copied aside.
+// feedSSE splits the stream into fields. It acts on each data line as it
+// comes, not on the blank line that ends the event: a client may close the
+// moment it reads "data: [DONE]" (see complete). An over-long line is
+// skipped by the Parser; its usage is not read.
 func (t *usageTap) feedSSE(p []byte) {
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			t.keep(p)
-			return
+	for t.lines != nil && len(p) > 0 {
+		n, f, ok, _ := t.lines.Feed(p)
+		p = p[n:]
+		if ok {
+			t.sseField(f)
 		}
-		if len(t.line) == 0 && !t.skipLine {
-			t.sseLine(p[:i])
-		} else {
-			t.keep(p[:i])
-			if !t.skipLine {
-				t.sseLine(t.line)
-			}
-		}
-		t.line, t.skipLine = t.line[:0], false
-		p = p[i+1:]
 	}
-}
-
-func (t *usageTap) keep(p []byte) {
-	if t.skipLine {
-		return
-	}
-	if len(t.line)+len(p) > maxSSELine {
-		t.line, t.skipLine = t.line[:0], true
-		return
-	}
-	t.line = append(t.line, p...)
 }
 
 var (
-	dataPrefix = []byte("data:")
 	usageKey   = []byte(`"usage"`)
 	doneMarker = []byte("[DONE]")
 )
 
-// sseLine examines one complete SSE line.
-func (t *usageTap) sseLine(line []byte) {
-	line = bytes.TrimSuffix(line, []byte{'\r'})
-	payload, ok := bytes.CutPrefix(line, dataPrefix)
-	if !ok {
+// sseField examines one field of the stream.
+func (t *usageTap) sseField(f sse.Field) {
+	if string(f.Name) != "data" {
 		return
 	}
-	payload = bytes.TrimLeft(payload, " ")
+	payload := bytes.TrimLeft(f.Value, " ")
 	t.events++
 	if bytes.Equal(payload, doneMarker) {
 		t.sawDone = true
@@ -201,9 +186,12 @@ func (t *usageTap) finish() {
 		}
 		t.body = nil
 	case tapSSE:
-		if len(t.line) > 0 && !t.skipLine {
-			t.sseLine(t.line)
+		if t.lines == nil {
+			return
 		}
-		t.line = nil
+		if f, ok := t.lines.End(); ok {
+			t.sseField(f)
+		}
+		t.lines = nil
 	}
 }
