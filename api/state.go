@@ -31,6 +31,23 @@ type State struct {
 	LastError  string        `json:"last_error,omitempty"`
 	Since      time.Time     `json:"since"`
 	LastWanted string        `json:"last_wanted,omitempty"`
+	// Standby lists the backends kept running in standby (asleep or
+	// unloaded), ready to wake in seconds instead of a cold start.
+	Standby []StandbyInfo `json:"standby,omitempty"`
+}
+
+// StandbyInfo is one backend in standby: which profile it serves once
+// woken, how it sleeps, and the GPU memory it still holds.
+type StandbyInfo struct {
+	Profile string `json:"profile"`
+	Unit    string `json:"unit"`
+	// Mode is how it sleeps: "sleep1", "sleep2" (vLLM levels) or "unload"
+	// (Ollama).
+	Mode string `json:"mode"`
+	// ResidualMiB is what it holds while asleep, measured with NVML at its
+	// first sleep (0 before it was measured).
+	ResidualMiB uint64    `json:"residual_mib"`
+	Since       time.Time `json:"since"`
 }
 
 // SwitchOptions modify a switch request.

@@ -37,6 +37,7 @@ func (l *leg) stopOld(ctx context.Context) (string, map[string]any, error) {
 		if err != nil {
 			return "", nil, fmt.Errorf("stop %s: %w", b.unit, err)
 		}
+		s.clearStandby(b.unit)
 		names = append(names, b.unit)
 	}
 	return "stopped " + strings.Join(names, ", "), nil, nil
@@ -50,8 +51,11 @@ func (l *leg) waitVRAMReleased(ctx context.Context) (string, map[string]any, err
 	defer cancel()
 	s.mu.Lock()
 	baseline := s.baseline
+	// Backends in standby keep their residual: the release is complete
+	// when everything else is back to the baseline.
+	asleep := s.standbyResidualsLocked()
 	s.mu.Unlock()
-	limit := baseline + s.cfg.GPU.ReleaseToleranceMiB
+	limit := baseline + s.cfg.GPU.ReleaseToleranceMiB + asleep
 	pl := newPoller(releasePollCap)
 	var last nvml.Device
 	var lastErr error

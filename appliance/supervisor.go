@@ -68,6 +68,13 @@ type Supervisor struct {
 	gen        uint64
 	lastSwitch *api.SwitchSummary
 	switches   uint64
+	// standby are the backend units in standby (unit → entry) and
+	// residuals the GPU memory each profile holds while in standby, as
+	// measured at its first sleep (standby.go; both persisted).
+	standby   map[string]standbyEntry
+	residuals map[string]uint64
+	// exclusion counts standby backends found above their residual.
+	exclusion exclusionStats
 
 	telegram telegramSlot // the bot's status, for Status (SetTelegramStatus)
 
@@ -149,6 +156,8 @@ func NewSupervisor(cfg *config.Config, gpu GPU, u Units, journal JournalFunc, lo
 	}
 	s.baseline = cfg.GPU.IdleBaselineMiB
 	s.state.LastWanted = s.readLastWanted()
+	sf := s.readStandby()
+	s.standby, s.residuals = sf.Units, sf.ResidualMiB
 	return s
 }
 
@@ -187,11 +196,18 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		return fmt.Errorf("subscribe to backend unit changes: %w", err)
 	}
 	s.measureBaseline(ctx)
+	s.checkStandbyAtStart(ctx)
 	st := s.Reconcile(ctx)
 	s.restore(ctx, st)
 	s.readyOnce.Do(func() { close(s.ready) })
+	watch := time.NewTicker(s.cfg.GPU.StandbyWatchInterval.D())
+	defer watch.Stop()
 	for {
 		select {
+		case <-watch.C:
+			if !s.isSwitching() {
+				s.enforceStandby(ctx)
+			}
 		case <-ctx.Done():
 			s.wg.Wait()
 			return nil
@@ -335,6 +351,15 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 	} else {
 		var active []backendState
 		for _, b := range bs {
+			e, asleep := s.standby[b.unit]
+			switch {
+			case asleep && (!b.status.Active() || b.profile != e.Profile):
+				// Stopped or restarted behind our back: no longer in standby.
+				delete(s.standby, b.unit)
+				s.writeStandbyLocked()
+			case asleep:
+				continue // in standby: holds its residual, serves nothing
+			}
 			if b.status.Active() {
 				active = append(active, b)
 			}
@@ -359,6 +384,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 				active[0].unit, active[0].status.ActiveState, active[1].unit, active[1].status.ActiveState)
 		}
 	}
+	next.Standby = s.standbyInfosLocked()
 	if next.Phase != prev.Phase || next.Profile != prev.Profile || next.Unit != prev.Unit || next.Error != prev.Error {
 		next.Since = time.Now()
 		// The bus never takes s.mu, so publishing under it keeps the order
@@ -579,7 +605,7 @@ func (r *switchRun) run(ctx context.Context) error {
 		}
 	}
 	s.mu.Lock()
-	s.state = api.State{Phase: api.PhaseFailed, Error: failMsg, LastError: failMsg, Since: time.Now(), LastWanted: s.state.LastWanted}
+	s.state = api.State{Phase: api.PhaseFailed, Error: failMsg, LastError: failMsg, Since: time.Now(), LastWanted: s.state.LastWanted, Standby: s.standbyInfosLocked()}
 	s.mu.Unlock()
 	r.event(api.Event{Kind: "switch", Status: "failed", Message: failMsg})
 	return errors.New(failMsg)
@@ -590,7 +616,7 @@ func (s *Supervisor) finish(p *units.Profile, lastErr string) {
 	defer s.mu.Unlock()
 	s.state = api.State{
 		Phase: api.PhaseActive, Profile: p.Name, Backend: p.Backend, Unit: s.cfg.BackendFor(p.Backend).Unit,
-		Since: time.Now(), LastWanted: s.state.LastWanted, LastError: lastErr,
+		Since: time.Now(), LastWanted: s.state.LastWanted, LastError: lastErr, Standby: s.standbyInfosLocked(),
 	}
 	if lastErr == "" {
 		s.state.LastError = ""
@@ -614,6 +640,12 @@ type leg struct {
 	toStop     []backendState
 	running    bool
 	heldBefore uint64 // MiB in use before the stop, for the release message
+	// toStandby are the active backends in the way that go into standby
+	// instead of being stopped (their profile has standby, and the target
+	// runs on the other unit). wake is set when the target unit runs the
+	// profile in standby: it is woken instead of started.
+	toStandby []backendState
+	wake      bool
 }
 
 // sequence is the switch proper: stop what is in the way, wait for the VRAM,
@@ -624,10 +656,26 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 	if err != nil {
 		return err
 	}
+	l.heldBefore = r.s.usedMiB(ctx)
+	if len(l.toStandby) > 0 {
+		if err := r.step(ctx, "standby", l.standbyOld); err != nil {
+			return err
+		}
+	}
 	if len(l.toStop) > 0 {
-		l.heldBefore = r.s.usedMiB(ctx)
 		if err := r.step(ctx, "stop", l.stopOld); err != nil {
 			return err
+		}
+	}
+	if l.wake {
+		if err := r.step(ctx, "wake", l.wakeTarget); err != nil {
+			// A backend that cannot wake is started afresh: slower, as
+			// without standby, but the switch still gets there.
+			r.cleanup(l.unit)
+			r.s.clearStandby(l.unit)
+			l.running, l.wake = false, false
+		} else {
+			l.loader = nil // Ollama's wake is its load
 		}
 	}
 	if !l.running {
@@ -672,9 +720,20 @@ func (r *switchRun) plan(ctx context.Context, p *units.Profile) (*leg, error) {
 		if !b.status.Active() {
 			continue
 		}
+		_, asleep := s.standbyOf(b.unit)
 		if b.unit == l.unit && b.profile == p.Name && b.status.ActiveState != "deactivating" {
 			l.running = true
+			l.wake = asleep
 			continue
+		}
+		if b.unit != l.unit {
+			if asleep {
+				continue // stays in standby, holding its residual
+			}
+			if bp := s.cfg.Profiles[b.profile]; bp != nil && bp.StandbyEnabled() {
+				l.toStandby = append(l.toStandby, b)
+				continue
+			}
 		}
 		l.toStop = append(l.toStop, b)
 	}

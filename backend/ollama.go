@@ -71,7 +71,20 @@ func (o *Ollama) Load(ctx context.Context) (string, error) {
 // Verify checks that /api/ps lists the profile's model as loaded, and
 // reports its size_vram.
 func (o *Ollama) Verify(ctx context.Context) (map[string]any, error) {
-	detail := map[string]any{}
+	detail, names, found, err := o.loaded(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return detail, fmt.Errorf("ollama has %v loaded, not %q", names, o.p.Model)
+	}
+	return detail, nil
+}
+
+// loaded reads /api/ps: whether the profile's model is loaded (with its
+// size_vram in detail), and the names of all loaded models.
+func (o *Ollama) loaded(ctx context.Context) (detail map[string]any, names []string, found bool, err error) {
+	detail = map[string]any{}
 	var ps struct {
 		Models []struct {
 			Name     string `json:"name"`
@@ -80,10 +93,8 @@ func (o *Ollama) Verify(ctx context.Context) (map[string]any, error) {
 		} `json:"models"`
 	}
 	if err := GetJSON(ctx, o.client, o.base+"/api/ps", &ps); err != nil {
-		return nil, err
+		return nil, nil, false, err
 	}
-	found := false
-	var names []string
 	for _, m := range ps.Models {
 		names = append(names, m.Name)
 		if SameOllamaModel(m.Name, o.p.Model) || SameOllamaModel(m.Model, o.p.Model) {
@@ -91,10 +102,7 @@ func (o *Ollama) Verify(ctx context.Context) (map[string]any, error) {
 			detail["size_vram"] = m.SizeVRAM
 		}
 	}
-	if !found {
-		return detail, fmt.Errorf("ollama has %v loaded, not %q", names, o.p.Model)
-	}
-	return detail, nil
+	return detail, names, found, nil
 }
 
 // SameOllamaModel compares Ollama model names the way Ollama does: a name

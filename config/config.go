@@ -79,6 +79,9 @@ type GPUConfig struct {
 	// and still count as released (drivers keep a little for contexts).
 	ReleaseToleranceMiB uint64   `yaml:"release_tolerance_mib"`
 	ReleaseTimeout      Duration `yaml:"release_timeout"`
+	// StandbyWatchInterval is how often the Supervisor checks that every
+	// backend in standby holds no more than its measured residual.
+	StandbyWatchInterval Duration `yaml:"standby_watch_interval"`
 }
 
 // SystemdConfig says how to reach systemd and where unit files go.
@@ -380,6 +383,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.GPU.ReleaseToleranceMiB == 0 {
 		c.GPU.ReleaseToleranceMiB = 512
+	}
+	if c.GPU.StandbyWatchInterval == 0 {
+		c.GPU.StandbyWatchInterval = Duration(2 * time.Second)
 	}
 	if c.GPU.ReleaseTimeout == 0 {
 		c.GPU.ReleaseTimeout = Duration(60 * time.Second)
@@ -709,15 +715,19 @@ func (c *Config) BackendFor(b units.Backend) BackendConfig {
 // BackendUnits returns the two backend units in a fixed order (vllm, ollama)
 // as the pure units package describes them.
 func (c *Config) BackendUnits() []units.BackendUnit {
+	standby := c.StandbyUsed()
 	mk := func(b units.Backend, bc BackendConfig, other string) units.BackendUnit {
 		u := units.BackendUnit{
-			Backend:   b,
-			Name:      bc.Unit,
-			Adopt:     bc.Adopt,
-			Exec:      bc.Exec,
-			EnvFile:   c.EnvFilePath(bc.Unit),
-			User:      bc.User,
-			Conflicts: []string{other},
+			Backend: b,
+			Name:    bc.Unit,
+			Adopt:   bc.Adopt,
+			Exec:    bc.Exec,
+			EnvFile: c.EnvFilePath(bc.Unit),
+			User:    bc.User,
+			Standby: standby,
+		}
+		if !standby {
+			u.Conflicts = []string{other}
 		}
 		u.ReadWritePaths = append(u.ReadWritePaths, bc.ReadWritePaths...)
 		if bc.Simulated && c.GPU.Backend == "sim" {
@@ -738,6 +748,17 @@ const DefaultStateDir = "/var/lib/gpuhost"
 
 // DefaultUnitDir is systemd.unit_dir's default.
 const DefaultUnitDir = "/etc/systemd/system"
+
+// StandbyUsed reports whether any profile uses standby: both backend
+// units may then run at once (one asleep), so they must not conflict.
+func (c *Config) StandbyUsed() bool {
+	for _, p := range c.Profiles {
+		if p != nil && p.StandbyEnabled() {
+			return true
+		}
+	}
+	return false
+}
 
 // DaemonUnit describes gpuhost.service for this config: binary and
 // configPath are where the installed gpuhost and its config live. A

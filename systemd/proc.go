@@ -2,6 +2,7 @@ package systemd
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -120,4 +121,35 @@ func InUnits(pid int, sts ...api.UnitStatus) bool {
 		}
 	}
 	return false
+}
+
+// MemAvailableMiB is the kernel's estimate of memory available for new
+// work without swapping (MemAvailable in /proc/meminfo), which decides
+// whether a sleeping vLLM may offload its weights to host RAM.
+func MemAvailableMiB() (uint64, error) {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, fmt.Errorf("read host memory: %w", err)
+	}
+	return parseMemAvailable(string(data))
+}
+
+// parseMemAvailable reads "MemAvailable:  123456 kB" from meminfo text.
+func parseMemAvailable(meminfo string) (uint64, error) {
+	for line := range strings.SplitSeq(meminfo, "\n") {
+		rest, ok := strings.CutPrefix(line, "MemAvailable:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("read host memory: unexpected MemAvailable line %q", line)
+		}
+		kb, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("read host memory: MemAvailable %q: %w", f[0], err)
+		}
+		return kb / 1024, nil
+	}
+	return 0, errors.New("read host memory: no MemAvailable in /proc/meminfo")
 }

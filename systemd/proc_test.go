@@ -194,3 +194,38 @@ func TestInUnits(t *testing.T) {
 		}
 	}
 }
+
+func TestParseMemAvailable(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    uint64
+		wantErr string
+	}{
+		{"MemTotal:       65536000 kB\nMemFree:  100 kB\nMemAvailable:   62914560 kB\n", 61440, ""},
+		{"MemAvailable: 1023 kB\n", 0, ""},
+		{"MemTotal: 1 kB\n", 0, "no MemAvailable"},
+		{"MemAvailable: many kB\n", 0, "MemAvailable \"many\""},
+		{"MemAvailable: 12 MB\n", 0, "unexpected MemAvailable line"},
+	}
+	for _, tt := range tests {
+		got, err := parseMemAvailable(tt.in)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("parseMemAvailable(%q) err = %v, want %q", tt.in, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("parseMemAvailable(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
+		}
+	}
+	if mib, err := MemAvailableMiB(); err != nil || mib == 0 {
+		t.Errorf("MemAvailableMiB on this machine = %d, %v", mib, err)
+	}
+}
+
+func FuzzParseMemAvailable(f *testing.F) {
+	f.Add("MemAvailable:   62914560 kB\n")
+	f.Add("MemAvailable: x\n")
+	f.Fuzz(func(t *testing.T, s string) { _, _ = parseMemAvailable(s) })
+}

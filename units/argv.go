@@ -1,6 +1,7 @@
 package units
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -21,7 +22,8 @@ const (
 //
 //	serve MODEL [--gpu-memory-utilization U] [--max-num-seqs N] [--max-model-len N]
 //	  [--enable-auto-tool-choice] [--tool-call-parser P] [--quantization Q]
-//	  [--kv-cache-dtype D] --served-model-name SERVED [--port PORT] EXTRA...
+//	  [--kv-cache-dtype D] --served-model-name SERVED [--port PORT]
+//	  [--enable-sleep-mode --host 127.0.0.1] EXTRA...
 //
 // Zero and empty fields are omitted so vLLM's own default applies; floats use
 // the shortest exact decimal form so ParseVLLMArgv reads back the same value.
@@ -54,6 +56,14 @@ func VLLMArgs(p Profile) []string {
 	}
 	if p.Port != 0 {
 		a = append(a, "--port", strconv.Itoa(p.Port))
+	}
+	if p.StandbyEnabled() {
+		// Sleep mode is chosen at start; its endpoints come with vLLM's
+		// development endpoints, so the server listens on loopback only.
+		a = append(a, "--enable-sleep-mode")
+		if !slices.Contains(f.ExtraArgs, "--host") && !slices.ContainsFunc(f.ExtraArgs, func(s string) bool { return strings.HasPrefix(s, "--host=") }) {
+			a = append(a, "--host", "127.0.0.1")
+		}
 	}
 	return append(a, f.ExtraArgs...)
 }
@@ -127,6 +137,9 @@ func EnvFile(p Profile, simulated bool) string {
 	}
 	line(EnvProfile, p.Name)
 	line(EnvArgs, strings.Join(BackendArgs(p, simulated), " "))
+	if p.Backend == VLLM && p.StandbyEnabled() {
+		line(EnvVLLMDevMode, "1")
+	}
 	if p.Backend == Ollama {
 		line(EnvOllamaHost, "127.0.0.1:"+strconv.Itoa(p.Port))
 		line(EnvOllamaKeep, p.Ollama.EffectiveKeepAlive())

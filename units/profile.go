@@ -45,8 +45,10 @@ type Profile struct {
 	ServedName string  `yaml:"served_name"` // name clients use; default = Model
 	// Aliases are further model names clients may use for this profile
 	// (the /v1 proxy maps them to the served name).
-	Aliases []string    `yaml:"aliases"`
-	Port    int         `yaml:"port"`
+	Aliases []string `yaml:"aliases"`
+	Port    int      `yaml:"port"`
+	// Standby is what a switch away does with the backend (standby.go).
+	Standby Standby     `yaml:"standby"`
 	VLLM    VLLMFlags   `yaml:"vllm"`
 	Ollama  OllamaOpts  `yaml:"ollama"`
 	Params  ModelParams `yaml:"model_params"` // for the VRAM fit estimate; zero = unknown
@@ -181,6 +183,9 @@ func (p Profile) Validate() []FieldError {
 	}
 	if p.Port < 1 || p.Port > 65535 {
 		add("port", "must be 1..65535, got %d", p.Port)
+	}
+	if msg := p.validateStandby(); msg != "" {
+		add("standby", "%s", msg)
 	}
 
 	switch p.Backend {

@@ -19,6 +19,11 @@ type BackendUnit struct {
 	EnvFile   string   // absolute path of the environment file gpuhost writes per switch
 	User      string   // User=; empty: root (gpuhost's config defaults it to DefaultBackendUser)
 	Conflicts []string // the other backend unit name(s)
+	// Standby is set when profiles use standby (units.Standby): both
+	// backend units may then run at once, one asleep, so Conflicts= is
+	// left out and the Supervisor enforces the exclusion itself (at most
+	// one unit above its measured standby residual).
+	Standby bool
 	// ReadWritePaths are the folders the backend writes despite
 	// ProtectSystem=strict: model caches, model folders, the simulator's
 	// state. Each is optional ('-'): a missing one does not fail the start.
@@ -107,6 +112,11 @@ func RenderBackendUnit(u BackendUnit) string {
 		w("# Conflicts= alone does not order the jobs: without After= the start of this unit may")
 		w("# return while the other is still stopping. With it, the other's stop completes first.")
 		w("After=%s", strings.Join(u.Conflicts, " "))
+	}
+	if u.Standby {
+		w("# No Conflicts=: profiles use standby, so the other backend may keep running asleep")
+		w("# (vLLM sleep mode, Ollama unloaded) while this one serves. gpuhost enforces that at most")
+		w("# one backend holds more GPU memory than its measured standby residual.")
 	}
 	w("# Ordering only: gpuhost starts this unit on demand, and models may be fetched over the network.")
 	w("After=network-online.target")
@@ -230,6 +240,10 @@ func RenderAdoptDropIn(u BackendUnit) (path string, content string) {
 	fmt.Fprintf(&b, "# The operator's %s is untouched; delete this file and run\n", u.Name)
 	fmt.Fprintf(&b, "# `systemctl daemon-reload` to undo.\n")
 	b.WriteString("[Unit]\n")
+	if u.Standby {
+		b.WriteString("# No Conflicts=: profiles use standby, so both backends may run, one asleep;\n")
+		b.WriteString("# gpuhost enforces that at most one holds more than its standby residual.\n")
+	}
 	if len(u.Conflicts) > 0 {
 		fmt.Fprintf(&b, "Conflicts=%s\n", strings.Join(u.Conflicts, " "))
 		// Without ordering, the start could return while the other unit

@@ -1,0 +1,501 @@
+package appliance
+
+// Standby switching: instead of stopping the backend a switch leaves, put it
+// to sleep (vLLM sleep mode) or unload its model (Ollama), keep its unit
+// running, and wake it in seconds when a switch comes back. The invariant
+// that replaces "one backend unit runs" is "at most one backend holds more
+// GPU memory than its standby residual": each backend in standby is held at
+// or below the residual NVML measured at its first sleep (persisted per
+// profile), the switch waits for that before it starts or wakes the next,
+// and a watcher puts back to sleep (or stops) a backend in standby that
+// takes memory behind the Supervisor's back.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"gpuhost/api"
+	"gpuhost/backend"
+	"gpuhost/internal/atomicfile"
+	"gpuhost/nvml"
+	"gpuhost/systemd"
+	"gpuhost/units"
+)
+
+// residualToleranceMiB is the measurement noise allowed above a backend's
+// measured residual (allocator rounding between two sleeps). It is far
+// below the release tolerance: a backend in standby must stay where it was
+// measured, not "near the baseline".
+const residualToleranceMiB = 64
+
+// hostMarginMiB is what sleep level 1 leaves free in host RAM beyond the
+// weights it offloads there (at least; 10 % of the weights when larger):
+// level 1 with RAM too tight would push the box into swap or the OOM killer.
+const hostMarginMiB = 2048
+
+// standbyEntry is one backend unit in standby.
+type standbyEntry struct {
+	Profile string        `json:"profile"`
+	Mode    units.Standby `json:"mode"` // sleep1, sleep2 or unload: never auto
+	Since   time.Time     `json:"since"`
+}
+
+// level is the vLLM sleep level of a mode (0 for Ollama's unload).
+func (e standbyEntry) level() int { return modeLevel(e.Mode) }
+
+func modeLevel(m units.Standby) int {
+	switch m {
+	case units.StandbySleep1:
+		return 1
+	case units.StandbySleep2:
+		return 2
+	}
+	return 0
+}
+
+// standbyFile is standby.json in the state directory: the measured
+// residuals (kept across restarts: they are facts about the profile on this
+// card) and the units in standby (checked against the backends at start).
+type standbyFile struct {
+	ResidualMiB map[string]uint64       `json:"residual_mib"`
+	Units       map[string]standbyEntry `json:"units"`
+}
+
+func (s *Supervisor) standbyPath() string { return filepath.Join(s.cfg.StateDir, "standby.json") }
+
+// readStandby loads standby.json; a missing or unusable file is an empty
+// one (the residuals are then measured again at the next sleep).
+func (s *Supervisor) readStandby() standbyFile {
+	out := standbyFile{ResidualMiB: map[string]uint64{}, Units: map[string]standbyEntry{}}
+	f, err := os.Open(s.standbyPath())
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			s.log.Warn("ignoring unreadable standby file", "file", s.standbyPath(), "err", err)
+		}
+		return out
+	}
+	defer f.Close()
+	var in standbyFile
+	if err := json.NewDecoder(io.LimitReader(f, maxStateFileBytes)).Decode(&in); err != nil {
+		s.log.Warn("ignoring unreadable standby file", "file", s.standbyPath(), "err", err)
+		return out
+	}
+	for p, mib := range in.ResidualMiB {
+		if _, ok := s.cfg.Profiles[p]; ok {
+			out.ResidualMiB[p] = mib
+		}
+	}
+	for u, e := range in.Units {
+		if p, ok := s.cfg.Profiles[e.Profile]; ok && p.StandbyEnabled() && s.cfg.BackendFor(p.Backend).Unit == u {
+			out.Units[u] = e
+		}
+	}
+	return out
+}
+
+// writeStandbyLocked persists residuals and standby units; s.mu is held.
+func (s *Supervisor) writeStandbyLocked() {
+	data, _ := json.MarshalIndent(standbyFile{ResidualMiB: s.residuals, Units: s.standby}, "", "  ")
+	if err := atomicfile.Write(s.standbyPath(), append(data, '\n'), 0o644); err != nil {
+		s.log.Error("persist standby state", "err", err)
+	}
+}
+
+func (s *Supervisor) setStandby(unit string, e standbyEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.standby[unit] = e
+	s.writeStandbyLocked()
+}
+
+func (s *Supervisor) clearStandby(unit string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.standby[unit]; ok {
+		delete(s.standby, unit)
+		s.writeStandbyLocked()
+	}
+}
+
+func (s *Supervisor) standbyOf(unit string) (standbyEntry, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.standby[unit]
+	return e, ok
+}
+
+func (s *Supervisor) residualOf(profile string) (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.residuals[profile]
+	return r, ok
+}
+
+// standbyInfosLocked lists the units in standby for State; s.mu is held.
+func (s *Supervisor) standbyInfosLocked() []api.StandbyInfo {
+	var out []api.StandbyInfo
+	for u, e := range s.standby {
+		out = append(out, api.StandbyInfo{Profile: e.Profile, Unit: u, Mode: string(e.Mode), ResidualMiB: s.residuals[e.Profile], Since: e.Since})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Unit < out[j].Unit })
+	return out
+}
+
+// standbyResidualsLocked is what the units in standby may hold together,
+// which the VRAM release before a start allows for; s.mu is held.
+func (s *Supervisor) standbyResidualsLocked() uint64 {
+	var sum uint64
+	for _, e := range s.standby {
+		sum += s.residuals[e.Profile] + residualToleranceMiB
+	}
+	return sum
+}
+
+// unitUsedMiB is the GPU memory held by the processes of one unit.
+func unitUsedMiB(d nvml.Device, st api.UnitStatus) uint64 {
+	var sum uint64
+	for _, p := range d.Processes {
+		if systemd.InUnits(p.PID, st) {
+			sum += p.UsedMiB
+		}
+	}
+	return sum
+}
+
+// hostAvailableMiB is the host's MemAvailable: from the simulated GPU when
+// it simulates host RAM too (the demo and the tests), else /proc/meminfo.
+func (s *Supervisor) hostAvailableMiB() (uint64, error) {
+	if h, ok := s.gpu.(interface{ HostMemAvailableMiB() (uint64, error) }); ok {
+		return h.HostMemAvailableMiB()
+	}
+	return systemd.MemAvailableMiB()
+}
+
+// weightsMiB estimates what sleep level 1 moves to host RAM: the weights
+// from the profile's model_params when given, else everything the backend
+// holds beyond its residual (an upper bound: the KV cache is discarded, not
+// moved, so the estimate errs towards level 2).
+func (s *Supervisor) weightsMiB(p *units.Profile, heldMiB uint64) uint64 {
+	if p.Params.TotalParamsB > 0 && p.Params.WeightBits > 0 {
+		return uint64(p.Params.TotalParamsB * 1e9 * p.Params.WeightBits / 8 / (1 << 20))
+	}
+	res, _ := s.residualOf(p.Name)
+	if heldMiB > res {
+		return heldMiB - res
+	}
+	return heldMiB
+}
+
+// chooseStandby picks the standby mode for p now, and says why. Ollama
+// unloads. vLLM sleeps at level 2 when configured so; level 1 (configured,
+// or auto) only when host RAM holds the weights with a margin, else level 2:
+// level 1 is the faster wake but must never push the box into swap.
+func (s *Supervisor) chooseStandby(p *units.Profile, heldMiB uint64) (units.Standby, string) {
+	if p.Backend == units.Ollama {
+		return units.StandbyUnload, fmt.Sprintf("unload %s: an Ollama server without a loaded model holds no GPU memory", p.Model)
+	}
+	if p.Standby == units.StandbySleep2 {
+		return units.StandbySleep2, "sleep level 2 (configured): weights and KV cache discarded, weights reloaded on wake"
+	}
+	w := s.weightsMiB(p, heldMiB)
+	need := w + max(hostMarginMiB, w/10)
+	avail, err := s.hostAvailableMiB()
+	if err != nil {
+		return units.StandbySleep2, fmt.Sprintf("sleep level 2: host memory unknown (%v), so the weights are not offloaded to it", err)
+	}
+	gib := func(m uint64) float64 { return float64(m) / 1024 }
+	if avail >= need {
+		return units.StandbySleep1, fmt.Sprintf("sleep level 1: %.1f GiB of weights, %.1f GiB available", gib(w), gib(avail))
+	}
+	return units.StandbySleep2, fmt.Sprintf("sleep level 2: %.1f GiB of weights (+%.1f GiB margin) do not fit in %.1f GiB available host memory",
+		gib(w), gib(need-w), gib(avail))
+}
+
+// standbyOld puts the backends in l.toStandby into standby. One that cannot
+// be put there (the engine refuses, or its memory does not come down to its
+// residual) is stopped instead by the stop step: standby is an
+// optimisation, never a reason for a second holder on the card.
+func (l *leg) standbyOld(ctx context.Context) (string, map[string]any, error) {
+	var msgs []string
+	detail := map[string]any{}
+	for _, b := range l.toStandby {
+		msg, mode, err := l.r.s.sendToStandby(ctx, l.r, b)
+		if err != nil {
+			l.toStop = append(l.toStop, b)
+			msgs = append(msgs, fmt.Sprintf("%s not in standby (%v); it will be stopped", b.unit, err))
+			continue
+		}
+		detail[b.unit] = string(mode)
+		msgs = append(msgs, msg)
+	}
+	return strings.Join(msgs, "; "), detail, nil
+}
+
+// sendToStandby puts one backend to sleep and waits until NVML shows it at
+// its residual.
+func (s *Supervisor) sendToStandby(ctx context.Context, r *switchRun, b backendState) (string, units.Standby, error) {
+	p := s.cfg.Profiles[b.profile]
+	held := s.unitHeldMiB(ctx, b.status)
+	mode, why := s.chooseStandby(p, held)
+	r.event(api.Event{Kind: "step", Step: "standby", Status: "info", Profile: p.Name, Message: why,
+		Detail: map[string]any{"mode": string(mode), "held_mib": held}})
+	be, err := s.engineOf(p)
+	if err != nil {
+		return "", mode, err
+	}
+	sl, ok := be.(backend.Sleeper)
+	if !ok {
+		return "", mode, fmt.Errorf("the %s engine has no standby", p.Backend)
+	}
+	sctx, cancel := context.WithTimeout(ctx, s.cfg.GPU.ReleaseTimeout.D())
+	defer cancel()
+	if _, err := sl.Sleep(sctx, modeLevel(mode)); err != nil {
+		return "", mode, err
+	}
+	used, measured, err := s.waitResidual(sctx, p, b.status, held)
+	if err != nil {
+		return "", mode, err
+	}
+	s.setStandby(b.unit, standbyEntry{Profile: p.Name, Mode: mode, Since: time.Now()})
+	msg := fmt.Sprintf("%s in standby (%s): %d MiB held, was %d", p.Name, mode, used, held)
+	if measured {
+		msg += " (residual measured now)"
+	}
+	return msg, mode, nil
+}
+
+// unitHeldMiB is what the unit holds now; 0 when NVML cannot tell.
+func (s *Supervisor) unitHeldMiB(ctx context.Context, st api.UnitStatus) uint64 {
+	snap, err := s.snapshot(ctx)
+	if err != nil {
+		return 0
+	}
+	d, ok := snap.Device0()
+	if !ok {
+		return 0
+	}
+	return unitUsedMiB(d, st)
+}
+
+// waitResidual waits until the unit's processes hold at most the profile's
+// measured residual. The first time there is none: it waits until the
+// memory has come down from heldMiB and stays put for three readings, and
+// stores that as the residual.
+func (s *Supervisor) waitResidual(ctx context.Context, p *units.Profile, st api.UnitStatus, heldMiB uint64) (used uint64, measured bool, err error) {
+	known, ok := s.residualOf(p.Name)
+	pl := newPoller(releasePollCap)
+	var prev uint64
+	stable := 0
+	for {
+		snap, serr := s.snapshot(ctx)
+		if serr != nil && errors.Is(serr, nvml.ErrUnavailable) {
+			return 0, false, fmt.Errorf("cannot verify the standby residual: %w", serr)
+		}
+		if serr == nil {
+			d, dok := snap.Device0()
+			if !dok {
+				return 0, false, errors.New("no GPU device reported: cannot verify the standby residual")
+			}
+			used = unitUsedMiB(d, st)
+			switch {
+			case ok && used <= known+residualToleranceMiB:
+				return used, false, nil
+			case !ok && (used < heldMiB || heldMiB == 0):
+				if used == prev {
+					stable++
+				} else {
+					stable = 0
+				}
+				prev = used
+				if stable >= 2 {
+					s.mu.Lock()
+					s.residuals[p.Name] = used
+					s.writeStandbyLocked()
+					s.mu.Unlock()
+					return used, true, nil
+				}
+			}
+		}
+		if werr := pl.wait(ctx); werr != nil {
+			if ok {
+				return used, false, fmt.Errorf("%s holds %d MiB in standby, above its measured residual %d MiB (+%d)", st.Name, used, known, residualToleranceMiB)
+			}
+			return used, false, fmt.Errorf("%s did not settle in standby: %d MiB held, was %d", st.Name, used, heldMiB)
+		}
+	}
+}
+
+// wakeTarget wakes the target's backend from standby.
+func (l *leg) wakeTarget(ctx context.Context) (string, map[string]any, error) {
+	s := l.r.s
+	e, _ := s.standbyOf(l.unit)
+	sl, ok := l.be.(backend.Sleeper)
+	if !ok {
+		return "", nil, fmt.Errorf("the %s engine has no standby", l.p.Backend)
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.ReadyTimeout.D())
+	defer cancel()
+	msg, err := sl.Wake(wctx, e.level())
+	if err != nil {
+		return "", map[string]any{"mode": string(e.Mode)}, err
+	}
+	s.clearStandby(l.unit)
+	return msg, map[string]any{"mode": string(e.Mode)}, nil
+}
+
+// checkStandbyAtStart keeps only the persisted standby entries whose unit
+// runs that profile and whose engine says it is in standby; the others
+// are forgotten (the unit was stopped, restarted or woken meanwhile), and
+// Reconcile then sees the unit as what it is.
+func (s *Supervisor) checkStandbyAtStart(ctx context.Context) {
+	bs, err := s.backends(ctx)
+	if err != nil {
+		return
+	}
+	for _, b := range bs {
+		e, ok := s.standbyOf(b.unit)
+		if !ok {
+			continue
+		}
+		keep := b.status.Active() && b.profile == e.Profile
+		if keep {
+			keep = s.engineSleeping(ctx, s.cfg.Profiles[e.Profile])
+		}
+		if !keep {
+			s.log.Info("forgetting standby of a backend that is no longer asleep", "unit", b.unit, "profile", e.Profile)
+			s.clearStandby(b.unit)
+		}
+	}
+}
+
+// engineSleeping asks p's server whether it is in standby (false when it
+// cannot tell).
+func (s *Supervisor) engineSleeping(ctx context.Context, p *units.Profile) bool {
+	be, err := s.engineOf(p)
+	if err != nil {
+		return false
+	}
+	sl, ok := be.(backend.Sleeper)
+	if !ok {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	asleep, err := sl.Sleeping(cctx)
+	return err == nil && asleep
+}
+
+// exclusionStats counts standby backends found holding more than their
+// residual (someone called wake_up by hand, or a load reached an unloaded
+// Ollama), for the doctor and the metrics.
+type exclusionStats struct {
+	Violations uint64
+	Last       time.Time
+	LastMsg    string
+}
+
+// enforceStandby checks every backend in standby against its residual and
+// puts one that holds more back into standby, or stops it when that fails:
+// only the active backend may hold more than its residual. vLLM's own
+// start-time check of free memory is the last line behind this one.
+func (s *Supervisor) enforceStandby(ctx context.Context) {
+	s.mu.Lock()
+	type watched struct {
+		unit     string
+		e        standbyEntry
+		residual uint64
+		known    bool
+	}
+	var ws []watched
+	for u, e := range s.standby {
+		r, ok := s.residuals[e.Profile]
+		ws = append(ws, watched{u, e, r, ok})
+	}
+	s.mu.Unlock()
+	if len(ws) == 0 {
+		return
+	}
+	snap, err := s.snapshot(ctx)
+	if err != nil {
+		return
+	}
+	d, ok := snap.Device0()
+	if !ok {
+		return
+	}
+	for _, w := range ws {
+		if !w.known {
+			continue
+		}
+		st, err := s.units.Unit(ctx, w.unit)
+		if err != nil || !st.Active() {
+			continue
+		}
+		used := unitUsedMiB(d, st)
+		if used <= w.residual+residualToleranceMiB {
+			continue
+		}
+		// Acting takes the switch lock, so no switch wakes or stops the
+		// unit meanwhile; with a switch under way, the next round decides.
+		if !s.switchMu.TryLock() {
+			return
+		}
+		s.standbyViolation(ctx, w.unit, w.e, st, used, w.residual)
+		s.switchMu.Unlock()
+	}
+}
+
+// standbyViolation records and ends one backend above its residual.
+func (s *Supervisor) standbyViolation(ctx context.Context, unit string, e standbyEntry, st api.UnitStatus, used, residual uint64) {
+	msg := fmt.Sprintf("%s is in standby (%s) but holds %d MiB, above its residual %d MiB: ", unit, e.Profile, used, residual)
+	p := s.cfg.Profiles[e.Profile]
+	fixed := false
+	if be, err := s.engineOf(p); err == nil {
+		if sl, ok := be.(backend.Sleeper); ok {
+			cctx, cancel := context.WithTimeout(ctx, s.cfg.GPU.ReleaseTimeout.D())
+			if _, err := sl.Sleep(cctx, e.level()); err == nil {
+				_, _, err = s.waitResidual(cctx, p, st, used)
+				fixed = err == nil
+			}
+			cancel()
+		}
+	}
+	if fixed {
+		msg += "put back into standby"
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.StopTimeout.D())
+		if err := s.units.Stop(cctx, unit); err != nil {
+			msg += "could not be put back into standby, and stopping it failed: " + err.Error()
+		} else {
+			msg += "could not be put back into standby; stopped"
+		}
+		cancel()
+		s.clearStandby(unit)
+	}
+	s.mu.Lock()
+	s.exclusion.Violations++
+	s.exclusion.Last, s.exclusion.LastMsg = time.Now(), msg
+	s.mu.Unlock()
+	s.log.Warn("standby exclusion", "unit", unit, "profile", e.Profile, "used_mib", used, "residual_mib", residual, "fixed", fixed)
+	s.bus.publish(api.Event{Kind: "exclusion", Status: "failed", Profile: e.Profile, Message: msg,
+		Detail: map[string]any{"unit": unit, "used_mib": used, "residual_mib": residual}})
+	if !fixed {
+		s.Reconcile(ctx)
+	}
+}
+
+// Exclusion reports how often a backend in standby was found above its
+// residual, and the last time, for the doctor.
+func (s *Supervisor) Exclusion() (violations uint64, last time.Time, lastMsg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.exclusion.Violations, s.exclusion.Last, s.exclusion.LastMsg
+}
