@@ -46,7 +46,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func
 	sup := appliance.NewSupervisor(cfg, gpu, u, journal, log)
 	defer sup.Close()
 	doctor := func(ctx context.Context, profile string) api.DoctorReport {
-		d := &appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile, Telegram: sup.TelegramStatus}
+		d := &appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile, Telegram: sup.TelegramStatus, Exclusion: sup.Exclusion}
 		if gerr != nil {
 			d.GPU, d.GPUErr = nil, gerr
 		}

@@ -35,6 +35,9 @@ type Doctor struct {
 	// the telegram.bot check; nil, or a nil result, means no check (the
 	// CLI's local doctor, or telegram.enabled false).
 	Telegram func() *api.TelegramStatus
+	// Exclusion reports the daemon's standby watcher (Supervisor.Exclusion)
+	// for the standby.exclusion check; nil: no check (the CLI's doctor).
+	Exclusion func() (violations uint64, last time.Time, lastMsg string)
 }
 
 // Run executes the checks.
@@ -70,12 +73,20 @@ func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 	if haveGPU {
 		facts = units.GPUFacts{TotalMiB: dev.MemoryTotalMiB, Name: dev.Name}
 	}
+	// What the daemon's Supervisor persisted about standby: the residuals
+	// the other backend keeps while it sleeps, and who sleeps now.
+	sf := (&Supervisor{cfg: d.Cfg, log: discardLog}).readStandby()
 	for _, name := range d.Cfg.ProfileNames() {
 		if d.Profile != "" && name != d.Profile {
 			continue
 		}
 		p := d.Cfg.Profiles[name]
-		for _, c := range units.ProfileChecks(*p, facts, *d.Cfg.Policy) {
+		pf := facts
+		if haveGPU {
+			pf.ReservedMiB = reservedMiB(d.Cfg, sf.ResidualMiB, p)
+		}
+		checks = append(checks, d.hostRAMCheck(p)...)
+		for _, c := range units.ProfileChecks(*p, pf, *d.Cfg.Policy) {
 			add(api.DoctorCheck{ID: c.ID, Severity: c.Severity, Profile: name, Message: c.Message, Fix: c.Fix, Value: c.Value})
 		}
 	}
@@ -86,13 +97,14 @@ func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 		add(api.DoctorCheck{ID: "units.systemd", Severity: units.SeverityFail, Message: "systemd not reachable: " + errText(d.UnitsErr),
 			Fix: "run as root on a systemd host, or set systemd.socket in the config"})
 	} else {
-		sup := &Supervisor{cfg: d.Cfg, units: d.Units}
+		sup := &Supervisor{cfg: d.Cfg, units: d.Units, log: discardLog}
 		var err error
 		bs, err = sup.backends(ctx)
 		if err != nil {
 			add(api.DoctorCheck{ID: "units.systemd", Severity: units.SeverityFail, Message: err.Error(), Fix: "check `systemctl status`"})
 		} else {
-			checks = append(checks, unitChecks(d.Cfg, bs)...)
+			checks = append(checks, unitChecks(d.Cfg, bs, sf.Units)...)
+			checks = append(checks, d.standbyChecks(bs, sf, dev, haveGPU)...)
 			checks = append(checks, wantedCheck(d.Cfg, bs))
 			if haveGPU {
 				checks = append(checks, foreignProcessCheck(dev, bs))
@@ -144,8 +156,9 @@ func driverCheck(version, cuda string) api.DoctorCheck {
 	return c
 }
 
-func unitChecks(cfg *config.Config, bs []backendState) []api.DoctorCheck {
+func unitChecks(cfg *config.Config, bs []backendState, asleep map[string]standbyEntry) []api.DoctorCheck {
 	var out []api.DoctorCheck
+	standby := cfg.StandbyUsed()
 	// Conflicts= both ways.
 	for i, b := range bs {
 		other := bs[1-i].unit
@@ -155,6 +168,13 @@ func unitChecks(cfg *config.Config, bs []backendState) []api.DoctorCheck {
 			c.Severity = units.SeverityFail
 			c.Message = fmt.Sprintf("%s is %s", b.unit, b.status.LoadState)
 			c.Fix = "run `gpuhost units install` (or `--adopt` for existing units)"
+		case standby && slices.Contains(b.status.Conflicts, other):
+			c.Severity = units.SeverityWarn
+			c.Message = fmt.Sprintf("%s has Conflicts=%s although profiles use standby: starting one backend stops the other instead of letting it sleep", b.unit, other)
+			c.Fix = "run `gpuhost units install` to render the units for standby"
+		case standby:
+			c.Severity = units.SeverityOK
+			c.Message = fmt.Sprintf("%s has no Conflicts=%s: profiles use standby, gpuhost enforces one VRAM holder", b.unit, other)
 		case slices.Contains(b.status.Conflicts, other):
 			c.Severity = units.SeverityOK
 			c.Message = fmt.Sprintf("%s has Conflicts=%s", b.unit, other)
@@ -166,8 +186,12 @@ func unitChecks(cfg *config.Config, bs []backendState) []api.DoctorCheck {
 		out = append(out, c)
 	}
 	// At most one backend active.
-	var active []string
+	var active, sleeping []string
 	for _, b := range bs {
+		if e, ok := asleep[b.unit]; ok && b.status.Active() && b.profile == e.Profile {
+			sleeping = append(sleeping, fmt.Sprintf("%s (%s, %s)", b.unit, e.Profile, e.Mode))
+			continue
+		}
 		if b.status.Active() {
 			active = append(active, fmt.Sprintf("%s (%s)", b.unit, b.status.ActiveState))
 		}
@@ -178,6 +202,9 @@ func unitChecks(cfg *config.Config, bs []backendState) []api.DoctorCheck {
 		ex.Fix = "stop one of them: `gpuhost switch PROFILE`"
 	} else {
 		ex.Severity, ex.Message = units.SeverityOK, fmt.Sprintf("%d backend active %v", len(active), active)
+		if len(sleeping) > 0 {
+			ex.Message += "; in standby: " + strings.Join(sleeping, ", ")
+		}
 	}
 	out = append(out, ex)
 	// Drift: live flags of the running vLLM unit against its profile.

@@ -501,6 +501,9 @@ func (s *Supervisor) failingChecks(ctx context.Context, p *units.Profile) []unit
 	if snap, err := s.snapshot(ctx); err == nil {
 		if d, ok := snap.Device0(); ok {
 			facts = units.GPUFacts{TotalMiB: d.MemoryTotalMiB, Name: d.Name}
+			s.mu.Lock()
+			facts.ReservedMiB = reservedMiB(s.cfg, s.residuals, p)
+			s.mu.Unlock()
 		}
 	}
 	var out []units.Check

@@ -43,6 +43,9 @@ const (
 type GPUFacts struct {
 	TotalMiB uint64
 	Name     string
+	// ReservedMiB is what the other backend keeps while it is in standby
+	// (its measured residual), which this profile cannot have.
+	ReservedMiB uint64
 }
 
 // Policy is the configurable table of known-good ceilings. Rules are tried in
@@ -189,16 +192,16 @@ func contextTokens(p Profile) int {
 // other settings do not exist there). The order is fixed.
 func ProfileChecks(p Profile, gpu GPUFacts, pol Policy) []Check {
 	if p.Backend == Ollama {
-		return []Check{vramFitCheck(p, gpu)}
+		return append([]Check{vramFitCheck(p, gpu)}, standbyFitChecks(p, gpu)...)
 	}
-	return []Check{
+	return append([]Check{
 		utilCheck(p, gpu, pol),
 		seqsCheck(p, gpu, pol),
 		toolParserCheck(p),
 		qwen3CoderCheck(p),
 		quantizationCheck(p),
 		vramFitCheck(p, gpu),
-	}
+	}, standbyFitChecks(p, gpu)...)
 }
 
 func effectiveUtil(p Profile) float64 {

@@ -69,3 +69,48 @@ func (p Profile) validateStandby() string {
 	}
 	return fmt.Sprintf("%q is not a standby mode for %s (one of: %s)", p.Standby, p.Backend, strings.Join(names, ", "))
 }
+
+// CheckStandbyFit is the id of the check that the profile still fits next
+// to the other backend's standby residual.
+const CheckStandbyFit = "profile.standby_fit"
+
+// standbyFitChecks: with the other backend in standby, its residual stays
+// on the card. vLLM refuses to start unless gpu_memory_utilization × total
+// is free, so the residual must fit in the rest; an Ollama model must fit
+// in what the residual leaves. No check without a residual to count.
+func standbyFitChecks(p Profile, gpu GPUFacts) []Check {
+	if gpu.ReservedMiB == 0 || gpu.TotalMiB == 0 {
+		return nil
+	}
+	c := Check{ID: CheckStandbyFit, Value: fmt.Sprintf("%d MiB reserved", gpu.ReservedMiB)}
+	if p.Backend == VLLM {
+		u := effectiveUtil(p)
+		left := uint64((1 - u) * float64(gpu.TotalMiB))
+		if left < gpu.ReservedMiB {
+			c.Severity = SeverityFail
+			c.Message = fmt.Sprintf("gpu_memory_utilization %s leaves %d MiB of %d, less than the other backend's standby residual of %d MiB: vLLM refuses to start while the other sleeps",
+				fmtFloat(u), left, gpu.TotalMiB, gpu.ReservedMiB)
+			c.Fix = fmt.Sprintf("lower vllm.gpu_memory_utilization to at most %s, or set the other backend's standby to off",
+				fmtFloat(float64(gpu.TotalMiB-gpu.ReservedMiB)/float64(gpu.TotalMiB)-0.005))
+			return []Check{c}
+		}
+		c.Severity = SeverityOK
+		c.Message = fmt.Sprintf("leaves %d MiB beside the other backend's standby residual of %d MiB", left-gpu.ReservedMiB, gpu.ReservedMiB)
+		return []Check{c}
+	}
+	if p.Params.TotalParamsB == 0 {
+		return nil
+	}
+	weights, _, kv := EstimateVRAM(p)
+	need := (weights + kv + VRAMOverheadBytes) / (1 << 20)
+	room := float64(gpu.TotalMiB - min(gpu.TotalMiB, gpu.ReservedMiB))
+	if need > room {
+		c.Severity = SeverityFail
+		c.Message = fmt.Sprintf("needs ~%.0f MiB but the other backend's standby residual leaves %.0f MiB: Ollama would offload layers to the CPU", need, room)
+		c.Fix = "lower ollama.num_ctx, use a smaller quantisation, or set the other backend's standby to off"
+		return []Check{c}
+	}
+	c.Severity = SeverityOK
+	c.Message = fmt.Sprintf("needs ~%.0f MiB of the %.0f MiB the other backend's standby residual leaves", need, room)
+	return []Check{c}
+}
