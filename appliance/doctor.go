@@ -85,7 +85,7 @@ func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 		if haveGPU {
 			pf.ReservedMiB = reservedMiB(d.Cfg, sf.ResidualMiB, p)
 		}
-		checks = append(checks, d.hostRAMCheck(p)...)
+		checks = append(checks, d.hostRAMCheck(ctx, p)...)
 		for _, c := range units.ProfileChecks(*p, pf, *d.Cfg.Policy) {
 			add(api.DoctorCheck{ID: c.ID, Severity: c.Severity, Profile: name, Message: c.Message, Fix: c.Fix, Value: c.Value})
 		}

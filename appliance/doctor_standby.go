@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -35,7 +36,7 @@ func reservedMiB(cfg *config.Config, residuals map[string]uint64, p *units.Profi
 
 // hostRAMCheck says whether sleep level 1 can hold p's weights in host RAM
 // now (vLLM profiles with standby sleep1 or auto and known model_params).
-func (d *Doctor) hostRAMCheck(p *units.Profile) []api.DoctorCheck {
+func (d *Doctor) hostRAMCheck(ctx context.Context, p *units.Profile) []api.DoctorCheck {
 	if p.Backend != units.VLLM || (p.Standby != units.StandbySleep1 && p.Standby != units.StandbyAuto) ||
 		p.Params.TotalParamsB == 0 || p.Params.WeightBits == 0 {
 		return nil
@@ -44,7 +45,7 @@ func (d *Doctor) hostRAMCheck(p *units.Profile) []api.DoctorCheck {
 	w := s.weightsMiB(p, 0)
 	need := w + max(hostMarginMiB, w/10)
 	c := api.DoctorCheck{ID: "standby.host_ram", Profile: p.Name}
-	avail, err := s.hostAvailableMiB()
+	avail, err := s.hostAvailableMiB(ctx)
 	switch {
 	case err != nil:
 		c.Severity, c.Message = units.SeverityWarn, "host memory unknown: "+err.Error()+"; standby sleeps at level 2"

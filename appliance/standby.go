@@ -172,9 +172,11 @@ func unitUsedMiB(d nvml.Device, st api.UnitStatus) uint64 {
 
 // hostAvailableMiB is the host's MemAvailable: from the simulated GPU when
 // it simulates host RAM too (the demo and the tests), else /proc/meminfo.
-func (s *Supervisor) hostAvailableMiB() (uint64, error) {
-	if h, ok := s.gpu.(interface{ HostMemAvailableMiB() (uint64, error) }); ok {
-		return h.HostMemAvailableMiB()
+func (s *Supervisor) hostAvailableMiB(ctx context.Context) (uint64, error) {
+	if h, ok := s.gpu.(interface {
+		HostMemAvailableMiB(context.Context) (uint64, error)
+	}); ok {
+		return h.HostMemAvailableMiB(ctx)
 	}
 	return systemd.MemAvailableMiB()
 }
@@ -198,7 +200,7 @@ func (s *Supervisor) weightsMiB(p *units.Profile, heldMiB uint64) uint64 {
 // unloads. vLLM sleeps at level 2 when configured so; level 1 (configured,
 // or auto) only when host RAM holds the weights with a margin, else level 2:
 // level 1 is the faster wake but must never push the box into swap.
-func (s *Supervisor) chooseStandby(p *units.Profile, heldMiB uint64) (units.Standby, string) {
+func (s *Supervisor) chooseStandby(ctx context.Context, p *units.Profile, heldMiB uint64) (units.Standby, string) {
 	if p.Backend == units.Ollama {
 		return units.StandbyUnload, fmt.Sprintf("unload %s: an Ollama server without a loaded model holds no GPU memory", p.Model)
 	}
@@ -207,7 +209,7 @@ func (s *Supervisor) chooseStandby(p *units.Profile, heldMiB uint64) (units.Stan
 	}
 	w := s.weightsMiB(p, heldMiB)
 	need := w + max(hostMarginMiB, w/10)
-	avail, err := s.hostAvailableMiB()
+	avail, err := s.hostAvailableMiB(ctx)
 	if err != nil {
 		return units.StandbySleep2, fmt.Sprintf("sleep level 2: host memory unknown (%v), so the weights are not offloaded to it", err)
 	}
@@ -244,7 +246,7 @@ func (l *leg) standbyOld(ctx context.Context) (string, map[string]any, error) {
 func (s *Supervisor) sendToStandby(ctx context.Context, r *switchRun, b backendState) (string, units.Standby, error) {
 	p := s.cfg.Profiles[b.profile]
 	held := s.unitHeldMiB(ctx, b.status)
-	mode, why := s.chooseStandby(p, held)
+	mode, why := s.chooseStandby(ctx, p, held)
 	r.event(api.Event{Kind: "step", Step: "standby", Status: "info", Profile: p.Name, Message: why,
 		Detail: map[string]any{"mode": string(mode), "held_mib": held}})
 	be, err := s.engineOf(p)
