@@ -76,6 +76,11 @@ const (
 	SimFlagDecodeTPS  = "--decode-tps"
 	SimFlagVRAMMiB    = "--vram-mib"
 	SimFlagModel      = "--model"
+	// Sleep mode of the simulated vLLM.
+	SimFlagSleepResidualMiB = "--sleep-residual-mib"
+	SimFlagWeightsMiB       = "--weights-mib"
+	SimFlagH2DGBps          = "--h2d-gbps"
+	SimFlagReloadGBps       = "--reload-gbps"
 )
 
 // SimArgs are the extra flags for `gpuhost simulate` taken from p.Sim; zero
@@ -94,6 +99,20 @@ func SimArgs(p Profile) []string {
 	}
 	if p.Sim.VRAMMiB != 0 {
 		a = append(a, SimFlagVRAMMiB, strconv.Itoa(p.Sim.VRAMMiB))
+	}
+	if p.Backend == VLLM {
+		if p.Sim.SleepResidualMiB != 0 {
+			a = append(a, SimFlagSleepResidualMiB, strconv.Itoa(p.Sim.SleepResidualMiB))
+		}
+		if p.Sim.WeightsMiB != 0 {
+			a = append(a, SimFlagWeightsMiB, strconv.Itoa(p.Sim.WeightsMiB))
+		}
+		if p.Sim.H2DGBps != 0 {
+			a = append(a, SimFlagH2DGBps, strconv.FormatFloat(p.Sim.H2DGBps, 'f', -1, 64))
+		}
+		if p.Sim.ReloadGBps != 0 {
+			a = append(a, SimFlagReloadGBps, strconv.FormatFloat(p.Sim.ReloadGBps, 'f', -1, 64))
+		}
 	}
 	if p.Backend == Ollama && p.Model != "" {
 		a = append(a, SimFlagModel, p.Model)

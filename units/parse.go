@@ -484,7 +484,8 @@ func Drift(want Profile, live VLLMSettings) []Difference {
 // reads as "(set)"; a plain word stands for itself. With skipSim the
 // simulator's own flags (and their values) are dropped.
 func extraFlags(words []string, skipSim bool) map[string][]string {
-	sim := map[string]bool{"load-time": true, "prefill-tps": true, "decode-tps": true, "vram-mib": true}
+	sim := map[string]bool{"load-time": true, "prefill-tps": true, "decode-tps": true, "vram-mib": true,
+		"sleep-residual-mib": true, "weights-mib": true, "h2d-gbps": true, "reload-gbps": true}
 	out := map[string][]string{}
 	for i := 0; i < len(words); i++ {
 		w := words[i]

@@ -93,6 +93,12 @@ type SimOpts struct {
 	PrefillTPS float64 `yaml:"prefill_tps"`
 	DecodeTPS  float64 `yaml:"decode_tps"`
 	VRAMMiB    int     `yaml:"vram_mib"`
+	// Sleep mode (vLLM) of the simulator: the VRAM it keeps asleep, the
+	// weights it offloads or reloads, and the bandwidths that time a wake.
+	SleepResidualMiB int     `yaml:"sleep_residual_mib"`
+	WeightsMiB       int     `yaml:"weights_mib"`
+	H2DGBps          float64 `yaml:"h2d_gbps"`
+	ReloadGBps       float64 `yaml:"reload_gbps"`
 }
 
 // IsMoE reports whether the parameters describe a mixture-of-experts model
