@@ -59,7 +59,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(
 		newServeCmd(), newDemoCmd(), newStatusCmd(), newSwitchCmd(), newDoctorCmd(),
 		newUnitsCmd(), newSimulateCmd(), newVersionCmd(), newOpencodeConfigCmd(),
-		bench.NewCmd(bench.Deps{GpuhostVersion: version, Env: benchEnv}),
+		bench.NewCmd(bench.Deps{GpuhostVersion: version, Env: benchEnv, Daemon: apiClient}),
 		newMCPCmd(), newAskCmd(), newTriageCmd(),
 		// Pairing is approved on the machine, never in the chat.
 		telegram.NewPairCmd(func(cmd *cobra.Command) (string, error) {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"gpuhost/api"
+	"gpuhost/bench"
 	"gpuhost/internal/testkit"
 	"gpuhost/nvml"
 	"gpuhost/triage"
@@ -211,6 +212,20 @@ func TestDemo(t *testing.T) {
 	var rep api.DoctorReport
 	if json.Unmarshal([]byte(out), &rep) != nil || code != rep.Exit {
 		t.Errorf("doctor: exit %d, report %s", code, out)
+	}
+
+	// bench switch finds the daemon by $GPUHOST_URL, makes qwen3-coder
+	// active first and measures both ways on the switch path; the demo's
+	// proxy.auto_switch is off, so the request path is skipped.
+	benchDir := t.TempDir()
+	out, errOut, code := gpuhostEnv(t, []string{envDaemonURL + "=" + url}, "bench", "switch", "qwen3-coder", "llama3-8b", "--rounds", "1", "--json", "--dir", benchDir)
+	var br bench.Result
+	if err := json.Unmarshal([]byte(out), &br); code != 0 || err != nil || br.Switch == nil || len(br.Switch.Samples) != 2 ||
+		br.Switch.RequestPath != bench.RequestPathSkipped || br.Switch.Samples[0].To != "llama3-8b" || br.Switch.Samples[0].Mode != bench.ModeCold {
+		t.Errorf("bench switch: exit %d %v\n%s%s", code, err, out, errOut)
+	}
+	if stored, _ := filepath.Glob(filepath.Join(benchDir, "*-switch-qwen3-coder-llama3-8b.json")); len(stored) != 1 {
+		t.Errorf("bench switch stored %q", stored)
 	}
 
 	// Ctrl-C: the demo stops its backends; their VRAM claims go away.

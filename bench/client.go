@@ -91,6 +91,10 @@ type HTTPError struct {
 	Method, URL string
 	Status      int
 	Message     string
+	// Code is the OpenAI-shaped error's "code" ({"error":{"code"}}), when
+	// the server sent one: gpuhost's /v1 says "model_not_loaded",
+	// "hold_timeout" … there.
+	Code string
 }
 
 func (e *HTTPError) Error() string {
@@ -144,6 +148,21 @@ func errorMessage(body []byte) string {
 		s = s[:300] + "…"
 	}
 	return s
+}
+
+// errorCode is the "code" of an OpenAI-shaped error body, "" when there is
+// none (or it is not a string).
+func errorCode(body []byte) string {
+	var v struct {
+		Error struct {
+			Code any `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(bytes.TrimSpace(body), &v) != nil {
+		return ""
+	}
+	c, _ := v.Error.Code.(string)
+	return c
 }
 
 // describeTransport turns a transport failure into a sentence an operator
@@ -208,7 +227,7 @@ func (e *endpoint) do(ctx context.Context, method, url string, body any) (*http.
 	if resp.StatusCode/100 != 2 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		resp.Body.Close()
-		return nil, &HTTPError{Method: method, URL: url, Status: resp.StatusCode, Message: errorMessage(b)}
+		return nil, &HTTPError{Method: method, URL: url, Status: resp.StatusCode, Message: errorMessage(b), Code: errorCode(b)}
 	}
 	return resp, nil
 }
@@ -477,7 +496,7 @@ func (e *endpoint) chatStream(ctx context.Context, req chatRequest) (*sample, er
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		return s, &HTTPError{Method: http.MethodPost, URL: url, Status: resp.StatusCode, Message: errorMessage(b)}
+		return s, &HTTPError{Method: http.MethodPost, URL: url, Status: resp.StatusCode, Message: errorMessage(b), Code: errorCode(b)}
 	}
 	err = parseSSE(resp.Body, func(data []byte, at time.Time) error {
 		return s.onChunk(data, at)
@@ -621,7 +640,7 @@ func (e *endpoint) ollamaGenerate(ctx context.Context, prompt string, numPredict
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		return s, &HTTPError{Method: http.MethodPost, URL: url, Status: resp.StatusCode, Message: errorMessage(b)}
+		return s, &HTTPError{Method: http.MethodPost, URL: url, Status: resp.StatusCode, Message: errorMessage(b), Code: errorCode(b)}
 	}
 	err = parseNDJSON(resp.Body, func(line []byte, at time.Time) (bool, error) {
 		var l ollamaLine

@@ -124,6 +124,19 @@ func TestErrorMessage(t *testing.T) {
 	}
 }
 
+func TestErrorCode(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"error":{"message":"model \"x\" is not loaded and proxy.auto_switch is off","type":"invalid_request_error","code":"model_not_loaded"}}`: "model_not_loaded",
+		`{"error":{"message":"The model x does not exist.","code":404}}`:                                                                          "", // not a string code
+		`{"error":"model 'x' not found"}`: "",
+		`<html>gateway</html>`:            "",
+	} {
+		if got := errorCode([]byte(body)); got != want {
+			t.Errorf("errorCode(%s) = %q, want %q", body, got, want)
+		}
+	}
+}
+
 func TestTargetNormalize(t *testing.T) {
 	for _, c := range []struct {
 		t         Target

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"gpuhost/api"
 	"gpuhost/nvml"
 	"gpuhost/units"
 )
@@ -33,6 +34,10 @@ type Deps struct {
 	// command can do without: `bench run --url …` against any server with
 	// results in --dir or the user's state directory.
 	Env func(cmd *cobra.Command) (Env, error)
+	// Daemon returns the client of the running daemon's API, found as
+	// every daemon command finds it (the command's --url, $GPUHOST_URL,
+	// the config's listen, the default), for `bench switch`.
+	Daemon func(cmd *cobra.Command) (*api.Client, error)
 }
 
 // Env is the config-derived environment of the bench commands.
@@ -51,7 +56,7 @@ type Env struct {
 	GPU func(ctx context.Context) (nvml.Snapshot, error)
 }
 
-// NewCmd returns `gpuhost bench` with run, list, show and compare.
+// NewCmd returns `gpuhost bench` with run, switch, list, show and compare.
 func NewCmd(deps Deps) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -59,13 +64,13 @@ func NewCmd(deps Deps) *cobra.Command {
 		Long: `Measure an OpenAI-compatible endpoint (default: the daemon's /v1 on the active
 profile) the way vLLM's bench serve defines the figures, with repeats, and store one
 JSON result per run under <state_dir>/bench. Compare two results with a significance
-test across repeats.
+test across repeats. "bench switch A B" measures switching between two profiles.
 
 Exit status: 0 ok; 1 partial (some figures missing, or the run aborted); 2 failed
 (nothing measured, or list/show/compare could not do their job); 64 usage (bad flag
 or argument).`,
 	}
-	cmd.AddCommand(newRunCmd(deps), newListCmd(deps), newShowCmd(deps), newCompareCmd(deps))
+	cmd.AddCommand(newRunCmd(deps), newSwitchCmd(deps), newListCmd(deps), newShowCmd(deps), newCompareCmd(deps))
 	// Every error leaves with a documented exit status (see ExitOK …):
 	// flag and argument errors are usage, anything else a failure unless
 	// the command said otherwise (a partial run).
@@ -315,6 +320,11 @@ func newListCmd(deps Deps) *cobra.Command {
 			tw := tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTATUS\tBACKEND\tMODEL\tDRIVER\tPREFILL tok/s\tDECODE tok/s")
 			for _, s := range sums {
+				if s.Kind == KindSwitch {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Status, "switch "+strings.ReplaceAll(s.Backend, ",", "↔"),
+						strings.ReplaceAll(s.Model, ",", "↔"), orDash(s.Driver), "-", "-")
+					continue
+				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Status,
 					strings.TrimSpace(s.Backend+" "+s.BackendVersion), s.Model, orDash(s.Driver),
 					fmtLengths(s.PrefillTokS), fmtLengths(s.DecodeTokS))
@@ -482,6 +492,9 @@ func (b *bar) finish() {
 // WriteReport prints a result for people: fingerprint, then each phase as
 // a table (mean ± stddev over the repeats), cross-checks, roofline, errors.
 func WriteReport(w io.Writer, r *Result) error {
+	if r.Switch != nil {
+		return writeSwitchReport(w, r)
+	}
 	f := r.Fingerprint
 	fmt.Fprintf(w, "%s  %s  (%s, %.0f s)\n", r.ID, strings.ToUpper(r.Status), r.StartedAt.Local().Format("2006-01-02 15:04:05"), r.FinishedAt.Sub(r.StartedAt).Seconds())
 	fmt.Fprintf(w, "  backend %s %s, model %s, %s\n", orDash(f.Backend), f.BackendVersion, orDash(f.Model), f.URL)

@@ -132,8 +132,12 @@ func Compare(a, b *Result, opts CompareOptions) (Comparison, error) {
 			return Comparison{}, fmt.Errorf("%w: %s is a failed run (nothing was measured)", ErrNotComparable, r.ID)
 		}
 	}
+	if a.Kind() != b.Kind() {
+		return Comparison{}, fmt.Errorf("%w: %s is a %s result and %s a %s result; they share no metric", ErrNotComparable, a.ID, a.Kind(), b.ID, b.Kind())
+	}
 	c := Comparison{A: a.ID, B: b.ID, Alpha: o.Alpha, MinEffectPct: o.MinEffectPct, MinRepeats: o.MinRepeats,
 		Rows: []CompareRow{}, Fingerprint: fingerprintDiff(a.Fingerprint, b.Fingerprint)}
+	c.Fingerprint = append(c.Fingerprint, switchProfilesDiff(a.Switch, b.Switch)...)
 	bm := map[string]Metric{}
 	for _, m := range b.Metrics() {
 		bm[m.Name] = m

@@ -29,6 +29,13 @@
 //     (Ollama eval_count/eval_duration; vLLM /metrics token counters and
 //     TTFT histogram), and the roofline next to the bandwidth ceiling.
 //
+// RunSwitch (`gpuhost bench switch A B`) measures switching between two
+// profiles of the running daemon instead: the time to the first token
+// after a switch asked for by POST /api/switch, and after a /v1 request
+// that auto-switches, per direction and mode (cold, or standby when the
+// switch woke the target), read from the switch's events (see
+// SwitchBench).
+//
 // Results are one JSON file per run under <state_dir>/bench (Store); a
 // corrupt file is skipped with a warning naming it.
 //

@@ -36,6 +36,8 @@ const SchemaVersion = 1
 //	roofline        {bandwidth_gbs, params_b, weight_bits, kv_bytes_per_token,
 //	                 context_tokens, bytes_per_token, ceiling_tok_s, decode[]{tokens, tok_s, pct_of_ceiling}}
 //	cross_checks[]  {name, client, server, unit, disagreement_pct, note}
+//	switch          SwitchBench: only in a `bench switch` result, whose
+//	                prefill, decode and serving are empty (see SwitchBench)
 //	errors[]        {phase, message, count}
 //	notes[]         string
 //
@@ -57,9 +59,25 @@ type Result struct {
 	Serving       []Serving   `json:"serving"`
 	Roofline      *Roofline   `json:"roofline,omitempty"`
 	CrossChecks   []Cross     `json:"cross_checks"`
-	Errors        []RunError  `json:"errors"`
-	Notes         []string    `json:"notes"`
+	// Switch is set on the result of `gpuhost bench switch`, nil on a run.
+	Switch *SwitchBench `json:"switch,omitempty"`
+	Errors []RunError   `json:"errors"`
+	Notes  []string     `json:"notes"`
 }
+
+// Kind is "switch" for a `bench switch` result, "run" for the others.
+func (r *Result) Kind() string {
+	if r.Switch != nil {
+		return KindSwitch
+	}
+	return KindRun
+}
+
+// Result kinds.
+const (
+	KindRun    = "run"
+	KindSwitch = "switch"
+)
 
 // Result statuses.
 const (
@@ -250,9 +268,14 @@ type Metric struct {
 // Metrics flattens the result into named figures in a stable order:
 // prefill.<len>.tok_s, decode.<len>.tok_s, then per concurrency
 // serving.c<N>.{output_tok_s, req_s, total_tok_s, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms,
-// itl_p50_ms, e2e_p50_ms}. Figures without samples are left out.
+// itl_p50_ms, e2e_p50_ms}; a switch result has
+// switch.<from>-><to>.<path>_path.<mode>.{first_token_ms, switch_ms}
+// instead. Figures without samples are left out.
 func (r *Result) Metrics() []Metric {
 	var out []Metric
+	if r.Switch != nil {
+		out = append(out, r.Switch.metrics()...)
+	}
 	add := func(name, unit string, higher bool, s Stat) {
 		if s.N > 0 {
 			out = append(out, Metric{Name: name, Unit: unit, HigherIsBetter: higher, Stat: s})

@@ -299,7 +299,11 @@ func (s *Service) Current() *RunStatus {
 
 // Summary is one line of GET /api/bench and `gpuhost bench list`.
 type Summary struct {
-	ID             string    `json:"id"`
+	ID string `json:"id"`
+	// Kind is "run" (bench run) or "switch" (bench switch: Profile is
+	// "A,B", Backend and Model the two profiles' joined the same way, and
+	// there are no tok/s figures).
+	Kind           string    `json:"kind"`
 	Status         string    `json:"status"`
 	StartedAt      time.Time `json:"started_at"`
 	DurationS      float64   `json:"duration_s"`
@@ -317,7 +321,7 @@ type Summary struct {
 
 // Summarize reduces a result to its list line.
 func Summarize(r *Result) Summary {
-	s := Summary{ID: r.ID, Status: r.Status, StartedAt: r.StartedAt, Profile: r.Fingerprint.Profile,
+	s := Summary{ID: r.ID, Kind: r.Kind(), Status: r.Status, StartedAt: r.StartedAt, Profile: r.Fingerprint.Profile,
 		Model: r.Fingerprint.Model, Backend: r.Fingerprint.Backend, BackendVersion: r.Fingerprint.BackendVersion,
 		GPU: r.Fingerprint.GPUName, Driver: r.Fingerprint.Driver,
 		PrefillTokS: map[int]float64{}, DecodeTokS: map[int]float64{}}

@@ -132,6 +132,8 @@ func TestNewID(t *testing.T) {
 func FuzzParseResult(f *testing.F) {
 	good, _ := os.ReadFile("testdata/result-v1.json")
 	f.Add(good)
+	sw, _ := os.ReadFile("testdata/switch-result-v1.json")
+	f.Add(sw)
 	f.Add([]byte(`{"schema_version": 1}`))
 	f.Add([]byte(`{"schema_version": 1, "id": "20260102T150405Z-x", "prefill": [{"tok_s": {"samples": [1e308, -0]}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -173,5 +175,42 @@ func TestSchemaV1Golden(t *testing.T) {
 	}
 	if r.Roofline == nil || !near(r.Roofline.BandwidthGBs, 1008, 0.5) || len(r.CrossChecks) != 2 || r.Fingerprint.Driver != "610.43.02" {
 		t.Errorf("roofline %+v, cross-checks %d, fingerprint %+v", r.Roofline, len(r.CrossChecks), r.Fingerprint)
+	}
+}
+
+// TestSwitchSchemaV1Golden: a stored `bench switch` result (written by this
+// code against the simulator daemon, kept in testdata) still reads, with
+// its samples, groups and metrics.
+func TestSwitchSchemaV1Golden(t *testing.T) {
+	data, err := os.ReadFile("testdata/switch-result-v1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ParseResult(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := r.Switch
+	if r.SchemaVersion != 1 || r.Kind() != KindSwitch || sb == nil || sb.A != "coder" || sb.B != "llama" || sb.Rounds != 2 ||
+		len(sb.Samples) != 8 || len(sb.Groups) != 4 || len(sb.Profiles) != 2 || sb.RequestPath != RequestPathMeasured {
+		t.Fatalf("switch result %+v", sb)
+	}
+	for _, g := range sb.Groups {
+		if g.N != 2 || g.FirstTokenMS.N != 2 || g.SwitchMS.N != 2 || g.Mode != ModeCold {
+			t.Errorf("group %+v", g)
+		}
+	}
+	names := map[string]bool{}
+	for _, m := range r.Metrics() {
+		names[m.Name] = m.Stat.N == 2
+	}
+	for _, want := range []string{"switch.coder->llama.switch_path.cold.first_token_ms", "switch.coder->llama.request_path.cold.switch_ms",
+		"switch.llama->coder.switch_path.cold.switch_ms", "switch.llama->coder.request_path.cold.first_token_ms"} {
+		if !names[want] {
+			t.Errorf("metric %s missing or without 2 samples", want)
+		}
+	}
+	if len(names) != 8 {
+		t.Errorf("%d metrics, want 8", len(names))
 	}
 }

@@ -28,12 +28,39 @@ func (p *Panel) SetBench(src BenchSource) {
 }
 
 type benchView struct {
-	Runs     []bench.Summary
+	Runs []bench.Summary
+	// Switches are the `bench switch` results, newest first: one table row
+	// per direction, path and mode.
+	Switches []switchRow
 	Lengths  struct{ Prefill, Decode []int }
 	Warnings []bench.Warning
 	Running  *bench.RunStatus
 	Notice   *noticeView
 	Error    string
+}
+
+// switchRow is one group of a switch result on the Bench page.
+type switchRow struct {
+	ID        string
+	StartedAt time.Time
+	Status    string
+	Errors    int
+	// First is set on the first row of a result (which shows its ID).
+	First bool
+	bench.SwitchGroup
+}
+
+func switchRows(r *bench.Result) []switchRow {
+	s := bench.Summarize(r)
+	rows := []switchRow{}
+	for i, g := range r.Switch.Groups {
+		rows = append(rows, switchRow{ID: r.ID, StartedAt: r.StartedAt, Status: r.Status, Errors: s.Errors, First: i == 0, SwitchGroup: g})
+	}
+	if len(rows) == 0 { // nothing measured: still list the result
+		rows = append(rows, switchRow{ID: r.ID, StartedAt: r.StartedAt, Status: r.Status, Errors: s.Errors, First: true,
+			SwitchGroup: bench.SwitchGroup{From: r.Switch.A, To: r.Switch.B}})
+	}
+	return rows
 }
 
 func (p *Panel) benchSource() BenchSource {
@@ -60,6 +87,10 @@ func (p *Panel) renderBench(c echo.Context, code int, notice *noticeView) error 
 	v.Warnings, v.Running = warnings, src.Current()
 	pre, dec := map[int]bool{}, map[int]bool{}
 	for i := len(results) - 1; i >= 0; i-- { // newest first
+		if results[i].Switch != nil {
+			v.Switches = append(v.Switches, switchRows(results[i])...)
+			continue
+		}
 		s := bench.Summarize(results[i])
 		for n := range s.PrefillTokS {
 			pre[n] = true

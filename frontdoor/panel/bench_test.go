@@ -1,6 +1,7 @@
 package panel
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -43,6 +44,17 @@ func TestBenchPage(t *testing.T) {
 	if _, err := store.Save(res); err != nil {
 		t.Fatal(err)
 	}
+	data, err = os.ReadFile("../../bench/testdata/switch-result-v1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := bench.ParseResult(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Save(sw); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(f.Cfg.StateDir+"/bench/broken-run.json", []byte("{not json"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +84,21 @@ func TestBenchPage(t *testing.T) {
 		if !strings.Contains(body, w) {
 			t.Errorf("bench page lacks %q", w)
 		}
+	}
+	// The switch result has its own table: one row per direction, path
+	// and mode, with p50 / p95 of the first token and of the switch.
+	g := sw.Switch.Groups[0]
+	firstRow := fmt.Sprintf("<td>%.0f / %.0f</td>", g.FirstTokenMS.P50, g.FirstTokenMS.P95)
+	for _, w := range []string{"<h3>Switches</h3>", "<code>" + sw.ID + "</code>", "<td>coder → llama</td>", "<td>request</td>", "<td>cold</td>", firstRow} {
+		if !strings.Contains(body, w) {
+			t.Errorf("bench page lacks %q", w)
+		}
+	}
+	if n := strings.Count(body, "<code>"+sw.ID+"</code>"); n != 1 {
+		t.Errorf("the switch result shows %d times, want once (not among the tok/s runs)", n)
+	}
+	if n := strings.Count(body, "<td>llama → coder</td>"); n != 2 {
+		t.Errorf("%d llama → coder rows, want 2 (switch and request path)", n)
 	}
 	resp, svg := do(t, c, "GET", srv.URL+"/api/bench/chart.svg", nil, nil)
 	if resp.StatusCode != 200 || !strings.Contains(svg, "<svg") {
