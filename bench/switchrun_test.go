@@ -16,6 +16,7 @@ import (
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
 	v1proxy "gpuhost/frontdoor/proxy"
+	"gpuhost/internal/testkit"
 	"gpuhost/units"
 )
 
@@ -239,7 +240,7 @@ func TestBenchSwitchFailures(t *testing.T) {
 		{[]string{"switch", "coder", "coder", "--url", url}, []string{"are the same"}, ExitUsage},
 		{[]string{"switch", "coder", "llama", "--rounds", "0", "--url", url}, []string{"rounds 0"}, ExitUsage},
 		{[]string{"switch", "coder", "--url", url}, []string{"accepts 2 arg"}, ExitUsage},
-		{[]string{"switch", "coder", "llama", "--url", "http://" + freeAddr(t)}, []string{"bench switch failed: read the daemon's status", "reach gpuhost"}, ExitFailed},
+		{[]string{"switch", "coder", "llama", "--url", "http://" + testkit.FreeAddr(t)}, []string{"bench switch failed: read the daemon's status", "reach gpuhost"}, ExitFailed},
 	} {
 		out, _, err := runCmd(t, deps, c.args...)
 		var ee *ExitError
