@@ -18,11 +18,20 @@ import (
 // Claim is one simulated process's hold on simulated GPU memory. Simulator
 // backends write one while they run so that the simulated GPU's used memory
 // follows what is really running, across process boundaries, the way NVML
-// reports other processes' allocations on a real card.
+// reports other processes' allocations on a real card. A process rewrites
+// its claim (WriteClaim replaces it) whenever what it holds changes, e.g. a
+// vLLM going to sleep drops MiB to its residual and, at sleep level 1, holds
+// the offloaded weights in HostMiB.
 type Claim struct {
-	PID  int    `json:"pid"`
-	MiB  uint64 `json:"mib"`
-	Name string `json:"name"`
+	PID int `json:"pid"`
+	// MiB is the simulated GPU memory held.
+	MiB uint64 `json:"mib"`
+	// HostMiB is simulated host (CPU) memory held for the GPU's sake, such
+	// as model weights offloaded to pinned host memory; it does not count
+	// toward the GPU's used memory but toward Sim.HostMemAvailableMiB.
+	// Omitted when 0, so claims written before it existed read the same.
+	HostMiB uint64 `json:"host_mib,omitempty"`
+	Name    string `json:"name"`
 }
 
 // claimTempPrefix starts the name of a claim being written. Readers skip

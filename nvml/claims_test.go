@@ -47,7 +47,11 @@ func TestClaimRoundTrip(t *testing.T) {
 		t.Fatalf("ReadClaims = %+v, %v; want %+v", got, err, c)
 	}
 
-	c.MiB = 500 // replace
+	if data, err := os.ReadFile(claimPath(dir, self)); err != nil || strings.Contains(string(data), "host_mib") {
+		t.Fatalf("claim file %s (%v); want no host_mib when it is 0", data, err)
+	}
+
+	c.MiB, c.HostMiB = 500, 14000 // replace, as a vLLM going to sleep level 1 does
 	if err := WriteClaim(dir, c); err != nil {
 		t.Fatalf("WriteClaim (replace): %v", err)
 	}
@@ -339,6 +343,8 @@ func TestParseClaim(t *testing.T) {
 	}{
 		{in: `{"pid":42,"mib":1024,"name":"vllm"}`, want: Claim{PID: 42, MiB: 1024, Name: "vllm"}},
 		{in: `{"pid":42}`, want: Claim{PID: 42}},
+		{in: `{"pid":42,"mib":512,"host_mib":14000,"name":"vllm"}`, want: Claim{PID: 42, MiB: 512, HostMiB: 14000, Name: "vllm"}},
+		{in: `{"pid":42,"host_mib":-1}`, wantErr: true},
 		{in: `{"pid":42,"mib":1,"extra":true}`, want: Claim{PID: 42, MiB: 1}},
 		{in: `{"pid":0,"mib":1}`, wantErr: true},
 		{in: `{"pid":-1,"mib":1}`, wantErr: true},

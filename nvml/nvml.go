@@ -5,8 +5,9 @@
 // Two backends produce the same Snapshot: NVML (the real driver, through
 // github.com/NVIDIA/go-nvml; needs cgo) and Sim (a simulated RTX 4090 whose
 // used memory follows the claims that simulated inference servers write, see
-// WriteClaim). Consumers define their own small interface over Snapshot and
-// Close and take either.
+// WriteClaim; a claim's HostMiB counts against the simulated host RAM that
+// Sim.HostMemAvailableMiB reports instead). Consumers define their own small
+// interface over Snapshot and Close and take either.
 package nvml
 
 import (

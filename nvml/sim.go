@@ -16,6 +16,9 @@ const (
 	DefaultSimBaselineMiB   = 18
 	DefaultSimDriverVersion = "610.43.02"
 	DefaultSimCUDAVersion   = "13.0"
+	// DefaultSimHostMemMiB is the simulated host's RAM (64 GiB), against
+	// which the claims' HostMiB count.
+	DefaultSimHostMemMiB = 65536
 	// SimUUID is the simulated GPU's fixed UUID, recognisably fake.
 	SimUUID = "GPU-5a1f4090-0000-4000-8000-000000000000"
 
@@ -45,6 +48,9 @@ type SimConfig struct {
 	// Name (default "NVIDIA GeForce RTX 4090") are reported as given, so
 	// tests can simulate an old driver.
 	DriverVersion, CUDAVersion, Name string
+	// HostMemMiB is the simulated host's RAM (default 65536, 64 GiB); see
+	// HostMemAvailableMiB.
+	HostMemMiB uint64
 }
 
 // Sim is a simulated single GPU for the demo and for tests of everything
@@ -74,13 +80,17 @@ func NewSim(cfg SimConfig) *Sim {
 	if cfg.Name == "" {
 		cfg.Name = DefaultSimName
 	}
+	if cfg.HostMemMiB == 0 {
+		cfg.HostMemMiB = DefaultSimHostMemMiB
+	}
 	return &Sim{cfg: cfg}
 }
 
 // Snapshot reads the live claims and derives the GPU's state from them:
-// used memory is the idle baseline plus the claims (capped at the total),
-// the processes are the claimants, and utilisation, power, temperature and
-// clocks rise with the claimed share of memory. Claims of dead processes
+// used memory is the idle baseline plus the claims' MiB (capped at the
+// total; their HostMiB is host memory and does not count), the processes are
+// the claimants, and utilisation, power, temperature and clocks rise with
+// the claimed share of memory. Claims of dead processes
 // are removed on the way (see ReadClaims).
 func (s *Sim) Snapshot(ctx context.Context) (Snapshot, error) {
 	if s == nil {
@@ -152,6 +162,44 @@ func (s *Sim) Snapshot(ctx context.Context) (Snapshot, error) {
 		Devices:           []Device{d},
 		TakenAt:           taken,
 	}, nil
+}
+
+// HostMemTotalMiB is the simulated host's RAM (SimConfig.HostMemMiB).
+func (s *Sim) HostMemTotalMiB() uint64 {
+	if s == nil {
+		return 0
+	}
+	return s.cfg.HostMemMiB
+}
+
+// HostMemAvailableMiB is the simulated host RAM left: HostMemMiB minus the
+// HostMiB of the live claims (dead processes' claims are removed on the way,
+// see ReadClaims), never below 0. It is what a simulated vLLM's sleep level 1
+// (weights offloaded to host memory) takes away, so a test can check that
+// standby does not overcommit the host. The same errors as Snapshot.
+func (s *Sim) HostMemAvailableMiB(ctx context.Context) (uint64, error) {
+	if s == nil {
+		return 0, fmt.Errorf("simulated host memory: %w", ErrUnavailable)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("simulated host memory: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, fmt.Errorf("simulated host memory: %w", ErrClosed)
+	}
+	var held uint64
+	if s.cfg.Dir != "" {
+		claims, err := ReadClaims(s.cfg.Dir)
+		if err != nil {
+			return 0, fmt.Errorf("simulated host memory: %w", err)
+		}
+		for _, c := range claims {
+			held = satAdd(held, c.HostMiB)
+		}
+	}
+	return s.cfg.HostMemMiB - min(held, s.cfg.HostMemMiB), nil
 }
 
 // Close ends the simulator's use; later Snapshots fail with ErrClosed, as

@@ -268,3 +268,80 @@ func TestSatAdd(t *testing.T) {
 
 // pidString is a helper for claim file names in tests.
 func pidString(pid int) string { return strconv.Itoa(pid) }
+
+// Host memory is the configured RAM minus the live claims' HostMiB; it does
+// not touch the GPU's figures, and a dead process's host claim goes with it.
+func TestSimHostMem(t *testing.T) {
+	tests := []struct {
+		name      string
+		cfgMiB    uint64
+		claims    []Claim // PID 0 is this process, -1 a child that is killed
+		wantTotal uint64
+		wantAvail uint64
+		wantUsed  uint64 // GPU
+	}{
+		{name: "no claims", wantTotal: DefaultSimHostMemMiB, wantAvail: DefaultSimHostMemMiB, wantUsed: DefaultSimBaselineMiB},
+		{name: "VRAM only", claims: []Claim{{MiB: 20000}}, wantTotal: 65536, wantAvail: 65536, wantUsed: 20018},
+		{name: "asleep with weights offloaded", claims: []Claim{{MiB: 512, HostMiB: 14000}},
+			wantTotal: 65536, wantAvail: 65536 - 14000, wantUsed: 530},
+		{name: "configured size", cfgMiB: 16384, claims: []Claim{{MiB: 0, HostMiB: 4000}},
+			wantTotal: 16384, wantAvail: 12384, wantUsed: 18},
+		{name: "overcommitted saturates at zero", cfgMiB: 1000, claims: []Claim{{HostMiB: 4000}},
+			wantTotal: 1000, wantAvail: 0, wantUsed: 18},
+		{name: "dead process releases its host memory", claims: []Claim{{PID: -1, MiB: 100, HostMiB: 9000}},
+			wantTotal: 65536, wantAvail: 65536, wantUsed: 18},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, c := range tt.claims {
+				switch c.PID {
+				case 0:
+					c.PID = os.Getpid()
+				case -1:
+					child := startSleeper(t)
+					c.PID = child.Process.Pid
+					if err := WriteClaim(dir, c); err != nil {
+						t.Fatal(err)
+					}
+					_ = child.Process.Kill()
+					_ = child.Wait()
+					continue
+				}
+				if err := WriteClaim(dir, c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := NewSim(SimConfig{Dir: dir, HostMemMiB: tt.cfgMiB})
+			if got := s.HostMemTotalMiB(); got != tt.wantTotal {
+				t.Errorf("HostMemTotalMiB = %d; want %d", got, tt.wantTotal)
+			}
+			got, err := s.HostMemAvailableMiB(context.Background())
+			if err != nil || got != tt.wantAvail {
+				t.Errorf("HostMemAvailableMiB = %d, %v; want %d", got, err, tt.wantAvail)
+			}
+			if d := simSnap(t, s); d.MemoryUsedMiB != tt.wantUsed {
+				t.Errorf("GPU used %d MiB; want %d (host memory must not count)", d.MemoryUsedMiB, tt.wantUsed)
+			}
+		})
+	}
+	t.Run("errors", func(t *testing.T) {
+		var nilSim *Sim
+		if _, err := nilSim.HostMemAvailableMiB(context.Background()); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("nil sim: %v", err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := NewSim(SimConfig{}).HostMemAvailableMiB(ctx); !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled: %v", err)
+		}
+		s := NewSim(SimConfig{})
+		_ = s.Close()
+		if _, err := s.HostMemAvailableMiB(context.Background()); !errors.Is(err, ErrClosed) {
+			t.Errorf("closed: %v", err)
+		}
+		if got, err := NewSim(SimConfig{}).HostMemAvailableMiB(context.Background()); err != nil || got != DefaultSimHostMemMiB {
+			t.Errorf("no dir = %d, %v; want all free", got, err)
+		}
+	})
+}

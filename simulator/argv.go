@@ -28,8 +28,8 @@ var vllmShortValueFlags = map[string]string{
 // --served-model-name (one or more names, as vLLM's nargs="+": words after it
 // up to the next flag are further names, not the model), --host, --port, --gpu-memory-utilization,
 // --max-num-seqs, --max-model-len (with vLLM's k/K/m/M suffixes),
-// --enable-auto-tool-choice, --tool-call-parser, --quantization/-q and
-// --kv-cache-dtype, each also as --flag=value. Any other flag is ignored
+// --enable-auto-tool-choice, --enable-sleep-mode, --tool-call-parser,
+// --quantization/-q and --kv-cache-dtype, each also as --flag=value. Any other flag is ignored
 // together with its value. A malformed number is an error naming the flag.
 func (o *Options) ApplyVLLMArgv(args []string) error {
 	if len(args) > 0 && args[0] == "serve" {
@@ -84,6 +84,12 @@ func (o *Options) ApplyVLLMArgv(args []string) error {
 			}
 			if name == "--no-enable-auto-tool-choice" {
 				o.EnableAutoToolChoice = !on
+			}
+			if name == "--enable-sleep-mode" {
+				o.EnableSleepMode = on
+			}
+			if name == "--no-enable-sleep-mode" {
+				o.EnableSleepMode = !on
 			}
 			continue
 		}

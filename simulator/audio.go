@@ -93,6 +93,9 @@ func writeAudioError(w http.ResponseWriter, status int, format string, args ...a
 }
 
 func (s *server) handleTranscription(w http.ResponseWriter, r *http.Request) {
+	if s.sleepGate(w) {
+		return
+	}
 	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
 		writeAudioError(w, http.StatusBadRequest, "Invalid Content-Type header: expected multipart/form-data with a boundary.")

@@ -15,7 +15,8 @@ import (
 // out before the rest is read as `vllm serve` words.
 var simFlags = map[string]bool{"--sim-dir": true, "--load-time": true, "--prefill-tps": true,
 	"--decode-tps": true, "--vram-mib": true, "--served-name": true, "--model": true,
-	"--schema-fault": true, "--tool-call-fault": true, "--transcription-fault": true, "--stop-delay": true}
+	"--schema-fault": true, "--tool-call-fault": true, "--transcription-fault": true, "--stop-delay": true,
+	"--sleep-residual-mib": true, "--weights-mib": true, "--h2d-gbps": true, "--reload-gbps": true}
 
 // simBoolFlags are the simulator's own flags without a value.
 var simBoolFlags = map[string]bool{"--scripted-tools": true}
@@ -43,10 +44,12 @@ func withoutSimFlags(args []string) []string {
 // It reads the simulator's own flags (--port, --host, --model, --served-name,
 // --load-time, --prefill-tps, --decode-tps, --vram-mib, --sim-dir,
 // --stop-delay, --schema-fault, --tool-call-fault, --transcription-fault,
-// --scripted-tools) and, for vllm, the `vllm serve` words (ApplyVLLMArgv);
-// for ollama, OLLAMA_HOST and OLLAMA_CONTEXT_LENGTH from getenv (nil:
-// os.Getenv). Unknown flags are ignored. Errors name the flag or the
-// variable.
+// --scripted-tools, and for vllm's sleep mode --sleep-residual-mib,
+// --weights-mib, --h2d-gbps, --reload-gbps) and, for vllm, the `vllm serve`
+// words (ApplyVLLMArgv) and VLLM_SERVER_DEV_MODE (an integer, non-zero
+// mounts the sleep routes, as vLLM reads it); for ollama, OLLAMA_HOST and
+// OLLAMA_CONTEXT_LENGTH from getenv (nil: os.Getenv). Unknown flags are
+// ignored. Errors name the flag or the variable.
 func ParseArgs(flavor string, args []string, getenv func(string) string) (Options, error) {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -56,6 +59,14 @@ func ParseArgs(flavor string, args []string, getenv func(string) string) (Option
 	case FlavorVLLM:
 		if err := opts.ApplyVLLMArgv(withoutSimFlags(args)); err != nil {
 			return opts, err
+		}
+		if v := strings.TrimSpace(getenv("VLLM_SERVER_DEV_MODE")); v != "" {
+			// vLLM: bool(int(os.getenv("VLLM_SERVER_DEV_MODE", "0"))).
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return opts, fmt.Errorf("VLLM_SERVER_DEV_MODE=%q: want an integer (1 mounts the development routes)", v)
+			}
+			opts.DevMode = n != 0
 		}
 	case FlavorOllama:
 		if h := getenv("OLLAMA_HOST"); h != "" {
@@ -89,6 +100,10 @@ func ParseArgs(flavor string, args []string, getenv func(string) string) (Option
 	fs.StringVar(&opts.TranscriptionFault, "transcription-fault", "", "")
 	fs.StringVar(&opts.ToolCallFault, "tool-call-fault", "", "")
 	fs.BoolVar(&opts.ScriptedTools, "scripted-tools", false, "")
+	fs.IntVar(&opts.SleepResidualMiB, "sleep-residual-mib", 0, "")
+	fs.IntVar(&opts.WeightsMiB, "weights-mib", 0, "")
+	fs.Float64Var(&opts.H2DGBps, "h2d-gbps", 0, "")
+	fs.Float64Var(&opts.ReloadGBps, "reload-gbps", 0, "")
 	if err := fs.Parse(args); err != nil {
 		return opts, fmt.Errorf("simulate %s: %w", flavor, err)
 	}

@@ -68,10 +68,48 @@ func TestParseArgsFromUnitArgv(t *testing.T) {
 		{"ollama", []string{"serve"}, map[string]string{"OLLAMA_HOST": "nohost"}, "OLLAMA_HOST"},
 		{"ollama", []string{"serve"}, map[string]string{"OLLAMA_HOST": "h:port"}, "OLLAMA_HOST"},
 		{"ollama", []string{"serve"}, map[string]string{"OLLAMA_CONTEXT_LENGTH": "0"}, "OLLAMA_CONTEXT_LENGTH"},
+		{"vllm", []string{"serve", "M"}, map[string]string{"VLLM_SERVER_DEV_MODE": "yes"}, "VLLM_SERVER_DEV_MODE"},
+		{"vllm", []string{"serve", "M", "--h2d-gbps", "fast"}, nil, "h2d-gbps"},
+		{"vllm", []string{"serve", "M", "--weights-mib", "1.5"}, nil, "weights-mib"},
 	} {
 		if _, err := ParseArgs(bad.flavor, bad.args, env(bad.env)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("simulate %s %v (env %v): err %v, want it to name %q", bad.flavor, bad.args, bad.env, err, bad.want)
 		}
+	}
+}
+
+// The sleep mode settings: --enable-sleep-mode is a `vllm serve` word,
+// VLLM_SERVER_DEV_MODE is read as vLLM reads it (an integer), and the
+// simulator's own sizes and rates are taken out before the serve words.
+func TestParseArgsSleepMode(t *testing.T) {
+	tests := []struct {
+		name      string
+		args      string
+		env       map[string]string
+		dev, mode bool
+		residual  int
+		weights   int
+		h2d, rel  float64
+	}{
+		{name: "neither", args: "serve M"},
+		{name: "env only", args: "serve M", env: map[string]string{"VLLM_SERVER_DEV_MODE": "1"}, dev: true},
+		{name: "flag only", args: "serve M --enable-sleep-mode", mode: true},
+		{name: "both, sim flags around the model", args: "--sleep-residual-mib 300 serve M --enable-sleep-mode --weights-mib=9000 --h2d-gbps 12.5 --reload-gbps=1",
+			env: map[string]string{"VLLM_SERVER_DEV_MODE": " 2 "}, dev: true, mode: true, residual: 300, weights: 9000, h2d: 12.5, rel: 1},
+		{name: "dev mode 0 is off", args: "serve M --enable-sleep-mode=false", env: map[string]string{"VLLM_SERVER_DEV_MODE": "0"}},
+		{name: "no- form", args: "serve M --enable-sleep-mode --no-enable-sleep-mode"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := ParseArgs("vllm", strings.Fields(tt.args), env(tt.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.Model != "M" || o.DevMode != tt.dev || o.EnableSleepMode != tt.mode || o.SleepResidualMiB != tt.residual ||
+				o.WeightsMiB != tt.weights || o.H2DGBps != tt.h2d || o.ReloadGBps != tt.rel {
+				t.Errorf("options = %+v", o)
+			}
+		})
 	}
 }
 

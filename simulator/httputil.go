@@ -18,10 +18,12 @@ import (
 // and long histories stay far below it.
 const maxBodyBytes = 32 << 20
 
-// apiError is a request failure with its HTTP status.
+// apiError is a request failure with its HTTP status; errType, when set,
+// replaces the OpenAI error type derived from the status.
 type apiError struct {
 	status  int
 	message string
+	errType string
 }
 
 func (e *apiError) Error() string { return e.message }
@@ -64,9 +66,13 @@ func writeOpenAIError(w http.ResponseWriter, f Flavor, e *apiError) {
 	if f == FlavorVLLM {
 		code = e.status
 	}
+	typ := e.errType
+	if typ == "" {
+		typ = openAIErrorType(f, e.status)
+	}
 	writeJSON(w, e.status, map[string]any{"error": map[string]any{
 		"message": e.message,
-		"type":    openAIErrorType(f, e.status),
+		"type":    typ,
 		"param":   nil,
 		"code":    code,
 	}})

@@ -96,6 +96,7 @@ func (m *vllmMetrics) finished(reason string, kv int, e2e time.Duration) {
 
 // metricsView is what the exposition needs besides the counters.
 type metricsView struct {
+	sleep       *vllmEngine // vllm:engine_sleep_state; nil: left out
 	modelName   string
 	running     int64
 	waiting     int64
@@ -122,6 +123,18 @@ func (m *vllmMetrics) write(w io.Writer, v metricsView) error {
 	}
 	gauge("vllm:num_requests_running", "Number of requests in model execution batches.", float64(v.running))
 	gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", float64(v.waiting))
+	if v.sleep != nil {
+		awake, offloaded, discarded := v.sleep.sleepState()
+		b.WriteString("# HELP vllm:engine_sleep_state Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; " +
+			"weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.\n# TYPE vllm:engine_sleep_state gauge\n")
+		for _, st := range []struct {
+			label string
+			val   float64
+		}{{"awake", awake}, {"weights_offloaded", offloaded}, {"discard_all", discarded}} {
+			l := append(append([][2]string{}, base...), [2]string{"sleep_state", st.label})
+			fmt.Fprintf(&b, "vllm:engine_sleep_state%s %s\n", labels(l), num(st.val))
+		}
+	}
 	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage)
 	gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage. DEPRECATED: Use vllm:kv_cache_usage_perc instead.", usage)
 	counter("vllm:prompt_tokens", "Number of prefill tokens processed.", m.promptTokens)

@@ -438,3 +438,131 @@ func TestParseKeepAlive(t *testing.T) {
 		}
 	}
 }
+
+// Standby the Ollama way: an empty generate or chat with keep_alive 0 (in
+// any of its spellings) unloads the model, which empties /api/ps and
+// releases all of the process's simulated VRAM (an idle `ollama serve` holds
+// none, so no claim remains); an empty request, or one with a positive
+// keep_alive, loads it again in the load time and claims the VRAM back.
+func TestOllamaStandbyUnloadAndLoad(t *testing.T) {
+	unloads := []struct {
+		name string
+		path string
+		body map[string]any
+	}{
+		{"generate number 0", "/api/generate", map[string]any{"model": "qwen3:8b", "keep_alive": 0}},
+		{"generate string 0", "/api/generate", map[string]any{"model": "qwen3:8b", "keep_alive": "0"}},
+		{"generate 0s and empty prompt", "/api/generate", map[string]any{"model": "qwen3:8b", "prompt": "", "keep_alive": "0s"}},
+		{"chat number 0", "/api/chat", map[string]any{"model": "qwen3:8b", "keep_alive": 0}},
+		{"chat empty messages 0s", "/api/chat", map[string]any{"model": "qwen3:8b", "messages": []any{}, "keep_alive": "0s"}},
+	}
+	loads := []struct {
+		name string
+		path string
+		body map[string]any
+	}{
+		{"empty generate", "/api/generate", map[string]any{"model": "qwen3:8b"}},
+		{"empty chat with keep_alive 10m", "/api/chat", map[string]any{"model": "qwen3:8b", "keep_alive": "10m"}},
+		{"generate with keep_alive 60", "/api/generate", map[string]any{"model": "qwen3:8b", "keep_alive": 60}},
+		{"a real request", "/api/generate", map[string]any{"model": "qwen3:8b", "prompt": "hi", "stream": false}},
+	}
+	for i, un := range unloads {
+		ld := loads[i%len(loads)]
+		t.Run(un.name+" then "+ld.name, func(t *testing.T) {
+			dir := t.TempDir()
+			gpu := nvml.NewSim(nvml.SimConfig{Dir: dir})
+			used := func() (uint64, int) {
+				snap, err := gpu.Snapshot(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				d, _ := snap.Device0()
+				return d.MemoryUsedMiB - nvml.DefaultSimBaselineMiB, len(d.Processes)
+			}
+			s, _ := fastOllama(t, func(o *Options) { o.SimDir = dir; o.VRAMMiB = 5000 })
+			s.do(t, http.MethodPost, "/api/generate", map[string]any{"model": "qwen3:8b"})
+			if mib, n := used(); mib != 5000 || n != 1 || len(ps(t, s).Models) != 1 {
+				t.Fatalf("loaded: %d MiB in %d processes", mib, n)
+			}
+
+			code, body, _ := s.do(t, http.MethodPost, un.path, un.body)
+			raw := decode[map[string]any](t, body)
+			f := decode[ollamaFinal](t, body)
+			if code != 200 || !f.Done || f.DoneReason != "unload" || f.Model != "qwen3:8b" {
+				t.Fatalf("unload = %d %s", code, body)
+			}
+			if _, err := time.Parse(time.RFC3339Nano, f.CreatedAt); err != nil {
+				t.Fatalf("created_at %q: %v", f.CreatedAt, err)
+			}
+			wantKeys := []string{"created_at", "done", "done_reason", "model", "response"}
+			if un.path == "/api/chat" {
+				wantKeys = []string{"created_at", "done", "done_reason", "message", "model"}
+				if f.Message == nil || f.Message.Role != "assistant" || f.Message.Content != "" {
+					t.Fatalf("chat unload message %+v", f.Message)
+				}
+			} else if f.Response != "" {
+				t.Fatalf("generate unload response %q", f.Response)
+			}
+			if len(raw) != len(wantKeys) {
+				t.Fatalf("unload answer %s; want exactly the keys %v", body, wantKeys)
+			}
+			for _, k := range wantKeys {
+				if _, ok := raw[k]; !ok {
+					t.Fatalf("unload answer %s lacks %q", body, k)
+				}
+			}
+			if p := ps(t, s); len(p.Models) != 0 {
+				t.Fatalf("/api/ps after unload: %+v", p)
+			}
+			if mib, n := used(); mib != 0 || n != 0 {
+				t.Fatalf("after unload: %d MiB in %d processes; want none", mib, n)
+			}
+			// Unloading what is not loaded is answered the same way.
+			if code, body, _ := s.do(t, http.MethodPost, un.path, un.body); code != 200 || decode[ollamaFinal](t, body).DoneReason != "unload" {
+				t.Fatalf("second unload = %d %s", code, body)
+			}
+
+			code, body, _ = s.do(t, http.MethodPost, ld.path, ld.body)
+			if f := decode[ollamaFinal](t, body); code != 200 || !f.Done || (f.DoneReason != "load" && f.LoadDuration == 0) {
+				t.Fatalf("load = %d %s", code, body)
+			}
+			p := ps(t, s)
+			if len(p.Models) != 1 || p.Models[0].Name != "qwen3:8b" || p.Models[0].SizeVRAM != 5000<<20 {
+				t.Fatalf("/api/ps after load: %+v", p)
+			}
+			if mib, n := used(); mib != 5000 || n != 1 {
+				t.Fatalf("after load: %d MiB in %d processes; want 5000 in one", mib, n)
+			}
+		})
+	}
+}
+
+// A load claims the VRAM when it begins; the model shows in /api/ps only
+// once loaded (here never: the load outlasts the test, which then stops the
+// server, and the claim goes with it).
+func TestOllamaLoadClaimsBeforeListing(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := fastOllama(t, func(o *Options) { o.SimDir = dir; o.LoadTime = time.Hour })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/api/generate", strings.NewReader(`{"model":"gemma3"}`))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	testkit.Eventually(t, 15*time.Second, func() bool {
+		c, _ := nvml.ReadClaims(dir)
+		return len(c) == 1 && c[0].Name == "ollama gemma3:latest"
+	}, "claim when the load begins")
+	if p := ps(t, s); len(p.Models) != 0 {
+		t.Fatalf("/api/ps lists a model still loading: %+v", p)
+	}
+	cancel()
+	if err := s.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if c, _ := nvml.ReadClaims(dir); len(c) != 0 {
+		t.Fatalf("claims after a stop during the load: %+v", c)
+	}
+}

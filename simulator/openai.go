@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -85,6 +86,9 @@ type openAIJob struct {
 }
 
 func (s *server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
+	if s.sleepGate(w) {
+		return
+	}
 	body, e := readBody(w, r)
 	if e != nil {
 		writeOpenAIError(w, s.opts.Flavor, e)
@@ -99,6 +103,9 @@ func (s *server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	if s.sleepGate(w) {
+		return
+	}
 	body, e := readBody(w, r)
 	if e != nil {
 		writeOpenAIError(w, s.opts.Flavor, e)
@@ -379,9 +386,16 @@ func (s *server) runOpenAI(w http.ResponseWriter, r *http.Request, j *openAIJob)
 		return stream.send(chunk(oaiChunkChoice{Delta: d, FinishReason: fr}, i+1))
 	}
 	res, err := s.generate(r.Context(), j.job, emit)
-	if err != nil {
+	aborted := errors.Is(err, errSleepAbort)
+	if err != nil && !aborted {
 		s.log.Debug("generation ended early", "id", id, "emitted", res.emitted, "err", err)
 		return
+	}
+	if aborted {
+		// The engine went to sleep: the request ends as vLLM ends an
+		// aborted one, with what it had and finish_reason "abort".
+		s.log.Info("aborted request", "id", id, "emitted", res.emitted)
+		finish, j.finish = "abort", "abort"
 	}
 	if stream == nil {
 		emittedArgs := make([]string, len(args))
@@ -392,10 +406,10 @@ func (s *server) runOpenAI(w http.ResponseWriter, r *http.Request, j *openAIJob)
 		return
 	}
 	// A final chunk carries finish_reason when no token chunk did: always for
-	// Ollama, and for vLLM when nothing was generated.
-	if !vllm || res.emitted == 0 {
+	// Ollama, and for vLLM when nothing was generated or it was aborted.
+	if !vllm || res.emitted == 0 || aborted {
 		empty := ""
-		if vllm && j.chat { // the role chunk goes with the first token
+		if vllm && j.chat && res.emitted == 0 { // the role chunk goes with the first token
 			if err := stream.send(chunk(oaiChunkChoice{Delta: &oaiDelta{Role: "assistant", Content: &empty}}, 0)); err != nil {
 				return
 			}

@@ -44,6 +44,17 @@ const (
 	// defaultGPUMemoryUtilization is vLLM's own default, reported in
 	// vllm:cache_config_info when no flag was given.
 	defaultGPUMemoryUtilization = 0.9
+	// defaultSleepResidualMiB is what a sleeping vLLM keeps on the GPU (CUDA
+	// context, CUDA graphs, the allocator's own bookkeeping); capped at the
+	// VRAM claim.
+	defaultSleepResidualMiB = 512
+	// defaultH2DGBps is a PCIe 4.0 x16 host-to-device copy in practice
+	// (GB/s, 10^9 bytes): how fast sleep level 1 offloads the weights and
+	// wake_up copies them back.
+	defaultH2DGBps = 25
+	// defaultReloadGBps is how fast collective_rpc reload_weights reads the
+	// weights again after sleep level 2 (page cache or NVMe, then the copy).
+	defaultReloadGBps = 3
 )
 
 // Options configures one simulated server. Zero values mean "the default of the
@@ -111,6 +122,31 @@ type Options struct {
 	Quantization string
 	// KVCacheDType is vLLM's --kv-cache-dtype (reported in cache_config_info).
 	KVCacheDType string
+	// DevMode is VLLM_SERVER_DEV_MODE=1: vLLM mounts its development routes
+	// (/sleep, /wake_up, /is_sleeping, /collective_rpc, /reset_prefix_cache)
+	// only then; without it they answer 404 like any unknown route.
+	DevMode bool
+	// EnableSleepMode is vLLM's --enable-sleep-mode (allocations go through
+	// vLLM's CuMem pool so /sleep can release them). Without it the
+	// simulator's /sleep answers 500 (see sleepmode.go).
+	EnableSleepMode bool
+	// SleepResidualMiB is the VRAM a sleeping vLLM still holds
+	// (`--sleep-residual-mib`); default 512, at most VRAMMiB.
+	SleepResidualMiB int
+	// WeightsMiB is the size of the model weights within VRAMMiB
+	// (`--weights-mib`): what sleep level 1 offloads to host memory, what
+	// wake_up copies back and what reload_weights reads again. Default:
+	// three quarters of VRAMMiB less the residual, since the simulated KV
+	// cache is the remaining quarter (see newServer). WeightsMiB +
+	// SleepResidualMiB must fit in VRAMMiB; the rest is the KV cache.
+	WeightsMiB int
+	// H2DGBps is the host-device copy rate in GB/s (`--h2d-gbps`, default
+	// 25, PCIe 4.0 x16): sleep level 1 and its wake_up take WeightsMiB at
+	// this rate.
+	H2DGBps float64
+	// ReloadGBps is the weight reload rate in GB/s (`--reload-gbps`,
+	// default 3): collective_rpc reload_weights takes WeightsMiB at it.
+	ReloadGBps float64
 	// SchemaFault makes structured-output replies misbehave for tests
 	// (`--schema-fault`): "" answers schema-valid JSON, "prose" answers prose,
 	// "invalid" answers JSON that violates the schema, "prose-once" answers
@@ -223,6 +259,11 @@ func (o Options) withDefaults() (Options, error) {
 	if o.VRAMMiB < 0 {
 		return o, fmt.Errorf("simulator options: negative VRAM claim %d MiB", o.VRAMMiB)
 	}
+	if vllm {
+		if err := o.sleepDefaults(); err != nil {
+			return o, err
+		}
+	}
 	if o.MaxModelLen == 0 {
 		o.MaxModelLen = pick(vllm, defaultVLLMMaxLen, defaultOllamaCtx)
 	}
@@ -252,6 +293,39 @@ func (o Options) withDefaults() (Options, error) {
 		o.Logger = slog.Default()
 	}
 	return o, nil
+}
+
+// sleepDefaults fills in and checks the sleep mode sizes and rates (vLLM).
+func (o *Options) sleepDefaults() error {
+	if o.SleepResidualMiB < 0 || o.SleepResidualMiB > o.VRAMMiB {
+		return fmt.Errorf("simulator options: sleep residual %d MiB must be within the VRAM claim of %d MiB", o.SleepResidualMiB, o.VRAMMiB)
+	}
+	if o.SleepResidualMiB == 0 {
+		o.SleepResidualMiB = min(defaultSleepResidualMiB, o.VRAMMiB)
+	}
+	if o.WeightsMiB < 0 {
+		return fmt.Errorf("simulator options: negative weights size %d MiB", o.WeightsMiB)
+	}
+	if o.WeightsMiB == 0 {
+		o.WeightsMiB = max(o.VRAMMiB*3/4-o.SleepResidualMiB, 0)
+	}
+	if o.WeightsMiB+o.SleepResidualMiB > o.VRAMMiB {
+		return fmt.Errorf("simulator options: weights %d MiB plus sleep residual %d MiB exceed the VRAM claim of %d MiB",
+			o.WeightsMiB, o.SleepResidualMiB, o.VRAMMiB)
+	}
+	for _, r := range []struct {
+		what string
+		v    *float64
+		def  float64
+	}{{"host-to-device rate", &o.H2DGBps, defaultH2DGBps}, {"weight reload rate", &o.ReloadGBps, defaultReloadGBps}} {
+		if *r.v == 0 {
+			*r.v = r.def
+		}
+		if math.IsNaN(*r.v) || math.IsInf(*r.v, 0) || *r.v <= 0 {
+			return fmt.Errorf("simulator options: %s %v GB/s must be a positive number", r.what, *r.v)
+		}
+	}
+	return nil
 }
 
 func positiveRate(what string, v *float64, def float64) error {

@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,22 @@ func TestOptionsDefaults(t *testing.T) {
 				t.Fatalf("%+v", o)
 			}
 		}},
+		{"vllm sleep mode defaults", Options{Flavor: FlavorVLLM, Model: "m"}, func(t *testing.T, o Options) {
+			// 20000 MiB: a quarter is the KV cache, 512 the residual, the rest weights.
+			if o.SleepResidualMiB != 512 || o.WeightsMiB != 15000-512 || o.H2DGBps != 25 || o.ReloadGBps != 3 || o.DevMode || o.EnableSleepMode {
+				t.Fatalf("%+v", o)
+			}
+		}},
+		{"tiny VRAM caps the residual", Options{Flavor: FlavorVLLM, Model: "m", VRAMMiB: 100}, func(t *testing.T, o Options) {
+			if o.SleepResidualMiB != 100 || o.WeightsMiB != 0 {
+				t.Fatalf("residual %d weights %d", o.SleepResidualMiB, o.WeightsMiB)
+			}
+		}},
+		{"explicit sizes", Options{Flavor: FlavorVLLM, Model: "m", VRAMMiB: 1000, SleepResidualMiB: 100, WeightsMiB: 900}, func(t *testing.T, o Options) {
+			if o.SleepResidualMiB != 100 || o.WeightsMiB != 900 {
+				t.Fatalf("residual %d weights %d", o.SleepResidualMiB, o.WeightsMiB)
+			}
+		}},
 		{"ollama with no models is allowed", Options{Flavor: FlavorOllama}, func(t *testing.T, o Options) {
 			if len(o.Models) != 0 {
 				t.Fatalf("%v", o.Models)
@@ -65,6 +82,12 @@ func TestOptionsErrors(t *testing.T) {
 		{Options{Flavor: FlavorVLLM, Model: "m", LoadTime: -time.Second}, "load time"},
 		{Options{Flavor: FlavorVLLM, Model: "m", EnableAutoToolChoice: true}, "--enable-auto-tool-choice requires --tool-call-parser"},
 		{Options{Flavor: FlavorOllama, MaxNumSeqs: -2}, "max num seqs"},
+		{Options{Flavor: FlavorVLLM, Model: "m", VRAMMiB: 1000, SleepResidualMiB: 1001}, "sleep residual 1001 MiB"},
+		{Options{Flavor: FlavorVLLM, Model: "m", SleepResidualMiB: -1}, "sleep residual -1 MiB"},
+		{Options{Flavor: FlavorVLLM, Model: "m", WeightsMiB: -1}, "negative weights"},
+		{Options{Flavor: FlavorVLLM, Model: "m", VRAMMiB: 1000, WeightsMiB: 600, SleepResidualMiB: 500}, "exceed the VRAM claim of 1000 MiB"},
+		{Options{Flavor: FlavorVLLM, Model: "m", H2DGBps: -3}, "host-to-device rate"},
+		{Options{Flavor: FlavorVLLM, Model: "m", ReloadGBps: math.Inf(1)}, "weight reload rate"},
 	}
 	for _, tt := range tests {
 		_, err := tt.in.withDefaults()

@@ -7,11 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"time"
-
-	"gpuhost/nvml"
 )
 
 // shutdownGrace bounds how long Run waits for responses to finish after its
@@ -44,22 +41,17 @@ func Run(ctx context.Context, opts Options) error {
 	var handler http.Handler
 	switch o.Flavor {
 	case FlavorVLLM:
-		if o.SimDir != "" {
-			c := nvml.Claim{PID: os.Getpid(), MiB: uint64(o.VRAMMiB), Name: "vllm " + o.Model}
-			if err := nvml.WriteClaim(o.SimDir, c); err != nil {
-				return fmt.Errorf("simulated vllm: claim %d MiB of simulated VRAM: %w", o.VRAMMiB, err)
-			}
-			defer func() {
-				if err := nvml.RemoveClaim(o.SimDir, c.PID); err != nil {
-					log.Error("release simulated VRAM", "err", err)
-				}
-			}()
+		s.engine = newVLLMEngine(runCtx, o)
+		if err := s.engine.claim(); err != nil {
+			return fmt.Errorf("simulated vllm: claim %d MiB of simulated VRAM: %w", o.VRAMMiB, err)
 		}
+		defer s.engine.release()
 		log.Info("initializing engine", "model", o.Model, "served_model_name", o.ServedName,
 			"max_model_len", o.MaxModelLen, "max_num_seqs", o.MaxNumSeqs,
 			"gpu_memory_utilization", o.GPUMemoryUtilization, "vram_mib", o.VRAMMiB,
 			"quantization", o.Quantization, "kv_cache_dtype", o.KVCacheDType,
-			"tool_call_parser", o.ToolCallParser, "load_time", o.LoadTime)
+			"tool_call_parser", o.ToolCallParser, "load_time", o.LoadTime,
+			"enable_sleep_mode", o.EnableSleepMode, "dev_mode", o.DevMode, "weights_mib", o.WeightsMiB)
 		if err := sleepCtx(ctx, o.LoadTime); err != nil {
 			log.Info("stopped during engine start-up")
 			return nil

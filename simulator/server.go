@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 )
@@ -17,6 +18,7 @@ type server struct {
 
 	metrics    *vllmMetrics  // vLLM only
 	kvCapacity int64         // vLLM: simulated KV cache size in tokens
+	engine     *vllmEngine   // vLLM only: GPU memory and sleep mode
 	models     *modelManager // Ollama only
 }
 
@@ -58,8 +60,22 @@ type genResult struct {
 // generate waits for a sequence slot, has the model loaded (Ollama), then
 // paces the job, calling emit for each token. Metrics (vLLM) follow the
 // request through queueing, prefill, decode and its end. The error is the
-// request context's when the client went away, or emit's.
+// request context's when the client went away, errSleepAbort when the vLLM
+// engine was put to sleep meanwhile, or emit's.
 func (s *server) generate(ctx context.Context, job genJob, emit func(i int) error) (genResult, error) {
+	if s.engine == nil {
+		return s.generateJob(ctx, job, emit)
+	}
+	ctx, done := s.engine.bind(ctx)
+	defer done()
+	res, err := s.generateJob(ctx, job, emit)
+	if err != nil && errors.Is(context.Cause(ctx), errSleepAbort) {
+		err = errSleepAbort
+	}
+	return res, err
+}
+
+func (s *server) generateJob(ctx context.Context, job genJob, emit func(i int) error) (genResult, error) {
 	var res genResult
 	start := time.Now()
 	release, err := s.slots.acquire(ctx)

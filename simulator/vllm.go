@@ -18,6 +18,9 @@ func (s *server) vllmHandler() http.Handler {
 	mux.HandleFunc("POST /tokenize", s.handleTokenize)
 	mux.HandleFunc("POST /v1/audio/transcriptions", s.handleTranscription)
 	mux.HandleFunc("GET /metrics", s.handleVLLMMetrics)
+	if s.opts.DevMode {
+		s.vllmSleepRoutes(mux)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		// FastAPI's answer for an unknown route.
 		writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
@@ -80,6 +83,7 @@ func (s *server) handleVLLMMetrics(w http.ResponseWriter, _ *http.Request) {
 		cacheDType = "auto"
 	}
 	v := metricsView{
+		sleep:      s.engine,
 		modelName:  s.opts.ServedName,
 		running:    s.slots.running.Load(),
 		waiting:    s.slots.waiting.Load(),
