@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -14,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"gpuhost/agent"
-	"gpuhost/api"
 )
 
 // askExitNotAnswered is the exit status of `gpuhost ask` when the loop
@@ -48,7 +45,7 @@ error, too many questions running), 2 when the daemon could not be asked.`,
 			defer cancel()
 			out := cmd.OutOrStdout()
 			var last agent.Event
-			err = askRemote(ctx, c, question, func(e agent.Event) error {
+			show := func(e agent.Event) error {
 				last = e
 				if asJSON {
 					line, err := json.Marshal(e)
@@ -60,7 +57,8 @@ error, too many questions running), 2 when the daemon could not be asked.`,
 				}
 				_, err := fmt.Fprintln(out, formatAskEvent(e))
 				return err
-			})
+			}
+			err = c.Ask(ctx, question, func(stream io.Reader) error { return agent.ReadEvents(stream, show) })
 			if err != nil {
 				return err
 			}
@@ -74,52 +72,6 @@ error, too many questions running), 2 when the daemon could not be asked.`,
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "give up waiting for the daemon after this long")
 	urlFlag(cmd)
 	return cmd
-}
-
-// askRemote posts the question to c's /api/ask and calls fn for each event
-// of the answer stream until the stop event. An API refusal (400, 401, 429,
-// 503) is an *api.RemoteError with the daemon's message.
-func askRemote(ctx context.Context, c *api.Client, question string, fn func(agent.Event) error) error {
-	body, err := json.Marshal(agent.AskRequest{Question: question})
-	if err != nil {
-		return fmt.Errorf("encode the question: %w", err)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+agent.AskPath, bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("ask at %s: %w", c.BaseURL, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("reach gpuhost at %s: %w", c.BaseURL, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		re := &api.RemoteError{Status: resp.StatusCode}
-		if json.Unmarshal(data, &re.APIError) != nil || re.APIError.Error == "" {
-			re.APIError = api.APIError{Error: http.StatusText(resp.StatusCode), Detail: strings.TrimSpace(string(data))}
-		}
-		return re
-	}
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-		return fmt.Errorf("ask at %s: the answer is %q, not an event stream (is this a gpuhost daemon with the agent?)", c.BaseURL, ct)
-	}
-	if err := agent.ReadEvents(resp.Body, fn); err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("ask at %s: gave up waiting: %w", c.BaseURL, ctx.Err())
-		}
-		return fmt.Errorf("ask at %s: %w", c.BaseURL, err)
-	}
-	return nil
 }
 
 // formatAskEvent renders one timeline entry as one line (the answer may

@@ -165,7 +165,9 @@ func TestAskCommand(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() {
-			_ = askRemote(ctx, api.NewClient(busy.URL, ""), "first", func(agent.Event) error { return nil })
+			_ = api.NewClient(busy.URL, "").Ask(ctx, "first", func(stream io.Reader) error {
+				return agent.ReadEvents(stream, func(agent.Event) error { return nil })
+			})
 		}()
 		<-hold.hold
 		out, err := runCLI(t, "ask", "--url", busy.URL, "second")

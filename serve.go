@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/labstack/echo/v4"
 	"golang.org/x/net/netutil"
 
 	"gpuhost/agent"
@@ -22,9 +23,6 @@ import (
 	"gpuhost/frontdoor/panel"
 	"gpuhost/frontdoor/proxy"
 	"gpuhost/frontdoor/telegram"
-	"gpuhost/internal/wiring"
-	"gpuhost/mcp"
-	"gpuhost/mcp/declarative"
 	"gpuhost/nvml"
 	"gpuhost/units"
 )
@@ -33,27 +31,10 @@ import (
 // Supervisor, HTTP API and systemd notification together. It returns when
 // ctx ends (SIGTERM) or the listener fails.
 func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(addr string)) error {
-	gpu, closeGPU, gerr := appliance.OpenGPU(cfg)
-	defer closeGPU()
-	if gerr != nil {
-		log.Error("GPU facts unavailable; serving anyway, switches will fail at the VRAM check", "err", gerr)
-	}
-	u, journal, closeUnits, uerr := appliance.OpenUnits(ctx, cfg)
-	defer closeUnits()
-	if uerr != nil {
-		log.Error("systemd unreachable; serving anyway and retrying", "socket", cfg.Systemd.Socket, "err", uerr)
-	}
-	sup := appliance.NewSupervisor(cfg, gpu, u, journal, log)
-	defer sup.Close()
-	doctor := func(ctx context.Context, profile string) api.DoctorReport {
-		d := &appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile, Telegram: sup.TelegramStatus, Exclusion: sup.Exclusion}
-		if gerr != nil {
-			d.GPU, d.GPUErr = nil, gerr
-		}
-		return d.Run(ctx)
-	}
-	httpAPI, err := httpapi.New(sup, doctor, log)
-	if err != nil {
+	c, closeCore := openCore(ctx, cfg, log)
+	defer closeCore()
+	var err error
+	if c.api, err = httpapi.New(c.sup, c.doctor, log); err != nil {
 		return err
 	}
 	runCtx, stopRun := context.WithCancel(ctx)
@@ -61,124 +42,148 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func
 	// Listen before building the services: the agent and the triage worker
 	// talk to the daemon's own /v1, whose port is known only now (listen
 	// ":0" in tests). Connections wait in the backlog until Serve.
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := listen(cfg)
 	if err != nil {
-		return fmt.Errorf("listen on %s (listen): %w", cfg.Listen, err)
+		return err
 	}
 	defer ln.Close()
-	// Connections beyond http.max_connections wait in the kernel's backlog
-	// until one closes, so idle keep-alive floods cannot exhaust fds.
-	ln = netutil.LimitListener(ln, cfg.HTTP.MaxConnections)
 	selfV1 := loopbackV1(ln.Addr())
 	selfClient := &http.Client{Transport: &selfAuth{base: selfV1, cfg: cfg, next: http.DefaultTransport}}
 	// The front doors: each can be disabled, and one failing does not stop
 	// the others or the backend (docs/architecture.md decision 6).
-	px := proxy.New(sup, cfg.Proxy, func() map[string]*units.Profile { return cfg.Profiles }, log.With("component", "proxy"))
+	px, m := c.startProxy(runCtx)
 	defer px.Close()
-	var m *metrics.Metrics
+	bsvc, bstore := c.startBench()
+	defer bsvc.Close()
+	ms := c.startMCP(runCtx, bstore)
+	// The agent loop: the MCP registry's read-only tools on the box's own
+	// model, behind one limiter shared by the API, the panel and the bot.
+	asker := newAgent(runCtx, cfg, ms, selfV1, selfClient, log.With("component", "agent"))
+	agent.Register(c.api, asker, log.With("component", "agent"))
+	c.startPanel(asker, benchPanel{bsvc, bstore})
+	c.startTelegram(runCtx, asker)
+	if tw := c.startTriageWorker(runCtx, ms, selfV1, selfClient, m); tw != nil {
+		defer tw.Close()
+	}
+	return c.run(ctx, runCtx, ln, ready)
+}
+
+// core is what serve builds first and every front door and service is
+// wired to: the config, the log, the Supervisor, the doctor, and the HTTP
+// API's server (httpapi.New's) where each registers its routes.
+type core struct {
+	cfg    *config.Config
+	log    *slog.Logger
+	sup    *appliance.Supervisor
+	doctor api.DoctorFunc
+	api    *echo.Echo
+}
+
+// openCore opens the GPU and the units (each failure logged: the daemon
+// serves anyway) and builds the Supervisor and the doctor on them. close
+// closes the Supervisor, the units and the GPU, in that order.
+func openCore(ctx context.Context, cfg *config.Config, log *slog.Logger) (c *core, closeAll func()) {
+	gpu, closeGPU, gerr := appliance.OpenGPU(cfg)
+	if gerr != nil {
+		log.Error("GPU facts unavailable; serving anyway, switches will fail at the VRAM check", "err", gerr)
+	}
+	u, journal, closeUnits, uerr := appliance.OpenUnits(ctx, cfg)
+	if uerr != nil {
+		log.Error("systemd unreachable; serving anyway and retrying", "socket", cfg.Systemd.Socket, "err", uerr)
+	}
+	sup := appliance.NewSupervisor(cfg, gpu, u, journal, log)
+	doctor := func(ctx context.Context, profile string) api.DoctorReport {
+		d := &appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile, Telegram: sup.TelegramStatus, Exclusion: sup.Exclusion}
+		if gerr != nil {
+			d.GPU, d.GPUErr = nil, gerr
+		}
+		return d.Run(ctx)
+	}
+	return &core{cfg: cfg, log: log, sup: sup, doctor: doctor}, func() {
+		defer closeGPU()
+		defer closeUnits()
+		sup.Close()
+	}
+}
+
+// listen opens the API's listener on cfg.Listen, limited to
+// http.max_connections.
+func listen(cfg *config.Config) (net.Listener, error) {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (listen): %w", cfg.Listen, err)
+	}
+	// Connections beyond http.max_connections wait in the kernel's backlog
+	// until one closes, so idle keep-alive floods cannot exhaust fds.
+	return netutil.LimitListener(ln, cfg.HTTP.MaxConnections), nil
+}
+
+// startProxy builds the /v1 proxy and, unless metrics.disabled, the
+// metrics (run until ctx ends, observing the proxy); m is nil without
+// them. The caller closes px.
+func (c *core) startProxy(ctx context.Context) (px *proxy.Proxy, m *metrics.Metrics) {
+	cfg, log := c.cfg, c.log
+	px = proxy.New(c.sup, cfg.Proxy, func() map[string]*units.Profile { return cfg.Profiles }, log.With("component", "proxy"))
 	if !cfg.Metrics.Disabled {
-		m = metrics.New(sup, doctor, log.With("component", "metrics"))
-		go m.Run(runCtx)
-		m.Register(httpAPI)
+		m = metrics.New(c.sup, c.doctor, log.With("component", "metrics"))
+		go m.Run(ctx)
+		m.Register(c.api)
 		px.SetObserver(m)
 		if err := m.Add(px.Collectors()...); err != nil {
 			log.Error("proxy metrics not exported", "err", err)
 		}
 	}
-	px.Register(httpAPI) // no-op when proxy.disabled
-	// Benchmarks of the active profile (POST /api/bench); progress goes on
-	// the event bus.
-	bstore := bench.NewStore(cfg.StateDir, log.With("component", "bench"))
-	bsvc := bench.NewService(bench.ServiceOptions{
-		Store: bstore,
-		Daemon: bench.DaemonFuncs{
-			SwitchingFunc:   func() bool { return sup.State().Phase == api.PhaseSwitching },
-			AwaitActiveFunc: sup.AwaitActive,
-		},
-		GPU:            sup.Snapshot,
-		GpuhostVersion: version,
-		Publish:        func(msg string) { sup.Publish(api.Event{Kind: "bench", Message: msg}) },
-		Log:            log.With("component", "bench"),
-	})
-	defer bsvc.Close()
-	bsvc.Register(httpAPI)
-	// MCP over streamable HTTP at /mcp: read-only connectors, the same
-	// bearer token as the API beyond loopback.
-	var ms *mcp.Server
-	if !cfg.MCP.Disabled {
-		mlog := log.With("component", "mcp")
-		extra, errs := declarative.Load(cfg.MCP.ConnectorsDir)
-		for _, e := range errs {
-			mlog.Error("declarative connector skipped", "err", e)
-		}
-		var err error
-		ms, err = mcp.NewServer(mcp.ServerOptions{
-			Config: cfg.MCP.Connectors, Extra: extra, Log: mlog, Version: version,
-			Daemon: &wiring.MCPDaemon{Sup: sup, DoctorFn: doctor, Bench: bstore},
-		})
-		if err != nil {
-			ms = nil
-			mlog.Error("MCP server not started; the daemon carries on", "err", err)
-		} else {
-			for name, why := range ms.Disabled() {
-				mlog.Error("MCP connector disabled", "connector", name, "reason", why)
-			}
-			ms.Register(httpAPI)
-			go declarative.Watch(runCtx, cfg.MCP.ConnectorsDir, func() {
-				extra, errs := declarative.Load(cfg.MCP.ConnectorsDir)
-				for _, e := range errs {
-					mlog.Error("declarative connector skipped", "err", e)
-				}
-				ms.ReloadExtra(extra)
-			})
-		}
+	px.Register(c.api) // no-op when proxy.disabled
+	return px, m
+}
+
+// startPanel serves the web panel unless panel.disabled; a panel that
+// cannot start is logged and left out.
+func (c *core) startPanel(asker *agent.Limiter, bp benchPanel) {
+	if c.cfg.Panel.Disabled {
+		return
 	}
-	// The agent loop: the MCP registry's read-only tools on the box's own
-	// model, behind one limiter shared by the API, the panel and the bot.
-	asker := newAgent(runCtx, cfg, ms, selfV1, selfClient, log.With("component", "agent"))
-	agent.Register(httpAPI, asker, log.With("component", "agent"))
-	if !cfg.Panel.Disabled {
-		if p, err := panel.New(sup, doctor, cfg, log.With("component", "panel")); err != nil {
-			log.Error("web panel not started; the daemon carries on", "err", err)
-		} else {
-			p.SetBench(benchPanel{bsvc, bstore})
-			p.SetAsker(asker)
-			p.Register(httpAPI)
-		}
+	p, err := panel.New(c.sup, c.doctor, c.cfg, c.log.With("component", "panel"))
+	if err != nil {
+		c.log.Error("web panel not started; the daemon carries on", "err", err)
+		return
 	}
-	if cfg.Telegram.Enabled {
-		if tb, err := telegram.New(cfg, sup, doctor, log.With("component", "telegram")); err != nil {
-			log.Error("telegram bot not started; the daemon carries on", "err", err)
-			sup.SetTelegramStatus(telegram.StoppedStatus(err, time.Now()))
-		} else {
-			sup.SetTelegramStatus(tb.Status)
-			tb.SetAsker(asker)
-			go func() {
-				if err := tb.Run(runCtx); err != nil {
-					log.Error("telegram bot stopped; the daemon carries on", "err", err)
-				}
-			}()
-		}
+	p.SetBench(bp)
+	p.SetAsker(asker)
+	p.Register(c.api)
+}
+
+// startTelegram runs the Telegram bot until ctx ends when telegram.enabled;
+// a bot that cannot start or stops is logged, and its status says so.
+func (c *core) startTelegram(ctx context.Context, asker *agent.Limiter) {
+	if !c.cfg.Telegram.Enabled {
+		return
 	}
-	if cfg.Triage.Enabled {
-		if tw := startTriage(runCtx, cfg, sup, ms, selfV1, selfClient, log.With("component", "triage")); tw != nil {
-			defer tw.Close()
-			tw.Register(httpAPI)
-			if m != nil {
-				if err := m.Add(tw.Collectors()...); err != nil {
-					log.Error("triage metrics not exported", "err", err)
-				}
-			}
-			go func() {
-				if err := runTriage(runCtx, cfg, sup, tw, log); err != nil {
-					log.Error("triage worker stopped; the daemon carries on", "component", "triage", "err", err)
-				}
-			}()
-		}
+	log := c.log
+	tb, err := telegram.New(c.cfg, c.sup, c.doctor, log.With("component", "telegram"))
+	if err != nil {
+		log.Error("telegram bot not started; the daemon carries on", "err", err)
+		c.sup.SetTelegramStatus(telegram.StoppedStatus(err, time.Now()))
+		return
 	}
+	c.sup.SetTelegramStatus(tb.Status)
+	tb.SetAsker(asker)
+	go func() {
+		if err := tb.Run(ctx); err != nil {
+			log.Error("telegram bot stopped; the daemon carries on", "err", err)
+		}
+	}()
+}
+
+// run serves the API on ln and runs the Supervisor until ctx ends or
+// either fails, then tells systemd it is stopping and shuts the server
+// down (5 s). runCtx is what the Supervisor and the systemd notifier run
+// under. ready, when set, is called with the address once serving.
+func (c *core) run(ctx, runCtx context.Context, ln net.Listener, ready func(addr string)) error {
+	cfg, sup, log := c.cfg, c.sup, c.log
 	// No ReadTimeout or WriteTimeout: answers stream for minutes. Request
 	// bodies get http.body_read_timeout from the front-door guard instead.
-	srv := &http.Server{Handler: httpAPI, ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: c.api, ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout: cfg.HTTP.IdleTimeout.D(), MaxHeaderBytes: cfg.HTTP.MaxHeaderBytes}
 	errc := make(chan error, 2)
 	// The Supervisor starts reconciling before the first request is

@@ -11,9 +11,13 @@ import (
 	"gpuhost/agent"
 	"gpuhost/api"
 	"gpuhost/appliance"
+	"gpuhost/bench"
 	"gpuhost/config"
+	"gpuhost/frontdoor/metrics"
 	"gpuhost/internal/loopback"
+	"gpuhost/internal/wiring"
 	"gpuhost/mcp"
+	"gpuhost/mcp/declarative"
 	"gpuhost/triage"
 )
 
@@ -143,4 +147,86 @@ func runTriage(ctx context.Context, cfg *config.Config, sup *appliance.Superviso
 		}
 	}
 	return tw.Run(ctx)
+}
+
+// startBench builds the benchmarks of the active profile (POST
+// /api/bench), their progress on the event bus. The caller closes bsvc.
+func (c *core) startBench() (bsvc *bench.Service, bstore *bench.Store) {
+	sup := c.sup
+	bstore = bench.NewStore(c.cfg.StateDir, c.log.With("component", "bench"))
+	bsvc = bench.NewService(bench.ServiceOptions{
+		Store: bstore,
+		Daemon: bench.DaemonFuncs{
+			SwitchingFunc:   func() bool { return sup.State().Phase == api.PhaseSwitching },
+			AwaitActiveFunc: sup.AwaitActive,
+		},
+		GPU:            sup.Snapshot,
+		GpuhostVersion: version,
+		Publish:        func(msg string) { sup.Publish(api.Event{Kind: "bench", Message: msg}) },
+		Log:            c.log.With("component", "bench"),
+	})
+	bsvc.Register(c.api)
+	return bsvc, bstore
+}
+
+// startMCP serves MCP over streamable HTTP at /mcp unless mcp.disabled:
+// read-only connectors, the same bearer token as the API beyond loopback,
+// the declarative connectors reloaded while ctx lasts. nil (logged) when
+// disabled or it cannot start; the daemon carries on.
+func (c *core) startMCP(ctx context.Context, bstore *bench.Store) *mcp.Server {
+	cfg := c.cfg
+	if cfg.MCP.Disabled {
+		return nil
+	}
+	mlog := c.log.With("component", "mcp")
+	extra, errs := declarative.Load(cfg.MCP.ConnectorsDir)
+	for _, e := range errs {
+		mlog.Error("declarative connector skipped", "err", e)
+	}
+	ms, err := mcp.NewServer(mcp.ServerOptions{
+		Config: cfg.MCP.Connectors, Extra: extra, Log: mlog, Version: version,
+		Daemon: &wiring.MCPDaemon{Sup: c.sup, DoctorFn: c.doctor, Bench: bstore},
+	})
+	if err != nil {
+		mlog.Error("MCP server not started; the daemon carries on", "err", err)
+		return nil
+	}
+	for name, why := range ms.Disabled() {
+		mlog.Error("MCP connector disabled", "connector", name, "reason", why)
+	}
+	ms.Register(c.api)
+	go declarative.Watch(ctx, cfg.MCP.ConnectorsDir, func() {
+		extra, errs := declarative.Load(cfg.MCP.ConnectorsDir)
+		for _, e := range errs {
+			mlog.Error("declarative connector skipped", "err", e)
+		}
+		ms.ReloadExtra(extra)
+	})
+	return ms
+}
+
+// startTriageWorker builds the triage worker when triage.enabled, registers
+// its routes and metrics (m may be nil) and runs it until ctx ends. nil
+// when disabled or it cannot start; the caller closes the worker.
+func (c *core) startTriageWorker(ctx context.Context, ms *mcp.Server, selfV1 string, selfClient *http.Client, m *metrics.Metrics) *triage.Worker {
+	cfg, sup, log := c.cfg, c.sup, c.log
+	if !cfg.Triage.Enabled {
+		return nil
+	}
+	tw := startTriage(ctx, cfg, sup, ms, selfV1, selfClient, log.With("component", "triage"))
+	if tw == nil {
+		return nil
+	}
+	tw.Register(c.api)
+	if m != nil {
+		if err := m.Add(tw.Collectors()...); err != nil {
+			log.Error("triage metrics not exported", "err", err)
+		}
+	}
+	go func() {
+		if err := runTriage(ctx, cfg, sup, tw, log); err != nil {
+			log.Error("triage worker stopped; the daemon carries on", "component", "triage", "err", err)
+		}
+	}()
+	return tw
 }

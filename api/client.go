@@ -70,11 +70,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
 	}
 	if resp.StatusCode >= 400 {
-		re := &RemoteError{Status: resp.StatusCode}
-		if json.Unmarshal(data, &re.APIError) != nil || re.APIError.Error == "" {
-			re.APIError = APIError{Error: http.StatusText(resp.StatusCode), Detail: strings.TrimSpace(string(data))}
-		}
-		return re
+		return remoteError(resp.StatusCode, data)
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -82,6 +78,16 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		}
 	}
 	return nil
+}
+
+// remoteError decodes an error answer's body: the API's JSON error, or
+// the status text with the body as detail when it is not one.
+func remoteError(status int, data []byte) *RemoteError {
+	re := &RemoteError{Status: status}
+	if json.Unmarshal(data, &re.APIError) != nil || re.APIError.Error == "" {
+		re.APIError = APIError{Error: http.StatusText(status), Detail: strings.TrimSpace(string(data))}
+	}
+	return re
 }
 
 // UnreachableError is a daemon that did not answer at all (no HTTP reply):
@@ -183,6 +189,54 @@ func (c *Client) Events(ctx context.Context, path string, fn func(Event) bool) e
 			return nil
 		}
 	}
+}
+
+// Ask posts question to the daemon's agent loop (POST /api/ask) and hands
+// the answer's event stream (server-sent events) to read, which decodes it
+// (agent.ReadEvents) until the stop event. An API refusal (any status but
+// 200: 400, 401, 429, 503) is a *RemoteError with the daemon's message; an
+// answer that is not an event stream, and read's error, are errors naming
+// BaseURL ("gave up waiting" when ctx ended first).
+func (c *Client) Ask(ctx context.Context, question string, read func(stream io.Reader) error) error {
+	// The body of agent.AskRequest; api cannot import agent (agent uses it).
+	body, err := json.Marshal(struct {
+		Question string `json:"question"`
+	}{question})
+	if err != nil {
+		return fmt.Errorf("encode the question: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/api/ask", bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("ask at %s: %w", c.BaseURL, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("reach gpuhost at %s: %w", c.BaseURL, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return remoteError(resp.StatusCode, data)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		return fmt.Errorf("ask at %s: the answer is %q, not an event stream (is this a gpuhost daemon with the agent?)", c.BaseURL, ct)
+	}
+	if err := read(resp.Body); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("ask at %s: gave up waiting: %w", c.BaseURL, ctx.Err())
+		}
+		return fmt.Errorf("ask at %s: %w", c.BaseURL, err)
+	}
+	return nil
 }
 
 // SwitchAndFollow starts a switch and calls step for each of its events

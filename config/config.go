@@ -483,6 +483,28 @@ func (c *Config) validate() []string {
 	if err := unitPath(c.StateDir); err != nil {
 		add("state_dir", "%v", err)
 	}
+	c.gpuValidate(add)
+	c.systemdValidate(add)
+	c.backendsValidate(add, len(ps) == 0)
+	c.profilesValidate(add)
+	if c.Proxy.MaxBodyBytes < 1024 {
+		add("proxy.max_body_bytes", "%d is too small (at least 1024)", c.Proxy.MaxBodyBytes)
+	}
+	if c.Telegram.APIURL != "" {
+		if msg := checkBotAPIURL(c.Telegram.APIURL); msg != "" {
+			add("telegram.api_url", "%s", msg)
+		}
+	}
+	if c.Switch.ReadyTimeout.D() < time.Second {
+		add("switch.ready_timeout", "%s is too short (at least 1s)", c.Switch.ReadyTimeout.D())
+	}
+	c.triageValidate(add)
+	c.httpValidate(add)
+	return ps
+}
+
+// gpuValidate checks the gpu: section.
+func (c *Config) gpuValidate(add func(key, format string, args ...any)) {
 	switch c.GPU.Backend {
 	case "nvml", "sim":
 	default:
@@ -493,6 +515,10 @@ func (c *Config) validate() []string {
 			add("gpu.sim_dir", "%v", err)
 		}
 	}
+}
+
+// systemdValidate checks the systemd: section.
+func (c *Config) systemdValidate(add func(key, format string, args ...any)) {
 	switch c.Systemd.Runner {
 	case "systemd", "process":
 	default:
@@ -504,38 +530,46 @@ func (c *Config) validate() []string {
 	if err := unitPath(c.Systemd.UnitDir); err != nil {
 		add("systemd.unit_dir", "%v", err)
 	}
-	backendsOK := true
+}
+
+// backendsValidate checks the backends: section. clean says no problem was
+// found before it: only then, and when the backends themselves passed, the
+// unit renderer's own check runs too.
+func (c *Config) backendsValidate(add func(key, format string, args ...any), clean bool) {
+	problems := 0
+	count := func(key, format string, args ...any) {
+		problems++
+		add(key, format, args...)
+	}
 	for _, b := range []struct {
 		key string
 		cfg BackendConfig
 	}{{"backends.vllm", c.Backends.VLLM}, {"backends.ollama", c.Backends.Ollama}} {
-		n := len(ps)
 		if err := units.ValidServiceName(b.cfg.Unit); err != nil {
-			add(b.key+".unit", "%v", err)
+			count(b.key+".unit", "%v", err)
 		}
 		if b.cfg.User != "" {
 			if err := units.ValidUser(b.cfg.User); err != nil {
-				add(b.key+".user", "%v", err)
+				count(b.key+".user", "%v", err)
 			}
 		}
 		if !filepath.IsAbs(b.cfg.Exec[0]) {
-			add(b.key+".exec[0]", "%q must be an absolute path (systemd runs it without a shell)", b.cfg.Exec[0])
+			count(b.key+".exec[0]", "%q must be an absolute path (systemd runs it without a shell)", b.cfg.Exec[0])
 		}
 		for i, w := range b.cfg.Exec {
 			if err := unitValue(w); err != nil {
-				add(fmt.Sprintf("%s.exec[%d]", b.key, i), "%v", err)
+				count(fmt.Sprintf("%s.exec[%d]", b.key, i), "%v", err)
 			}
 		}
 		for i, p := range b.cfg.ReadWritePaths {
 			if err := unitPath(p); err != nil {
-				add(fmt.Sprintf("%s.read_write_paths[%d]", b.key, i), "%v", err)
+				count(fmt.Sprintf("%s.read_write_paths[%d]", b.key, i), "%v", err)
 			}
 		}
-		backendsOK = backendsOK && len(ps) == n
 	}
 	if c.Backends.VLLM.Unit == c.Backends.Ollama.Unit {
 		add("backends.ollama.unit", "%q is the same unit as backends.vllm.unit", c.Backends.Ollama.Unit)
-	} else if backendsOK && len(ps) == 0 {
+	} else if clean && problems == 0 {
 		// The renderer's own check, as `gpuhost units` runs it: anything it
 		// refuses that the checks above let through is still a load error.
 		for i, bu := range c.BackendUnits() {
@@ -544,6 +578,11 @@ func (c *Config) validate() []string {
 			}
 		}
 	}
+}
+
+// profilesValidate checks profiles: (names and each profile, in name
+// order), their aliases, and default_profile.
+func (c *Config) profilesValidate(add func(key, format string, args ...any)) {
 	if len(c.Profiles) == 0 {
 		add("profiles", "at least one profile is needed")
 	}
@@ -572,20 +611,6 @@ func (c *Config) validate() []string {
 			add("default_profile", "%q is not a profile (profiles: %s)", c.DefaultProfile, strings.Join(names, ", "))
 		}
 	}
-	if c.Proxy.MaxBodyBytes < 1024 {
-		add("proxy.max_body_bytes", "%d is too small (at least 1024)", c.Proxy.MaxBodyBytes)
-	}
-	if c.Telegram.APIURL != "" {
-		if msg := checkBotAPIURL(c.Telegram.APIURL); msg != "" {
-			add("telegram.api_url", "%s", msg)
-		}
-	}
-	if c.Switch.ReadyTimeout.D() < time.Second {
-		add("switch.ready_timeout", "%s is too short (at least 1s)", c.Switch.ReadyTimeout.D())
-	}
-	c.triageValidate(add)
-	c.httpValidate(add)
-	return ps
 }
 
 // checkBotAPIURL returns why raw is not an acceptable Bot API server URL, or

@@ -67,54 +67,73 @@ type CmdDeps struct {
 
 // NewCmd returns `gpuhost mcp` with its subcommands tools and test.
 func NewCmd(deps CmdDeps) *cobra.Command {
-	var demo bool
-	setup := func(cmd *cobra.Command, level slog.Level) (*Server, func(), *slog.Logger, error) {
-		log, err := cmdLogger(cmd, deps, level)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		load := deps.Load
-		if demo {
-			if deps.Demo == nil {
-				return nil, nil, nil, errors.New("--demo is not available in this build")
-			}
-			load = deps.Demo
-		}
-		if load == nil {
-			return nil, nil, nil, errors.New("mcp: no config loader wired")
-		}
-		su, err := load(cmd)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("load mcp config: %w", err)
-		}
-		closeFn := func() {
-			if su.Close != nil {
-				su.Close()
-			}
-		}
-		var extra []NamedConnector
-		if su.ConnectorsDir != "" {
-			if deps.Declarative == nil {
-				log.Warn("mcp connectors_dir is set but this build has no declarative connectors", "dir", su.ConnectorsDir)
-			} else {
-				var errs []error
-				extra, errs = deps.Declarative(su.ConnectorsDir)
-				for _, e := range errs {
-					log.Error("mcp declarative connector skipped", "dir", su.ConnectorsDir, "err", e)
-				}
-			}
-		}
-		s, err := NewServer(ServerOptions{
-			Config: su.Connectors, Daemon: su.Daemon, Log: log, Extra: extra, Version: deps.Version,
-		})
-		if err != nil {
-			closeFn()
-			return nil, nil, nil, err
-		}
-		return s, closeFn, log, nil
-	}
+	st := &cmdSetup{deps: deps}
+	cmd := newServeCmd(st)
+	cmd.PersistentFlags().BoolVar(&st.demo, "demo", false, "use the demo configuration (simulated GPU and backends, calc, weather)")
+	cmd.AddCommand(newToolsCmd(st), newTestCmd(st))
+	return cmd
+}
 
-	cmd := &cobra.Command{
+// cmdSetup builds the server every `gpuhost mcp` command works on, from
+// deps and the persistent --demo flag.
+type cmdSetup struct {
+	deps CmdDeps
+	demo bool
+}
+
+// server loads the configuration (the demo's with --demo), the declarative
+// connectors, and builds the server; the func returned with it releases
+// what loading opened.
+func (st *cmdSetup) server(cmd *cobra.Command, level slog.Level) (*Server, func(), *slog.Logger, error) {
+	deps := st.deps
+	log, err := cmdLogger(cmd, deps, level)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	load := deps.Load
+	if st.demo {
+		if deps.Demo == nil {
+			return nil, nil, nil, errors.New("--demo is not available in this build")
+		}
+		load = deps.Demo
+	}
+	if load == nil {
+		return nil, nil, nil, errors.New("mcp: no config loader wired")
+	}
+	su, err := load(cmd)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("load mcp config: %w", err)
+	}
+	closeFn := func() {
+		if su.Close != nil {
+			su.Close()
+		}
+	}
+	var extra []NamedConnector
+	if su.ConnectorsDir != "" {
+		if deps.Declarative == nil {
+			log.Warn("mcp connectors_dir is set but this build has no declarative connectors", "dir", su.ConnectorsDir)
+		} else {
+			var errs []error
+			extra, errs = deps.Declarative(su.ConnectorsDir)
+			for _, e := range errs {
+				log.Error("mcp declarative connector skipped", "dir", su.ConnectorsDir, "err", e)
+			}
+		}
+	}
+	s, err := NewServer(ServerOptions{
+		Config: su.Connectors, Daemon: su.Daemon, Log: log, Extra: extra, Version: deps.Version,
+	})
+	if err != nil {
+		closeFn()
+		return nil, nil, nil, err
+	}
+	return s, closeFn, log, nil
+}
+
+// newServeCmd is `gpuhost mcp` itself: the tools over stdio.
+func newServeCmd(st *cmdSetup) *cobra.Command {
+	return &cobra.Command{
 		Use:   "mcp",
 		Short: "Serve the read-only MCP tools over stdio (for Claude Code, opencode)",
 		Long: "Serves the tools of every connector configured under mcp.connectors over stdio.\n" +
@@ -122,7 +141,7 @@ func NewCmd(deps CmdDeps) *cobra.Command {
 			"(simulated GPU and backends, calc, weather) without a config file.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, closeFn, log, err := setup(cmd, slog.LevelInfo)
+			s, closeFn, log, err := st.server(cmd, slog.LevelInfo)
 			if err != nil {
 				return err
 			}
@@ -133,8 +152,12 @@ func NewCmd(deps CmdDeps) *cobra.Command {
 			return s.ServeStdio(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout())
 		},
 	}
-	cmd.PersistentFlags().BoolVar(&demo, "demo", false, "use the demo configuration (simulated GPU and backends, calc, weather)")
+}
 
+// newToolsCmd is `gpuhost mcp tools`: the running daemon's tools (deps.Remote),
+// or with --demo (or no Remote) the locally built server's.
+func newToolsCmd(st *cmdSetup) *cobra.Command {
+	deps := st.deps
 	var asJSON bool
 	tools := &cobra.Command{
 		Use:   "tools",
@@ -144,7 +167,7 @@ func NewCmd(deps CmdDeps) *cobra.Command {
 			"--url, $GPUHOST_URL, the config's listen, http://127.0.0.1:8080). --demo lists the\n" +
 			"demo configuration's tools without a daemon.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !demo && deps.Remote != nil {
+			if !st.demo && deps.Remote != nil {
 				r, err := deps.Remote(cmd)
 				if err != nil {
 					return err
@@ -155,7 +178,7 @@ func NewCmd(deps CmdDeps) *cobra.Command {
 				}
 				return printRemoteTools(cmd.OutOrStdout(), ts, asJSON)
 			}
-			s, closeFn, _, err := setup(cmd, slog.LevelWarn)
+			s, closeFn, _, err := st.server(cmd, slog.LevelWarn)
 			if err != nil {
 				return err
 			}
@@ -167,13 +190,19 @@ func NewCmd(deps CmdDeps) *cobra.Command {
 	if deps.Remote != nil {
 		tools.Flags().String("url", "", "daemon API base URL (default: $GPUHOST_URL, else the config's listen, else http://127.0.0.1:8080)")
 	}
+	return tools
+}
 
-	test := &cobra.Command{
+// newTestCmd is `gpuhost mcp test [connector]`: RunChecks, exit 1 (deps.Exit)
+// when any check fails.
+func newTestCmd(st *cmdSetup) *cobra.Command {
+	deps := st.deps
+	return &cobra.Command{
 		Use:   "test [connector]",
 		Short: "Call every configured target of each enabled connector once; exit 1 if any fails",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, closeFn, _, err := setup(cmd, slog.LevelWarn)
+			s, closeFn, _, err := st.server(cmd, slog.LevelWarn)
 			if err != nil {
 				return err
 			}
@@ -196,8 +225,6 @@ func NewCmd(deps CmdDeps) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(tools, test)
-	return cmd
 }
 
 func cmdLogger(cmd *cobra.Command, deps CmdDeps, level slog.Level) (*slog.Logger, error) {

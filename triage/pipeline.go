@@ -93,6 +93,39 @@ func (w *Worker) process(ctx context.Context, m source.Mail, key string) (*Resul
 		res.Problems = append(res.Problems, msg)
 		log.Warn("triage: "+msg, attrs...)
 	}
+	msg := w.readMail(m, res, problem)
+
+	// Voice memos first: their text counts like the body.
+	var calls []localUsage
+	transcript, note, tcalls, err := w.transcribe(ctx, log, msg, res)
+	if err != nil {
+		return nil, err
+	}
+	calls = append(calls, tcalls...)
+	res.TranscriptNote = note
+
+	ccalls, err := w.classify(ctx, log, key, msg, transcript, res)
+	if err != nil {
+		return nil, err
+	}
+	calls = append(calls, ccalls...)
+
+	internal := w.applyRules(msg, res)
+	findUnsubscribe(msg, res)
+	if w.o.Customers != nil && !internal && msg.From.Addr != "" {
+		if err := w.lookupCustomer(ctx, msg.From.Addr, res, problem); err != nil {
+			return nil, err
+		}
+	}
+
+	w.finish(log, res, calls, transcript, start)
+	return res, nil
+}
+
+// readMail parses the mail into res's sender, subject and message id;
+// what is wrong with the mail (over the size limit, broken MIME) becomes
+// a problem, never an error.
+func (w *Worker) readMail(m source.Mail, res *Result, problem func(msg string, attrs ...any)) *mail.Message {
 	if m.HeaderOnly {
 		problem(fmt.Sprintf("mail is %d bytes, over the %d-byte limit: judged from its headers only", m.Size, w.o.MaxMessageBytes))
 	}
@@ -107,16 +140,15 @@ func (w *Worker) process(ctx context.Context, m source.Mail, key string) (*Resul
 	res.MessageID = clean(msg.MessageID, 200)
 	res.From = formatAddr(msg.From)
 	res.Subject = clean(msg.Subject, 300)
+	return msg
+}
 
-	// Voice memos first: their text counts like the body.
-	var calls []localUsage
-	transcript, note, tcalls, err := w.transcribe(ctx, log, msg, res)
-	if err != nil {
-		return nil, err
-	}
-	calls = append(calls, tcalls...)
-	res.TranscriptNote = note
-
+// classify asks the model about the mail (with the transcript) and puts
+// its judgement in res; a reply that stayed invalid makes the mail
+// unclassified at the important threshold. An error (the endpoint failed,
+// ctx ended) leaves the mail for the next poll. calls are the model
+// requests made, for the cost.
+func (w *Worker) classify(ctx context.Context, log *slog.Logger, key string, msg *mail.Message, transcript string, res *Result) (calls []localUsage, err error) {
 	in := llm.Input{
 		From:       msg.From.Addr,
 		To:         addrsOf(msg.To),
@@ -160,7 +192,13 @@ func (w *Worker) process(ctx context.Context, m source.Mail, key string) (*Resul
 		res.Importance = cls.Importance
 		res.Reasoning = clean(cls.Reasoning, 1000)
 	}
+	return calls, nil
+}
 
+// applyRules lets the configured rules override the model's importance
+// (code decides what code can decide) and settles res.Important. internal
+// says the sender is internal (no CRM lookup).
+func (w *Worker) applyRules(msg *mail.Message, res *Result) (internal bool) {
 	// Code decides what code can decide.
 	rr := w.o.Rules.apply(msg)
 	if rr.Rule != "" {
@@ -168,7 +206,12 @@ func (w *Worker) process(ctx context.Context, m source.Mail, key string) (*Resul
 		res.Rule = rr.Rule
 	}
 	res.Important = res.Importance >= w.o.Threshold
+	return rr.Internal
+}
 
+// findUnsubscribe looks for a way to unsubscribe from a list mail, and in
+// the HTML of a promotional or other one.
+func findUnsubscribe(msg *mail.Message, res *Result) {
 	if msg.ListUnsubscribe != "" || res.Class == "promotional" || res.Class == "other" {
 		html := ""
 		if res.Class == "promotional" || res.Class == "other" {
@@ -176,22 +219,29 @@ func (w *Worker) process(ctx context.Context, m source.Mail, key string) (*Resul
 		}
 		res.Unsubscribe = unsubscribe.Find(msg.ListUnsubscribe, msg.ListUnsubscribePost, html)
 	}
+}
 
-	if w.o.Customers != nil && !rr.Internal && msg.From.Addr != "" {
-		cctx, cancel := context.WithTimeout(ctx, w.o.CallTimeout)
-		c, err := w.o.Customers.Find(cctx, msg.From.Addr)
-		cancel()
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return nil, ctx.Err()
-		case err != nil:
-			// The CRM being down must not hold the mail back.
-			problem("customer lookup failed: "+err.Error(), "err", err)
-		case c != nil:
-			res.Customer = c
-		}
+// lookupCustomer finds the sender in the CRM for res.Customer. A failed
+// lookup is a problem; only ctx ending is an error.
+func (w *Worker) lookupCustomer(ctx context.Context, addr string, res *Result, problem func(msg string, attrs ...any)) error {
+	cctx, cancel := context.WithTimeout(ctx, w.o.CallTimeout)
+	c, err := w.o.Customers.Find(cctx, addr)
+	cancel()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		// The CRM being down must not hold the mail back.
+		problem("customer lookup failed: "+err.Error(), "err", err)
+	case c != nil:
+		res.Customer = c
 	}
+	return nil
+}
 
+// finish prices the calls, builds the post, and records and logs the
+// judged mail.
+func (w *Worker) finish(log *slog.Logger, res *Result, calls []localUsage, transcript string, start time.Time) {
 	res.Cost = w.price(calls)
 	res.Post = w.post(res, transcript)
 	res.Text = sink.Text(res.Post)
@@ -207,7 +257,6 @@ func (w *Worker) process(ctx context.Context, m source.Mail, key string) (*Resul
 			"prompt_tokens", res.Cost.PromptTokens, "completion_tokens", res.Cost.CompletionTokens,
 			"audio_seconds", res.Cost.AudioSeconds),
 		"problems", len(res.Problems), "duration_ms", res.DurationMS)
-	return res, nil
 }
 
 // parseMail never returns nil: a mail that cannot be parsed at all is

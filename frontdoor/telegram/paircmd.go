@@ -31,6 +31,15 @@ func NewPairCmd(stateDir func(cmd *cobra.Command) (string, error)) *cobra.Comman
 		Long: "A Telegram user who is not allowlisted gets a one-time pairing code from the bot and nothing else.\n" +
 			"Approve it here, on the machine; no chat message can change who is allowed.",
 	}
+	root.AddCommand(newPairListCmd(store), newPairApproveCmd(store), newPairRevokeCmd(store), newPairPurgeCmd(store))
+	return root
+}
+
+// pairStore opens the pairing store of the configured state directory.
+type pairStore func(cmd *cobra.Command) (*pairing.Store, error)
+
+// newPairListCmd is `gpuhost pair list`.
+func newPairListCmd(store pairStore) *cobra.Command {
 	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list",
@@ -73,7 +82,12 @@ func NewPairCmd(stateDir func(cmd *cobra.Command) (string, error)) *cobra.Comman
 		},
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	approve := &cobra.Command{
+	return list
+}
+
+// newPairApproveCmd is `gpuhost pair approve CODE`.
+func newPairApproveCmd(store pairStore) *cobra.Command {
+	return &cobra.Command{
 		Use:   "approve CODE",
 		Short: "Allow the Telegram user who got CODE (valid for 10 minutes)",
 		Args:  cobra.ExactArgs(1),
@@ -91,7 +105,11 @@ func NewPairCmd(stateDir func(cmd *cobra.Command) (string, error)) *cobra.Comman
 			return nil
 		},
 	}
-	revoke := &cobra.Command{
+}
+
+// newPairRevokeCmd is `gpuhost pair revoke USER_ID`.
+func newPairRevokeCmd(store pairStore) *cobra.Command {
+	return &cobra.Command{
 		Use:   "revoke USER_ID",
 		Short: "Remove a Telegram user from the allowlist",
 		Args:  cobra.ExactArgs(1),
@@ -112,6 +130,10 @@ func NewPairCmd(stateDir func(cmd *cobra.Command) (string, error)) *cobra.Comman
 			return nil
 		},
 	}
+}
+
+// newPairPurgeCmd is `gpuhost pair purge [--all]`.
+func newPairPurgeCmd(store pairStore) *cobra.Command {
 	var all bool
 	purge := &cobra.Command{
 		Use:   "purge",
@@ -137,8 +159,7 @@ func NewPairCmd(stateDir func(cmd *cobra.Command) (string, error)) *cobra.Comman
 		},
 	}
 	purge.Flags().BoolVar(&all, "all", false, "remove live codes too (and replace an unreadable pending file)")
-	root.AddCommand(list, approve, revoke, purge)
-	return root
+	return purge
 }
 
 func nonNil[T any](s []T) []T {

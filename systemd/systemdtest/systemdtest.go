@@ -199,10 +199,40 @@ func Start(t testing.TB, opts Options) *Systemd {
 		logPath: filepath.Join(dir, "systemd.log"),
 		exited:  make(chan struct{}),
 	}
+	s.prepareDir(opts.Units)
+	keep := hostKeeps(t, dir, opts.Keep)
+	s.plantCanary()
+	// From here on Stop cleans up whatever exists (it copes with a harness
+	// that never started).
+	t.Cleanup(s.Stop)
+
+	var err error
+	s.cgroups, err = createCgroup()
+	if err != nil {
+		skipOrFail(t, err.Error())
+	}
+	s.startUnshare(keep)
+
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	socketAt, err := s.waitBoot(ctx)
+	if err != nil {
+		t.Fatalf("systemdtest: private systemd did not boot: %v\n--- systemd log ---\n%s", err, s.Log())
+	}
+	t.Logf("systemdtest: private systemd PID %d booted in %v (D-Bus socket after %v; units in %s)", s.PID,
+		time.Since(begin).Round(time.Millisecond), socketAt.Sub(begin).Round(time.Millisecond), s.UnitDir)
+	return s
+}
+
+// prepareDir creates the unit folder with the base units and units, and
+// the log file.
+func (s *Systemd) prepareDir(units map[string]string) {
+	t := s.t
+	t.Helper()
 	if err := os.Mkdir(s.UnitDir, 0o755); err != nil {
 		t.Fatalf("systemdtest: create unit folder: %v", err)
 	}
-	if err := s.writeBaseUnits(opts.Units); err != nil {
+	if err := s.writeBaseUnits(units); err != nil {
 		t.Fatalf("systemdtest: %v", err)
 	}
 	// The log file is bound over /dev/console and /dev/kmsg inside, so it
@@ -210,7 +240,12 @@ func Start(t testing.TB, opts Options) *Systemd {
 	if err := os.WriteFile(s.logPath, nil, 0o644); err != nil {
 		t.Fatalf("systemdtest: create log file: %v", err)
 	}
+}
 
+// hostKeeps lists the host folders to bind back inside: defaultKeeps for
+// the test binary, the temp dir dir and the working directory, and extra.
+func hostKeeps(t testing.TB, dir string, extra []string) []string {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatalf("systemdtest: find the test binary: %v", err)
@@ -219,11 +254,18 @@ func Start(t testing.TB, opts Options) *Systemd {
 	if err != nil {
 		t.Fatalf("systemdtest: find the working directory: %v", err)
 	}
-	keep, err := keepDirs(append(defaultKeeps(exe, dir, wd), opts.Keep...))
+	keep, err := keepDirs(append(defaultKeeps(exe, dir, wd), extra...))
 	if err != nil {
 		t.Fatalf("systemdtest: %v", err)
 	}
+	return keep
+}
 
+// plantCanary sweeps the canaries of dead runs and writes this run's into
+// the host's /tmp (Stop checks it is still there).
+func (s *Systemd) plantCanary() {
+	t := s.t
+	t.Helper()
 	sweepStaleCanaries()
 	canary, err := os.CreateTemp("/tmp", fmt.Sprintf("%s%d-*", canaryPrefix, os.Getpid()))
 	if err != nil {
@@ -235,15 +277,14 @@ func Start(t testing.TB, opts Options) *Systemd {
 		_ = os.Remove(s.canary)
 		t.Fatalf("systemdtest: write the host /tmp canary %s: %v", s.canary, errors.Join(werr, cerr))
 	}
-	// From here on Stop cleans up whatever exists (it copes with a harness
-	// that never started).
-	t.Cleanup(s.Stop)
+}
 
-	s.cgroups, err = createCgroup()
-	if err != nil {
-		skipOrFail(t, err.Error())
-	}
-
+// startUnshare starts the boot script in fresh namespaces, in s.cgroups,
+// with keep bound back inside, its output going to the log file; s.exited
+// closes when it exits.
+func (s *Systemd) startUnshare(keep []string) {
+	t := s.t
+	t.Helper()
 	args := []string{
 		"--pid", "--fork", "--kill-child=SIGKILL", "--mount", "--mount-proc",
 		"--propagation", "private", "--uts", "--ipc",
@@ -283,16 +324,6 @@ func Start(t testing.TB, opts Options) *Systemd {
 		_ = s.cmd.Wait()
 		close(s.exited)
 	}()
-
-	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
-	defer cancel()
-	socketAt, err := s.waitBoot(ctx)
-	if err != nil {
-		t.Fatalf("systemdtest: private systemd did not boot: %v\n--- systemd log ---\n%s", err, s.Log())
-	}
-	t.Logf("systemdtest: private systemd PID %d booted in %v (D-Bus socket after %v; units in %s)", s.PID,
-		time.Since(begin).Round(time.Millisecond), socketAt.Sub(begin).Round(time.Millisecond), s.UnitDir)
-	return s
 }
 
 // unavailable says why this machine cannot run the harness, or "".

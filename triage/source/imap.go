@@ -333,35 +333,60 @@ func (s *IMAP) conn(ctx context.Context) (*imapclient.Client, error) {
 
 // dial connects, secures and logs in.
 func (s *IMAP) dial(ctx context.Context) (*imapclient.Client, bool, error) {
-	host, _, err := net.SplitHostPort(s.opts.Addr)
+	host, password, err := s.dialSettings()
 	if err != nil {
-		return nil, false, fmt.Errorf("%s: address %q is not host:port: %w", s.name, s.opts.Addr, err)
+		return nil, false, err
+	}
+	c, err := s.connect(ctx, host)
+	if err != nil {
+		return nil, false, err
+	}
+	canIdle, err := s.login(ctx, c, password)
+	if err != nil {
+		c.Close()
+		return nil, false, redact(err, password)
+	}
+	return c, canIdle, nil
+}
+
+// dialSettings checks the address and the security setting (plain only
+// to a loopback address) and reads the password, before any connection.
+func (s *IMAP) dialSettings() (host, password string, err error) {
+	host, _, err = net.SplitHostPort(s.opts.Addr)
+	if err != nil {
+		return "", "", fmt.Errorf("%s: address %q is not host:port: %w", s.name, s.opts.Addr, err)
 	}
 	switch s.opts.Security {
 	case "tls", "starttls":
 	case "plain":
 		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return nil, false, fmt.Errorf("%s: security plain (no TLS) is allowed only to a loopback address, not %q", s.name, host)
+			return "", "", fmt.Errorf("%s: security plain (no TLS) is allowed only to a loopback address, not %q", s.name, host)
 		}
 	default:
-		return nil, false, fmt.Errorf("%s: security %q is not tls, starttls or plain", s.name, s.opts.Security)
+		return "", "", fmt.Errorf("%s: security %q is not tls, starttls or plain", s.name, s.opts.Security)
 	}
 	if s.opts.Password == nil {
-		return nil, false, fmt.Errorf("%s: no password source configured", s.name)
+		return "", "", fmt.Errorf("%s: no password source configured", s.name)
 	}
-	password, err := s.opts.Password()
+	password, err = s.opts.Password()
 	if err != nil {
-		return nil, false, fmt.Errorf("%s: read password: %w", s.name, err)
+		return "", "", fmt.Errorf("%s: read password: %w", s.name, err)
 	}
 	if password == "" {
-		return nil, false, fmt.Errorf("%s: the password is empty", s.name)
+		return "", "", fmt.Errorf("%s: the password is empty", s.name)
 	}
+	return host, password, nil
+}
 
+// connect opens the TCP connection and secures it as opts.Security says
+// (TLS from the start, STARTTLS, or none), with a client that signals
+// s.newMail when the server announces a new message count.
+func (s *IMAP) connect(ctx context.Context, host string) (*imapclient.Client, error) {
 	dctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	conn, err := (&net.Dialer{}).DialContext(dctx, "tcp", s.opts.Addr)
 	cancel()
 	if err != nil {
-		return nil, false, fmt.Errorf("%s: connect: %w", s.name, err)
+		return nil, fmt.Errorf("%s: connect: %w", s.name, err)
 	}
 	tlsConfig := &tls.Config{
 		ServerName:         host,
@@ -391,7 +416,7 @@ func (s *IMAP) dial(ctx context.Context) (*imapclient.Client, bool, error) {
 		cancel()
 		if err != nil {
 			conn.Close()
-			return nil, false, fmt.Errorf("%s: TLS handshake: %w", s.name, err)
+			return nil, fmt.Errorf("%s: TLS handshake: %w", s.name, err)
 		}
 		c = imapclient.New(tconn, options)
 	case "starttls":
@@ -402,13 +427,18 @@ func (s *IMAP) dial(ctx context.Context) (*imapclient.Client, bool, error) {
 		})
 		if err != nil {
 			conn.Close()
-			return nil, false, err
+			return nil, err
 		}
 	default:
 		c = imapclient.New(conn, options)
 	}
+	return c, nil
+}
 
-	var canIdle bool
+// login waits for the greeting, logs in (a refusal is ErrAuthFailed) and
+// reads the capabilities: canIdle says the server has IDLE. The error
+// may hold the password; dial redacts it.
+func (s *IMAP) login(ctx context.Context, c *imapclient.Client, password string) (canIdle bool, err error) {
 	err = s.do(ctx, c, "greeting", c.WaitGreeting)
 	if err == nil {
 		err = s.do(ctx, c, "LOGIN as "+s.opts.Username, func() error {
@@ -431,11 +461,7 @@ func (s *IMAP) dial(ctx context.Context) (*imapclient.Client, bool, error) {
 			return nil
 		})
 	}
-	if err != nil {
-		c.Close()
-		return nil, false, redact(err, password)
-	}
-	return c, canIdle, nil
+	return canIdle, err
 }
 
 // examine opens the mailbox read-only, for fresh UIDVALIDITY/UIDNEXT on

@@ -123,7 +123,41 @@ func Start(t testing.TB, opts Options) *Server {
 	if strings.ContainsAny(opts.User+opts.Password, ":\n\r\" \t") {
 		t.Fatalf("dovecottest: user and password must not contain ':', quotes, blanks or newlines")
 	}
+	p := serverRoot(t)
+	p.noIdle = opts.NoIdle
+	s := &Server{
+		User:     opts.User,
+		Password: opts.Password,
+		Mailbox:  "INBOX",
+		Dir:      p.root,
+		Maildir:  filepath.Join(p.root, "home", "Maildir"),
+		t:        t,
+		binary:   bin,
+		conf:     filepath.Join(p.root, "dovecot.conf"),
+		logPath:  filepath.Join(p.root, "dovecot.log"),
+	}
+	p.log = s.logPath
+	s.pickPorts(&p, opts.TLS)
+	s.writeConfig(&p)
 
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("dovecottest: Dovecot log (%s):\n%s", s.logPath, s.Log())
+		}
+		s.Stop()
+	})
+	if err := s.start(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// serverRoot makes the test's temp dir the server's root (checking that a
+// Dovecot config and its unix sockets can hold its path) and picks the
+// users Dovecot runs as, making the root traversable for them when the
+// test runs as root. The configParams returned have root, run and ids.
+func serverRoot(t testing.TB) configParams {
+	t.Helper()
 	root := t.TempDir()
 	if strings.ContainsAny(root, "\"\\\n\t %") {
 		t.Fatalf("dovecottest: temp dir %q has characters a Dovecot config cannot hold; rename the test", root)
@@ -145,69 +179,55 @@ func Start(t testing.TB, opts Options) *Server {
 			}
 		}
 	}
+	return configParams{root: root, run: runDir, ids: ids}
+}
 
-	s := &Server{
-		User:     opts.User,
-		Password: opts.Password,
-		Mailbox:  "INBOX",
-		Dir:      root,
-		Maildir:  filepath.Join(root, "home", "Maildir"),
-		t:        t,
-		binary:   bin,
-		conf:     filepath.Join(root, "dovecot.conf"),
-		logPath:  filepath.Join(root, "dovecot.log"),
-	}
-	port := testkit.FreePort(t)
-	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	tlsPort := 0
-	var certPath, keyPath string
-	if opts.TLS {
-		tlsPort = testkit.FreePort(t)
-		s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
-		certPath, keyPath = filepath.Join(root, "cert.pem"), filepath.Join(root, "key.pem")
-		s.CertPEM, err = writeSelfSigned(certPath, keyPath)
+// pickPorts sets s.Addr and, with withTLS, s.TLSAddr and a fresh self-signed
+// certificate (s.CertPEM), filling p's ports, cert and key.
+func (s *Server) pickPorts(p *configParams, withTLS bool) {
+	t := s.t
+	t.Helper()
+	p.port = testkit.FreePort(t)
+	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port))
+	if withTLS {
+		p.tlsPort = testkit.FreePort(t)
+		s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(p.tlsPort))
+		p.cert, p.key = filepath.Join(p.root, "cert.pem"), filepath.Join(p.root, "key.pem")
+		var err error
+		s.CertPEM, err = writeSelfSigned(p.cert, p.key)
 		if err != nil {
 			t.Fatalf("dovecottest: %v", err)
 		}
 	}
+}
 
-	passwd := filepath.Join(root, "passwd")
-	home := filepath.Join(root, "home")
-	for _, d := range []string{runDir, filepath.Join(root, "state"), home} {
+// writeConfig creates the server's folders and the passwd-file of the one
+// account (owned by the users Dovecot runs as, when root), fills p's
+// passwd and home, and writes dovecot.conf.
+func (s *Server) writeConfig(p *configParams) {
+	t := s.t
+	t.Helper()
+	p.passwd = filepath.Join(p.root, "passwd")
+	p.home = filepath.Join(p.root, "home")
+	for _, d := range []string{p.run, filepath.Join(p.root, "state"), p.home} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatalf("dovecottest: %v", err)
 		}
 	}
-	if err := os.WriteFile(passwd, []byte(opts.User+":{PLAIN}"+opts.Password+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(p.passwd, []byte(s.User+":{PLAIN}"+s.Password+"\n"), 0o600); err != nil {
 		t.Fatalf("dovecottest: write passwd-file: %v", err)
 	}
-	if ids.root {
-		if err := os.Chown(passwd, ids.internalUID, -1); err != nil {
+	if p.ids.root {
+		if err := os.Chown(p.passwd, p.ids.internalUID, -1); err != nil {
 			t.Fatalf("dovecottest: chown passwd-file to the auth user: %v", err)
 		}
-		if err := os.Chown(home, ids.mailUID, ids.mailGID); err != nil {
+		if err := os.Chown(p.home, p.ids.mailUID, p.ids.mailGID); err != nil {
 			t.Fatalf("dovecottest: chown mail home to the mail user: %v", err)
 		}
 	}
-	conf := config(configParams{
-		root: root, run: runDir, log: s.logPath, passwd: passwd, home: home,
-		port: port, tlsPort: tlsPort, cert: certPath, key: keyPath,
-		ids: ids, noIdle: opts.NoIdle,
-	})
-	if err := os.WriteFile(s.conf, []byte(conf), 0o644); err != nil {
+	if err := os.WriteFile(s.conf, []byte(config(*p)), 0o644); err != nil {
 		t.Fatalf("dovecottest: write config: %v", err)
 	}
-
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("dovecottest: Dovecot log (%s):\n%s", s.logPath, s.Log())
-		}
-		s.Stop()
-	})
-	if err := s.start(); err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // Log returns the server's log file so far (for failure messages).
