@@ -42,7 +42,7 @@ func (d *Doctor) hostRAMCheck(ctx context.Context, p *units.Profile) []api.Docto
 		return nil
 	}
 	s := &Supervisor{cfg: d.Cfg, gpu: d.GPU, log: discardLog}
-	w := s.weightsMiB(p, 0)
+	w, _ := s.weightsMiB(p, 0)
 	need := w + max(hostMarginMiB, w/10)
 	c := api.DoctorCheck{ID: "standby.host_ram", Profile: p.Name}
 	avail, err := s.hostAvailableMiB(ctx)

@@ -185,15 +185,15 @@ func (s *Supervisor) hostAvailableMiB(ctx context.Context) (uint64, error) {
 // from the profile's model_params when given, else everything the backend
 // holds beyond its residual (an upper bound: the KV cache is discarded, not
 // moved, so the estimate errs towards level 2).
-func (s *Supervisor) weightsMiB(p *units.Profile, heldMiB uint64) uint64 {
+func (s *Supervisor) weightsMiB(p *units.Profile, heldMiB uint64) (mib uint64, exact bool) {
 	if p.Params.TotalParamsB > 0 && p.Params.WeightBits > 0 {
-		return uint64(p.Params.TotalParamsB * 1e9 * p.Params.WeightBits / 8 / (1 << 20))
+		return uint64(p.Params.TotalParamsB * 1e9 * p.Params.WeightBits / 8 / (1 << 20)), true
 	}
 	res, _ := s.residualOf(p.Name)
 	if heldMiB > res {
-		return heldMiB - res
+		return heldMiB - res, false
 	}
-	return heldMiB
+	return heldMiB, false
 }
 
 // chooseStandby picks the standby mode for p now, and says why. Ollama
@@ -207,18 +207,22 @@ func (s *Supervisor) chooseStandby(ctx context.Context, p *units.Profile, heldMi
 	if p.Standby == units.StandbySleep2 {
 		return units.StandbySleep2, "sleep level 2 (configured): weights and KV cache discarded, weights reloaded on wake"
 	}
-	w := s.weightsMiB(p, heldMiB)
+	w, exact := s.weightsMiB(p, heldMiB)
 	need := w + max(hostMarginMiB, w/10)
+	of := "of weights"
+	if !exact {
+		of = "of weights at most (all it holds; model_params would tell exactly)"
+	}
 	avail, err := s.hostAvailableMiB(ctx)
 	if err != nil {
 		return units.StandbySleep2, fmt.Sprintf("sleep level 2: host memory unknown (%v), so the weights are not offloaded to it", err)
 	}
 	gib := func(m uint64) float64 { return float64(m) / 1024 }
 	if avail >= need {
-		return units.StandbySleep1, fmt.Sprintf("sleep level 1: %.1f GiB of weights, %.1f GiB available", gib(w), gib(avail))
+		return units.StandbySleep1, fmt.Sprintf("sleep level 1: %.1f GiB %s, %.1f GiB available", gib(w), of, gib(avail))
 	}
-	return units.StandbySleep2, fmt.Sprintf("sleep level 2: %.1f GiB of weights (+%.1f GiB margin) do not fit in %.1f GiB available host memory",
-		gib(w), gib(need-w), gib(avail))
+	return units.StandbySleep2, fmt.Sprintf("sleep level 2: %.1f GiB %s (+%.1f GiB margin) do not fit in %.1f GiB available host memory",
+		gib(w), of, gib(need-w), gib(avail))
 }
 
 // standbyOld puts the backends in l.toStandby into standby. One that cannot
