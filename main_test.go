@@ -171,9 +171,22 @@ func TestDemo(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("switch exit %d:\n%s", code, out)
 	}
-	for _, w := range []string{"stop", "VRAM released: 18 MiB used of 24564", "load_model", "VRAM 6.1/24.0 GiB", "llama3-8b is active"} {
+	// The demo's profiles use standby: qwen3-coder sleeps (its unit stays
+	// up) and holds only its residual while llama3-8b runs.
+	for _, w := range []string{"sleep level 1: 14.2 GiB of weights", "qwen3-coder in standby (sleep1): 512 MiB held", "VRAM released: 530 MiB used of 24564",
+		"load_model", "VRAM 6.6/24.0 GiB", "llama3-8b is active"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("switch output lacks %q:\n%s", w, out)
+		}
+	}
+	// The way back wakes it instead of a cold start, and llama3-8b unloads.
+	for _, sw := range []struct{ to, wants, without string }{
+		{"qwen3-coder", "woke from level 1", "✓ start"},
+		{"llama3-8b", "loaded llama3.1:8b", "✓ start"},
+	} {
+		out, code = gpuhost(t, "switch", sw.to, "--url", url)
+		if code != 0 || !strings.Contains(out, sw.wants) || strings.Contains(out, sw.without) || !strings.Contains(out, "✓ wake") {
+			t.Errorf("switch %s from standby: exit %d, want a wake (%q) and no start:\n%s", sw.to, code, sw.wants, out)
 		}
 	}
 	out, code = gpuhost(t, "status", "--json", "--url", url)
@@ -216,12 +229,13 @@ func TestDemo(t *testing.T) {
 
 	// bench switch finds the daemon by $GPUHOST_URL, makes qwen3-coder
 	// active first and measures both ways on the switch path; the demo's
-	// proxy.auto_switch is off, so the request path is skipped.
+	// proxy.auto_switch is off, so the request path is skipped. Both
+	// profiles are in standby by now: both directions are wakes.
 	benchDir := t.TempDir()
 	out, errOut, code := gpuhostEnv(t, []string{envDaemonURL + "=" + url}, "bench", "switch", "qwen3-coder", "llama3-8b", "--rounds", "1", "--json", "--dir", benchDir)
 	var br bench.Result
 	if err := json.Unmarshal([]byte(out), &br); code != 0 || err != nil || br.Switch == nil || len(br.Switch.Samples) != 2 ||
-		br.Switch.RequestPath != bench.RequestPathSkipped || br.Switch.Samples[0].To != "llama3-8b" || br.Switch.Samples[0].Mode != bench.ModeCold {
+		br.Switch.RequestPath != bench.RequestPathSkipped || br.Switch.Samples[0].To != "llama3-8b" || br.Switch.Samples[0].Mode != bench.ModeStandby || br.Switch.Samples[1].Mode != bench.ModeStandby {
 		t.Errorf("bench switch: exit %d %v\n%s%s", code, err, out, errOut)
 	}
 	if stored, _ := filepath.Glob(filepath.Join(benchDir, "*-switch-qwen3-coder-llama3-8b.json")); len(stored) != 1 {
