@@ -15,7 +15,7 @@ import (
 // standbyYAML is the process-runner config with standby on both engines:
 // coder (vLLM, auto: level 1 while the simulated host RAM holds its
 // weights) and llama (Ollama, unload), and a fast standby watcher.
-func standbyYAML(t *testing.T) func(bin, state string) string {
+func standbyYAML(t testing.TB) func(bin, state string) string {
 	vport, oport := testkit.FreePort(t), testkit.FreePort(t)
 	return func(bin, state string) string {
 		y := testConfigYAML(bin, state, "process", "", vport, oport, "300ms")
@@ -221,7 +221,7 @@ func TestStandbySurvivesADaemonRestart(t *testing.T) {
 }
 
 // awaitReconciled waits until Run has reconciled once.
-func awaitReconciled(t *testing.T, s *Supervisor) {
+func awaitReconciled(t testing.TB, s *Supervisor) {
 	t.Helper()
 	select {
 	case <-s.Ready():

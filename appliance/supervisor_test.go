@@ -35,7 +35,7 @@ func newProcFixture(t *testing.T, vllmLoad string) *procFixture {
 
 // newProcFixtureYAML is newProcFixture with the config text made by yaml
 // from the gpuhost binary and the state directory.
-func newProcFixtureYAML(t *testing.T, yaml func(bin, state string) string) *procFixture {
+func newProcFixtureYAML(t testing.TB, yaml func(bin, state string) string) *procFixture {
 	t.Helper()
 	bin := gpuhostBinary(t)
 	state := t.TempDir()
@@ -70,7 +70,7 @@ func newProcFixtureYAML(t *testing.T, yaml func(bin, state string) string) *proc
 	return f
 }
 
-func (f *procFixture) switchTo(t *testing.T, profile string) ([]api.Event, error) {
+func (f *procFixture) switchTo(t testing.TB, profile string) ([]api.Event, error) {
 	t.Helper()
 	since := f.sup.LastSeq()
 	id, done, err := f.sup.Switch(context.Background(), profile, api.SwitchOptions{})
