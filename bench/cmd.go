@@ -130,15 +130,19 @@ func addDirFlag(cmd *cobra.Command) {
 	cmd.Flags().String("dir", "", "results directory (default: <state_dir>/bench from the config)")
 }
 
+// runFlags holds what bench run's flags set: the run's Options and the
+// flags that choose the target and the output.
+type runFlags struct {
+	o                      Options
+	url, serverURL, flavor string
+	model, profile, keyEnv string
+	asJSON, noSave         bool
+	keepFailed             bool
+	params                 units.ModelParams
+}
+
 func newRunCmd(deps Deps) *cobra.Command {
-	var (
-		o                      Options
-		url, serverURL, flavor string
-		model, profile, keyEnv string
-		asJSON, noSave         bool
-		keepFailed             bool
-		params                 units.ModelParams
-	)
+	var rf runFlags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the benchmark (default: the daemon's /v1 on the active profile)",
@@ -148,119 +152,23 @@ func newRunCmd(deps Deps) *cobra.Command {
   gpuhost bench run --url http://127.0.0.1:11434 --model llama3.1:8b --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			env, err := loadEnv(cmd, deps, url != "")
-			if err != nil {
-				return fmt.Errorf("no --url given and the config is needed for the daemon's /v1: %w", err)
-			}
-			store, err := storeFor(cmd, env)
-			if err != nil {
-				return err
-			}
-			switch Flavor(flavor) {
-			case "", "auto":
-				o.Target.Flavor = ""
-			case FlavorVLLM, FlavorOllama, FlavorOpenAI:
-				o.Target.Flavor = Flavor(flavor)
-			default:
-				return usageError(fmt.Errorf("--flavor %q: want auto, vllm, ollama or openai", flavor))
-			}
-			if url != "" {
-				o.Target.URL, o.Target.ServerURL, o.Target.Model = url, serverURL, model
-				if profile != "" {
-					p, ok := env.Profiles[profile]
-					if !ok {
-						return usageError(fmt.Errorf("--profile %q: no such profile in the config", profile))
-					}
-					o.ProfileName, o.Profile = profile, p
-				}
-			} else {
-				if env.Active == nil {
-					return errors.New("no --url given and the daemon's /v1 is unknown: give --url and --model, or --config")
-				}
-				t, p, err := env.Active(ctx)
-				if err != nil {
-					return fmt.Errorf("find the active profile (or give --url): %w", err)
-				}
-				if p == nil {
-					return errors.New("the daemon has no active profile: switch to one first, or give --url")
-				}
-				if o.Target.Flavor != "" {
-					t.Flavor = o.Target.Flavor
-				}
-				if model != "" {
-					t.Model = model
-				}
-				o.Target, o.ProfileName, o.Profile = t, p.Name, p
-			}
-			if keyEnv != "" {
-				key := os.Getenv(keyEnv)
-				if key == "" {
-					return usageError(fmt.Errorf("--api-key-env %s: the variable is empty or unset", keyEnv))
-				}
-				o.Target.APIKey = key
-			}
-			o.Params = params
-			o.GPU = env.GPU
-			o.GpuhostVersion, o.GpuhostCommit = deps.GpuhostVersion, deps.GpuhostCommit
-			if _, err := o.withDefaults(); err != nil {
-				return usageError(err)
-			}
-			bar := newBar(cmd.ErrOrStderr(), !asJSON)
-			o.Progress = bar.update
-			r, runErr := Run(ctx, o)
-			bar.finish()
-			var path string
-			if !noSave && (r.Status != StatusFailed || keepFailed) {
-				var err error
-				if path, err = store.Save(r); err != nil {
-					return errors.Join(runErr, err)
-				}
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(r); err != nil {
-					return err
-				}
-			} else {
-				if err := WriteReport(out, r); err != nil {
-					return err
-				}
-				switch {
-				case path != "":
-					fmt.Fprintf(out, "\nsaved %s\n", path)
-				case !noSave:
-					fmt.Fprintf(out, "\nnot saved: the run failed (--keep-failed stores failed runs)\n")
-				}
-			}
-			switch r.Status {
-			case StatusFailed:
-				if runErr == nil {
-					runErr = errors.New("nothing was measured")
-				}
-				return &ExitError{Code: ExitFailed, Err: fmt.Errorf("bench run failed: %w", runErr)}
-			case StatusPartial:
-				why := "some figures are missing; see the errors above"
-				if runErr != nil {
-					why = runErr.Error()
-				}
-				return &ExitError{Code: ExitPartial, Err: fmt.Errorf("bench run partial: %s", why)}
-			}
-			return nil
+			return runBench(cmd, deps, &rf)
 		},
 	}
+	addRunFlags(cmd, &rf)
+	return cmd
+}
+
+// addRunFlags registers bench run's flags on cmd, bound to rf.
+func addRunFlags(cmd *cobra.Command, rf *runFlags) {
+	o := &rf.o
 	f := cmd.Flags()
-	f.StringVar(&url, "url", "", "OpenAI-compatible endpoint to measure (vLLM, Ollama or other), with or without /v1")
-	f.StringVar(&serverURL, "server-url", "", "backend root for /version, /tokenize, /metrics, /api/* when --url is a proxy")
-	f.StringVar(&model, "model", "", "model name (default: the only model the server lists)")
-	f.StringVar(&flavor, "flavor", "auto", "server kind: auto (detect via /version or /api/version), vllm, ollama, openai")
-	f.StringVar(&profile, "profile", "", "config profile describing the --url server (model_params for the roofline)")
-	f.StringVar(&keyEnv, "api-key-env", "", "environment variable holding a bearer token for --url")
+	f.StringVar(&rf.url, "url", "", "OpenAI-compatible endpoint to measure (vLLM, Ollama or other), with or without /v1")
+	f.StringVar(&rf.serverURL, "server-url", "", "backend root for /version, /tokenize, /metrics, /api/* when --url is a proxy")
+	f.StringVar(&rf.model, "model", "", "model name (default: the only model the server lists)")
+	f.StringVar(&rf.flavor, "flavor", "auto", "server kind: auto (detect via /version or /api/version), vllm, ollama, openai")
+	f.StringVar(&rf.profile, "profile", "", "config profile describing the --url server (model_params for the roofline)")
+	f.StringVar(&rf.keyEnv, "api-key-env", "", "environment variable holding a bearer token for --url")
 	f.IntVar(&o.Repeats, "repeats", DefaultRepeats, "measured repeats of every figure (mean ± stddev; compare needs ≥ 2)")
 	f.IntSliceVar(&o.PrefillTokens, "prefill", DefaultPrefillTokens, "prompt lengths in tokens (capped to the model's context)")
 	f.IntSliceVar(&o.DecodeTokens, "decode", DefaultDecodeTokens, "generated lengths in tokens (vLLM: forced with ignore_eos + min_tokens; Ollama: only capped by num_predict, the rate is over the tokens produced)")
@@ -274,14 +182,167 @@ func newRunCmd(deps Deps) *cobra.Command {
 	f.StringSliceVar(&o.Phases, "phases", AllPhases, "phases to run: prefill, decode, serving")
 	f.DurationVar(&o.RequestTimeout, "request-timeout", DefaultRequestTimeout, "limit for one request")
 	f.DurationVar(&o.PreflightTimeout, "preflight-timeout", DefaultPreflightTimeout, "limit for the first probe (GET /v1/models) that checks the endpoint answers")
-	f.Float64Var(&params.TotalParamsB, "params-b", 0, "roofline: total parameters in billions (overrides the profile's model_params)")
-	f.Float64Var(&params.ActiveParamsB, "active-params-b", 0, "roofline: active parameters per token in billions (MoE)")
-	f.Float64Var(&params.WeightBits, "weight-bits", 0, "roofline: bits per weight (4 for INT4/AWQ; default 16)")
-	f.BoolVar(&asJSON, "json", false, "print the result as JSON (no progress bar)")
-	f.BoolVar(&noSave, "no-save", false, "do not store the result")
-	f.BoolVar(&keepFailed, "keep-failed", false, "store the result even when the run failed (nothing measured); compare refuses such results")
+	f.Float64Var(&rf.params.TotalParamsB, "params-b", 0, "roofline: total parameters in billions (overrides the profile's model_params)")
+	f.Float64Var(&rf.params.ActiveParamsB, "active-params-b", 0, "roofline: active parameters per token in billions (MoE)")
+	f.Float64Var(&rf.params.WeightBits, "weight-bits", 0, "roofline: bits per weight (4 for INT4/AWQ; default 16)")
+	f.BoolVar(&rf.asJSON, "json", false, "print the result as JSON (no progress bar)")
+	f.BoolVar(&rf.noSave, "no-save", false, "do not store the result")
+	f.BoolVar(&rf.keepFailed, "keep-failed", false, "store the result even when the run failed (nothing measured); compare refuses such results")
 	addDirFlag(cmd)
-	return cmd
+}
+
+// runBench is bench run: it completes the options from the flags and the
+// config, runs the benchmark, stores and prints the result and turns its
+// status into the exit error.
+func runBench(cmd *cobra.Command, deps Deps, rf *runFlags) error {
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	env, err := loadEnv(cmd, deps, rf.url != "")
+	if err != nil {
+		return fmt.Errorf("no --url given and the config is needed for the daemon's /v1: %w", err)
+	}
+	store, err := storeFor(cmd, env)
+	if err != nil {
+		return err
+	}
+	if err := rf.complete(ctx, deps, env); err != nil {
+		return err
+	}
+	bar := newBar(cmd.ErrOrStderr(), !rf.asJSON)
+	rf.o.Progress = bar.update
+	r, runErr := Run(ctx, rf.o)
+	bar.finish()
+	path, err := saveResult(store, r, runErr, rf.noSave, rf.keepFailed)
+	if err != nil {
+		return err
+	}
+	if err := printResult(cmd.OutOrStdout(), r, path, rf.asJSON, rf.noSave); err != nil {
+		return err
+	}
+	return resultExit(r, runErr, "bench run", "some figures are missing; see the errors above")
+}
+
+// complete fills rf.o from the flags, the config and the daemon: the
+// flavor, the target, the API key and the fingerprint facts, then checks
+// the options.
+func (rf *runFlags) complete(ctx context.Context, deps Deps, env Env) error {
+	o := &rf.o
+	switch Flavor(rf.flavor) {
+	case "", "auto":
+		o.Target.Flavor = ""
+	case FlavorVLLM, FlavorOllama, FlavorOpenAI:
+		o.Target.Flavor = Flavor(rf.flavor)
+	default:
+		return usageError(fmt.Errorf("--flavor %q: want auto, vllm, ollama or openai", rf.flavor))
+	}
+	if err := rf.target(ctx, env); err != nil {
+		return err
+	}
+	if rf.keyEnv != "" {
+		key := os.Getenv(rf.keyEnv)
+		if key == "" {
+			return usageError(fmt.Errorf("--api-key-env %s: the variable is empty or unset", rf.keyEnv))
+		}
+		o.Target.APIKey = key
+	}
+	o.Params = rf.params
+	o.GPU = env.GPU
+	o.GpuhostVersion, o.GpuhostCommit = deps.GpuhostVersion, deps.GpuhostCommit
+	if _, err := o.withDefaults(); err != nil {
+		return usageError(err)
+	}
+	return nil
+}
+
+// target sets the endpoint to measure: --url (with --profile's
+// description), or the daemon's /v1 on its active profile.
+func (rf *runFlags) target(ctx context.Context, env Env) error {
+	o := &rf.o
+	if rf.url != "" {
+		o.Target.URL, o.Target.ServerURL, o.Target.Model = rf.url, rf.serverURL, rf.model
+		if rf.profile != "" {
+			p, ok := env.Profiles[rf.profile]
+			if !ok {
+				return usageError(fmt.Errorf("--profile %q: no such profile in the config", rf.profile))
+			}
+			o.ProfileName, o.Profile = rf.profile, p
+		}
+		return nil
+	}
+	if env.Active == nil {
+		return errors.New("no --url given and the daemon's /v1 is unknown: give --url and --model, or --config")
+	}
+	t, p, err := env.Active(ctx)
+	if err != nil {
+		return fmt.Errorf("find the active profile (or give --url): %w", err)
+	}
+	if p == nil {
+		return errors.New("the daemon has no active profile: switch to one first, or give --url")
+	}
+	if o.Target.Flavor != "" {
+		t.Flavor = o.Target.Flavor
+	}
+	if rf.model != "" {
+		t.Model = rf.model
+	}
+	o.Target, o.ProfileName, o.Profile = t, p.Name, p
+	return nil
+}
+
+// saveResult stores r unless --no-save, or it failed without --keep-failed,
+// and returns the file's path ("" when not stored). A failed save is joined
+// with the run's own error.
+func saveResult(store *Store, r *Result, runErr error, noSave, keepFailed bool) (string, error) {
+	if noSave || (r.Status == StatusFailed && !keepFailed) {
+		return "", nil
+	}
+	path, err := store.Save(r)
+	if err != nil {
+		return "", errors.Join(runErr, err)
+	}
+	return path, nil
+}
+
+// printResult writes r to out as JSON, or as the report with where it was
+// stored (or why not).
+func printResult(out io.Writer, r *Result, path string, asJSON, noSave bool) error {
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	if err := WriteReport(out, r); err != nil {
+		return err
+	}
+	switch {
+	case path != "":
+		fmt.Fprintf(out, "\nsaved %s\n", path)
+	case !noSave:
+		fmt.Fprintf(out, "\nnot saved: the run failed (--keep-failed stores failed runs)\n")
+	}
+	return nil
+}
+
+// resultExit turns a failed or partial result into its ExitError, named
+// after what ("bench run"); missing explains a partial result without an
+// error of its own.
+func resultExit(r *Result, runErr error, what, missing string) error {
+	switch r.Status {
+	case StatusFailed:
+		if runErr == nil {
+			runErr = errors.New("nothing was measured")
+		}
+		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("%s failed: %w", what, runErr)}
+	case StatusPartial:
+		why := missing
+		if runErr != nil {
+			why = runErr.Error()
+		}
+		return &ExitError{Code: ExitPartial, Err: fmt.Errorf("%s partial: %s", what, why)}
+	}
+	return nil
 }
 
 func newListCmd(deps Deps) *cobra.Command {

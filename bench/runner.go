@@ -394,20 +394,46 @@ func (ru *runner) run(parent context.Context) error {
 	r.Fingerprint.URL = api
 	hc := o.HTTPClient
 	if hc == nil {
-		maxC := 1
-		for _, c := range o.Concurrency {
-			maxC = max(maxC, c)
-		}
-		hc = &http.Client{Transport: &http.Transport{
-			Proxy:               nil,
-			MaxIdleConnsPerHost: maxC + 4,
-			DisableCompression:  true, // a gzip layer would buffer the stream
-			IdleConnTimeout:     90 * time.Second,
-			ForceAttemptHTTP2:   false,
-		}}
+		hc = newRunClient(o.Concurrency)
 		defer hc.CloseIdleConnections()
 	}
 	ru.ep = &endpoint{hc: hc, api: api, root: root, key: o.Target.APIKey}
+	if err := ru.preflight(ctx); err != nil {
+		return err
+	}
+	before, err := ru.prepare(ctx)
+	if err != nil {
+		return err
+	}
+	runErr := ru.phases(ctx)
+	if before != nil && runErr == nil {
+		ru.vllmCrossCheck(ctx, before)
+	}
+	ru.roofline(ctx)
+	return runErr
+}
+
+// newRunClient is the HTTP client of a run without Options.HTTPClient:
+// enough idle connections for the largest concurrency, no proxy and no
+// compression.
+func newRunClient(concurrency []int) *http.Client {
+	maxC := 1
+	for _, c := range concurrency {
+		maxC = max(maxC, c)
+	}
+	return &http.Client{Transport: &http.Transport{
+		Proxy:               nil,
+		MaxIdleConnsPerHost: maxC + 4,
+		DisableCompression:  true, // a gzip layer would buffer the stream
+		IdleConnTimeout:     90 * time.Second,
+		ForceAttemptHTTP2:   false,
+	}}
+}
+
+// preflight checks that the endpoint answers, then fills in the GPU facts,
+// the server's flavor and version and the model to measure.
+func (ru *runner) preflight(ctx context.Context) error {
+	o, r := ru.o, ru.r
 	// Pre-flight: one bounded probe decides whether the endpoint is an
 	// answering OpenAI-compatible server before anything else is asked.
 	served, err := ru.ep.models(ctx, o.PreflightTimeout)
@@ -423,7 +449,7 @@ func (ru *runner) run(parent context.Context) error {
 	r.Fingerprint.Backend, r.Fingerprint.BackendVersion = string(flavor), version
 	m, err := resolveModel(o.Target.Model, served)
 	if err != nil {
-		err = fmt.Errorf("%s: %w", api, err)
+		err = fmt.Errorf("%s: %w", ru.ep.api, err)
 		r.addError("preflight", err.Error())
 		return err
 	}
@@ -431,17 +457,26 @@ func (ru *runner) run(parent context.Context) error {
 	if o.ProfileName == "" && o.Target.Model == "" {
 		r.ID = NewID(r.StartedAt, m.ID) // name the file after the model found
 	}
+	return nil
+}
 
+// prepare reads vLLM's metrics before the run (returned for the
+// cross-check; nil when not read), warms the model up, learns Ollama's
+// context length and plans the steps.
+func (ru *runner) prepare(ctx context.Context) ([]byte, error) {
+	o, r := ru.o, ru.r
+	flavor := ru.ep.flavor
 	var before []byte
 	if flavor == FlavorVLLM {
-		if before, err = ru.ep.getText(ctx, root+"/metrics"); err != nil {
+		var err error
+		if before, err = ru.ep.getText(ctx, ru.ep.root+"/metrics"); err != nil {
 			r.Notes = append(r.Notes, "no vLLM /metrics cross-check: "+err.Error())
 		}
 		r.Fingerprint.addServer(vllmCacheConfig(before))
 	}
 	if err := ru.warmup(ctx); err != nil {
 		r.addError("warmup", err.Error())
-		return err
+		return nil, err
 	}
 	if flavor == FlavorOllama {
 		r.Fingerprint.addServer(ru.ep.ollamaSettings(ctx))
@@ -456,10 +491,14 @@ func (ru *runner) run(parent context.Context) error {
 	}
 	r.Fingerprint.MaxModelLen = ru.maxLen
 	ru.total = ru.plannedSteps()
+	return before, nil
+}
 
-	var runErr error
+// phases runs the chosen phases in order and returns why the run stopped
+// early, if it did.
+func (ru *runner) phases(ctx context.Context) error {
 	for _, phase := range AllPhases {
-		if !slices.Contains(o.Phases, phase) {
+		if !slices.Contains(ru.o.Phases, phase) {
 			continue
 		}
 		ru.announce(phase)
@@ -472,20 +511,16 @@ func (ru *runner) run(parent context.Context) error {
 			ru.servingPhase(ctx)
 		}
 		if ctx.Err() != nil {
-			runErr = context.Cause(ctx)
+			runErr := context.Cause(ctx)
 			if errors.Is(runErr, errEndpointDown) {
-				r.addError(phase, "run aborted: "+runErr.Error())
+				ru.r.addError(phase, "run aborted: "+runErr.Error())
 			} else {
-				r.addError(phase, "run stopped: "+runErr.Error())
+				ru.r.addError(phase, "run stopped: "+runErr.Error())
 			}
-			break
+			return runErr
 		}
 	}
-	if before != nil && runErr == nil {
-		ru.vllmCrossCheck(ctx, before)
-	}
-	ru.roofline(ctx)
-	return runErr
+	return nil
 }
 
 // gpuFacts fills the GPU part of the fingerprint.

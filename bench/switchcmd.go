@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,12 +11,15 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// switchFlags holds what bench switch's flags set.
+type switchFlags struct {
+	o              SwitchOptions
+	asJSON, noSave bool
+	keepFailed     bool
+}
+
 func newSwitchCmd(deps Deps) *cobra.Command {
-	var (
-		o              SwitchOptions
-		asJSON, noSave bool
-		keepFailed     bool
-	)
+	var sf switchFlags
 	cmd := &cobra.Command{
 		Use:   "switch A B",
 		Short: "Measure switching between two profiles of the daemon: time to the first token, cold or from standby",
@@ -43,89 +45,72 @@ Exit status: 0 ok; 1 partial (a switch or request failed after some samples); 2 
   gpuhost bench switch coder llama --url http://gpu-box:8080`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			o.A, o.B = args[0], args[1]
-			if o.Rounds < 1 || o.Rounds > maxSwitchRounds {
-				return usageError(fmt.Errorf("--rounds %d: want 1 to %d", o.Rounds, maxSwitchRounds))
-			}
-			if _, err := o.withDefaults(); err != nil {
-				return usageError(err)
-			}
-			if deps.Daemon == nil {
-				return errors.New("bench switch: this build has no daemon client")
-			}
-			c, err := deps.Daemon(cmd)
-			if err != nil {
-				return fmt.Errorf("find the daemon: %w", err)
-			}
-			o.Daemon = c
-			// The config only says where results go; the daemon is found by
-			// --url, $GPUHOST_URL or its listen.
-			env, _ := loadEnv(cmd, deps, true)
-			store, err := storeFor(cmd, env)
-			if err != nil {
-				return err
-			}
-			o.GpuhostVersion, o.GpuhostCommit = deps.GpuhostVersion, deps.GpuhostCommit
-			bar := newBar(cmd.ErrOrStderr(), !asJSON)
-			o.Progress = bar.update
-			r, runErr := RunSwitch(ctx, o)
-			bar.finish()
-			if errors.Is(runErr, ErrUnknownProfile) {
-				return usageError(runErr)
-			}
-			var path string
-			if !noSave && (r.Status != StatusFailed || keepFailed) {
-				if path, err = store.Save(r); err != nil {
-					return errors.Join(runErr, err)
-				}
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(r); err != nil {
-					return err
-				}
-			} else {
-				if err := WriteReport(out, r); err != nil {
-					return err
-				}
-				switch {
-				case path != "":
-					fmt.Fprintf(out, "\nsaved %s\n", path)
-				case !noSave:
-					fmt.Fprintf(out, "\nnot saved: the run failed (--keep-failed stores failed runs)\n")
-				}
-			}
-			switch r.Status {
-			case StatusFailed:
-				if runErr == nil {
-					runErr = errors.New("nothing was measured")
-				}
-				return &ExitError{Code: ExitFailed, Err: fmt.Errorf("bench switch failed: %w", runErr)}
-			case StatusPartial:
-				why := "some samples are missing; see the errors above"
-				if runErr != nil {
-					why = runErr.Error()
-				}
-				return &ExitError{Code: ExitPartial, Err: fmt.Errorf("bench switch partial: %s", why)}
-			}
-			return nil
+			return runSwitchCmd(cmd, deps, &sf, args)
 		},
 	}
+	addSwitchFlags(cmd, &sf)
+	return cmd
+}
+
+// addSwitchFlags registers bench switch's flags on cmd, bound to sf.
+func addSwitchFlags(cmd *cobra.Command, sf *switchFlags) {
 	f := cmd.Flags()
 	f.String("url", "", "daemon API base URL (default: $GPUHOST_URL, else the config's listen, else http://127.0.0.1:8080)")
-	f.IntVar(&o.Rounds, "rounds", DefaultSwitchRounds, "rounds; each measures A→B and B→A on the switch path and the request path")
-	f.DurationVar(&o.Timeout, "timeout", DefaultSwitchTimeout, "limit for one sample (the switch and the first token after it)")
-	f.BoolVar(&asJSON, "json", false, "print the result as JSON (no progress bar)")
-	f.BoolVar(&noSave, "no-save", false, "do not store the result")
-	f.BoolVar(&keepFailed, "keep-failed", false, "store the result even when nothing was measured")
+	f.IntVar(&sf.o.Rounds, "rounds", DefaultSwitchRounds, "rounds; each measures A→B and B→A on the switch path and the request path")
+	f.DurationVar(&sf.o.Timeout, "timeout", DefaultSwitchTimeout, "limit for one sample (the switch and the first token after it)")
+	f.BoolVar(&sf.asJSON, "json", false, "print the result as JSON (no progress bar)")
+	f.BoolVar(&sf.noSave, "no-save", false, "do not store the result")
+	f.BoolVar(&sf.keepFailed, "keep-failed", false, "store the result even when nothing was measured")
 	addDirFlag(cmd)
-	return cmd
+}
+
+// runSwitchCmd is bench switch A B: it checks the options, finds the
+// daemon and the results directory, measures, then stores and prints the
+// result and turns its status into the exit error.
+func runSwitchCmd(cmd *cobra.Command, deps Deps, sf *switchFlags, args []string) error {
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	o := &sf.o
+	o.A, o.B = args[0], args[1]
+	if o.Rounds < 1 || o.Rounds > maxSwitchRounds {
+		return usageError(fmt.Errorf("--rounds %d: want 1 to %d", o.Rounds, maxSwitchRounds))
+	}
+	if _, err := o.withDefaults(); err != nil {
+		return usageError(err)
+	}
+	if deps.Daemon == nil {
+		return errors.New("bench switch: this build has no daemon client")
+	}
+	c, err := deps.Daemon(cmd)
+	if err != nil {
+		return fmt.Errorf("find the daemon: %w", err)
+	}
+	o.Daemon = c
+	// The config only says where results go; the daemon is found by
+	// --url, $GPUHOST_URL or its listen.
+	env, _ := loadEnv(cmd, deps, true)
+	store, err := storeFor(cmd, env)
+	if err != nil {
+		return err
+	}
+	o.GpuhostVersion, o.GpuhostCommit = deps.GpuhostVersion, deps.GpuhostCommit
+	bar := newBar(cmd.ErrOrStderr(), !sf.asJSON)
+	o.Progress = bar.update
+	r, runErr := RunSwitch(ctx, *o)
+	bar.finish()
+	if errors.Is(runErr, ErrUnknownProfile) {
+		return usageError(runErr)
+	}
+	path, err := saveResult(store, r, runErr, sf.noSave, sf.keepFailed)
+	if err != nil {
+		return err
+	}
+	if err := printResult(cmd.OutOrStdout(), r, path, sf.asJSON, sf.noSave); err != nil {
+		return err
+	}
+	return resultExit(r, runErr, "bench switch", "some samples are missing; see the errors above")
 }
 
 // writeSwitchReport prints a switch result for people: the two profiles,

@@ -156,53 +156,14 @@ func (s *server) handleOllama(w http.ResponseWriter, r *http.Request, chat bool)
 		writeOllamaError(w, e)
 		return
 	}
-	base := func() map[string]any {
-		m := map[string]any{"model": req.Model, "created_at": nowStamp()}
-		if chat {
-			m["message"] = map[string]any{"role": "assistant", "content": ""}
-		} else {
-			m["response"] = ""
-		}
-		return m
-	}
 	empty := (chat && len(req.Messages) == 0) || (!chat && req.Prompt == "" && len(req.Images) == 0)
 	if empty {
-		out := base()
-		out["done"] = true
-		if keepAlive == 0 {
-			if err := s.models.unload(r.Context(), tag); err != nil {
-				return
-			}
-			out["done_reason"] = "unload"
-		} else {
-			if _, err := s.models.load(r.Context(), tag, keepAlive); err != nil {
-				return
-			}
-			out["done_reason"] = "load"
-		}
-		writeJSON(w, http.StatusOK, out)
+		s.ollamaLoadUnload(w, r, req, chat, tag, keepAlive)
 		return
 	}
 	prompt := s.ollamaPrompt(req, chat)
 	toks := tokenize(prompt)
-	promptTokens := len(toks) + len(req.Context)
-	numCtx := s.opts.MaxModelLen
-	if req.Options != nil && req.Options.NumCtx != nil && *req.Options.NumCtx > 0 {
-		numCtx = *req.Options.NumCtx
-	}
-	if promptTokens > numCtx {
-		s.log.Warn("truncating input prompt", "limit", numCtx, "prompt", promptTokens)
-		promptTokens = numCtx
-	}
-	limit := -1
-	if req.Options != nil && req.Options.NumPredict != nil {
-		switch n := *req.Options.NumPredict; {
-		case n == -2:
-			limit = max(numCtx-promptTokens, 0)
-		case n >= 0:
-			limit = n
-		}
-	}
+	promptTokens, limit := s.ollamaBudget(req, len(toks)+len(req.Context))
 	tokens, finish := planTokens(s.opts.NaturalTokens, limit, 0, false)
 	job := genJob{tag: tag, keepAlive: keepAlive, promptTokens: promptTokens, tokens: tokens, finish: finish}
 	streaming := req.Stream == nil || *req.Stream
@@ -229,12 +190,77 @@ func (s *server) handleOllama(w http.ResponseWriter, r *http.Request, chat bool)
 		s.log.Debug("generation ended early", "model", req.Model, "emitted", res.emitted, "err", err)
 		return
 	}
-	out := base()
+	out := s.ollamaFinal(req, chat, stream == nil, text.String(), toks, res, finish, promptTokens)
 	if stream == nil {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	_ = stream.send(out)
+}
+
+// ollamaBase is the start of a final /api/generate or /api/chat reply: the
+// model, the time and an empty message or response.
+func ollamaBase(req *ollamaRequest, chat bool) map[string]any {
+	m := map[string]any{"model": req.Model, "created_at": nowStamp()}
+	if chat {
+		m["message"] = map[string]any{"role": "assistant", "content": ""}
+	} else {
+		m["response"] = ""
+	}
+	return m
+}
+
+// ollamaLoadUnload answers a request with nothing to generate: keep_alive 0
+// unloads the model, anything else loads it.
+func (s *server) ollamaLoadUnload(w http.ResponseWriter, r *http.Request, req *ollamaRequest, chat bool, tag string, keepAlive time.Duration) {
+	out := ollamaBase(req, chat)
+	out["done"] = true
+	if keepAlive == 0 {
+		if err := s.models.unload(r.Context(), tag); err != nil {
+			return
+		}
+		out["done_reason"] = "unload"
+	} else {
+		if _, err := s.models.load(r.Context(), tag, keepAlive); err != nil {
+			return
+		}
+		out["done_reason"] = "load"
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ollamaBudget truncates the prompt length to num_ctx and returns it with
+// the token cap from num_predict (-1: none; -2: fill the context).
+func (s *server) ollamaBudget(req *ollamaRequest, promptTokens int) (prompt, limit int) {
+	numCtx := s.opts.MaxModelLen
+	if req.Options != nil && req.Options.NumCtx != nil && *req.Options.NumCtx > 0 {
+		numCtx = *req.Options.NumCtx
+	}
+	if promptTokens > numCtx {
+		s.log.Warn("truncating input prompt", "limit", numCtx, "prompt", promptTokens)
+		promptTokens = numCtx
+	}
+	limit = -1
+	if req.Options != nil && req.Options.NumPredict != nil {
+		switch n := *req.Options.NumPredict; {
+		case n == -2:
+			limit = max(numCtx-promptTokens, 0)
+		case n >= 0:
+			limit = n
+		}
+	}
+	return promptTokens, limit
+}
+
+// ollamaFinal is the last reply object: the whole text when not streamed,
+// the context (generate), and the counts and durations.
+func (s *server) ollamaFinal(req *ollamaRequest, chat, whole bool, text string, toks []string, res genResult, finish string, promptTokens int) map[string]any {
+	out := ollamaBase(req, chat)
+	if whole {
 		if chat {
-			out["message"] = map[string]any{"role": "assistant", "content": text.String()}
+			out["message"] = map[string]any{"role": "assistant", "content": text}
 		} else {
-			out["response"] = text.String()
+			out["response"] = text
 		}
 	}
 	if !chat {
@@ -258,11 +284,7 @@ func (s *server) handleOllama(w http.ResponseWriter, r *http.Request, chat bool)
 	out["prompt_eval_duration"] = res.prefill.Nanoseconds()
 	out["eval_count"] = res.emitted
 	out["eval_duration"] = evalDur.Nanoseconds()
-	if stream == nil {
-		writeJSON(w, http.StatusOK, out)
-		return
-	}
-	_ = stream.send(out)
+	return out
 }
 
 // ollamaPrompt renders the prompt the model sees: the chat template over

@@ -311,110 +311,137 @@ func (s *server) tokenBudget(promptTokens int, maxTok *int, param string) (limit
 	return *maxTok, promptTokens, nil
 }
 
+// oaiReply is one OpenAI-compatible response being generated: its ids, the
+// text and tool call arguments emitted so far, and the stream (nil when
+// the response is written whole).
+type oaiReply struct {
+	j                       *openAIJob
+	vllm                    bool
+	id, object, fingerprint string
+	created                 int64
+	finish                  string
+	text                    strings.Builder
+	args                    []strings.Builder // per-call arguments emitted
+	stream                  *streamWriter
+}
+
 // runOpenAI generates and writes the response, streamed or whole.
 func (s *server) runOpenAI(w http.ResponseWriter, r *http.Request, j *openAIJob) {
 	vllm := s.opts.Flavor == FlavorVLLM
-	id := randomID(pickS(j.chat, "chatcmpl-", "cmpl-"))
-	object := pickS(j.chat, "chat.completion", "text_completion")
-	created := time.Now().Unix()
-	fingerprint := pickS(vllm, "", "fp_ollama")
-	var text strings.Builder
-	args := make([]strings.Builder, len(j.toolCalls)) // per-call arguments emitted
-	var stream *streamWriter
+	rp := &oaiReply{j: j, vllm: vllm}
+	rp.id = randomID(pickS(j.chat, "chatcmpl-", "cmpl-"))
+	rp.object = pickS(j.chat, "chat.completion", "text_completion")
+	rp.created = time.Now().Unix()
+	rp.fingerprint = pickS(vllm, "", "fp_ollama")
+	rp.args = make([]strings.Builder, len(j.toolCalls))
 	if j.stream {
-		stream = newStream(w, true)
+		rp.stream = newStream(w, true)
 		if j.chat {
-			object = "chat.completion.chunk"
+			rp.object = "chat.completion.chunk"
 		}
 	}
-	chunk := func(c oaiChunkChoice, emitted int) oaiChunk {
-		if vllm {
-			c.StopReason = jsonNull
-		}
-		ch := oaiChunk{ID: id, Object: object, Created: created, Model: j.model,
-			SystemFingerprint: fingerprint, Choices: []oaiChunkChoice{c}}
-		if j.usageAlways {
-			ch.Usage = usageOf(j.job.promptTokens, emitted)
-		}
-		return ch
-	}
-	finish := j.finish
-	emit := func(i int) error {
-		last := i == j.job.tokens-1
-		var tok string
-		if j.toolCalls != nil {
-			tok = j.toolCallToks[i]
-			args[j.toolCallOf[i]].WriteString(tok)
-		} else if j.textToks != nil {
-			tok = j.textToks[i]
-		} else {
-			tok = replyToken(i)
-		}
-		text.WriteString(tok)
-		if stream == nil {
-			return nil
-		}
-		var fr *string
-		if last && vllm {
-			fr = &finish
-		}
-		if !j.chat {
-			return stream.send(chunk(oaiChunkChoice{Text: &tok, FinishReason: fr}, i+1))
-		}
-		if i == 0 && vllm {
-			empty := ""
-			if err := stream.send(chunk(oaiChunkChoice{Delta: &oaiDelta{Role: "assistant", Content: &empty}}, 0)); err != nil {
-				return err
-			}
-		}
-		d := &oaiDelta{}
-		if !vllm {
-			d.Role = "assistant"
-		}
-		if j.toolCalls != nil {
-			// As vLLM streams parallel calls: each call's first chunk has
-			// its index, id, type and name; later chunks only arguments.
-			k := j.toolCallOf[i]
-			tc := oaiToolCallDelta{Index: k, Function: oaiFunctionDelta{Arguments: tok}}
-			if i == 0 || j.toolCallOf[i-1] != k {
-				tc.ID, tc.Type, tc.Function.Name = toolCallIDN(id, k), "function", j.toolCalls[k].Name
-			}
-			d.ToolCalls = []oaiToolCallDelta{tc}
-		} else {
-			d.Content = &tok
-		}
-		return stream.send(chunk(oaiChunkChoice{Delta: d, FinishReason: fr}, i+1))
-	}
-	res, err := s.generate(r.Context(), j.job, emit)
+	rp.finish = j.finish
+	res, err := s.generate(r.Context(), j.job, rp.emit)
 	aborted := errors.Is(err, errSleepAbort)
 	if err != nil && !aborted {
-		s.log.Debug("generation ended early", "id", id, "emitted", res.emitted, "err", err)
+		s.log.Debug("generation ended early", "id", rp.id, "emitted", res.emitted, "err", err)
 		return
 	}
 	if aborted {
 		// The engine went to sleep: the request ends as vLLM ends an
 		// aborted one, with what it had and finish_reason "abort".
-		s.log.Info("aborted request", "id", id, "emitted", res.emitted)
-		finish, j.finish = "abort", "abort"
+		s.log.Info("aborted request", "id", rp.id, "emitted", res.emitted)
+		rp.finish, j.finish = "abort", "abort"
 	}
-	if stream == nil {
-		emittedArgs := make([]string, len(args))
-		for k := range args {
-			emittedArgs[k] = args[k].String()
+	if rp.stream == nil {
+		emittedArgs := make([]string, len(rp.args))
+		for k := range rp.args {
+			emittedArgs[k] = rp.args[k].String()
 		}
-		s.writeOpenAIWhole(w, j, id, created, fingerprint, text.String(), emittedArgs, res.emitted)
+		s.writeOpenAIWhole(w, j, rp.id, rp.created, rp.fingerprint, rp.text.String(), emittedArgs, res.emitted)
 		return
 	}
+	rp.endStream(res.emitted, aborted)
+}
+
+// chunk wraps one choice in a streamed chunk, with usage when every chunk
+// carries it.
+func (rp *oaiReply) chunk(c oaiChunkChoice, emitted int) oaiChunk {
+	if rp.vllm {
+		c.StopReason = jsonNull
+	}
+	ch := oaiChunk{ID: rp.id, Object: rp.object, Created: rp.created, Model: rp.j.model,
+		SystemFingerprint: rp.fingerprint, Choices: []oaiChunkChoice{c}}
+	if rp.j.usageAlways {
+		ch.Usage = usageOf(rp.j.job.promptTokens, emitted)
+	}
+	return ch
+}
+
+// emit records token i and, when streaming, sends its chunk (after the
+// role chunk first, for a vLLM chat).
+func (rp *oaiReply) emit(i int) error {
+	j, vllm := rp.j, rp.vllm
+	last := i == j.job.tokens-1
+	var tok string
+	if j.toolCalls != nil {
+		tok = j.toolCallToks[i]
+		rp.args[j.toolCallOf[i]].WriteString(tok)
+	} else if j.textToks != nil {
+		tok = j.textToks[i]
+	} else {
+		tok = replyToken(i)
+	}
+	rp.text.WriteString(tok)
+	if rp.stream == nil {
+		return nil
+	}
+	var fr *string
+	if last && vllm {
+		fr = &rp.finish
+	}
+	if !j.chat {
+		return rp.stream.send(rp.chunk(oaiChunkChoice{Text: &tok, FinishReason: fr}, i+1))
+	}
+	if i == 0 && vllm {
+		empty := ""
+		if err := rp.stream.send(rp.chunk(oaiChunkChoice{Delta: &oaiDelta{Role: "assistant", Content: &empty}}, 0)); err != nil {
+			return err
+		}
+	}
+	d := &oaiDelta{}
+	if !vllm {
+		d.Role = "assistant"
+	}
+	if j.toolCalls != nil {
+		// As vLLM streams parallel calls: each call's first chunk has
+		// its index, id, type and name; later chunks only arguments.
+		k := j.toolCallOf[i]
+		tc := oaiToolCallDelta{Index: k, Function: oaiFunctionDelta{Arguments: tok}}
+		if i == 0 || j.toolCallOf[i-1] != k {
+			tc.ID, tc.Type, tc.Function.Name = toolCallIDN(rp.id, k), "function", j.toolCalls[k].Name
+		}
+		d.ToolCalls = []oaiToolCallDelta{tc}
+	} else {
+		d.Content = &tok
+	}
+	return rp.stream.send(rp.chunk(oaiChunkChoice{Delta: d, FinishReason: fr}, i+1))
+}
+
+// endStream sends what follows the token chunks: the finish chunk where
+// needed, the usage chunk when asked for, then the end of the stream.
+func (rp *oaiReply) endStream(emitted int, aborted bool) {
+	j, vllm, stream := rp.j, rp.vllm, rp.stream
 	// A final chunk carries finish_reason when no token chunk did: always for
 	// Ollama, and for vLLM when nothing was generated or it was aborted.
-	if !vllm || res.emitted == 0 || aborted {
+	if !vllm || emitted == 0 || aborted {
 		empty := ""
-		if vllm && j.chat && res.emitted == 0 { // the role chunk goes with the first token
-			if err := stream.send(chunk(oaiChunkChoice{Delta: &oaiDelta{Role: "assistant", Content: &empty}}, 0)); err != nil {
+		if vllm && j.chat && emitted == 0 { // the role chunk goes with the first token
+			if err := stream.send(rp.chunk(oaiChunkChoice{Delta: &oaiDelta{Role: "assistant", Content: &empty}}, 0)); err != nil {
 				return
 			}
 		}
-		c := oaiChunkChoice{FinishReason: &finish}
+		c := oaiChunkChoice{FinishReason: &rp.finish}
 		if j.chat {
 			c.Delta = &oaiDelta{Content: &empty}
 			if !vllm {
@@ -423,13 +450,13 @@ func (s *server) runOpenAI(w http.ResponseWriter, r *http.Request, j *openAIJob)
 		} else {
 			c.Text = &empty
 		}
-		if err := stream.send(chunk(c, res.emitted)); err != nil {
+		if err := stream.send(rp.chunk(c, emitted)); err != nil {
 			return
 		}
 	}
 	if j.usageFinal {
-		u := oaiChunk{ID: id, Object: object, Created: created, Model: j.model,
-			SystemFingerprint: fingerprint, Choices: []oaiChunkChoice{}, Usage: usageOf(j.job.promptTokens, res.emitted)}
+		u := oaiChunk{ID: rp.id, Object: rp.object, Created: rp.created, Model: j.model,
+			SystemFingerprint: rp.fingerprint, Choices: []oaiChunkChoice{}, Usage: usageOf(j.job.promptTokens, emitted)}
 		if err := stream.send(u); err != nil {
 			return
 		}

@@ -190,6 +190,35 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("simulator options: unknown flavor %q (want vllm or ollama)", o.Flavor)
 	}
 	vllm := o.Flavor == FlavorVLLM
+	if err := o.addressDefaults(vllm); err != nil {
+		return o, err
+	}
+	if err := o.modelDefaults(vllm); err != nil {
+		return o, err
+	}
+	if err := o.timingDefaults(); err != nil {
+		return o, err
+	}
+	if err := o.memoryDefaults(vllm); err != nil {
+		return o, err
+	}
+	if err := o.limitDefaults(vllm); err != nil {
+		return o, err
+	}
+	if err := validateFaults(o); err != nil {
+		return o, err
+	}
+	if o.Version == "" {
+		o.Version = pickS(vllm, defaultVLLMVersion, defaultOllamaVersion)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
+}
+
+// addressDefaults fills in and checks the host and port.
+func (o *Options) addressDefaults(vllm bool) error {
 	if o.Host == "" {
 		o.Host = defaultHost
 	}
@@ -197,11 +226,17 @@ func (o Options) withDefaults() (Options, error) {
 		o.Port = pick(vllm, defaultVLLMPort, defaultOllamaPort)
 	}
 	if o.Port < 0 || o.Port > 65535 {
-		return o, fmt.Errorf("simulator options: port %d out of range 1-65535", o.Port)
+		return fmt.Errorf("simulator options: port %d out of range 1-65535", o.Port)
 	}
+	return nil
+}
+
+// modelDefaults checks the model (required for vLLM), gathers Ollama's
+// pulled tags, normalized and without repeats, and defaults the served name.
+func (o *Options) modelDefaults(vllm bool) error {
 	o.Model = strings.TrimSpace(o.Model)
 	if vllm && o.Model == "" {
-		return o, errors.New("simulator options: vllm needs a model (vllm serve MODEL)")
+		return errors.New("simulator options: vllm needs a model (vllm serve MODEL)")
 	}
 	if !vllm {
 		var tags []string
@@ -225,26 +260,38 @@ func (o Options) withDefaults() (Options, error) {
 	if o.ServedName == "" {
 		o.ServedName = o.Model
 	}
+	return nil
+}
+
+// timingDefaults checks the delays and fills in the rates and the natural
+// reply length.
+func (o *Options) timingDefaults() error {
 	if o.StopDelay < 0 {
-		return o, fmt.Errorf("simulator options: negative stop delay %s", o.StopDelay)
+		return fmt.Errorf("simulator options: negative stop delay %s", o.StopDelay)
 	}
 	if o.LoadTime < 0 {
-		return o, fmt.Errorf("simulator options: negative load time %s", o.LoadTime)
+		return fmt.Errorf("simulator options: negative load time %s", o.LoadTime)
 	}
 	if err := positiveRate("prefill rate", &o.PrefillTPS, defaultPrefillTPS); err != nil {
-		return o, err
+		return err
 	}
 	if err := positiveRate("decode rate", &o.DecodeTPS, defaultDecodeTPS); err != nil {
-		return o, err
+		return err
 	}
 	if o.NaturalTokens == 0 {
 		o.NaturalTokens = defaultNaturalTokens
 	}
 	if o.NaturalTokens < 0 {
-		return o, fmt.Errorf("simulator options: natural reply length %d must be positive", o.NaturalTokens)
+		return fmt.Errorf("simulator options: natural reply length %d must be positive", o.NaturalTokens)
 	}
+	return nil
+}
+
+// memoryDefaults checks the GPU memory utilization, fills in the VRAM claim
+// and, for vLLM, the sleep mode sizes and rates.
+func (o *Options) memoryDefaults(vllm bool) error {
 	if o.GPUMemoryUtilization != 0 && !(o.GPUMemoryUtilization > 0 && o.GPUMemoryUtilization <= 1) {
-		return o, fmt.Errorf("simulator options: gpu memory utilization %v must be in (0, 1]", o.GPUMemoryUtilization)
+		return fmt.Errorf("simulator options: gpu memory utilization %v must be in (0, 1]", o.GPUMemoryUtilization)
 	}
 	if o.VRAMMiB == 0 {
 		switch {
@@ -257,42 +304,39 @@ func (o Options) withDefaults() (Options, error) {
 		}
 	}
 	if o.VRAMMiB < 0 {
-		return o, fmt.Errorf("simulator options: negative VRAM claim %d MiB", o.VRAMMiB)
+		return fmt.Errorf("simulator options: negative VRAM claim %d MiB", o.VRAMMiB)
 	}
 	if vllm {
 		if err := o.sleepDefaults(); err != nil {
-			return o, err
+			return err
 		}
 	}
+	return nil
+}
+
+// limitDefaults fills in and checks the context length, the sequence
+// limit and the keep-alive, and vLLM's tool choice flags.
+func (o *Options) limitDefaults(vllm bool) error {
 	if o.MaxModelLen == 0 {
 		o.MaxModelLen = pick(vllm, defaultVLLMMaxLen, defaultOllamaCtx)
 	}
 	if o.MaxModelLen < 0 {
-		return o, fmt.Errorf("simulator options: max model length %d must be positive", o.MaxModelLen)
+		return fmt.Errorf("simulator options: max model length %d must be positive", o.MaxModelLen)
 	}
 	if o.MaxNumSeqs == 0 {
 		o.MaxNumSeqs = pick(vllm, defaultVLLMSeqs, defaultOllamaSeqs)
 	}
 	if o.MaxNumSeqs < 0 {
-		return o, fmt.Errorf("simulator options: max num seqs %d must be positive", o.MaxNumSeqs)
+		return fmt.Errorf("simulator options: max num seqs %d must be positive", o.MaxNumSeqs)
 	}
 	if o.KeepAlive == 0 {
 		o.KeepAlive = defaultKeepAlive
 	}
 	if vllm && o.EnableAutoToolChoice && o.ToolCallParser == "" {
 		// vLLM's own start-up check (cli_args.validate_parsed_serve_args).
-		return o, errors.New("simulator options: --enable-auto-tool-choice requires --tool-call-parser")
+		return errors.New("simulator options: --enable-auto-tool-choice requires --tool-call-parser")
 	}
-	if err := validateFaults(o); err != nil {
-		return o, err
-	}
-	if o.Version == "" {
-		o.Version = pickS(vllm, defaultVLLMVersion, defaultOllamaVersion)
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	return o, nil
+	return nil
 }
 
 // sleepDefaults fills in and checks the sleep mode sizes and rates (vLLM).

@@ -296,25 +296,41 @@ func (d DaemonUnit) Validate() error {
 // each non-obvious choice, including the hardening options deliberately left
 // out, because an operator tightening it later must know what breaks.
 func RenderDaemonUnit(d DaemonUnit) string {
-	watchdog := d.WatchdogSec
-	if watchdog <= 0 {
-		watchdog = DefaultWatchdogSec
-	}
-	protectHome := "yes"
-	for _, p := range []string{d.Binary, d.Config} {
-		if strings.HasPrefix(p, "/home/") || strings.HasPrefix(p, "/root/") || strings.HasPrefix(p, "/run/user/") {
-			protectHome = "read-only"
-		}
-	}
 	var b strings.Builder
 	w := func(s string, a ...any) { fmt.Fprintf(&b, s+"\n", a...) }
 	w("# gpuhost.service: written by `gpuhost units`; edits here are overwritten.")
+	daemonUnitSection(w)
+	daemonServiceSection(w, d)
+	daemonSandbox(w, d)
+	daemonNotSet(w)
+	if d.User != "" {
+		w("# Not root: this user needs polkit rights for org.freedesktop.systemd1.manage-units and")
+		w("# write access to the unit directories above.")
+		w("User=%s", d.User)
+	}
+	w("")
+	w("[Install]")
+	w("WantedBy=multi-user.target")
+	return b.String()
+}
+
+// daemonUnitSection writes gpuhost.service's [Unit] section.
+func daemonUnitSection(w func(string, ...any)) {
 	w("[Unit]")
 	w("Description=gpuhost: GPU inference supervisor (vLLM/Ollama switching, proxy, panel, MCP)")
 	w("# The proxy, panel, bot and mail triage need the network; units are controlled over D-Bus.")
 	w("Wants=network-online.target")
 	w("After=network-online.target dbus.service")
 	w("")
+}
+
+// daemonServiceSection writes the start of the [Service] section: the
+// notify type, the command, the watchdog, restarts and directories.
+func daemonServiceSection(w func(string, ...any), d DaemonUnit) {
+	watchdog := d.WatchdogSec
+	if watchdog <= 0 {
+		watchdog = DefaultWatchdogSec
+	}
 	w("[Service]")
 	w("# gpuhost reports READY=1 once it has reconciled state from systemd and NVML, and pings")
 	w("# the watchdog from its main loop; only the main process may notify.")
@@ -329,6 +345,17 @@ func RenderDaemonUnit(d DaemonUnit) string {
 	w("StateDirectory=gpuhost")
 	w("ConfigurationDirectory=gpuhost")
 	w("")
+}
+
+// daemonSandbox writes the [Service] section's sandboxing: file system,
+// kernel, namespaces, address families, capabilities and system calls.
+func daemonSandbox(w func(string, ...any), d DaemonUnit) {
+	protectHome := "yes"
+	for _, p := range []string{d.Binary, d.Config} {
+		if strings.HasPrefix(p, "/home/") || strings.HasPrefix(p, "/root/") || strings.HasPrefix(p, "/run/user/") {
+			protectHome = "read-only"
+		}
+	}
 	w("# --- Sandbox ---")
 	w("NoNewPrivileges=yes")
 	w("ProtectSystem=strict")
@@ -376,6 +403,11 @@ func RenderDaemonUnit(d DaemonUnit) string {
 	w("SystemCallFilter=@system-service")
 	w("SystemCallFilter=~@privileged")
 	w("SystemCallErrorNumber=EPERM")
+}
+
+// daemonNotSet writes the comment on the hardening options deliberately
+// left out, and why.
+func daemonNotSet(w func(string, ...any)) {
 	w("# Deliberately not set:")
 	w("#   PrivateDevices=, DevicePolicy=, DeviceAllow=: NVML opens /dev/nvidiactl, /dev/nvidia0 and")
 	w("#     /dev/nvidia-uvm.")
@@ -389,15 +421,6 @@ func RenderDaemonUnit(d DaemonUnit) string {
 	w("#     unit folder.")
 	w("#   PrivateNetwork=, IPAddressDeny=: gpuhost serves HTTP and calls Telegram, Slack and")
 	w("#     the backends.")
-	if d.User != "" {
-		w("# Not root: this user needs polkit rights for org.freedesktop.systemd1.manage-units and")
-		w("# write access to the unit directories above.")
-		w("User=%s", d.User)
-	}
-	w("")
-	w("[Install]")
-	w("WantedBy=multi-user.target")
-	return b.String()
 }
 
 func backendTitle(b Backend) string {
