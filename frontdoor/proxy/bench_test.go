@@ -41,7 +41,7 @@ import (
 // tput-%direct (median direct time / median proxied time, i.e. streamed
 // tokens/s through the proxy as a percentage of direct, same run).
 //
-//	go test -run '^$' -bench BenchmarkProxy -benchtime 2s ./appliance/proxy/
+//	go test -run '^$' -bench BenchmarkProxy -benchtime 2s ./frontdoor/proxy/
 func BenchmarkProxy(b *testing.B) {
 	f := appliancetest.New(b, appliancetest.Options{Activate: "coder", Hook: func(c *config.Config) {
 		c.Profiles["coder"].Sim.PrefillTPS = 1e9
