@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,36 +12,12 @@ import (
 	"time"
 
 	"gpuhost/simulator"
+	"gpuhost/simulator/simtest"
 	"gpuhost/units"
 )
 
-// startSim runs the project's simulator in-process on an ephemeral port
-// and returns its base URL; it stops when the test ends.
-func startSim(t *testing.T, o simulator.Options) string {
-	t.Helper()
-	o.Addr = "127.0.0.1:0"
-	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	ready := make(chan string, 1)
-	o.Ready = func(addr string) { ready <- addr }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- simulator.Run(ctx, o) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("simulator: %v", err)
-		}
-	})
-	select {
-	case addr := <-ready:
-		return "http://" + addr
-	case err := <-done:
-		t.Fatalf("simulator did not start: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("simulator did not start within 30s")
-	}
-	return ""
-}
+// startSim runs the project's simulator in-process (simtest.Start).
+func startSim(t *testing.T, o simulator.Options) string { return simtest.Start(t, o) }
 
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -2,10 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"context"
-	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"os/exec"
 	"strconv"
@@ -16,37 +12,11 @@ import (
 	"gpuhost/internal/testbin"
 	"gpuhost/internal/testkit"
 	"gpuhost/simulator"
+	"gpuhost/simulator/simtest"
 )
 
-// startSim runs the real simulator in-process on an ephemeral port and
-// returns its base URL; it stops when the test ends.
-func startSim(t testing.TB, o simulator.Options) string {
-	t.Helper()
-	o.Addr = "127.0.0.1:0"
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	ready := make(chan string, 1)
-	o.Ready = func(addr string) { ready <- addr }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- simulator.Run(ctx, o) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("simulator: %v", err)
-		}
-	})
-	select {
-	case addr := <-ready:
-		return "http://" + addr
-	case err := <-done:
-		t.Fatalf("simulator did not start: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("simulator did not start within 30s")
-	}
-	return ""
-}
+// startSim runs the real simulator in-process (simtest.Start).
+func startSim(t testing.TB, o simulator.Options) string { return simtest.Start(t, o) }
 
 // startSimProcess runs the simulator as its own process (the real gpuhost
 // binary), so that timing tests measure a server that is not slowed down by

@@ -73,7 +73,8 @@ type ServiceOptions struct {
 	// Defaults are the run options requests start from (lengths, repeats);
 	// zero fields take the package defaults.
 	Defaults Options
-	// MinPublishInterval throttles progress messages; default 1s.
+	// MinPublishInterval throttles progress messages; default 1s, negative
+	// publishes every one.
 	MinPublishInterval time.Duration
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"gpuhost/internal/telegramtest"
 	"gpuhost/internal/testkit"
 	"gpuhost/simulator"
+	"gpuhost/simulator/simtest"
 	"gpuhost/triage/demo"
 	"gpuhost/triage/llm"
 	"gpuhost/triage/sink"
@@ -26,39 +26,18 @@ import (
 // simModel is the served name of the test simulator.
 const simModel = "qwen3-triage"
 
-// startSim runs the real simulator (package simulator, the code behind
-// `gpuhost simulate vllm serve`) in this process on a loopback port with
-// fast rates, and returns its OpenAI base URL (".../v1"). The faults are
-// --schema-fault and --transcription-fault. In-process rather than the
-// gpuhost binary, so these tests do not depend on every other package of
-// the binary building.
+// startSim runs the real inference simulator (what runs behind
+// `gpuhost simulate vllm serve`) in this process with fast rates, and
+// returns its OpenAI base URL (".../v1"). The faults are --schema-fault and
+// --transcription-fault. In-process rather than the gpuhost binary, so
+// these tests do not depend on every other package of the binary building.
 func startSim(t testing.TB, schemaFault, transcriptionFault string) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- simulator.Run(ctx, simulator.Options{
-			Flavor: simulator.FlavorVLLM, Addr: "127.0.0.1:0", Model: simModel,
-			LoadTime: time.Nanosecond, PrefillTPS: 2e6, DecodeTPS: 2e6, MaxNumSeqs: 64,
-			SchemaFault: schemaFault, TranscriptionFault: transcriptionFault,
-			Logger: slog.New(slog.DiscardHandler),
-			Ready:  func(a string) { addr <- a },
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	select {
-	case a := <-addr:
-		return "http://" + a + "/v1"
-	case err := <-done:
-		t.Fatalf("simulator: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("simulator not ready after 60s")
-	}
-	return ""
+	return simtest.Start(t, simulator.Options{
+		Flavor: simulator.FlavorVLLM, Model: simModel,
+		LoadTime: time.Nanosecond, PrefillTPS: 2e6, DecodeTPS: 2e6, MaxNumSeqs: 64,
+		SchemaFault: schemaFault, TranscriptionFault: transcriptionFault,
+	}) + "/v1"
 }
 
 // realPieces are the classifier and transcriber against the simulator.

@@ -2,21 +2,19 @@ package llm
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"testing"
-	"time"
 
 	"gpuhost/simulator"
+	"gpuhost/simulator/simtest"
 )
 
-// startSim runs the real inference simulator in this process on an
-// ephemeral port, fast enough that a test takes milliseconds, and returns
-// its /v1 base URL.
+// startSim runs the real inference simulator in this process, fast enough
+// that a test takes milliseconds, and returns its /v1 base URL.
 func startSim(t *testing.T, o simulator.Options) string {
 	t.Helper()
 	if o.Flavor == "" {
@@ -25,37 +23,8 @@ func startSim(t *testing.T, o simulator.Options) string {
 	if o.Model == "" {
 		o.Model = "qwen3-coder"
 	}
-	o.Addr = "127.0.0.1:0"
 	o.PrefillTPS, o.DecodeTPS = 1e7, 1e6
-	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	ready := make(chan string, 1)
-	o.Ready = func(addr string) { ready <- addr }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- simulator.Run(ctx, o) }()
-	var base string
-	select {
-	case addr := <-ready:
-		base = "http://" + addr + "/v1"
-	case err := <-done:
-		cancel()
-		t.Fatalf("simulator exited before listening: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("simulator did not listen within 30s")
-	}
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("simulator: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("simulator did not stop within 30s")
-		}
-	})
-	return base
+	return simtest.Start(t, o) + "/v1"
 }
 
 // deadURL is a /v1 URL on a loopback port nobody listens on.
