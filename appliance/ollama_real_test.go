@@ -22,49 +22,8 @@ import (
 // a tiny model the project generates: the Supervisor's Ollama path
 // (readiness, model load, /api/ps check) against the real thing.
 func TestSwitchToRealOllama(t *testing.T) {
-	bin := ollamatest.Binary(t)
-	state := t.TempDir()
-	models := filepath.Join(state, "ollama-models")
-	home := filepath.Join(state, "ollama-home")
-	for _, d := range []string{models, home} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Create the model once with a throwaway server on the same store.
-	port := testkit.FreePort(t)
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	srv := exec.Command(bin, "serve")
-	srv.Env = append(os.Environ(), "OLLAMA_HOST="+strings.TrimPrefix(base, "http://"), "OLLAMA_MODELS="+models, "HOME="+home)
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(base + "/api/version")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			srv.Process.Kill()
-			t.Fatalf("ollama serve did not come up: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	ollamatest.Create(t, bin, base, "tiny", ollamatest.Modelfile(t, filepath.Join(state, "model")))
-	srv.Process.Kill()
-	srv.Wait()
-
-	e := startE2EWith(t, "10ms", state, func(y string) string {
-		i := strings.Index(y, "  ollama:\n")
-		j := strings.Index(y, "switch:\n")
-		// The real server writes its model store and ~/.ollama below
-		// state: the unit's sandbox must let it (read_write_paths).
-		y = y[:i] + "  ollama:\n    exec: [" + bin + "]\n    user: root\n    read_write_paths: [" + state + "]\n" + y[j:]
+	e := startRealOllamaE2E(t, prepareRealOllama(t), func(y string) string {
 		return strings.Replace(y, "model: llama3.1:8b", "model: tiny", 1)
-	}, map[string]string{
-		"gpuhost-ollama.service.d/test.conf": "[Service]\nEnvironment=OLLAMA_MODELS=" + models + " HOME=" + home + "\n",
 	})
 	for _, p := range []string{"coder", "llama", "coder", "llama"} {
 		evs := e.switchTo(t, p)
@@ -114,4 +73,66 @@ func TestSwitchToRealOllama(t *testing.T) {
 			t.Errorf("doctor on the real Ollama: %+v", c)
 		}
 	}
+}
+
+// realOllama is the real Ollama prepared for a test under the private
+// systemd: the binary, and the state folder whose model store holds the
+// tiny model as "tiny".
+type realOllama struct {
+	bin, state, models, home string
+}
+
+// prepareRealOllama finds (or builds) the binary and creates the tiny model
+// once, with a throwaway server on the store the unit will use.
+func prepareRealOllama(t *testing.T) realOllama {
+	t.Helper()
+	o := realOllama{bin: ollamatest.Binary(t), state: t.TempDir()}
+	o.models = filepath.Join(o.state, "ollama-models")
+	o.home = filepath.Join(o.state, "ollama-home")
+	for _, d := range []string{o.models, o.home} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	port := testkit.FreePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	srv := exec.Command(o.bin, "serve")
+	srv.Env = append(os.Environ(), "OLLAMA_HOST="+strings.TrimPrefix(base, "http://"), "OLLAMA_MODELS="+o.models, "HOME="+o.home)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(base + "/api/version")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			srv.Process.Kill()
+			t.Fatalf("ollama serve did not come up: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ollamatest.Create(t, o.bin, base, "tiny", ollamatest.Modelfile(t, filepath.Join(o.state, "model")))
+	srv.Process.Kill()
+	srv.Wait()
+	return o
+}
+
+// startRealOllamaE2E deploys gpuhost into the private systemd with the
+// Ollama backend unit running the real server on o's store; profiles
+// rewrites the profiles of the config text.
+func startRealOllamaE2E(t *testing.T, o realOllama, profiles func(string) string) *e2e {
+	t.Helper()
+	return startE2EWith(t, "10ms", o.state, func(y string) string {
+		i := strings.Index(y, "  ollama:\n")
+		j := strings.Index(y, "switch:\n")
+		// The real server writes its model store and ~/.ollama below
+		// state: the unit's sandbox must let it (read_write_paths).
+		y = y[:i] + "  ollama:\n    exec: [" + o.bin + "]\n    user: root\n    read_write_paths: [" + o.state + "]\n" + y[j:]
+		return profiles(y)
+	}, map[string]string{
+		"gpuhost-ollama.service.d/test.conf": "[Service]\nEnvironment=OLLAMA_MODELS=" + o.models + " HOME=" + o.home + "\n",
+	})
 }

@@ -671,6 +671,14 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 		}
 	}
 	if l.wake {
+		// A backend stopped on the way (standby off) must have given its
+		// memory back before the woken one takes its own again, as before
+		// a start: its processes exiting is not the driver freeing it.
+		if len(l.toStop) > 0 {
+			if err := r.step(ctx, "vram_release", l.waitVRAMReleased); err != nil {
+				return err
+			}
+		}
 		if err := r.step(ctx, "wake", l.wakeTarget); err != nil {
 			// A backend that cannot wake is started afresh: slower, as
 			// without standby, but the switch still gets there.

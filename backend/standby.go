@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"gpuhost/units"
 )
@@ -27,8 +29,19 @@ type Sleeper interface {
 	Sleeping(ctx context.Context) (bool, error)
 }
 
+// statusError is an answer with a status other than 200.
+type statusError struct {
+	url  string
+	code int
+	body string // its first KiB
+}
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("POST %s: status %d: %s", e.url, e.code, e.body)
+}
+
 // post sends a POST with an optional JSON body and returns the answer's
-// first KiB, failing on any status but 200.
+// first KiB, failing on any status but 200 (a *statusError).
 func post(ctx context.Context, client *http.Client, url string, body any) (string, error) {
 	var rd io.Reader
 	if body != nil {
@@ -53,12 +66,22 @@ func post(ctx context.Context, client *http.Client, url string, body any) (strin
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
 	text := strings.TrimSpace(string(data))
 	if resp.StatusCode != http.StatusOK {
-		if resp.StatusCode == http.StatusNotFound {
-			return "", fmt.Errorf("POST %s: status 404: the server has no such endpoint (vLLM serves the sleep endpoints only with --enable-sleep-mode and %s=1; set the profile's standby)", url, units.EnvVLLMDevMode)
-		}
-		return "", fmt.Errorf("POST %s: status %d: %s", url, resp.StatusCode, text)
+		return "", &statusError{url: url, code: resp.StatusCode, body: text}
 	}
 	return text, nil
+}
+
+// vllmPost is post to one of vLLM's sleep endpoints: a 404 there means the
+// server was started without them, and the error says how to get them.
+// (Ollama's 404 is a different thing, a model it does not have, and keeps
+// Ollama's own message.)
+func vllmPost(ctx context.Context, client *http.Client, url string, body any) (string, error) {
+	text, err := post(ctx, client, url, body)
+	var se *statusError
+	if errors.As(err, &se) && se.code == http.StatusNotFound {
+		return "", fmt.Errorf("POST %s: status 404: the server has no such endpoint (vLLM serves the sleep endpoints only with --enable-sleep-mode and %s=1; set the profile's standby)", url, units.EnvVLLMDevMode)
+	}
+	return text, err
 }
 
 // Sleep asks vLLM to sleep: POST /sleep?level=N. vLLM answers once the
@@ -67,7 +90,7 @@ func (v *VLLM) Sleep(ctx context.Context, level int) (string, error) {
 	if level != 1 && level != 2 {
 		return "", fmt.Errorf("vLLM sleep level %d: must be 1 or 2", level)
 	}
-	if _, err := post(ctx, v.client, fmt.Sprintf("%s/sleep?level=%d", v.base, level), nil); err != nil {
+	if _, err := vllmPost(ctx, v.client, fmt.Sprintf("%s/sleep?level=%d", v.base, level), nil); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("%s sleeps at level %d", v.p.ServedModelName(), level), nil
@@ -88,13 +111,13 @@ func (v *VLLM) Wake(ctx context.Context, level int) (string, error) {
 			{"/wake_up?tags=kv_cache", nil},
 		}
 		for _, s := range steps {
-			if _, err := post(ctx, v.client, v.base+s.path, s.body); err != nil {
+			if _, err := vllmPost(ctx, v.client, v.base+s.path, s.body); err != nil {
 				return "", err
 			}
 		}
 		return fmt.Sprintf("%s woke from level 2 (weights reloaded)", v.p.ServedModelName()), nil
 	}
-	if _, err := post(ctx, v.client, v.base+"/wake_up", nil); err != nil {
+	if _, err := vllmPost(ctx, v.client, v.base+"/wake_up", nil); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("%s woke from level 1", v.p.ServedModelName()), nil
@@ -115,13 +138,48 @@ func (v *VLLM) Sleeping(ctx context.Context) (bool, error) {
 }
 
 // Sleep unloads the model: a generate request without a prompt and with
-// keep_alive 0. An idle `ollama serve` holds no GPU memory.
+// keep_alive 0. An idle `ollama serve` holds no GPU memory. Ollama answers
+// that request at once (200, done_reason "unload") and unloads in the
+// background: the model stays in /api/ps, its runner process alive, a few
+// milliseconds more (Ollama 0.17.4: the scheduler expires the runner
+// asynchronously). So Sleep then waits, within ctx, until /api/ps no
+// longer lists the model: like vLLM's /sleep, it returns once the server
+// is in standby, whether or not NVML can see the memory go.
 func (o *Ollama) Sleep(ctx context.Context, _ int) (string, error) {
-	if _, err := post(ctx, o.client, o.base+"/api/generate", map[string]any{"model": o.p.Model, "keep_alive": 0, "stream": false}); err != nil {
+	t0 := time.Now()
+	text, err := post(ctx, o.client, o.base+"/api/generate", map[string]any{"model": o.p.Model, "keep_alive": 0, "stream": false})
+	if err != nil {
 		return "", fmt.Errorf("unload %s: %w", o.p.Model, err)
 	}
-	return "unloaded " + o.p.Model, nil
+	var ans struct {
+		DoneReason string `json:"done_reason"`
+	}
+	_ = json.Unmarshal([]byte(text), &ans)
+	wait := unloadPollMin
+	for {
+		_, names, found, err := o.loaded(ctx)
+		if err == nil && !found {
+			return fmt.Sprintf("unloaded %s (done_reason %q; gone from /api/ps after %s)", o.p.Model, ans.DoneReason,
+				time.Since(t0).Round(time.Millisecond)), nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return "", fmt.Errorf("unload %s: Ollama answered %q, then /api/ps: %w", o.p.Model, text, err)
+			}
+			return "", fmt.Errorf("unload %s: Ollama answered %q but /api/ps still lists %v: %w", o.p.Model, text, names, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, unloadPollMax)
+	}
 }
+
+// The unload poll of /api/ps starts at unloadPollMin and doubles up to
+// unloadPollMax (the tiny test model is gone after 5–8 ms).
+const (
+	unloadPollMin = 5 * time.Millisecond
+	unloadPollMax = 200 * time.Millisecond
+)
 
 // Wake loads the model again (Load).
 func (o *Ollama) Wake(ctx context.Context, _ int) (string, error) { return o.Load(ctx) }

@@ -1,8 +1,15 @@
 package backend
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"gpuhost/simulator"
 	"gpuhost/units"
@@ -69,5 +76,70 @@ func TestOllamaUnloadLoadAgainstSimulator(t *testing.T) {
 	}
 	if _, err := o.Verify(ctx); err != nil {
 		t.Errorf("verify after wake: %v", err)
+	}
+}
+
+// TestOllamaSleepWaitsForTheUnload follows the real Ollama (0.17.4): the
+// unload request is answered at once, done_reason "unload", while /api/ps
+// lists the model a few milliseconds more. Sleep returns only once it is
+// gone, and an unknown model's 404 keeps Ollama's message (not vLLM's
+// sleep-mode hint).
+func TestOllamaSleepWaitsForTheUnload(t *testing.T) {
+	var mu sync.Mutex
+	listedFor := 0   // /api/ps answers that still list the model
+	afterUnload := 3 // what an unload request sets listedFor to
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/generate", func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Model string }
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		if req.Model != "tiny" {
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprintf(w, `{"error":"model '%s' not found"}`, req.Model)
+			return
+		}
+		mu.Lock()
+		listedFor = afterUnload
+		mu.Unlock()
+		fmt.Fprint(w, `{"model":"tiny","created_at":"2026-01-01T00:00:00Z","response":"","done":true,"done_reason":"unload"}`)
+	})
+	mux.HandleFunc("GET /api/ps", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if listedFor > 0 {
+			listedFor--
+			fmt.Fprint(w, `{"models":[{"name":"tiny:latest","model":"tiny:latest","size_vram":0}]}`)
+			return
+		}
+		fmt.Fprint(w, `{"models":[]}`)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	ctx := testCtx(t)
+	o := NewOllama(units.Profile{Name: "tiny", Backend: units.Ollama, Model: "tiny"}, NewClient(), srv.URL)
+	msg, err := o.Sleep(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	left := listedFor
+	mu.Unlock()
+	if left != 0 || !strings.Contains(msg, `done_reason "unload"`) {
+		t.Errorf("Sleep returned %q with the model still listed for %d more /api/ps answers", msg, left)
+	}
+	if asleep, err := o.Sleeping(ctx); err != nil || !asleep {
+		t.Errorf("Sleeping right after Sleep = %v, %v", asleep, err)
+	}
+	_, err = NewOllama(units.Profile{Name: "x", Backend: units.Ollama, Model: "nosuch"}, NewClient(), srv.URL).Sleep(ctx, 0)
+	if err == nil || !strings.Contains(err.Error(), "model 'nosuch' not found") || strings.Contains(err.Error(), "vLLM") {
+		t.Errorf("unload of an unknown model: %v", err)
+	}
+	// Within its context only: a model that never leaves /api/ps fails.
+	mu.Lock()
+	afterUnload = 1 << 30
+	mu.Unlock()
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := o.Sleep(short, 0); err == nil || !strings.Contains(err.Error(), "still lists [tiny:latest]") {
+		t.Errorf("unload that never completes: %v", err)
 	}
 }
