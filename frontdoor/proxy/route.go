@@ -105,7 +105,17 @@ func (p *Proxy) route(reqCtx context.Context, h *hold, requested string, rec *re
 			return nil, switchIncomplete(requested, switchedTo, st)
 		}
 		var dep *departure
-		if p.pol != nil && st.Phase == api.PhaseActive && st.Step == "" {
+		if p.pol != nil && (st.Phase == api.PhaseSwitching || st.Phase == api.PhaseActive && st.Step != "") {
+			// A switch (or a backend's restart) is under way: wait for it
+			// and route again, so that the policy decides against what it
+			// leads to. Asking the Supervisor for a switch now could start
+			// one the moment the running one ends, past the policy.
+			if _, err := p.awaitActive(holdCtx, st, profiles, rec); err != nil && !errors.Is(err, api.ErrNoBackend) {
+				return nil, holdError(p.sup.State(), holdCtx, reqCtx, err)
+			}
+			continue
+		}
+		if p.pol != nil && st.Phase == api.PhaseActive {
 			// Switching away from a running model: the anti-thrash
 			// policy holds the request while that model is resident and
 			// lets one request lead the switch once its requests drained.
