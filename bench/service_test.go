@@ -61,7 +61,7 @@ func newServiceFixture(t *testing.T, decodeTPS float64) *serviceFixture {
 			f.published = append(f.published, msg)
 			f.mu.Unlock()
 		},
-		Log:                slog.New(slog.DiscardHandler),
+		Log: slog.New(slog.DiscardHandler),
 		// Negative: every progress line is published, so the test does not
 		// depend on how fast a phase runs (1 ms dropped a fast prefill's line).
 		MinPublishInterval: -1,

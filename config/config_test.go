@@ -75,6 +75,10 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"triage profile url", minimal + "triage:\n  crm: {enabled: true, profile_url: 'https://crm/x'}\n", []string{"triage.crm.profile_url", "{id}"}},
 		{"triage crm match", minimal + "triage:\n  crm: {enabled: true, match: regex}\n", []string{"triage.crm.match", `"regex"`}},
 		{"agent steps", minimal + "agent:\n  max_steps: 99\n", []string{"agent.max_steps", "1..50"}},
+		{"negative drain", minimal + "proxy:\n  drain_timeout: -1s\n", []string{"proxy.drain_timeout (line", "negative"}},
+		{"bad residency", minimal + "proxy:\n  min_residency: often\n", []string{"proxy.min_residency (line", "invalid duration"}},
+		{"drain beyond the hold", minimal + "proxy:\n  hold_timeout: 20s\n  drain_timeout: 1m\n", []string{"proxy.drain_timeout (line", "1m0s is longer than proxy.hold_timeout (20s)"}},
+		{"residency beyond the hold", minimal + "proxy:\n  hold_timeout: 20s\n  min_residency: 30s\n", []string{"proxy.min_residency (line", "30s is longer than proxy.hold_timeout (20s)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,6 +120,32 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if got := cfg.EnvFilePath("gpuhost-vllm.service"); got != "/var/lib/gpuhost/backends/gpuhost-vllm.env" {
 		t.Errorf("env file path %q", got)
+	}
+	if d, r := cfg.Proxy.DrainTimeout.D(), cfg.Proxy.MinResidency.D(); d != DefaultDrainTimeout || r != DefaultMinResidency {
+		t.Errorf("proxy drain_timeout %s, min_residency %s; want the defaults", d, r)
+	}
+}
+
+// TestProxyPolicyKeys: 0 turns the anti-thrash bounds off (it is not "the
+// default"), and unset they follow a hold_timeout shorter than their
+// defaults, so that setting only hold_timeout is never an error.
+func TestProxyPolicyKeys(t *testing.T) {
+	for _, tc := range []struct {
+		yaml                string
+		wantDrain, wantStay string
+	}{
+		{"proxy:\n  drain_timeout: 0s\n  min_residency: 0s\n", "0s", "0s"},
+		{"proxy:\n  drain_timeout: 5s\n  min_residency: 250ms\n", "5s", "250ms"},
+		{"proxy:\n  hold_timeout: 4s\n", "4s", "4s"},
+		{"proxy:\n  hold_timeout: 20s\n", "20s", "10s"},
+	} {
+		cfg, err := Parse("p.yaml", []byte(minimal+tc.yaml))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.yaml, err)
+		}
+		if d, r := cfg.Proxy.DrainTimeout.D().String(), cfg.Proxy.MinResidency.D().String(); d != tc.wantDrain || r != tc.wantStay {
+			t.Errorf("%q: drain_timeout %s, min_residency %s; want %s, %s", tc.yaml, d, r, tc.wantDrain, tc.wantStay)
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -41,11 +42,16 @@ import (
 // tput-%direct (median direct time / median proxied time, i.e. streamed
 // tokens/s through the proxy as a percentage of direct, same run).
 //
+// With GPUHOST_PROXY_BENCH_AUTO_SWITCH=1 the proxy runs with
+// proxy.auto_switch on, so that the anti-thrash policy's per-request
+// bookkeeping (policy.go: admit and release) is in the figures.
+//
 //	go test -run '^$' -bench BenchmarkProxy -benchtime 2s ./frontdoor/proxy/
 func BenchmarkProxy(b *testing.B) {
 	f := appliancetest.New(b, appliancetest.Options{Activate: "coder", Hook: func(c *config.Config) {
 		c.Profiles["coder"].Sim.PrefillTPS = 1e9
 		c.Profiles["coder"].Sim.DecodeTPS = 1e9
+		c.Proxy.AutoSwitch = os.Getenv("GPUHOST_PROXY_BENCH_AUTO_SWITCH") == "1"
 	}})
 	api, err := httpapi.New(f.Sup, f.Doctor, f.Log)
 	if err != nil {

@@ -17,9 +17,52 @@
 //     only changes a body ever gets. Another profile's model gets 404 naming
 //     the models,
 //     or, with proxy.auto_switch, triggers a switch and is held until it is
-//     done.
+//     done (subject to the anti-thrash rule below).
 //   - GET /v1/models is answered by gpuhost: every profile's served name and
 //     aliases, with "status" loaded / loading / not_loaded and max_model_len.
+//
+// Anti-thrash (auto_switch only; policy.go). A client alternating two models
+// (an architect/editor pair of agents, two agents on two models) would swap
+// the GPU on every request, and each swap would cut the other model's
+// running answers. Three rules, which hold requests and never fail them:
+//
+//   - Minimum residency. A profile that became active at time A stays at
+//     least until max(A, U) + proxy.min_residency, where U is the arrival of
+//     its latest request that came while no request for another model was
+//     waiting. A request for another model that arrives meanwhile is held
+//     until then. Requests for the current model keep being served during
+//     the residency, but once a request for another model waits they no
+//     longer move U: a held request waits at most min_residency for the
+//     residency, however busy the current model is (no starvation).
+//   - Drain. When the residency is over, the earliest-waiting model's
+//     request leads the switch away: it first waits for the requests
+//     running on the current model to finish, at most proxy.drain_timeout
+//     (after that the switch goes ahead and cuts them, as it would without
+//     a drain). From the start of the drain the current model is leaving:
+//     new requests for it are held too, and once the switch has started
+//     they route again, as requests for a model that is not active (they
+//     wait for the new model's residency and then switch back).
+//   - Batching. Every request for the target joins that one drain and
+//     switch and is released with the others when the target is active;
+//     a request for a third model waits for the switch, then for the
+//     target's residency. Targets are served in the order they were first
+//     asked for. The requests a switch was made for count as the new
+//     model's own until they reach it (a later drain waits for them), so a
+//     switch is never undone before they are served.
+//
+// The policy's holds are bounded (each departure by min_residency plus
+// drain_timeout, both at most hold_timeout, checked at load), count in the
+// request's held time, and are not charged to proxy.hold_timeout: the hold
+// budget moves back by the time the policy held the request, so it runs
+// only while the request waits for a switch, as without the policy. A
+// request is therefore never failed because of the policy; the failures
+// are those of before (hold_timeout while a switch runs, the client leaving,
+// a switch that fails or that the doctor refuses, which is known only once
+// the residency is over, and answers still running when drain_timeout ends,
+// which the switch cuts as it cut every running answer before the drain).
+// min_residency 0 and drain_timeout 0 give the old behaviour (switch at
+// once, cut what runs).
+// With auto_switch off none of this runs and requests pay nothing for it.
 //
 // Forwarding is httputil.ReverseProxy with FlushInterval -1 rather than a
 // hand-written copy: it already handles hop-by-hop headers, trailers, 1xx
@@ -129,6 +172,12 @@ type Proxy struct {
 	mem      *memBudget
 	rejected *prometheus.CounterVec
 
+	// pol is auto_switch's anti-thrash policy (policy.go); nil when
+	// auto_switch is off, and then no request pays for it.
+	pol           *policy
+	deferred      *prometheus.CounterVec
+	drainTimeouts prometheus.Counter
+
 	lenMu    sync.Mutex
 	lenCache map[string]int // "profile@since" → max_model_len reported by vLLM
 }
@@ -137,7 +186,9 @@ type observerBox struct{ o Observer }
 
 // New builds the proxy. sup is the Supervisor; profiles returns the
 // configured profiles (called per request, so a config reload is seen);
-// cfg's zero HoldTimeout and MaxBodyBytes mean 10 min and 32 MiB.
+// cfg's zero HoldTimeout and MaxBodyBytes mean 10 min and 32 MiB, a nil
+// DrainTimeout and MinResidency the config's defaults (as config.Parse
+// sets them).
 func New(sup Backend, cfg config.ProxyConfig, profiles func() map[string]*units.Profile, log *slog.Logger) *Proxy {
 	if log == nil {
 		log = slog.Default()
@@ -154,6 +205,18 @@ func New(sup Backend, cfg config.ProxyConfig, profiles func() map[string]*units.
 	p := &Proxy{sup: sup, cfg: cfg, profiles: profiles, log: log,
 		created: time.Now().Unix(), lenCache: map[string]int{},
 		mem: &memBudget{limit: cfg.BodyMemoryBytes}, rejected: newRejectedCounter()}
+	p.deferred, p.drainTimeouts = newPolicyCounters()
+	if cfg.AutoSwitch {
+		drain := min(config.DefaultDrainTimeout, cfg.HoldTimeout.D())
+		residency := min(config.DefaultMinResidency, cfg.HoldTimeout.D())
+		if cfg.DrainTimeout != nil {
+			drain = cfg.DrainTimeout.D()
+		}
+		if cfg.MinResidency != nil {
+			residency = cfg.MinResidency.D()
+		}
+		p.pol = newPolicy(residency, drain, p.deferred, p.drainTimeouts)
+	}
 	p.transport = &http.Transport{
 		Proxy:       nil, // the backend is on loopback: never an environment proxy
 		DialContext: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -296,6 +359,8 @@ type record struct {
 	x         *exchange     // the last forwarding attempt
 	firstByte time.Time     // of an answer gpuhost wrote itself
 	detail    string
+	ticket    ticket // auto_switch: the forwarding under way counts as in flight
+	pending   string // auto_switch: the profile whose switch this request waits for
 }
 
 // clientWriter notes when the first body byte went to the client (the
@@ -334,6 +399,9 @@ func (w *clientWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &record{start: time.Now(), method: r.Method, path: r.URL.Path}
 	defer func() {
+		if p.pol != nil {
+			p.pol.release(rec)
+		}
 		if v := recover(); v != nil {
 			// httputil.ReverseProxy aborts a response whose copy failed
 			// (client gone, backend died mid-stream) with ErrAbortHandler;
@@ -386,11 +454,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if field.IsString {
 		requested = field.Name
 	}
-	holdCtx, cancel := context.WithTimeout(r.Context(), p.cfg.HoldTimeout.D())
-	defer cancel()
+	var h hold
+	h.start(r.Context(), p.cfg.HoldTimeout.D())
+	defer h.stop()
 
 	for attempt := 0; ; attempt++ {
-		prof, aerr := p.route(r.Context(), holdCtx, requested, rec)
+		prof, aerr := p.route(r.Context(), &h, requested, rec)
 		if aerr != nil {
 			p.fail(w, rec, aerr)
 			return
@@ -412,6 +481,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		cw := &clientWriter{ResponseWriter: w}
 		rec.client, rec.x = cw, x
 		p.rp.ServeHTTP(cw, req)
+		if p.pol != nil {
+			p.pol.release(rec)
+		}
 		rec.tap, rec.status = x.tap, x.status
 		if x.tap != nil {
 			rec.stream = x.tap.mode == tapSSE
@@ -419,10 +491,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if x.err != nil && x.dialErr && x.canRetry && r.Context().Err() == nil {
 			// Refused: the backend is restarting or a switch began after
 			// routing. Wait a moment and route again (held if switching).
-			if sleepCtx(holdCtx, 100*time.Millisecond) == nil {
+			if sleepCtx(h.ctx, 100*time.Millisecond) == nil {
 				continue
 			}
-			p.fail(w, rec, holdError(p.sup.State(), holdCtx, r.Context(), x.err))
+			p.fail(w, rec, holdError(p.sup.State(), h.ctx, r.Context(), x.err))
 			return
 		}
 		if x.err != nil {

@@ -302,7 +302,10 @@ func TestModelsAndRouting(t *testing.T) {
 // switches (from idle too) and is served; Ollama gets a "model" inserted
 // when the request has none.
 func TestAutoSwitch(t *testing.T) {
-	e := newEnv(t, appliancetest.Options{ExtraYAML: "proxy:\n  auto_switch: true\n"})
+	// A short residency: the requests for llama below come right after
+	// coder became active, so they are held for it (the default 10s would
+	// only make the test slower).
+	e := newEnv(t, appliancetest.Options{ExtraYAML: "proxy:\n  auto_switch: true\n  min_residency: 100ms\n"})
 	resp := post(t, context.Background(), e.url+"/v1/chat/completions", chatBody(t, "qwen3-coder", true, 8, nil))
 	if resp.StatusCode != 200 || !readStream(t, resp, nil).done {
 		t.Fatalf("from idle: status %d", resp.StatusCode)
@@ -549,12 +552,16 @@ func brokenProfile(t *testing.T) func(*config.Config) {
 	}
 }
 
+// autoSwitchNow is auto_switch without the minimum residency, for the
+// tests of what a switch's failure does to the requests held for it.
+const autoSwitchNow = "proxy:\n  auto_switch: true\n  min_residency: 0s\n"
+
 func TestSwitchFailures(t *testing.T) {
 	// The switch to llama below stops at its first event (in the log call)
 	// until the client has left: it cannot finish first, however slow the
 	// machine.
 	gate := newGate("switch to llama (ollama) requested")
-	e := newEnv(t, appliancetest.Options{Activate: "coder", ExtraYAML: "proxy:\n  auto_switch: true\n", Log: slog.New(gate), Hook: brokenProfile(t)})
+	e := newEnv(t, appliancetest.Options{Activate: "coder", ExtraYAML: autoSwitchNow, Log: slog.New(gate), Hook: brokenProfile(t)})
 	t.Cleanup(gate.open) // cleanups run last-first: before the fixture's, which waits for the switch
 
 	resp := post(t, context.Background(), e.url+"/v1/chat/completions", chatBody(t, "broken-model", true, 5, nil))
@@ -654,7 +661,7 @@ func (g *gateHandler) WithGroup(string) slog.Handler      { return g }
 // by blocking the Supervisor in the log call of that last event.
 func TestAutoSwitchRightAfterRollback(t *testing.T) {
 	gate := newGate("; rolled back to coder")
-	e := newEnv(t, appliancetest.Options{Activate: "coder", ExtraYAML: "proxy:\n  auto_switch: true\n", Log: slog.New(gate), Hook: brokenProfile(t)})
+	e := newEnv(t, appliancetest.Options{Activate: "coder", ExtraYAML: autoSwitchNow, Log: slog.New(gate), Hook: brokenProfile(t)})
 	t.Cleanup(gate.open) // cleanups run last-first: before the fixture's, which waits for the switch
 	resp := post(t, context.Background(), e.url+"/v1/chat/completions", chatBody(t, "broken-model", false, 5, nil))
 	if resp.StatusCode != http.StatusServiceUnavailable {

@@ -29,10 +29,14 @@ const busyPoll = 2 * time.Millisecond
 // route picks the profile a request goes to, holding it while a switch runs
 // and starting one when auto_switch asks for it (at most one per request).
 // requested is the body's "model" ("" = whatever is active). It returns a
-// client-facing error when the request cannot be served.
-func (p *Proxy) route(reqCtx, holdCtx context.Context, requested string, rec *record) (*units.Profile, *apiErr) {
+// client-facing error when the request cannot be served. With auto_switch
+// the request's place in the in-flight count is left in rec.ticket (the
+// caller releases it when the forwarding ends), and the anti-thrash policy
+// may hold it (gate, admit); those holds do not count as routing rounds.
+func (p *Proxy) route(reqCtx context.Context, h *hold, requested string, rec *record) (*units.Profile, *apiErr) {
 	switchedTo := ""
 	for round := 0; round < maxRouteRounds; round++ {
+		holdCtx := h.ctx
 		profiles := p.profiles()
 		st := p.sup.State()
 		var cands []*units.Profile
@@ -48,14 +52,39 @@ func (p *Proxy) route(reqCtx, holdCtx context.Context, requested string, rec *re
 		}
 		cur := currentProfile(st)
 		if requested == "" || containsProfile(cands, cur) {
+			if p.pol != nil && st.Phase == api.PhaseSwitching {
+				p.pol.await(p.sup, cur, rec) // part of the batch the switch releases
+			}
 			prof, err := p.awaitActive(holdCtx, st, profiles, rec)
 			if err != nil {
+				if p.pol != nil {
+					p.pol.release(rec)
+				}
 				if errors.Is(err, api.ErrNoBackend) && requested != "" && p.cfg.AutoSwitch && switchedTo == "" && reqCtx.Err() == nil {
 					continue // the switch we waited for failed: auto_switch may start one
 				}
 				return nil, holdError(p.sup.State(), holdCtx, reqCtx, err)
 			}
 			if requested == "" || serves(prof, requested) {
+				if p.pol == nil {
+					return prof, nil
+				}
+				d, ok := p.pol.admit(p.sup, prof.Name, rec)
+				switch {
+				case !ok:
+					// The state moved on since it was read (a switch
+					// began): route again, which holds the request.
+					continue
+				case d != nil:
+					// prof is being drained for a switch away: the
+					// request waits for that switch to start, then routes
+					// again (it is for another model now).
+					if aerr := p.awaitDeparture(reqCtx, h, rec, d); aerr != nil {
+						return nil, aerr
+					}
+					round--
+					continue
+				}
 				return prof, nil
 			}
 			// The switch this request waited for ended with another profile
@@ -75,7 +104,35 @@ func (p *Proxy) route(reqCtx, holdCtx context.Context, requested string, rec *re
 			// switched away. Switching back would ping-pong the GPU.
 			return nil, switchIncomplete(requested, switchedTo, st)
 		}
+		var dep *departure
+		if p.pol != nil && (st.Phase == api.PhaseSwitching || st.Phase == api.PhaseActive && st.Step != "") {
+			// A switch (or a backend's restart) is under way: wait for it
+			// and route again, so that the policy decides against what it
+			// leads to. Asking the Supervisor for a switch now could start
+			// one the moment the running one ends, past the policy.
+			if _, err := p.awaitActive(holdCtx, st, profiles, rec); err != nil && !errors.Is(err, api.ErrNoBackend) {
+				return nil, holdError(p.sup.State(), holdCtx, reqCtx, err)
+			}
+			continue
+		}
+		if p.pol != nil && st.Phase == api.PhaseActive {
+			// Switching away from a running model: the anti-thrash
+			// policy holds the request while that model is resident and
+			// lets one request lead the switch once its requests drained.
+			d, aerr := p.gate(reqCtx, h, rec, st, cands)
+			if aerr != nil {
+				return nil, aerr
+			}
+			if d == nil {
+				round-- // held, then the state moved on: route again
+				continue
+			}
+			dep, holdCtx = d, h.ctx
+		}
 		name, aerr := p.startSwitch(holdCtx, cands, rec)
+		if dep != nil {
+			p.finish(dep, rec, name, aerr)
+		}
 		if aerr != nil {
 			return nil, aerr
 		}
@@ -105,6 +162,24 @@ func (p *Proxy) route(reqCtx, holdCtx context.Context, requested string, rec *re
 		switchedTo = name
 	}
 	return nil, switchIncomplete(requested, "", p.sup.State())
+}
+
+// awaitDeparture holds a request for a model being drained until the
+// switch away from it has started; the time is the policy's (see gate).
+func (p *Proxy) awaitDeparture(reqCtx context.Context, h *hold, rec *record, d *departure) *apiErr {
+	p.pol.deferred.WithLabelValues("drain").Inc()
+	t0 := time.Now()
+	select {
+	case <-d.done:
+	case <-reqCtx.Done():
+	}
+	w := time.Since(t0)
+	rec.held += w
+	h.extend(w)
+	if reqCtx.Err() != nil {
+		return clientGoneWhileHeld()
+	}
+	return nil
 }
 
 // switchIncomplete is the 503 for a request whose model a switch was meant
