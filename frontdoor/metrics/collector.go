@@ -58,6 +58,12 @@ var (
 	activeProfileDesc = prometheus.NewDesc("gpuhost_active_profile_info",
 		"The profile whose backend serves /v1 (always 1; absent while idle, switching or failed).",
 		[]string{"profile", "backend", "unit", "served_name"}, nil)
+	standbyDesc = prometheus.NewDesc("gpuhost_backend_standby_info",
+		"A backend kept running in standby (vLLM asleep, Ollama unloaded), ready to wake instead of a cold start (always 1; absent when none is).",
+		[]string{"profile", "unit", "mode"}, nil)
+	standbyResidualDesc = prometheus.NewDesc("gpuhost_backend_standby_residual_bytes",
+		"The GPU memory a backend in standby may hold: its residual as NVML measured it at the profile's first sleep (0 before it was measured).",
+		[]string{"profile", "unit"}, nil)
 	stateDesc = prometheus.NewDesc("gpuhost_state",
 		"The Supervisor's phase: 1 for the current one (idle, switching, active, failed), 0 for the others.",
 		[]string{"phase"}, nil)
@@ -115,7 +121,7 @@ func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, g := range dcgmGauges {
 		ch <- g.desc
 	}
-	for _, d := range []*prometheus.Desc{gpuUpDesc, activeProfileDesc, stateDesc, unitStateDesc, doctorCheckDesc, doctorRunDesc,
+	for _, d := range []*prometheus.Desc{gpuUpDesc, activeProfileDesc, standbyDesc, standbyResidualDesc, stateDesc, unitStateDesc, doctorCheckDesc, doctorRunDesc,
 		telegramUpDesc, telegramStateDesc, telegramErrorsDesc, telegramSkippedDesc, telegramDroppedDesc} {
 		ch <- d
 	}
@@ -167,6 +173,11 @@ func collectState(ch chan<- prometheus.Metric, st api.Status) {
 	}
 	if !phaseKnown(st.State.Phase) {
 		ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, 1, cleanLabel(string(st.State.Phase)))
+	}
+	for _, sb := range st.State.Standby {
+		profile, unit := cleanLabel(sb.Profile), cleanLabel(sb.Unit)
+		ch <- prometheus.MustNewConstMetric(standbyDesc, prometheus.GaugeValue, 1, profile, unit, cleanLabel(sb.Mode))
+		ch <- prometheus.MustNewConstMetric(standbyResidualDesc, prometheus.GaugeValue, float64(sb.ResidualMiB)*(1<<20), profile, unit)
 	}
 	if st.State.Phase != api.PhaseActive {
 		return

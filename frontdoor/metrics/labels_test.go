@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -9,6 +10,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"gpuhost/api"
 )
 
 func TestCleanLabel(t *testing.T) {
@@ -85,4 +89,38 @@ func FuzzObserveRequest(f *testing.F) {
 			t.Fatalf("gather after ObserveRequest(%q, %d, %d, %d, %d, %d): %v", model, status, prompt, completion, ttfb, dur, err)
 		}
 	})
+}
+
+func TestStandbySeries(t *testing.T) {
+	st := api.Status{State: api.State{Phase: api.PhaseActive, Profile: "llama", Backend: "ollama", Unit: "gpuhost-ollama.service",
+		Standby: []api.StandbyInfo{{Profile: "coder", Unit: "gpuhost-vllm.service", Mode: "sleep1", ResidualMiB: 512}}}}
+	ch := make(chan prometheus.Metric, 32)
+	collectState(ch, st)
+	close(ch)
+	var got []string
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		desc := m.Desc().String()
+		switch {
+		case strings.Contains(desc, "gpuhost_backend_standby_info"):
+			got = append(got, fmt.Sprintf("info %v", labelPairs(d.GetLabel())))
+		case strings.Contains(desc, "gpuhost_backend_standby_residual_bytes"):
+			got = append(got, fmt.Sprintf("residual %v %g", labelPairs(d.GetLabel()), d.GetGauge().GetValue()))
+		}
+	}
+	want := []string{"info [mode=sleep1 profile=coder unit=gpuhost-vllm.service]", "residual [profile=coder unit=gpuhost-vllm.service] 5.36870912e+08"}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("standby series = %q, want %q", got, want)
+	}
+}
+
+func labelPairs(ls []*dto.LabelPair) []string {
+	var out []string
+	for _, l := range ls {
+		out = append(out, l.GetName()+"="+l.GetValue())
+	}
+	return out
 }
