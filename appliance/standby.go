@@ -454,9 +454,38 @@ func (s *Supervisor) enforceStandby(ctx context.Context) {
 		if !s.switchMu.TryLock() {
 			return
 		}
-		s.standbyViolation(ctx, w.unit, w.e, st, used, w.residual)
+		// The readings above were taken without the lock: a switch may
+		// have woken this unit (above its residual, still listed) and
+		// finished since, so that it now serves. Decide again under the
+		// lock, on the standby entry and fresh readings.
+		if st, used, ok := s.stillAboveResidual(ctx, w.unit, w.e, w.residual); ok {
+			s.standbyViolation(ctx, w.unit, w.e, st, used, w.residual)
+		}
 		s.switchMu.Unlock()
 	}
+}
+
+// stillAboveResidual reports whether unit is still in standby as e and
+// holds more than its residual now; switchMu is held.
+func (s *Supervisor) stillAboveResidual(ctx context.Context, unit string, e standbyEntry, residual uint64) (api.UnitStatus, uint64, bool) {
+	cur, ok := s.standbyOf(unit)
+	if !ok || cur.Profile != e.Profile || cur.Mode != e.Mode || !cur.Since.Equal(e.Since) {
+		return api.UnitStatus{}, 0, false
+	}
+	st, err := s.units.Unit(ctx, unit)
+	if err != nil || !st.Active() {
+		return api.UnitStatus{}, 0, false
+	}
+	snap, err := s.snapshot(ctx)
+	if err != nil {
+		return api.UnitStatus{}, 0, false
+	}
+	d, ok := snap.Device0()
+	if !ok {
+		return api.UnitStatus{}, 0, false
+	}
+	used := unitUsedMiB(d, st)
+	return st, used, used > residual+residualToleranceMiB
 }
 
 // standbyViolation records and ends one backend above its residual.

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"gpuhost/api"
 	"gpuhost/internal/testkit"
+	"gpuhost/nvml"
 )
 
 // standbyYAML is the process-runner config with standby on both engines:
@@ -227,5 +229,92 @@ func awaitReconciled(t testing.TB, s *Supervisor) {
 	case <-s.Ready():
 	case <-time.After(30 * time.Second):
 		t.Fatal("Supervisor not ready")
+	}
+}
+
+// hookGPU runs a hook once, right after the next Snapshot it serves, to
+// make something happen between a reader's NVML reading and what it does
+// with it.
+type hookGPU struct {
+	GPU
+	mu   sync.Mutex
+	hook func()
+}
+
+func (h *hookGPU) Snapshot(ctx context.Context) (nvml.Snapshot, error) {
+	snap, err := h.GPU.Snapshot(ctx)
+	h.mu.Lock()
+	fn := h.hook
+	h.hook = nil
+	h.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+	return snap, err
+}
+
+// HostMemAvailableMiB passes the simulated host RAM through, so the
+// standby choice sees what it sees without the hook.
+func (h *hookGPU) HostMemAvailableMiB(ctx context.Context) (uint64, error) {
+	return h.GPU.(interface {
+		HostMemAvailableMiB(context.Context) (uint64, error)
+	}).HostMemAvailableMiB(ctx)
+}
+
+// TestStandbyWatcherSparesAWokenTarget is the watcher's race with a
+// switch: it reads the units in standby and NVML without the switch lock,
+// so a switch back to the sleeping backend can wake it (above its residual
+// and still listed) and finish before the watcher takes the lock. The
+// watcher must then see that the backend serves and leave it alone, not
+// put the active backend to sleep on its stale reading.
+func TestStandbyWatcherSparesAWokenTarget(t *testing.T) {
+	yaml := standbyYAML(t)
+	f := newProcFixtureYAML(t, func(bin, state string) string {
+		// No watcher rounds of its own: this test runs the one round.
+		return strings.Replace(yaml(bin, state), "standby_watch_interval: 100ms", "standby_watch_interval: 1h", 1)
+	})
+	awaitReconciled(t, f.sup)
+	hg := &hookGPU{GPU: f.sup.gpu}
+	f.sup.gpu = hg // before any switch; Run is past its last read of it
+	for _, p := range []string{"coder", "llama"} {
+		if evs, err := f.switchTo(t, p); err != nil {
+			t.Fatalf("switch to %s: %v\n%s", p, err, describe(evs))
+		}
+	}
+	// coder above its residual while still listed in standby: as in the
+	// middle of a switch's wake step (here a wake_up by hand stands in for
+	// the half-done wake, so the reading is certain).
+	port := f.cfg.Profiles["coder"].Port
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/wake_up", port), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	// Between the watcher's reading and its lock, the switch to coder
+	// completes: coder woken (a no-op wake), llama in standby, coder active.
+	var switchErr error
+	hg.mu.Lock()
+	hg.hook = func() {
+		evs, err := f.switchTo(t, "coder")
+		if err != nil {
+			switchErr = fmt.Errorf("%w\n%s", err, describe(evs))
+		}
+	}
+	hg.mu.Unlock()
+	f.sup.enforceStandby(context.Background())
+	if switchErr != nil {
+		t.Fatalf("switch to coder: %v", switchErr)
+	}
+	if st := f.sup.State(); st.Phase != api.PhaseActive || st.Profile != "coder" {
+		t.Fatalf("state after the switch back: %+v", st)
+	}
+	if n, _, msg := f.sup.Exclusion(); n != 0 {
+		t.Errorf("the watcher acted on the serving backend: %d exclusions, %q", n, msg)
+	}
+	if f.sup.engineSleeping(context.Background(), f.cfg.Profiles["coder"]) {
+		t.Error("the active coder was put back to sleep on a reading from before the switch")
+	}
+	if n, d := f.holders(t); n != 1 {
+		t.Errorf("%d backends above their residual, want 1: %s", n, d)
 	}
 }

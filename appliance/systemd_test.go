@@ -174,6 +174,7 @@ type sampler struct {
 	cmd   *exec.Cmd
 	out   *bufio.Scanner
 	stdin io.WriteCloser
+	ready string // the child's "SAMPLER READY" line (the residual mode puts what it read there)
 }
 
 type samplerReport struct {
@@ -186,6 +187,14 @@ type samplerReport struct {
 
 func startSampler(t testing.TB, e *e2e) *sampler {
 	t.Helper()
+	return startSamplerEnv(t, e)
+}
+
+// startSamplerEnv is startSampler with extra environment for the child
+// (GPUHOST_SAMPLER_MODE=residual selects the standby sampler of
+// systemd_standby_test.go).
+func startSamplerEnv(t testing.TB, e *e2e, env ...string) *sampler {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -193,6 +202,7 @@ func startSampler(t testing.TB, e *e2e) *sampler {
 	cmd := e.sd.Command(context.Background(), exe, "-test.run=^TestSamplerChild$", "-test.v")
 	cmd.Env = append(os.Environ(), "GPUHOST_SAMPLER=1",
 		"GPUHOST_SAMPLER_UNITS="+e.cfg.Backends.VLLM.Unit+","+e.cfg.Backends.Ollama.Unit)
+	cmd.Env = append(cmd.Env, env...)
 	// nsenter does not forward signals to the process it forks, so the
 	// sampler stops when its stdin closes.
 	stdin, err := cmd.StdinPipe()
@@ -211,6 +221,7 @@ func startSampler(t testing.TB, e *e2e) *sampler {
 	// Wait for the child to be connected and sampling.
 	for s.out.Scan() {
 		if strings.HasPrefix(s.out.Text(), "SAMPLER READY") {
+			s.ready = s.out.Text()
 			return s
 		}
 	}
@@ -220,12 +231,19 @@ func startSampler(t testing.TB, e *e2e) *sampler {
 
 func (s *sampler) stop(t testing.TB) samplerReport {
 	t.Helper()
-	_ = s.stdin.Close()
 	var rep samplerReport
+	s.stopInto(t, &rep)
+	return rep
+}
+
+// stopInto stops the sampler and decodes its report into rep.
+func (s *sampler) stopInto(t testing.TB, rep any) {
+	t.Helper()
+	_ = s.stdin.Close()
 	found := false
 	for s.out.Scan() {
 		if j, ok := strings.CutPrefix(s.out.Text(), "SAMPLER REPORT "); ok {
-			if err := json.Unmarshal([]byte(j), &rep); err != nil {
+			if err := json.Unmarshal([]byte(j), rep); err != nil {
 				t.Fatal(err)
 			}
 			found = true
@@ -235,7 +253,6 @@ func (s *sampler) stop(t testing.TB) samplerReport {
 	if !found {
 		t.Fatal("sampler printed no report")
 	}
-	return rep
 }
 
 // log reports the sampler's rate, which depends on the machine's load and
@@ -254,6 +271,10 @@ func (r samplerReport) log(t testing.TB) {
 func TestSamplerChild(t *testing.T) {
 	if os.Getenv("GPUHOST_SAMPLER") != "1" {
 		t.Skip("helper process for the end-to-end tests")
+	}
+	if os.Getenv("GPUHOST_SAMPLER_MODE") == "residual" {
+		residualSamplerChild(t)
+		return
 	}
 	names := strings.Split(os.Getenv("GPUHOST_SAMPLER_UNITS"), ",")
 	ctx, cancel := context.WithCancel(context.Background())
