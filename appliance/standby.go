@@ -263,10 +263,17 @@ func (s *Supervisor) sendToStandby(ctx context.Context, r *switchRun, b backendS
 	}
 	sctx, cancel := context.WithTimeout(ctx, s.cfg.GPU.ReleaseTimeout.D())
 	defer cancel()
+	// A backend already asleep before its first measured sleep (a crash
+	// during that sleep, or a hand /sleep) will not come down from what it
+	// holds now: its first steady reading is the residual.
+	from := held
+	if _, known := s.residualOf(p.Name); !known && s.engineSleeping(sctx, p) {
+		from = 0
+	}
 	if _, err := sl.Sleep(sctx, modeLevel(mode)); err != nil {
 		return "", mode, err
 	}
-	used, measured, err := s.waitResidual(sctx, p, b.status, held)
+	used, measured, err := s.waitResidual(sctx, p, b.status, from)
 	if err != nil {
 		return "", mode, err
 	}
@@ -293,8 +300,8 @@ func (s *Supervisor) unitHeldMiB(ctx context.Context, st api.UnitStatus) uint64 
 
 // waitResidual waits until the unit's processes hold at most the profile's
 // measured residual. The first time there is none: it waits until the
-// memory has come down from heldMiB and stays put for three readings, and
-// stores that as the residual.
+// memory has come down from heldMiB (0: from anything) and stays put for
+// three readings, and stores that as the residual.
 func (s *Supervisor) waitResidual(ctx context.Context, p *units.Profile, st api.UnitStatus, heldMiB uint64) (used uint64, measured bool, err error) {
 	known, ok := s.residualOf(p.Name)
 	pl := newPoller(releasePollCap)

@@ -318,3 +318,29 @@ func TestStandbyWatcherSparesAWokenTarget(t *testing.T) {
 		t.Errorf("%d backends above their residual, want 1: %s", n, d)
 	}
 }
+
+// TestStandbyFirstSleepOfASleepingBackend: a vLLM put to sleep by hand
+// before gpuhost ever measured its residual is measured where it is,
+// not stopped after the release timeout for "not coming down".
+func TestStandbyFirstSleepOfASleepingBackend(t *testing.T) {
+	f := newProcFixtureYAML(t, standbyYAML(t))
+	awaitReconciled(t, f.sup)
+	if evs, err := f.switchTo(t, "coder"); err != nil {
+		t.Fatalf("switch to coder: %v\n%s", err, describe(evs))
+	}
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/sleep?level=1", f.cfg.Profiles["coder"].Port), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	evs, err := f.switchTo(t, "llama")
+	if err != nil {
+		t.Fatalf("switch to llama: %v\n%s", err, describe(evs))
+	}
+	if got := strings.Join(stepsOf(evs), " "); !strings.HasPrefix(got, "standby vram_release configure start") || strings.Contains(got, "stop") {
+		t.Errorf("steps = %q: the sleeping coder must go into standby, not be stopped", got)
+	}
+	if st := f.sup.State(); len(st.Standby) != 1 || st.Standby[0].Profile != "coder" || st.Standby[0].ResidualMiB == 0 || st.Standby[0].ResidualMiB > 1024 {
+		t.Errorf("standby after a hand sleep: %+v", st.Standby)
+	}
+}
