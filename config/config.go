@@ -392,72 +392,11 @@ func (c *Config) applyDefaults() {
 	if c.APITokenEnv == "" {
 		c.APITokenEnv = "GPUHOST_API_TOKEN"
 	}
-	if c.GPU.Backend == "" {
-		c.GPU.Backend = "nvml"
-	}
-	if c.GPU.SimDir == "" {
-		c.GPU.SimDir = filepath.Join(c.StateDir, "simgpu")
-	}
-	if c.GPU.ReleaseToleranceMiB == 0 {
-		c.GPU.ReleaseToleranceMiB = 512
-	}
-	if c.GPU.StandbyWatchInterval == 0 {
-		c.GPU.StandbyWatchInterval = Duration(2 * time.Second)
-	}
-	if c.GPU.ReleaseTimeout == 0 {
-		c.GPU.ReleaseTimeout = Duration(60 * time.Second)
-	}
-	if c.Systemd.UnitDir == "" {
-		c.Systemd.UnitDir = DefaultUnitDir
-	}
-	if c.Systemd.Runner == "" {
-		c.Systemd.Runner = "systemd"
-	}
-	if c.Backends.VLLM.Unit == "" {
-		c.Backends.VLLM.Unit = "gpuhost-vllm.service"
-	}
-	if c.Backends.Ollama.Unit == "" {
-		c.Backends.Ollama.Unit = "gpuhost-ollama.service"
-	}
-	for _, b := range []*BackendConfig{&c.Backends.VLLM, &c.Backends.Ollama} {
-		if b.User == "" {
-			b.User = units.DefaultBackendUser
-		}
-		if b.ReadWritePaths == nil {
-			b.ReadWritePaths = []string{units.DefaultBackendHome}
-		}
-	}
-	if len(c.Backends.VLLM.Exec) == 0 {
-		c.Backends.VLLM.Exec = []string{"/usr/local/bin/vllm"}
-	}
-	if len(c.Backends.Ollama.Exec) == 0 {
-		c.Backends.Ollama.Exec = []string{"/usr/local/bin/ollama"}
-	}
-	if c.Switch.ReadyTimeout == 0 {
-		c.Switch.ReadyTimeout = Duration(15 * time.Minute)
-	}
-	if c.Switch.StopTimeout == 0 {
-		c.Switch.StopTimeout = Duration(90 * time.Second)
-	}
-	if c.Switch.Rollback == nil {
-		c.Switch.Rollback = ptr(true)
-	}
-	if c.Switch.RestoreOnBoot == nil {
-		c.Switch.RestoreOnBoot = ptr(true)
-	}
-	if c.Proxy.HoldTimeout == 0 {
-		c.Proxy.HoldTimeout = Duration(10 * time.Minute)
-	}
-	if c.Proxy.MaxBodyBytes == 0 {
-		c.Proxy.MaxBodyBytes = 32 << 20
-	}
-	// Unset, the policy's bounds follow a shorter hold_timeout down.
-	if c.Proxy.DrainTimeout == nil {
-		c.Proxy.DrainTimeout = ptr(min(Duration(DefaultDrainTimeout), c.Proxy.HoldTimeout))
-	}
-	if c.Proxy.MinResidency == nil {
-		c.Proxy.MinResidency = ptr(min(Duration(DefaultMinResidency), c.Proxy.HoldTimeout))
-	}
+	c.gpuDefaults()
+	c.systemdDefaults()
+	c.backendsDefaults()
+	c.switchDefaults()
+	c.proxyDefaults()
 	c.httpDefaults()
 	if c.MCP.ConnectorsDir == "" {
 		c.MCP.ConnectorsDir = "/etc/gpuhost/connectors.d"
@@ -480,6 +419,94 @@ func (c *Config) applyDefaults() {
 		if p.ServedName == "" {
 			p.ServedName = p.Model
 		}
+	}
+}
+
+// gpuDefaults fills in the gpu: section (sim_dir is below state_dir, whose
+// default is set first).
+func (c *Config) gpuDefaults() {
+	if c.GPU.Backend == "" {
+		c.GPU.Backend = "nvml"
+	}
+	if c.GPU.SimDir == "" {
+		c.GPU.SimDir = filepath.Join(c.StateDir, "simgpu")
+	}
+	if c.GPU.ReleaseToleranceMiB == 0 {
+		c.GPU.ReleaseToleranceMiB = 512
+	}
+	if c.GPU.StandbyWatchInterval == 0 {
+		c.GPU.StandbyWatchInterval = Duration(2 * time.Second)
+	}
+	if c.GPU.ReleaseTimeout == 0 {
+		c.GPU.ReleaseTimeout = Duration(60 * time.Second)
+	}
+}
+
+// systemdDefaults fills in the systemd: section.
+func (c *Config) systemdDefaults() {
+	if c.Systemd.UnitDir == "" {
+		c.Systemd.UnitDir = DefaultUnitDir
+	}
+	if c.Systemd.Runner == "" {
+		c.Systemd.Runner = "systemd"
+	}
+}
+
+// backendsDefaults fills in the backends: section.
+func (c *Config) backendsDefaults() {
+	if c.Backends.VLLM.Unit == "" {
+		c.Backends.VLLM.Unit = "gpuhost-vllm.service"
+	}
+	if c.Backends.Ollama.Unit == "" {
+		c.Backends.Ollama.Unit = "gpuhost-ollama.service"
+	}
+	for _, b := range []*BackendConfig{&c.Backends.VLLM, &c.Backends.Ollama} {
+		if b.User == "" {
+			b.User = units.DefaultBackendUser
+		}
+		if b.ReadWritePaths == nil {
+			b.ReadWritePaths = []string{units.DefaultBackendHome}
+		}
+	}
+	if len(c.Backends.VLLM.Exec) == 0 {
+		c.Backends.VLLM.Exec = []string{"/usr/local/bin/vllm"}
+	}
+	if len(c.Backends.Ollama.Exec) == 0 {
+		c.Backends.Ollama.Exec = []string{"/usr/local/bin/ollama"}
+	}
+}
+
+// switchDefaults fills in the switch: section.
+func (c *Config) switchDefaults() {
+	if c.Switch.ReadyTimeout == 0 {
+		c.Switch.ReadyTimeout = Duration(15 * time.Minute)
+	}
+	if c.Switch.StopTimeout == 0 {
+		c.Switch.StopTimeout = Duration(90 * time.Second)
+	}
+	if c.Switch.Rollback == nil {
+		c.Switch.Rollback = ptr(true)
+	}
+	if c.Switch.RestoreOnBoot == nil {
+		c.Switch.RestoreOnBoot = ptr(true)
+	}
+}
+
+// proxyDefaults fills in the proxy: section, but for body_memory_bytes
+// (httpDefaults).
+func (c *Config) proxyDefaults() {
+	if c.Proxy.HoldTimeout == 0 {
+		c.Proxy.HoldTimeout = Duration(10 * time.Minute)
+	}
+	if c.Proxy.MaxBodyBytes == 0 {
+		c.Proxy.MaxBodyBytes = 32 << 20
+	}
+	// Unset, the policy's bounds follow a shorter hold_timeout down.
+	if c.Proxy.DrainTimeout == nil {
+		c.Proxy.DrainTimeout = ptr(min(Duration(DefaultDrainTimeout), c.Proxy.HoldTimeout))
+	}
+	if c.Proxy.MinResidency == nil {
+		c.Proxy.MinResidency = ptr(min(Duration(DefaultMinResidency), c.Proxy.HoldTimeout))
 	}
 }
 

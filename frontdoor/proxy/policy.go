@@ -224,26 +224,8 @@ func (p *Proxy) gate(reqCtx context.Context, h *hold, rec *record, st api.State,
 			h.extend(w)
 		}
 	}()
-	var mine *nextTarget // non-nil once registered as a waiter
-	registered := false
-	unregister := func() {
-		if !registered {
-			return
-		}
-		registered = false
-		pl.mu.Lock()
-		pl.waiters--
-		if mine != nil {
-			mine.waiters--
-			if mine.waiters == 0 && pl.next == mine {
-				pl.next = nil
-				pl.broadcastLocked() // another target's waiters may lead now
-			}
-		}
-		pl.mu.Unlock()
-	}
-	defer unregister()
-	countedResidency, countedDrain := false, false
+	g := gateWait{pl: pl, target: target}
+	defer g.unregister()
 	for first := true; ; first = false {
 		if !first {
 			st = p.sup.State()
@@ -256,38 +238,12 @@ func (p *Proxy) gate(reqCtx context.Context, h *hold, rec *record, st api.State,
 		}
 		if d := pl.leaving; d != nil {
 			pl.mu.Unlock()
-			unregister()
-			if !countedDrain {
-				countedDrain = true
-				pl.deferred.WithLabelValues("drain").Inc()
-			}
-			select {
-			case <-d.done:
-			case <-reqCtx.Done():
-				return nil, clientGoneWhileHeld()
-			}
-			if d.to == target && d.err != nil {
-				return nil, d.err
-			}
-			return nil, nil
+			return nil, g.awaitLeaving(reqCtx, d)
 		}
-		if !registered {
-			registered = true
-			pl.waiters++
-		}
-		if mine != nil && pl.next != mine {
-			mine = nil // our target's turn passed without us (its departure was given up): queue again
-		}
-		if pl.next == nil {
-			pl.next = &nextTarget{name: target}
-		}
-		if mine == nil && pl.next.name == target {
-			mine = pl.next
-			mine.waiters++
-		}
+		g.queueLocked()
 		now := time.Now()
 		end := pl.residencyEndLocked()
-		if mine != nil && pl.next == mine && !now.Before(end) {
+		if g.mine != nil && pl.next == g.mine && !now.Before(end) {
 			d := &departure{epoch: pl.epoch, from: pl.cur, to: target, drained: make(chan struct{}), done: make(chan struct{})}
 			if pl.idleLocked() {
 				d.closeDrained()
@@ -296,29 +252,106 @@ func (p *Proxy) gate(reqCtx context.Context, h *hold, rec *record, st api.State,
 			inflight := pl.inflight + pl.pending[pl.cur]
 			pl.broadcastLocked()
 			pl.mu.Unlock()
-			unregister()
+			g.unregister()
 			return p.drain(reqCtx, d, inflight)
 		}
 		wake := pl.wake
 		pl.mu.Unlock()
-		if !countedResidency {
-			countedResidency = true
-			pl.deferred.WithLabelValues("residency").Inc()
+		if aerr := g.sleep(reqCtx, wake, end.Sub(now)); aerr != nil {
+			return nil, aerr
 		}
-		wait := end.Sub(now)
-		if wait <= 0 {
-			wait = time.Second // another target leads; belt and braces against a missed wake
-		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-timer.C:
-		case <-wake:
-		case <-reqCtx.Done():
-			timer.Stop()
-			return nil, clientGoneWhileHeld()
-		}
-		timer.Stop()
 	}
+}
+
+// gateWait is a request's standing while gate holds it for target: its
+// place among the policy's waiters, and the deferred counts it is in.
+type gateWait struct {
+	pl               *policy
+	target           string
+	mine             *nextTarget // non-nil once registered as a waiter
+	registered       bool
+	countedResidency bool
+	countedDrain     bool
+}
+
+// unregister takes the request off the waiters, if it is on them.
+func (g *gateWait) unregister() {
+	if !g.registered {
+		return
+	}
+	g.registered = false
+	g.pl.mu.Lock()
+	g.pl.waiters--
+	if g.mine != nil {
+		g.mine.waiters--
+		if g.mine.waiters == 0 && g.pl.next == g.mine {
+			g.pl.next = nil
+			g.pl.broadcastLocked() // another target's waiters may lead now
+		}
+	}
+	g.pl.mu.Unlock()
+}
+
+// awaitLeaving waits for the departure d under way (another request leads
+// it) to start its switch; the request then routes again. It returns why
+// the switch could not start when d was for the same target.
+func (g *gateWait) awaitLeaving(reqCtx context.Context, d *departure) *apiErr {
+	g.unregister()
+	if !g.countedDrain {
+		g.countedDrain = true
+		g.pl.deferred.WithLabelValues("drain").Inc()
+	}
+	select {
+	case <-d.done:
+	case <-reqCtx.Done():
+		return clientGoneWhileHeld()
+	}
+	if d.to == g.target && d.err != nil {
+		return d.err
+	}
+	return nil
+}
+
+// queueLocked registers the request as a waiter and queues its target as
+// the next one, unless another target is queued first.
+func (g *gateWait) queueLocked() {
+	pl := g.pl
+	if !g.registered {
+		g.registered = true
+		pl.waiters++
+	}
+	if g.mine != nil && pl.next != g.mine {
+		g.mine = nil // our target's turn passed without us (its departure was given up): queue again
+	}
+	if pl.next == nil {
+		pl.next = &nextTarget{name: g.target}
+	}
+	if g.mine == nil && pl.next.name == g.target {
+		g.mine = pl.next
+		g.mine.waiters++
+	}
+}
+
+// sleep holds the request for wait (until the residency ends), until the
+// waiters are woken (wake closed), or until the client leaves.
+func (g *gateWait) sleep(reqCtx context.Context, wake <-chan struct{}, wait time.Duration) *apiErr {
+	if !g.countedResidency {
+		g.countedResidency = true
+		g.pl.deferred.WithLabelValues("residency").Inc()
+	}
+	if wait <= 0 {
+		wait = time.Second // another target leads; belt and braces against a missed wake
+	}
+	timer := time.NewTimer(wait)
+	select {
+	case <-timer.C:
+	case <-wake:
+	case <-reqCtx.Done():
+		timer.Stop()
+		return clientGoneWhileHeld()
+	}
+	timer.Stop()
+	return nil
 }
 
 // drain waits, as the leader of d, for the requests in flight on d.from to

@@ -398,29 +398,7 @@ func (w *clientWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // ServeHTTP forwards one /v1 request; Register mounts it.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &record{start: time.Now(), method: r.Method, path: r.URL.Path}
-	defer func() {
-		if p.pol != nil {
-			p.pol.release(rec)
-		}
-		if v := recover(); v != nil {
-			// httputil.ReverseProxy aborts a response whose copy failed
-			// (client gone, backend died mid-stream) with ErrAbortHandler;
-			// log it, then let net/http drop the connection.
-			if rec.x != nil && rec.x.tap.complete() && (rec.client == nil || rec.client.err == nil) {
-				// The copy failed after the whole answer went out: the
-				// client closed at [DONE]. Not a failure of anyone's.
-				rec.tap, rec.status = rec.x.tap, rec.x.status
-			} else if r.Context().Err() != nil || rec.client != nil && rec.client.err != nil {
-				rec.status = statusClientClosed
-			} else {
-				rec.status = http.StatusBadGateway
-				rec.detail = "the backend broke off the answer"
-			}
-			p.done(rec)
-			panic(v)
-		}
-		p.done(rec)
-	}()
+	defer p.endRequest(r, rec)
 
 	clean, aerr := cleanPath(r.URL.Path)
 	if aerr != nil {
@@ -464,30 +442,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.fail(w, rec, aerr)
 			return
 		}
-		rec.model, rec.profile = prof.ServedModelName(), prof.Name
-		out := body
-		if up := upstreamName(prof); peeked && (!field.IsString || field.Name != up) {
-			out = withModel(body, field, up)
-		}
-		x := &exchange{host: backendHost(prof), canRetry: attempt < maxDialRetries}
-		p.noteBackend(prof)
-		req := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
-		req.Body = io.NopCloser(newBytesReader(out))
-		req.ContentLength = int64(len(out))
-		if len(out) == 0 {
-			req.Body = http.NoBody
-		}
-		rec.tap = nil
-		cw := &clientWriter{ResponseWriter: w}
-		rec.client, rec.x = cw, x
-		p.rp.ServeHTTP(cw, req)
-		if p.pol != nil {
-			p.pol.release(rec)
-		}
-		rec.tap, rec.status = x.tap, x.status
-		if x.tap != nil {
-			rec.stream = x.tap.mode == tapSSE
-		}
+		x, cw := p.forward(w, r, rec, prof, body, field, peeked, attempt)
 		if x.err != nil && x.dialErr && x.canRetry && r.Context().Err() == nil {
 			// Refused: the backend is restarting or a switch began after
 			// routing. Wait a moment and route again (held if switching).
@@ -508,6 +463,64 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+}
+
+// endRequest, deferred by ServeHTTP, ends rec's place in the policy's
+// counts and logs it, also when the forwarding panicked (which it then
+// passes on).
+func (p *Proxy) endRequest(r *http.Request, rec *record) {
+	if p.pol != nil {
+		p.pol.release(rec)
+	}
+	if v := recover(); v != nil {
+		// httputil.ReverseProxy aborts a response whose copy failed
+		// (client gone, backend died mid-stream) with ErrAbortHandler;
+		// log it, then let net/http drop the connection.
+		if rec.x != nil && rec.x.tap.complete() && (rec.client == nil || rec.client.err == nil) {
+			// The copy failed after the whole answer went out: the
+			// client closed at [DONE]. Not a failure of anyone's.
+			rec.tap, rec.status = rec.x.tap, rec.x.status
+		} else if r.Context().Err() != nil || rec.client != nil && rec.client.err != nil {
+			rec.status = statusClientClosed
+		} else {
+			rec.status = http.StatusBadGateway
+			rec.detail = "the backend broke off the answer"
+		}
+		p.done(rec)
+		panic(v)
+	}
+	p.done(rec)
+}
+
+// forward makes one forwarding attempt of the request to prof, with the
+// body's "model" rewritten to the name the backend serves, and notes its
+// outcome in rec. It returns the attempt and its writer to the client.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, rec *record, prof *units.Profile, body []byte, field modelField, peeked bool, attempt int) (*exchange, *clientWriter) {
+	rec.model, rec.profile = prof.ServedModelName(), prof.Name
+	out := body
+	if up := upstreamName(prof); peeked && (!field.IsString || field.Name != up) {
+		out = withModel(body, field, up)
+	}
+	x := &exchange{host: backendHost(prof), canRetry: attempt < maxDialRetries}
+	p.noteBackend(prof)
+	req := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
+	req.Body = io.NopCloser(newBytesReader(out))
+	req.ContentLength = int64(len(out))
+	if len(out) == 0 {
+		req.Body = http.NoBody
+	}
+	rec.tap = nil
+	cw := &clientWriter{ResponseWriter: w}
+	rec.client, rec.x = cw, x
+	p.rp.ServeHTTP(cw, req)
+	if p.pol != nil {
+		p.pol.release(rec)
+	}
+	rec.tap, rec.status = x.tap, x.status
+	if x.tap != nil {
+		rec.stream = x.tap.mode == tapSSE
+	}
+	return x, cw
 }
 
 // cleanPath checks the (decoded) request path before it is forwarded: a dot

@@ -36,7 +36,6 @@ const busyPoll = 2 * time.Millisecond
 func (p *Proxy) route(reqCtx context.Context, h *hold, requested string, rec *record) (*units.Profile, *apiErr) {
 	switchedTo := ""
 	for round := 0; round < maxRouteRounds; round++ {
-		holdCtx := h.ctx
 		profiles := p.profiles()
 		st := p.sup.State()
 		var cands []*units.Profile
@@ -50,118 +49,163 @@ func (p *Proxy) route(reqCtx context.Context, h *hold, requested string, rec *re
 			// forwarded.
 			rec.model = cands[0].ServedModelName()
 		}
-		cur := currentProfile(st)
-		if requested == "" || containsProfile(cands, cur) {
-			if p.pol != nil && st.Phase == api.PhaseSwitching {
-				p.pol.await(p.sup, cur, rec) // part of the batch the switch releases
+		var (
+			prof *units.Profile
+			aerr *apiErr
+			end  roundEnd
+		)
+		if cur := currentProfile(st); requested == "" || containsProfile(cands, cur) {
+			prof, aerr, end = p.routeCurrent(reqCtx, h, rec, requested, cur, switchedTo, st, profiles)
+		} else {
+			var name string
+			name, aerr, end = p.routeSwitch(reqCtx, h, rec, requested, switchedTo, st, profiles, cands)
+			if name != "" {
+				switchedTo = name
 			}
-			prof, err := p.awaitActive(holdCtx, st, profiles, rec)
-			if err != nil {
-				if p.pol != nil {
-					p.pol.release(rec)
-				}
-				if errors.Is(err, api.ErrNoBackend) && requested != "" && p.cfg.AutoSwitch && switchedTo == "" && reqCtx.Err() == nil {
-					continue // the switch we waited for failed: auto_switch may start one
-				}
-				return nil, holdError(p.sup.State(), holdCtx, reqCtx, err)
-			}
-			if requested == "" || serves(prof, requested) {
-				if p.pol == nil {
-					return prof, nil
-				}
-				d, ok := p.pol.admit(p.sup, prof.Name, rec)
-				switch {
-				case !ok:
-					// The state moved on since it was read (a switch
-					// began): route again, which holds the request.
-					continue
-				case d != nil:
-					// prof is being drained for a switch away: the
-					// request waits for that switch to start, then routes
-					// again (it is for another model now).
-					if aerr := p.awaitDeparture(reqCtx, h, rec, d); aerr != nil {
-						return nil, aerr
-					}
-					round--
-					continue
-				}
-				return prof, nil
-			}
-			// The switch this request waited for ended with another profile
-			// active (it failed and rolled back, or was followed by another).
-			return nil, switchIncomplete(requested, cur, p.sup.State())
 		}
-		if !p.cfg.AutoSwitch {
-			if st.Phase == api.PhaseIdle || st.Phase == api.PhaseFailed {
-				return nil, noBackendError(st, fmt.Sprintf("model %q is configured (profile %s) but no backend is running", requested, cands[0].Name))
-			}
-			return nil, p.modelError(http.StatusNotFound, "model_not_loaded",
-				fmt.Sprintf("model %q is not loaded and proxy.auto_switch is off; switch with `gpuhost switch %s` or enable auto_switch", requested, cands[0].Name),
-				profiles, st)
+		switch end {
+		case roundAnswer:
+			return prof, aerr
+		case roundHeld:
+			round-- // a hold, not a routing round
 		}
-		if switchedTo != "" {
-			// Our switch ran, yet another profile is current: someone
-			// switched away. Switching back would ping-pong the GPU.
-			return nil, switchIncomplete(requested, switchedTo, st)
-		}
-		var dep *departure
-		if p.pol != nil && (st.Phase == api.PhaseSwitching || st.Phase == api.PhaseActive && st.Step != "") {
-			// A switch (or a backend's restart) is under way: wait for it
-			// and route again, so that the policy decides against what it
-			// leads to. Asking the Supervisor for a switch now could start
-			// one the moment the running one ends, past the policy.
-			if _, err := p.awaitActive(holdCtx, st, profiles, rec); err != nil && !errors.Is(err, api.ErrNoBackend) {
-				return nil, holdError(p.sup.State(), holdCtx, reqCtx, err)
-			}
-			continue
-		}
-		if p.pol != nil && st.Phase == api.PhaseActive {
-			// Switching away from a running model: the anti-thrash
-			// policy holds the request while that model is resident and
-			// lets one request lead the switch once its requests drained.
-			d, aerr := p.gate(reqCtx, h, rec, st, cands)
-			if aerr != nil {
-				return nil, aerr
-			}
-			if d == nil {
-				round-- // held, then the state moved on: route again
-				continue
-			}
-			dep, holdCtx = d, h.ctx
-		}
-		name, aerr := p.startSwitch(holdCtx, cands, rec)
-		if dep != nil {
-			p.finish(dep, rec, name, aerr)
-		}
-		if aerr != nil {
-			return nil, aerr
-		}
-		if name == "" {
-			if st := p.sup.State(); st.Phase != api.PhaseSwitching {
-				// The busy switch has set its final state (active after a
-				// rollback, or failed) but not yet let go of the Supervisor:
-				// it is recording its end. Awaiting the state would return
-				// at once and spend the rounds in a moment, answering 503
-				// without a switch ever being tried; hold the request until
-				// the Supervisor is free instead (bounded by hold_timeout).
-				t0 := time.Now()
-				err := sleepCtx(holdCtx, busyPoll)
-				rec.held += time.Since(t0)
-				if err != nil {
-					return nil, holdError(p.sup.State(), holdCtx, reqCtx, err)
-				}
-				round-- // a hold, not a routing round
-				continue
-			}
-			// Another switch runs: wait for it, then route again.
-			if _, err := p.awaitActive(holdCtx, p.sup.State(), profiles, rec); err != nil && !errors.Is(err, api.ErrNoBackend) {
-				return nil, holdError(p.sup.State(), holdCtx, reqCtx, err)
-			}
-			continue
-		}
-		switchedTo = name
 	}
 	return nil, switchIncomplete(requested, "", p.sup.State())
+}
+
+// roundEnd is how one round of route ended.
+type roundEnd int
+
+const (
+	roundAnswer roundEnd = iota // answer with the profile or the error
+	roundAgain                  // route again: another routing round
+	roundHeld                   // route again after a hold, which is no routing round
+)
+
+// routeCurrent is a round of route for a request that cur (the current
+// profile) serves, or that names no model: it waits for cur to be active,
+// then forwards to it unless the policy is draining it.
+func (p *Proxy) routeCurrent(reqCtx context.Context, h *hold, rec *record, requested, cur, switchedTo string, st api.State, profiles map[string]*units.Profile) (*units.Profile, *apiErr, roundEnd) {
+	holdCtx := h.ctx
+	if p.pol != nil && st.Phase == api.PhaseSwitching {
+		p.pol.await(p.sup, cur, rec) // part of the batch the switch releases
+	}
+	prof, err := p.awaitActive(holdCtx, st, profiles, rec)
+	if err != nil {
+		if p.pol != nil {
+			p.pol.release(rec)
+		}
+		if errors.Is(err, api.ErrNoBackend) && requested != "" && p.cfg.AutoSwitch && switchedTo == "" && reqCtx.Err() == nil {
+			return nil, nil, roundAgain // the switch we waited for failed: auto_switch may start one
+		}
+		return nil, holdError(p.sup.State(), holdCtx, reqCtx, err), roundAnswer
+	}
+	if requested == "" || serves(prof, requested) {
+		if p.pol == nil {
+			return prof, nil, roundAnswer
+		}
+		d, ok := p.pol.admit(p.sup, prof.Name, rec)
+		switch {
+		case !ok:
+			// The state moved on since it was read (a switch
+			// began): route again, which holds the request.
+			return nil, nil, roundAgain
+		case d != nil:
+			// prof is being drained for a switch away: the
+			// request waits for that switch to start, then routes
+			// again (it is for another model now).
+			if aerr := p.awaitDeparture(reqCtx, h, rec, d); aerr != nil {
+				return nil, aerr, roundAnswer
+			}
+			return nil, nil, roundHeld
+		}
+		return prof, nil, roundAnswer
+	}
+	// The switch this request waited for ended with another profile
+	// active (it failed and rolled back, or was followed by another).
+	return nil, switchIncomplete(requested, cur, p.sup.State()), roundAnswer
+}
+
+// routeSwitch is a round of route for a request for cands, a model that
+// the current profile does not serve: with auto_switch it waits for the
+// switch under way, is held by the anti-thrash policy, or starts a switch.
+// It returns the profile it started a switch to ("" if none).
+func (p *Proxy) routeSwitch(reqCtx context.Context, h *hold, rec *record, requested, switchedTo string, st api.State, profiles map[string]*units.Profile, cands []*units.Profile) (string, *apiErr, roundEnd) {
+	holdCtx := h.ctx
+	if !p.cfg.AutoSwitch {
+		if st.Phase == api.PhaseIdle || st.Phase == api.PhaseFailed {
+			return "", noBackendError(st, fmt.Sprintf("model %q is configured (profile %s) but no backend is running", requested, cands[0].Name)), roundAnswer
+		}
+		return "", p.modelError(http.StatusNotFound, "model_not_loaded",
+			fmt.Sprintf("model %q is not loaded and proxy.auto_switch is off; switch with `gpuhost switch %s` or enable auto_switch", requested, cands[0].Name),
+			profiles, st), roundAnswer
+	}
+	if switchedTo != "" {
+		// Our switch ran, yet another profile is current: someone
+		// switched away. Switching back would ping-pong the GPU.
+		return "", switchIncomplete(requested, switchedTo, st), roundAnswer
+	}
+	var dep *departure
+	if p.pol != nil && (st.Phase == api.PhaseSwitching || st.Phase == api.PhaseActive && st.Step != "") {
+		// A switch (or a backend's restart) is under way: wait for it
+		// and route again, so that the policy decides against what it
+		// leads to. Asking the Supervisor for a switch now could start
+		// one the moment the running one ends, past the policy.
+		if _, err := p.awaitActive(holdCtx, st, profiles, rec); err != nil && !errors.Is(err, api.ErrNoBackend) {
+			return "", holdError(p.sup.State(), holdCtx, reqCtx, err), roundAnswer
+		}
+		return "", nil, roundAgain
+	}
+	if p.pol != nil && st.Phase == api.PhaseActive {
+		// Switching away from a running model: the anti-thrash
+		// policy holds the request while that model is resident and
+		// lets one request lead the switch once its requests drained.
+		d, aerr := p.gate(reqCtx, h, rec, st, cands)
+		if aerr != nil {
+			return "", aerr, roundAnswer
+		}
+		if d == nil {
+			return "", nil, roundHeld // held, then the state moved on: route again
+		}
+		dep, holdCtx = d, h.ctx
+	}
+	name, aerr := p.startSwitch(holdCtx, cands, rec)
+	if dep != nil {
+		p.finish(dep, rec, name, aerr)
+	}
+	if aerr != nil {
+		return "", aerr, roundAnswer
+	}
+	if name == "" {
+		aerr, end := p.awaitBusy(holdCtx, reqCtx, profiles, rec)
+		return "", aerr, end
+	}
+	return name, nil, roundAgain
+}
+
+// awaitBusy is the round's end for a request whose switch the Supervisor
+// refused as busy: it holds the request while the busy switch ends.
+func (p *Proxy) awaitBusy(holdCtx, reqCtx context.Context, profiles map[string]*units.Profile, rec *record) (*apiErr, roundEnd) {
+	if st := p.sup.State(); st.Phase != api.PhaseSwitching {
+		// The busy switch has set its final state (active after a
+		// rollback, or failed) but not yet let go of the Supervisor:
+		// it is recording its end. Awaiting the state would return
+		// at once and spend the rounds in a moment, answering 503
+		// without a switch ever being tried; hold the request until
+		// the Supervisor is free instead (bounded by hold_timeout).
+		t0 := time.Now()
+		err := sleepCtx(holdCtx, busyPoll)
+		rec.held += time.Since(t0)
+		if err != nil {
+			return holdError(p.sup.State(), holdCtx, reqCtx, err), roundAnswer
+		}
+		return nil, roundHeld // a hold, not a routing round
+	}
+	// Another switch runs: wait for it, then route again.
+	if _, err := p.awaitActive(holdCtx, p.sup.State(), profiles, rec); err != nil && !errors.Is(err, api.ErrNoBackend) {
+		return holdError(p.sup.State(), holdCtx, reqCtx, err), roundAnswer
+	}
+	return nil, roundAgain
 }
 
 // awaitDeparture holds a request for a model being drained until the
