@@ -383,6 +383,7 @@ func describeDecodeError(err error, lines map[int]string) []string {
 
 func (c *Config) applyDefaults() {
 	c.triageDefaults()
+	c.agentDefaults()
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
 	}
@@ -398,15 +399,31 @@ func (c *Config) applyDefaults() {
 	c.switchDefaults()
 	c.proxyDefaults()
 	c.httpDefaults()
+	c.mcpDefaults()
+	c.telegramDefaults()
+	c.profilesDefaults()
+}
+
+// mcpDefaults fills in the mcp: section.
+func (c *Config) mcpDefaults() {
 	if c.MCP.ConnectorsDir == "" {
 		c.MCP.ConnectorsDir = "/etc/gpuhost/connectors.d"
 	}
+}
+
+// telegramDefaults fills in the telegram: section.
+func (c *Config) telegramDefaults() {
 	if c.Telegram.TokenEnv == "" {
 		c.Telegram.TokenEnv = "GPUHOST_TELEGRAM_TOKEN"
 	}
 	if c.Telegram.APIURL == "" {
 		c.Telegram.APIURL = "https://api.telegram.org"
 	}
+}
+
+// profilesDefaults fills in the policy: the profiles share, and each
+// profile's name and served name.
+func (c *Config) profilesDefaults() {
 	if c.Policy == nil {
 		p := units.DefaultPolicy()
 		c.Policy = &p
@@ -538,6 +555,18 @@ func (c *Config) validate() []string {
 	c.systemdValidate(add)
 	c.backendsValidate(add, len(ps) == 0)
 	c.profilesValidate(add)
+	c.proxyValidate(add)
+	c.telegramValidate(add)
+	c.switchValidate(add)
+	c.triageValidate(add)
+	c.agentValidate(add)
+	c.httpValidate(add)
+	return ps
+}
+
+// proxyValidate checks the proxy: section, but for body_memory_bytes
+// (httpValidate).
+func (c *Config) proxyValidate(add func(key, format string, args ...any)) {
 	if c.Proxy.MaxBodyBytes < 1024 {
 		add("proxy.max_body_bytes", "%d is too small (at least 1024)", c.Proxy.MaxBodyBytes)
 	}
@@ -549,17 +578,22 @@ func (c *Config) validate() []string {
 	if d := c.Proxy.MinResidency.D(); d > c.Proxy.HoldTimeout.D() {
 		add("proxy.min_residency", "%s is longer than proxy.hold_timeout (%s): a request for another model would wait longer for the residency than any request is held for a switch", d, c.Proxy.HoldTimeout.D())
 	}
+}
+
+// telegramValidate checks the telegram: section.
+func (c *Config) telegramValidate(add func(key, format string, args ...any)) {
 	if c.Telegram.APIURL != "" {
 		if msg := checkBotAPIURL(c.Telegram.APIURL); msg != "" {
 			add("telegram.api_url", "%s", msg)
 		}
 	}
+}
+
+// switchValidate checks the switch: section.
+func (c *Config) switchValidate(add func(key, format string, args ...any)) {
 	if c.Switch.ReadyTimeout.D() < time.Second {
 		add("switch.ready_timeout", "%s is too short (at least 1s)", c.Switch.ReadyTimeout.D())
 	}
-	c.triageValidate(add)
-	c.httpValidate(add)
-	return ps
 }
 
 // gpuValidate checks the gpu: section.

@@ -173,6 +173,7 @@ type AgentConfig struct {
 	TelegramEvery Duration `yaml:"telegram_every"`
 }
 
+// triageDefaults fills in the triage: section.
 func (c *Config) triageDefaults() {
 	t := &c.Triage
 	if t.Interval == 0 {
@@ -230,6 +231,10 @@ func (c *Config) triageDefaults() {
 	if t.KeepResults == 0 {
 		t.KeepResults = 100
 	}
+}
+
+// agentDefaults fills in the agent: section.
+func (c *Config) agentDefaults() {
 	a := &c.Agent
 	if a.MaxSteps == 0 {
 		a.MaxSteps = 6
@@ -251,21 +256,12 @@ func (c *Config) triageDefaults() {
 	}
 }
 
+// triageValidate checks the triage: section.
 func (c *Config) triageValidate(add func(key, format string, args ...any)) {
 	t := c.Triage
-	checkURL := func(key, v string) {
-		if v == "" {
-			return
-		}
-		u, err := url.Parse(v)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			add(key, "%q is not an http(s) URL", v)
-		}
-	}
-	checkURL("triage.model.base_url", t.Model.BaseURL)
-	checkURL("triage.transcription.base_url", t.Transcription.BaseURL)
-	checkURL("triage.slack.api_url", t.Slack.APIURL)
-	checkURL("agent.base_url", c.Agent.BaseURL)
+	checkHTTPURL(add, "triage.model.base_url", t.Model.BaseURL)
+	checkHTTPURL(add, "triage.transcription.base_url", t.Transcription.BaseURL)
+	checkHTTPURL(add, "triage.slack.api_url", t.Slack.APIURL)
 	if t.ImportantThreshold < 1 || t.ImportantThreshold > 10 {
 		add("triage.important_threshold", "%d is not in 1..10", t.ImportantThreshold)
 	}
@@ -287,9 +283,6 @@ func (c *Config) triageValidate(add func(key, format string, args ...any)) {
 	}
 	if t.Alerting.FailuresBeforeAlert < 1 {
 		add("triage.alerting.failures_before_alert", "must be at least 1")
-	}
-	if c.Agent.MaxSteps < 1 || c.Agent.MaxSteps > 50 {
-		add("agent.max_steps", "%d is not in 1..50", c.Agent.MaxSteps)
 	}
 	if t.CRM.ProfileURL != "" && !strings.Contains(t.CRM.ProfileURL, "{id}") {
 		add("triage.crm.profile_url", "%q has no {id} placeholder", t.CRM.ProfileURL)
@@ -333,5 +326,25 @@ func (c *Config) triageValidate(add func(key, format string, args ...any)) {
 	}
 	if t.Slack.Enabled && t.Slack.Channel == "" {
 		add("triage.slack.channel", "required when triage.slack.enabled")
+	}
+}
+
+// agentValidate checks the agent: section.
+func (c *Config) agentValidate(add func(key, format string, args ...any)) {
+	checkHTTPURL(add, "agent.base_url", c.Agent.BaseURL)
+	if c.Agent.MaxSteps < 1 || c.Agent.MaxSteps > 50 {
+		add("agent.max_steps", "%d is not in 1..50", c.Agent.MaxSteps)
+	}
+}
+
+// checkHTTPURL reports v under key unless it is empty or an http(s) URL
+// with a host.
+func checkHTTPURL(add func(key, format string, args ...any), key, v string) {
+	if v == "" {
+		return
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		add(key, "%q is not an http(s) URL", v)
 	}
 }
