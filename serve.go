@@ -160,7 +160,8 @@ func (c *core) startTelegram(ctx context.Context, asker *agent.Limiter) {
 		return
 	}
 	log := c.log
-	tb, err := telegram.New(c.cfg, c.sup, c.doctor, log.With("component", "telegram"))
+	d := telegram.Daemon{StateDir: c.cfg.StateDir, Profiles: c.cfg.Profiles, AskEvery: c.cfg.Agent.TelegramEvery.D()}
+	tb, err := telegram.New(c.cfg.Telegram, d, c.sup, c.doctor, log.With("component", "telegram"))
 	if err != nil {
 		log.Error("telegram bot not started; the daemon carries on", "err", err)
 		c.sup.SetTelegramStatus(telegram.StoppedStatus(err, time.Now()))
