@@ -2,10 +2,10 @@ package config
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"strconv"
-	"strings"
+
+	"gpuhost/internal/loopback"
 )
 
 // TelegramConfig controls the Telegram bot. The token is read at start from
@@ -65,9 +65,7 @@ func checkBotAPIURL(raw string) string {
 		}
 	}
 	if u.Scheme == "http" {
-		host := u.Hostname()
-		ip := net.ParseIP(host)
-		if !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
+		if host := u.Hostname(); !loopback.DialsLoopback(host) {
 			return fmt.Sprintf("%q must be https: plain http is allowed only to a loopback IP address or localhost (for tests), not %q", raw, host)
 		}
 	}

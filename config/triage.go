@@ -5,6 +5,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"gpuhost/internal/loopback"
 )
 
 // TriageConfig is the `triage:` section: the mail triage worker hosted by
@@ -263,8 +265,7 @@ func (c *Config) triageValidate(add func(key, format string, args ...any)) {
 		switch t.Source.Security {
 		case "tls", "starttls":
 		case "plain":
-			ip := net.ParseIP(host)
-			if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			if !loopback.DialsLoopback(host) {
 				add("triage.source.security", "plain (no TLS) is allowed only to a loopback address, not %q", host)
 			}
 		default:
