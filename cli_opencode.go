@@ -6,17 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"gpuhost/frontdoor/proxy"
 	"gpuhost/internal/atomicfile"
+	"gpuhost/internal/loopback"
 )
 
 func newOpencodeConfigCmd() *cobra.Command {
@@ -164,16 +163,12 @@ func writeOpencodeConfig(cmd *cobra.Command, path string, merge func([]byte) ([]
 	return nil
 }
 
-// loopbackURL: the URL's host is localhost or a loopback address.
+// loopbackURL: the URL's host is localhost or a loopback address
+// (loopback.DialsLoopback).
 func loopbackURL(raw string) bool {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return false
 	}
-	h := u.Hostname()
-	if strings.EqualFold(h, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
+	return loopback.DialsLoopback(u.Hostname())
 }

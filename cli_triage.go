@@ -214,7 +214,7 @@ func openTriage(cmd *cobra.Command) (*triage.Worker, func(), error) {
 		closers = append(closers, func() { _ = c.Close() })
 		deps.MCP = c
 	}
-	w, err := triage.FromConfig(ctx, cfg, deps)
+	w, err := triage.FromConfig(ctx, cfg.Triage, triageDaemon(cfg), deps)
 	if err != nil {
 		closeAll()
 		return nil, nil, err

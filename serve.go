@@ -140,10 +140,13 @@ func (c *core) startProxy(ctx context.Context) (px *proxy.Proxy, m *metrics.Metr
 // startPanel serves the web panel unless panel.disabled; a panel that
 // cannot start is logged and left out.
 func (c *core) startPanel(asker *agent.Limiter, bp benchPanel) {
-	if c.cfg.Panel.Disabled {
+	cfg := c.cfg
+	if cfg.Panel.Disabled {
 		return
 	}
-	p, err := panel.New(c.sup, c.doctor, c.cfg, c.log.With("component", "panel"))
+	d := panel.Daemon{Listen: cfg.Listen, APIToken: cfg.APIToken, APITokenEnv: cfg.APITokenEnv,
+		AuthFailuresPerMinute: cfg.HTTP.AuthFailuresPerMinute, Profiles: cfg.Profiles}
+	p, err := panel.New(c.sup, c.doctor, d, c.log.With("component", "panel"))
 	if err != nil {
 		c.log.Error("web panel not started; the daemon carries on", "err", err)
 		return
@@ -160,7 +163,8 @@ func (c *core) startTelegram(ctx context.Context, asker *agent.Limiter) {
 		return
 	}
 	log := c.log
-	tb, err := telegram.New(c.cfg, c.sup, c.doctor, log.With("component", "telegram"))
+	d := telegram.Daemon{StateDir: c.cfg.StateDir, Profiles: c.cfg.Profiles, AskEvery: c.cfg.Agent.TelegramEvery.D()}
+	tb, err := telegram.New(c.cfg.Telegram, d, c.sup, c.doctor, log.With("component", "telegram"))
 	if err != nil {
 		log.Error("telegram bot not started; the daemon carries on", "err", err)
 		c.sup.SetTelegramStatus(telegram.StoppedStatus(err, time.Now()))

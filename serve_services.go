@@ -125,12 +125,22 @@ func startTriage(ctx context.Context, cfg *config.Config, sup *appliance.Supervi
 			deps.MCP = cl
 		}
 	}
-	tw, err := triage.FromConfig(ctx, cfg, deps)
+	tw, err := triage.FromConfig(ctx, cfg.Triage, triageDaemon(cfg), deps)
 	if err != nil {
 		log.Error("triage worker not started; the daemon carries on", "err", err)
 		return nil
 	}
 	return tw
+}
+
+// triageDaemon is what the triage worker needs from gpuhost.yaml besides
+// its triage: section.
+func triageDaemon(cfg *config.Config) triage.Daemon {
+	d := triage.Daemon{StateDir: cfg.StateDir, Listen: cfg.Listen, Telegram: cfg.Telegram}
+	if p := cfg.Profiles[cfg.DefaultProfile]; p != nil {
+		d.DefaultModel = p.ServedName
+	}
+	return d
 }
 
 // runTriage runs the triage worker; when it classifies with the managed

@@ -68,133 +68,6 @@ type Config struct {
 	keyLines map[string]int
 }
 
-// GPUConfig selects the GPU facts source and the VRAM-release rules.
-type GPUConfig struct {
-	Backend string `yaml:"backend"` // nvml | sim
-	SimDir  string `yaml:"sim_dir"`
-	// IdleBaselineMiB is the used memory with no backend running; 0 means
-	// "measure it at start-up when no backend runs".
-	IdleBaselineMiB uint64 `yaml:"idle_baseline_mib"`
-	// ReleaseToleranceMiB is how far above the baseline used memory may stay
-	// and still count as released (drivers keep a little for contexts).
-	ReleaseToleranceMiB uint64   `yaml:"release_tolerance_mib"`
-	ReleaseTimeout      Duration `yaml:"release_timeout"`
-	// StandbyWatchInterval is how often the Supervisor checks that every
-	// backend in standby holds no more than its measured residual.
-	StandbyWatchInterval Duration `yaml:"standby_watch_interval"`
-}
-
-// SystemdConfig says how to reach systemd and where unit files go.
-type SystemdConfig struct {
-	// Socket empty means the system bus; otherwise a private systemd socket
-	// such as /run/systemd/private (used by the tests' private systemd).
-	Socket  string `yaml:"socket"`
-	UnitDir string `yaml:"unit_dir"`
-	// Runner "systemd" (default) or "process" (the demo's in-process runner).
-	Runner string `yaml:"runner"`
-}
-
-// BackendsConfig names the two backend units. Exactly these two kinds exist.
-type BackendsConfig struct {
-	VLLM   BackendConfig `yaml:"vllm"`
-	Ollama BackendConfig `yaml:"ollama"`
-}
-
-// BackendConfig is one backend unit: rendered by gpuhost or adopted.
-type BackendConfig struct {
-	Unit  string   `yaml:"unit"`
-	Adopt bool     `yaml:"adopt"`
-	Exec  []string `yaml:"exec"`
-	// Simulated marks Exec as `gpuhost simulate …`: the profile's sim options
-	// are appended to the arguments.
-	Simulated bool `yaml:"simulated"`
-	// User runs the backend; default units.DefaultBackendUser (created by
-	// scripts/install.sh). "root" is allowed but opts out of that.
-	User string `yaml:"user"`
-	// ReadWritePaths are the folders the backend may write under the unit's
-	// ProtectSystem=strict: model caches and model folders. Default: the
-	// default backend user's home, units.DefaultBackendHome, which holds
-	// ~/.cache/huggingface, ~/.cache/vllm and ~/.ollama.
-	ReadWritePaths []string `yaml:"read_write_paths"`
-}
-
-// SwitchConfig tunes the switch state machine.
-type SwitchConfig struct {
-	ReadyTimeout Duration `yaml:"ready_timeout"`
-	StopTimeout  Duration `yaml:"stop_timeout"`
-	// Rollback to the previous profile when the new one fails to start.
-	Rollback *bool `yaml:"rollback"`
-	// RestoreOnBoot switches to the last wanted profile when the daemon
-	// starts and no backend runs.
-	RestoreOnBoot *bool `yaml:"restore_on_boot"`
-}
-
-// ProxyConfig tunes the OpenAI-compatible /v1 endpoint.
-type ProxyConfig struct {
-	Disabled bool `yaml:"disabled"`
-	// AutoSwitch lets a request for another profile's model trigger a
-	// switch (and be held until it is done); off, such a request gets 404.
-	AutoSwitch bool `yaml:"auto_switch"`
-	// HoldTimeout is how long a request is held during a switch before it
-	// gets 503 with Retry-After.
-	HoldTimeout  Duration `yaml:"hold_timeout"`
-	MaxBodyBytes int64    `yaml:"max_body_bytes"`
-	// BodyMemoryBytes is the memory all request bodies the proxy holds at
-	// once may take (bodies are read whole to route them and to hold them
-	// during a switch); beyond it a request gets 503 with Retry-After.
-	BodyMemoryBytes int64 `yaml:"body_memory_bytes"`
-	// DrainTimeout (auto_switch) is how long a switch away from the
-	// current model waits for the requests running on it to finish; after
-	// it the switch goes ahead and cuts them. Default 30s (or hold_timeout
-	// when that is shorter); 0 = no drain.
-	DrainTimeout *Duration `yaml:"drain_timeout"`
-	// MinResidency (auto_switch) keeps a model that is in use loaded at
-	// least this long after it became active and after its latest request:
-	// requests for another model are held meanwhile (never failed for it;
-	// see frontdoor/proxy). Default 10s (or hold_timeout when that is
-	// shorter); 0 = switch at once.
-	MinResidency *Duration `yaml:"min_residency"`
-}
-
-// Default proxy.drain_timeout and proxy.min_residency.
-const (
-	DefaultDrainTimeout = 30 * time.Second
-	DefaultMinResidency = 10 * time.Second
-)
-
-// PanelConfig controls the web panel.
-type PanelConfig struct {
-	Disabled bool `yaml:"disabled"`
-}
-
-// TelegramConfig controls the Telegram bot. The token is read at start from
-// TokenFile or the environment variable TokenEnv, never from this file.
-type TelegramConfig struct {
-	Enabled   bool   `yaml:"enabled"`
-	TokenEnv  string `yaml:"token_env"`
-	TokenFile string `yaml:"token_file"`
-	// APIURL is the Bot API server (tests point it at a fake).
-	APIURL      string `yaml:"api_url"`
-	AllowGroups bool   `yaml:"allow_groups"`
-}
-
-// MCPConfig controls the MCP server. A connector is enabled when its
-// section exists under connectors (an empty mapping enables it with its
-// defaults); each connector decodes and validates its own section.
-type MCPConfig struct {
-	// Disabled turns off the daemon's /mcp mount (stdio `gpuhost mcp` still works).
-	Disabled bool `yaml:"disabled"`
-	// ConnectorsDir holds declarative connectors (*.yaml), read at start
-	// and on SIGHUP.
-	ConnectorsDir string               `yaml:"connectors_dir"`
-	Connectors    map[string]yaml.Node `yaml:"connectors"`
-}
-
-// MetricsConfig controls the Prometheus endpoint.
-type MetricsConfig struct {
-	Disabled bool `yaml:"disabled"`
-}
-
 // Duration is a time.Duration that reads "1.5s" style strings from YAML.
 type Duration time.Duration
 
@@ -383,6 +256,7 @@ func describeDecodeError(err error, lines map[int]string) []string {
 
 func (c *Config) applyDefaults() {
 	c.triageDefaults()
+	c.agentDefaults()
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
 	}
@@ -398,119 +272,10 @@ func (c *Config) applyDefaults() {
 	c.switchDefaults()
 	c.proxyDefaults()
 	c.httpDefaults()
-	if c.MCP.ConnectorsDir == "" {
-		c.MCP.ConnectorsDir = "/etc/gpuhost/connectors.d"
-	}
-	if c.Telegram.TokenEnv == "" {
-		c.Telegram.TokenEnv = "GPUHOST_TELEGRAM_TOKEN"
-	}
-	if c.Telegram.APIURL == "" {
-		c.Telegram.APIURL = "https://api.telegram.org"
-	}
-	if c.Policy == nil {
-		p := units.DefaultPolicy()
-		c.Policy = &p
-	}
-	for name, p := range c.Profiles {
-		if p == nil {
-			continue
-		}
-		p.Name = name
-		if p.ServedName == "" {
-			p.ServedName = p.Model
-		}
-	}
+	c.mcpDefaults()
+	c.telegramDefaults()
+	c.profilesDefaults()
 }
-
-// gpuDefaults fills in the gpu: section (sim_dir is below state_dir, whose
-// default is set first).
-func (c *Config) gpuDefaults() {
-	if c.GPU.Backend == "" {
-		c.GPU.Backend = "nvml"
-	}
-	if c.GPU.SimDir == "" {
-		c.GPU.SimDir = filepath.Join(c.StateDir, "simgpu")
-	}
-	if c.GPU.ReleaseToleranceMiB == 0 {
-		c.GPU.ReleaseToleranceMiB = 512
-	}
-	if c.GPU.StandbyWatchInterval == 0 {
-		c.GPU.StandbyWatchInterval = Duration(2 * time.Second)
-	}
-	if c.GPU.ReleaseTimeout == 0 {
-		c.GPU.ReleaseTimeout = Duration(60 * time.Second)
-	}
-}
-
-// systemdDefaults fills in the systemd: section.
-func (c *Config) systemdDefaults() {
-	if c.Systemd.UnitDir == "" {
-		c.Systemd.UnitDir = DefaultUnitDir
-	}
-	if c.Systemd.Runner == "" {
-		c.Systemd.Runner = "systemd"
-	}
-}
-
-// backendsDefaults fills in the backends: section.
-func (c *Config) backendsDefaults() {
-	if c.Backends.VLLM.Unit == "" {
-		c.Backends.VLLM.Unit = "gpuhost-vllm.service"
-	}
-	if c.Backends.Ollama.Unit == "" {
-		c.Backends.Ollama.Unit = "gpuhost-ollama.service"
-	}
-	for _, b := range []*BackendConfig{&c.Backends.VLLM, &c.Backends.Ollama} {
-		if b.User == "" {
-			b.User = units.DefaultBackendUser
-		}
-		if b.ReadWritePaths == nil {
-			b.ReadWritePaths = []string{units.DefaultBackendHome}
-		}
-	}
-	if len(c.Backends.VLLM.Exec) == 0 {
-		c.Backends.VLLM.Exec = []string{"/usr/local/bin/vllm"}
-	}
-	if len(c.Backends.Ollama.Exec) == 0 {
-		c.Backends.Ollama.Exec = []string{"/usr/local/bin/ollama"}
-	}
-}
-
-// switchDefaults fills in the switch: section.
-func (c *Config) switchDefaults() {
-	if c.Switch.ReadyTimeout == 0 {
-		c.Switch.ReadyTimeout = Duration(15 * time.Minute)
-	}
-	if c.Switch.StopTimeout == 0 {
-		c.Switch.StopTimeout = Duration(90 * time.Second)
-	}
-	if c.Switch.Rollback == nil {
-		c.Switch.Rollback = ptr(true)
-	}
-	if c.Switch.RestoreOnBoot == nil {
-		c.Switch.RestoreOnBoot = ptr(true)
-	}
-}
-
-// proxyDefaults fills in the proxy: section, but for body_memory_bytes
-// (httpDefaults).
-func (c *Config) proxyDefaults() {
-	if c.Proxy.HoldTimeout == 0 {
-		c.Proxy.HoldTimeout = Duration(10 * time.Minute)
-	}
-	if c.Proxy.MaxBodyBytes == 0 {
-		c.Proxy.MaxBodyBytes = 32 << 20
-	}
-	// Unset, the policy's bounds follow a shorter hold_timeout down.
-	if c.Proxy.DrainTimeout == nil {
-		c.Proxy.DrainTimeout = ptr(min(Duration(DefaultDrainTimeout), c.Proxy.HoldTimeout))
-	}
-	if c.Proxy.MinResidency == nil {
-		c.Proxy.MinResidency = ptr(min(Duration(DefaultMinResidency), c.Proxy.HoldTimeout))
-	}
-}
-
-var profileNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 func (c *Config) validate() []string {
 	var ps []string
@@ -538,211 +303,13 @@ func (c *Config) validate() []string {
 	c.systemdValidate(add)
 	c.backendsValidate(add, len(ps) == 0)
 	c.profilesValidate(add)
-	if c.Proxy.MaxBodyBytes < 1024 {
-		add("proxy.max_body_bytes", "%d is too small (at least 1024)", c.Proxy.MaxBodyBytes)
-	}
-	// The policy's waits are not charged to hold_timeout (a request is
-	// never failed for them), so each is bounded by it instead.
-	if d := c.Proxy.DrainTimeout.D(); d > c.Proxy.HoldTimeout.D() {
-		add("proxy.drain_timeout", "%s is longer than proxy.hold_timeout (%s): a request for another model would wait longer for the drain than any request is held for a switch", d, c.Proxy.HoldTimeout.D())
-	}
-	if d := c.Proxy.MinResidency.D(); d > c.Proxy.HoldTimeout.D() {
-		add("proxy.min_residency", "%s is longer than proxy.hold_timeout (%s): a request for another model would wait longer for the residency than any request is held for a switch", d, c.Proxy.HoldTimeout.D())
-	}
-	if c.Telegram.APIURL != "" {
-		if msg := checkBotAPIURL(c.Telegram.APIURL); msg != "" {
-			add("telegram.api_url", "%s", msg)
-		}
-	}
-	if c.Switch.ReadyTimeout.D() < time.Second {
-		add("switch.ready_timeout", "%s is too short (at least 1s)", c.Switch.ReadyTimeout.D())
-	}
+	c.proxyValidate(add)
+	c.telegramValidate(add)
+	c.switchValidate(add)
 	c.triageValidate(add)
+	c.agentValidate(add)
 	c.httpValidate(add)
 	return ps
-}
-
-// gpuValidate checks the gpu: section.
-func (c *Config) gpuValidate(add func(key, format string, args ...any)) {
-	switch c.GPU.Backend {
-	case "nvml", "sim":
-	default:
-		add("gpu.backend", "%q is not one of nvml, sim", c.GPU.Backend)
-	}
-	if c.GPU.Backend == "sim" {
-		if err := unitPath(c.GPU.SimDir); err != nil {
-			add("gpu.sim_dir", "%v", err)
-		}
-	}
-}
-
-// systemdValidate checks the systemd: section.
-func (c *Config) systemdValidate(add func(key, format string, args ...any)) {
-	switch c.Systemd.Runner {
-	case "systemd", "process":
-	default:
-		add("systemd.runner", "%q is not one of systemd, process", c.Systemd.Runner)
-	}
-	if c.Systemd.Socket != "" && !filepath.IsAbs(c.Systemd.Socket) {
-		add("systemd.socket", "%q must be an absolute path", c.Systemd.Socket)
-	}
-	if err := unitPath(c.Systemd.UnitDir); err != nil {
-		add("systemd.unit_dir", "%v", err)
-	}
-}
-
-// backendsValidate checks the backends: section. clean says no problem was
-// found before it: only then, and when the backends themselves passed, the
-// unit renderer's own check runs too.
-func (c *Config) backendsValidate(add func(key, format string, args ...any), clean bool) {
-	problems := 0
-	count := func(key, format string, args ...any) {
-		problems++
-		add(key, format, args...)
-	}
-	for _, b := range []struct {
-		key string
-		cfg BackendConfig
-	}{{"backends.vllm", c.Backends.VLLM}, {"backends.ollama", c.Backends.Ollama}} {
-		if err := units.ValidServiceName(b.cfg.Unit); err != nil {
-			count(b.key+".unit", "%v", err)
-		}
-		if b.cfg.User != "" {
-			if err := units.ValidUser(b.cfg.User); err != nil {
-				count(b.key+".user", "%v", err)
-			}
-		}
-		if !filepath.IsAbs(b.cfg.Exec[0]) {
-			count(b.key+".exec[0]", "%q must be an absolute path (systemd runs it without a shell)", b.cfg.Exec[0])
-		}
-		for i, w := range b.cfg.Exec {
-			if err := unitValue(w); err != nil {
-				count(fmt.Sprintf("%s.exec[%d]", b.key, i), "%v", err)
-			}
-		}
-		for i, p := range b.cfg.ReadWritePaths {
-			if err := unitPath(p); err != nil {
-				count(fmt.Sprintf("%s.read_write_paths[%d]", b.key, i), "%v", err)
-			}
-		}
-	}
-	if c.Backends.VLLM.Unit == c.Backends.Ollama.Unit {
-		add("backends.ollama.unit", "%q is the same unit as backends.vllm.unit", c.Backends.Ollama.Unit)
-	} else if clean && problems == 0 {
-		// The renderer's own check, as `gpuhost units` runs it: anything it
-		// refuses that the checks above let through is still a load error.
-		for i, bu := range c.BackendUnits() {
-			if err := bu.Validate(); err != nil {
-				add([]string{"backends.vllm", "backends.ollama"}[i], "%v", err)
-			}
-		}
-	}
-}
-
-// profilesValidate checks profiles: (names and each profile, in name
-// order), their aliases, and default_profile.
-func (c *Config) profilesValidate(add func(key, format string, args ...any)) {
-	if len(c.Profiles) == 0 {
-		add("profiles", "at least one profile is needed")
-	}
-	names := make([]string, 0, len(c.Profiles))
-	for name := range c.Profiles {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		p := c.Profiles[name]
-		key := "profiles." + name
-		if p == nil {
-			add(key, "profile is empty")
-			continue
-		}
-		if !profileNameRE.MatchString(name) {
-			add(key, "profile name must be lower-case letters, digits, '.', '_' or '-' (max 63)")
-		}
-		for _, fe := range p.Validate() {
-			add(key+"."+fe.Key, "%s", fe.Msg)
-		}
-	}
-	c.checkAliases(add, names)
-	if c.DefaultProfile != "" {
-		if _, ok := c.Profiles[c.DefaultProfile]; !ok {
-			add("default_profile", "%q is not a profile (profiles: %s)", c.DefaultProfile, strings.Join(names, ", "))
-		}
-	}
-}
-
-// checkBotAPIURL returns why raw is not an acceptable Bot API server URL, or
-// "". The bot puts its token in every request path, so the URL is parsed,
-// not matched by prefix: https to any host, plain http only to a loopback IP
-// literal (127.0.0.0/8, ::1) or "localhost" (a fake API in tests), and never
-// user info, a query or a fragment, which would make the host read
-// differently to a person and to the HTTP client.
-func checkBotAPIURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return fmt.Sprintf("%q is not a URL: %v", raw, err)
-	}
-	switch {
-	case u.Scheme != "https" && u.Scheme != "http":
-		return fmt.Sprintf("%q must be an https:// URL (plain http only to a loopback address, for tests)", raw)
-	case u.Opaque != "" || u.Host == "" || u.Hostname() == "":
-		return fmt.Sprintf("%q has no host", raw)
-	case u.User != nil:
-		return fmt.Sprintf("%q must not carry user info (user@host): the bot token would go to the host after the @", raw)
-	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return fmt.Sprintf("%q must not have a query or fragment", raw)
-	}
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return fmt.Sprintf("%q has an invalid port %q", raw, p)
-		}
-	}
-	if u.Scheme == "http" {
-		host := u.Hostname()
-		ip := net.ParseIP(host)
-		if !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
-			return fmt.Sprintf("%q must be https: plain http is allowed only to a loopback IP address or localhost (for tests), not %q", raw, host)
-		}
-	}
-	return ""
-}
-
-// checkAliases refuses a model name that would resolve to two profiles or be
-// listed twice by /v1/models: an alias equal to a served name (its own
-// profile's or another's), or one alias in two profiles.
-func (c *Config) checkAliases(add func(key, format string, args ...any), names []string) {
-	served := map[string]string{} // served name → first profile serving it
-	for _, name := range names {
-		if p := c.Profiles[name]; p != nil {
-			if _, ok := served[p.ServedModelName()]; !ok {
-				served[p.ServedModelName()] = name
-			}
-		}
-	}
-	aliasOf := map[string]string{}
-	for _, name := range names {
-		p := c.Profiles[name]
-		if p == nil {
-			continue
-		}
-		for i, a := range p.Aliases {
-			key := fmt.Sprintf("profiles.%s.aliases[%d]", name, i)
-			if owner, ok := served[a]; ok {
-				if owner == name {
-					add(key, "%q is this profile's own served name; remove the alias", a)
-				} else {
-					add(key, "%q is the served name of profile %q; an alias must not name another profile's model", a, owner)
-				}
-				continue
-			}
-			if owner, ok := aliasOf[a]; ok {
-				add(key, "%q is already an alias of profile %q", a, owner)
-				continue
-			}
-			aliasOf[a] = name
-		}
-	}
 }
 
 // unitValue refuses what must never reach a unit file or an environment
@@ -778,24 +345,6 @@ func unitPath(p string) error {
 	return nil
 }
 
-// ProfileNames returns the profile names sorted, for messages and listings.
-func (c *Config) ProfileNames() []string {
-	names := make([]string, 0, len(c.Profiles))
-	for n := range c.Profiles {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// BackendFor returns the backend unit config of a backend kind.
-func (c *Config) BackendFor(b units.Backend) BackendConfig {
-	if b == units.Ollama {
-		return c.Backends.Ollama
-	}
-	return c.Backends.VLLM
-}
-
 // BackendUnits returns the two backend units in a fixed order (vllm, ollama)
 // as the pure units package describes them.
 func (c *Config) BackendUnits() []units.BackendUnit {
@@ -829,20 +378,6 @@ func (c *Config) BackendUnits() []units.BackendUnit {
 // DefaultStateDir is state_dir's default, the folder gpuhost.service's
 // StateDirectory=gpuhost makes writable.
 const DefaultStateDir = "/var/lib/gpuhost"
-
-// DefaultUnitDir is systemd.unit_dir's default.
-const DefaultUnitDir = "/etc/systemd/system"
-
-// StandbyUsed reports whether any profile uses standby: both backend
-// units may then run at once (one asleep), so they must not conflict.
-func (c *Config) StandbyUsed() bool {
-	for _, p := range c.Profiles {
-		if p != nil && p.StandbyEnabled() {
-			return true
-		}
-	}
-	return false
-}
 
 // DaemonUnit describes gpuhost.service for this config: binary and
 // configPath are where the installed gpuhost and its config live. A
@@ -897,3 +432,15 @@ func (c *Config) APIToken() (string, error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// checkHTTPURL reports v under key unless it is empty or an http(s) URL
+// with a host.
+func checkHTTPURL(add func(key, format string, args ...any), key, v string) {
+	if v == "" {
+		return
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		add(key, "%q is not an http(s) URL", v)
+	}
+}

@@ -213,6 +213,7 @@ func TestTelegramAPIURL(t *testing.T) {
 		{"https://user:pw@api.telegram.org", "user info"},
 		{"http://127.0.0.1.example.com", `not "127.0.0.1.example.com"`},
 		{"http://localhost.example.com:8081", "loopback"},
+		{"http://app.localhost:8081", "loopback"}, // DNS may answer it with any address
 		{"http://10.0.0.5:8081", "loopback"},
 		{"http://[::ffff:10.0.0.5]:8081", "loopback"},
 		{"http://api.telegram.org", "must be https"},
@@ -276,5 +277,31 @@ func TestDemoConfigMovesBusyPorts(t *testing.T) {
 	}
 	if second.DemoPortMoves[vllmPort] != moved {
 		t.Errorf("moves = %v, want %d→%d", second.DemoPortMoves, vllmPort, moved)
+	}
+}
+
+// TestTriagePlainIMAP: security plain (no TLS) only to a loopback IP or
+// localhost in any case (loopback.DialsLoopback), never to a name under
+// .localhost, which DNS may answer with any address.
+func TestTriagePlainIMAP(t *testing.T) {
+	for _, tt := range []struct {
+		addr string
+		ok   bool
+	}{
+		{"127.0.0.1:143", true},
+		{"[::1]:143", true},
+		{"localhost:143", true},
+		{"LOCALHOST:143", true},
+		{"mail.localhost:143", false},
+		{"10.0.0.5:143", false},
+	} {
+		y := minimal + "triage:\n  enabled: true\n  source: {kind: imap, addr: '" + tt.addr + "', security: plain, username: u, password_env: P}\n"
+		_, err := Parse("test.yaml", []byte(y))
+		if tt.ok && err != nil {
+			t.Errorf("%s: %v", tt.addr, err)
+		}
+		if !tt.ok && (err == nil || !strings.Contains(err.Error(), "triage.source.security") || !strings.Contains(err.Error(), "loopback")) {
+			t.Errorf("%s: err = %v, want the plain-only-to-loopback refusal", tt.addr, err)
+		}
 	}
 }

@@ -3,9 +3,10 @@ package config
 import (
 	"fmt"
 	"net"
-	"net/url"
 	"strings"
 	"time"
+
+	"gpuhost/internal/loopback"
 )
 
 // TriageConfig is the `triage:` section: the mail triage worker hosted by
@@ -152,27 +153,7 @@ type TriageAlertingConfig struct {
 	RemindEvery         Duration `yaml:"remind_every"`
 }
 
-// AgentConfig is the `agent:` section: the tool-using agent loop behind
-// /api/ask, the panel's Ask page, Telegram /ask and `gpuhost ask`.
-type AgentConfig struct {
-	Disabled bool `yaml:"disabled"`
-	// BaseURL/Model: default the daemon's own /v1 and the active model.
-	BaseURL   string `yaml:"base_url"`
-	Model     string `yaml:"model"`
-	APIKeyEnv string `yaml:"api_key_env"`
-	// MaxSteps is the step cap (default 6).
-	MaxSteps int `yaml:"max_steps"`
-	// MaxTokens is the token budget over all steps (default 32768).
-	MaxTokens int `yaml:"max_tokens"`
-	// Deadline for one question (default 120s); ToolTimeout per call (default 20s).
-	Deadline    Duration `yaml:"deadline"`
-	ToolTimeout Duration `yaml:"tool_timeout"`
-	// MaxQuestionBytes (default 4000).
-	MaxQuestionBytes int `yaml:"max_question_bytes"`
-	// TelegramEvery is the per-chat rate limit of /ask (default 10s).
-	TelegramEvery Duration `yaml:"telegram_every"`
-}
-
+// triageDefaults fills in the triage: section.
 func (c *Config) triageDefaults() {
 	t := &c.Triage
 	if t.Interval == 0 {
@@ -230,42 +211,14 @@ func (c *Config) triageDefaults() {
 	if t.KeepResults == 0 {
 		t.KeepResults = 100
 	}
-	a := &c.Agent
-	if a.MaxSteps == 0 {
-		a.MaxSteps = 6
-	}
-	if a.MaxTokens == 0 {
-		a.MaxTokens = 32768
-	}
-	if a.Deadline == 0 {
-		a.Deadline = Duration(120 * time.Second)
-	}
-	if a.ToolTimeout == 0 {
-		a.ToolTimeout = Duration(20 * time.Second)
-	}
-	if a.MaxQuestionBytes == 0 {
-		a.MaxQuestionBytes = 4000
-	}
-	if a.TelegramEvery == 0 {
-		a.TelegramEvery = Duration(10 * time.Second)
-	}
 }
 
+// triageValidate checks the triage: section.
 func (c *Config) triageValidate(add func(key, format string, args ...any)) {
 	t := c.Triage
-	checkURL := func(key, v string) {
-		if v == "" {
-			return
-		}
-		u, err := url.Parse(v)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			add(key, "%q is not an http(s) URL", v)
-		}
-	}
-	checkURL("triage.model.base_url", t.Model.BaseURL)
-	checkURL("triage.transcription.base_url", t.Transcription.BaseURL)
-	checkURL("triage.slack.api_url", t.Slack.APIURL)
-	checkURL("agent.base_url", c.Agent.BaseURL)
+	checkHTTPURL(add, "triage.model.base_url", t.Model.BaseURL)
+	checkHTTPURL(add, "triage.transcription.base_url", t.Transcription.BaseURL)
+	checkHTTPURL(add, "triage.slack.api_url", t.Slack.APIURL)
 	if t.ImportantThreshold < 1 || t.ImportantThreshold > 10 {
 		add("triage.important_threshold", "%d is not in 1..10", t.ImportantThreshold)
 	}
@@ -287,9 +240,6 @@ func (c *Config) triageValidate(add func(key, format string, args ...any)) {
 	}
 	if t.Alerting.FailuresBeforeAlert < 1 {
 		add("triage.alerting.failures_before_alert", "must be at least 1")
-	}
-	if c.Agent.MaxSteps < 1 || c.Agent.MaxSteps > 50 {
-		add("agent.max_steps", "%d is not in 1..50", c.Agent.MaxSteps)
 	}
 	if t.CRM.ProfileURL != "" && !strings.Contains(t.CRM.ProfileURL, "{id}") {
 		add("triage.crm.profile_url", "%q has no {id} placeholder", t.CRM.ProfileURL)
@@ -315,8 +265,7 @@ func (c *Config) triageValidate(add func(key, format string, args ...any)) {
 		switch t.Source.Security {
 		case "tls", "starttls":
 		case "plain":
-			ip := net.ParseIP(host)
-			if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			if !loopback.DialsLoopback(host) {
 				add("triage.source.security", "plain (no TLS) is allowed only to a loopback address, not %q", host)
 			}
 		default:

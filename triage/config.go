@@ -47,6 +47,23 @@ type Deps struct {
 	Stdout io.Writer
 }
 
+// Daemon are the daemon-wide facts FromConfig needs besides the triage:
+// section (package main builds them from gpuhost.yaml).
+type Daemon struct {
+	// StateDir holds the worker's checkpoints and results, and the bot's
+	// pairing store the triage.telegram sink reads its chats from.
+	StateDir string
+	// Listen is the daemon's listen address: with Deps.ManagedBaseURL
+	// empty, the managed endpoint is ManagedURL(Listen).
+	Listen string
+	// DefaultModel is the default profile's served name, the model when
+	// triage.model.model is empty and Deps.ActiveModel is nil ("": none).
+	DefaultModel string
+	// Telegram is the telegram: section, whose bot token and API server
+	// the triage.telegram sink posts with.
+	Telegram config.TelegramConfig
+}
+
 // The sinks FromConfig builds carry the operator alerts too.
 var (
 	_ Alerter = (*sink.Slack)(nil)
@@ -54,20 +71,19 @@ var (
 	_ Alerter = (*sink.Console)(nil)
 )
 
-// FromConfig builds the worker of the `triage:` section. Secrets are read
+// FromConfig builds the worker of the `triage:` section t. Secrets are read
 // here and at call time from the environment variables and files the
 // config names; a missing one is an error naming the variable, never its
 // value. The source connects lazily (on the first poll), so an IMAP server
 // that is down now is a poll failure, not a start failure.
-func FromConfig(ctx context.Context, cfg *config.Config, deps Deps) (*Worker, error) {
-	t := cfg.Triage
+func FromConfig(ctx context.Context, t config.TriageConfig, d Daemon, deps Deps) (*Worker, error) {
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
 	if deps.LookupEnv == nil {
 		deps.LookupEnv = os.LookupEnv
 	}
-	b := &builder{cfg: cfg, deps: deps, log: deps.Log}
+	b := &builder{t: t, d: d, deps: deps, log: deps.Log}
 	src, err := b.source()
 	if err != nil {
 		return nil, err
@@ -109,7 +125,7 @@ func FromConfig(ctx context.Context, cfg *config.Config, deps Deps) (*Worker, er
 		Sinks:            sinks,
 		Rules:            Rules{PriorityMailboxes: t.Rules.PriorityMailboxes, InternalDomains: t.Rules.InternalDomains, AuthservID: t.Rules.AuthservID, TrustFromHeader: t.Rules.TrustFromHeader},
 		Threshold:        t.ImportantThreshold,
-		StateDir:         cfg.StateDir,
+		StateDir:         d.StateDir,
 		Clock:            deps.Clock,
 		Power:            deps.Power,
 		Prices:           t.Costs,
@@ -130,10 +146,11 @@ func FromConfig(ctx context.Context, cfg *config.Config, deps Deps) (*Worker, er
 	return w, nil
 }
 
-// builder holds what every section of FromConfig reads: the config, the
-// daemon's pieces (defaults filled in) and the log.
+// builder holds what every section of FromConfig reads: the triage:
+// section, the daemon's facts and pieces (defaults filled in) and the log.
 type builder struct {
-	cfg  *config.Config
+	t    config.TriageConfig
+	d    Daemon
 	deps Deps
 	log  *slog.Logger
 }
@@ -158,7 +175,7 @@ func (b *builder) optEnv(key, name string) (string, error) {
 
 // source builds the mail source (triage.source).
 func (b *builder) source() (source.Source, error) {
-	t := b.cfg.Triage
+	t := b.t
 	switch t.Source.Kind {
 	case "maildir":
 		md, err := source.NewMaildir(t.Source.Maildir)
@@ -202,7 +219,7 @@ func (b *builder) source() (source.Source, error) {
 // warnRules warns about triage.rules settings that do not do what they
 // seem to.
 func (b *builder) warnRules() {
-	r := b.cfg.Triage.Rules
+	r := b.t.Rules
 	if len(r.InternalDomains) > 0 && r.AuthservID == "" && !r.TrustFromHeader {
 		b.log.Warn("triage: triage.rules.internal_domains is set without triage.rules.authserv_id: the internal-sender rule never fires (set the receiving server's authserv-id, or trust_from_header: true to trust the forgeable From header)")
 	}
@@ -222,13 +239,13 @@ type endpoint struct {
 // modelEndpoint resolves triage.model.base_url (empty: the daemon's own
 // endpoint) and its API key.
 func (b *builder) modelEndpoint() (endpoint, error) {
-	t := b.cfg.Triage
+	t := b.t
 	ep := endpoint{baseURL: t.Model.BaseURL, local: t.Model.BaseURL == ""}
 	if ep.local {
 		ep.baseURL = b.deps.ManagedBaseURL
 		if ep.baseURL == "" {
 			var err error
-			if ep.baseURL, err = ManagedURL(b.cfg.Listen); err != nil {
+			if ep.baseURL, err = ManagedURL(b.d.Listen); err != nil {
 				return ep, fmt.Errorf("triage.model.base_url is empty, so the daemon's endpoint is used, but %w", err)
 			}
 		}
@@ -241,7 +258,7 @@ func (b *builder) modelEndpoint() (endpoint, error) {
 // classifier builds the classification model (triage.model): a fixed
 // model, or the one the managed endpoint serves now.
 func (b *builder) classifier(ep endpoint) (Classifier, error) {
-	t := b.cfg.Triage
+	t := b.t
 	mkClassifier := func(model string) (*llm.Classifier, error) {
 		return llm.NewClassifier(llm.ClassifierOptions{
 			BaseURL: ep.baseURL, Model: model, APIKey: ep.apiKey,
@@ -257,11 +274,10 @@ func (b *builder) classifier(ep endpoint) (Classifier, error) {
 	}
 	active := b.deps.ActiveModel
 	if active == nil {
-		p := b.cfg.Profiles[b.cfg.DefaultProfile]
-		if p == nil || p.ServedName == "" {
+		name := b.d.DefaultModel
+		if name == "" {
 			return nil, errors.New("triage.model.model: not set, and there is no default_profile whose served name could stand in")
 		}
-		name := p.ServedName
 		active = func() string { return name }
 	}
 	return &activeClassifier{model: active, build: mkClassifier}, nil
@@ -270,7 +286,7 @@ func (b *builder) classifier(ep endpoint) (Classifier, error) {
 // transcriber builds the voice memo transcriber (triage.transcription;
 // nil when disabled) and says whether it runs on the managed endpoint.
 func (b *builder) transcriber(ep endpoint) (Transcriber, bool, error) {
-	tc := b.cfg.Triage.Transcription
+	tc := b.t.Transcription
 	if tc.Disabled {
 		return nil, false, nil
 	}
@@ -302,7 +318,7 @@ func (b *builder) transcriber(ep endpoint) (Transcriber, bool, error) {
 
 // customers builds the CRM lookup (triage.crm; nil when disabled).
 func (b *builder) customers() (Customers, error) {
-	c := b.cfg.Triage.CRM
+	c := b.t.CRM
 	if !c.Enabled {
 		return nil, nil
 	}
@@ -315,7 +331,7 @@ func (b *builder) customers() (Customers, error) {
 // sinks builds the enabled sinks: triage.slack, triage.telegram,
 // triage.console, in that order.
 func (b *builder) sinks() ([]sink.Sink, error) {
-	t := b.cfg.Triage
+	t := b.t
 	var sinks []sink.Sink
 	if t.Slack.Enabled {
 		s, err := b.slackSink()
@@ -347,7 +363,7 @@ func (b *builder) sinks() ([]sink.Sink, error) {
 // slackSink builds the triage.slack sink; its token is read now (to fail
 // early) and at every call.
 func (b *builder) slackSink() (*sink.Slack, error) {
-	sc := b.cfg.Triage.Slack
+	sc := b.t.Slack
 	tokenEnv := sc.TokenEnv
 	token := func() (string, error) { return b.env("triage.slack.token_env", tokenEnv) }
 	if _, err := token(); err != nil {
@@ -368,7 +384,7 @@ func (b *builder) slackSink() (*sink.Slack, error) {
 // telegramSink builds the triage.telegram sink on the telegram: bot's
 // token (file or variable), read now (to fail early) and at every call.
 func (b *builder) telegramSink() (*sink.Telegram, error) {
-	tc := b.cfg.Telegram
+	tc := b.d.Telegram
 	tokenSource := "environment variable " + tc.TokenEnv
 	if tc.TokenFile != "" {
 		tokenSource = "telegram.token_file " + tc.TokenFile
@@ -388,8 +404,8 @@ func (b *builder) telegramSink() (*sink.Telegram, error) {
 	}
 	s, err := sink.NewTelegram(sink.TelegramOptions{
 		Token: token, TokenSource: tokenSource,
-		APIURL: tc.APIURL, StateDir: b.cfg.StateDir,
-		ImportantOnly: b.cfg.Triage.Telegram.ImportantOnly, HTTPClient: b.deps.HTTPClient,
+		APIURL: tc.APIURL, StateDir: b.d.StateDir,
+		ImportantOnly: b.t.Telegram.ImportantOnly, HTTPClient: b.deps.HTTPClient,
 		Log: b.log,
 	})
 	if err != nil {

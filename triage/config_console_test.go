@@ -28,7 +28,7 @@ func TestFromConfigConsole(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs, out bytes.Buffer
 			cfg := parseTestConfig(t, tt.yaml)
-			w, err := FromConfig(context.Background(), cfg, Deps{
+			w, err := FromConfig(context.Background(), cfg.Triage, testDaemon(cfg), Deps{
 				LookupEnv:      func(k string) (string, bool) { return "xoxb-test", k == "SLACK_BOT_TOKEN" },
 				ManagedBaseURL: "http://127.0.0.1:18080/v1",
 				Log:            slog.New(slog.NewTextHandler(&logs, nil)),

@@ -26,6 +26,15 @@ func parseTestConfig(t *testing.T, triageYAML string) *config.Config {
 	return cfg
 }
 
+// testDaemon is the Daemon that package main builds from cfg.
+func testDaemon(cfg *config.Config) Daemon {
+	d := Daemon{StateDir: cfg.StateDir, Listen: cfg.Listen, Telegram: cfg.Telegram}
+	if p := cfg.Profiles[cfg.DefaultProfile]; p != nil {
+		d.DefaultModel = p.ServedName
+	}
+	return d
+}
+
 func TestFromConfig(t *testing.T) {
 	const secret = "SECRET-VALUE-never-shown"
 	md := t.TempDir()
@@ -108,7 +117,7 @@ func TestFromConfig(t *testing.T) {
 			if tt.deps != nil {
 				tt.deps(&deps)
 			}
-			w, err := FromConfig(context.Background(), cfg, deps)
+			w, err := FromConfig(context.Background(), cfg.Triage, testDaemon(cfg), deps)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)
@@ -181,7 +190,7 @@ func TestInsecureSkipVerifyWarnsAtStart(t *testing.T) {
 		var buf bytes.Buffer
 		deps := Deps{LookupEnv: func(k string) (string, bool) { return "pw", k == "TRIAGE_PW" },
 			ManagedBaseURL: "http://127.0.0.1:18080/v1", Log: slog.New(slog.NewTextHandler(&buf, nil))}
-		w, err := FromConfig(context.Background(), cfg, deps)
+		w, err := FromConfig(context.Background(), cfg.Triage, testDaemon(cfg), deps)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +220,7 @@ func TestInternalRuleConfig(t *testing.T) {
 	for _, tt := range tests {
 		cfg := parseTestConfig(t, "triage:\n  enabled: true\n  source: {kind: maildir, maildir: "+md+"}\n  rules: {"+tt.rules+"}\n")
 		var buf bytes.Buffer
-		w, err := FromConfig(context.Background(), cfg, Deps{LookupEnv: func(string) (string, bool) { return "", false },
+		w, err := FromConfig(context.Background(), cfg.Triage, testDaemon(cfg), Deps{LookupEnv: func(string) (string, bool) { return "", false },
 			ManagedBaseURL: "http://127.0.0.1:18080/v1", Log: slog.New(slog.NewTextHandler(&buf, nil))})
 		if err != nil {
 			t.Fatal(err)

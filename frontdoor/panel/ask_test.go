@@ -120,7 +120,7 @@ func newAskEnv(t *testing.T, public bool, a Asker) *askEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev.p, err = New(sup, nil, cfg, log); err != nil {
+	if ev.p, err = New(sup, nil, testDaemon(cfg), log); err != nil {
 		t.Fatal(err)
 	}
 	if a != nil {

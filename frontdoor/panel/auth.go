@@ -144,7 +144,7 @@ func (s *sessionStore) len() int {
 
 // currentTokenHash reads the API token now (it may have been rotated).
 func (p *Panel) currentTokenHash() ([32]byte, bool) {
-	tok, err := p.cfg.APIToken()
+	tok, err := p.daemon.APIToken()
 	if err != nil || tok == "" {
 		return [32]byte{}, false
 	}
@@ -307,7 +307,7 @@ func (p *Panel) handleLogin(c echo.Context) error {
 	if !p.authRequired {
 		return c.Redirect(http.StatusSeeOther, next)
 	}
-	want, err := p.cfg.APIToken()
+	want, err := p.daemon.APIToken()
 	if err != nil || want == "" {
 		p.log.Error("login impossible: API token unreadable", "err", err)
 		return p.render(c, http.StatusServiceUnavailable, "login", p.pageData(c, "login", "Log in",

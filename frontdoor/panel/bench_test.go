@@ -65,7 +65,7 @@ func TestBenchPage(t *testing.T) {
 	})
 	defer svc.Close()
 	svc.Register(api)
-	p, err := New(f.Sup, f.Doctor, f.Cfg, f.Log)
+	p, err := New(f.Sup, f.Doctor, testDaemon(f.Cfg), f.Log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -59,7 +61,7 @@ func (p *Panel) handleDashboard(c echo.Context) error {
 		}
 	}
 	if st.State.Phase == api.PhaseActive {
-		if prof, ok := p.cfg.Profiles[st.State.Profile]; ok {
+		if prof, ok := p.daemon.Profiles[st.State.Profile]; ok {
 			ev := p.probe(ctx, prof)
 			v.Endpoint = &ev
 		}
@@ -169,7 +171,7 @@ func (p *Panel) profileRows(ctx context.Context, refreshDoctor bool) ([]profileR
 	var rows []profileRow
 	for _, info := range p.sup.Profiles() {
 		row := profileRow{ProfileInfo: info, Verdict: vs[info.Name]}
-		if prof, ok := p.cfg.Profiles[info.Name]; ok {
+		if prof, ok := p.daemon.Profiles[info.Name]; ok {
 			row.Flags = keyFlags(prof)
 			row.Aliases = prof.Aliases
 		}
@@ -251,7 +253,7 @@ func (p *Panel) handleSwitch(c echo.Context) error {
 	switch {
 	case errors.Is(err, api.ErrUnknownProfile):
 		return p.switchRefused(c, err, &noticeView{Kind: "error",
-			Message: fmt.Sprintf("There is no profile %q; profiles: %s.", profile, strings.Join(p.cfg.ProfileNames(), ", "))})
+			Message: fmt.Sprintf("There is no profile %q; profiles: %s.", profile, strings.Join(slices.Sorted(maps.Keys(p.daemon.Profiles)), ", "))})
 	case errors.As(err, &be):
 		return p.switchRefused(c, err, &noticeView{Kind: "error",
 			Message: fmt.Sprintf("A switch to %s is already running (step %s); wait for it to finish.", be.Target, be.Step)})
@@ -274,7 +276,7 @@ func (p *Panel) handleSwitch(c echo.Context) error {
 		return c.Redirect(http.StatusSeeOther, loc)
 	}
 	backend := ""
-	if prof, ok := p.cfg.Profiles[profile]; ok {
+	if prof, ok := p.daemon.Profiles[profile]; ok {
 		backend = string(prof.Backend)
 	}
 	return c.JSON(http.StatusAccepted, switchAccepted{

@@ -38,6 +38,12 @@ type envOptions struct {
 	public bool
 }
 
+// testDaemon is the Daemon that package main builds from cfg.
+func testDaemon(cfg *config.Config) Daemon {
+	return Daemon{Listen: cfg.Listen, APIToken: cfg.APIToken, APITokenEnv: cfg.APITokenEnv,
+		AuthFailuresPerMinute: cfg.HTTP.AuthFailuresPerMinute, Profiles: cfg.Profiles}
+}
+
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
 	ev := &env{}
@@ -61,7 +67,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev.p, err = New(ev.f.Sup, ev.f.Doctor, ev.f.Cfg, ev.f.Log)
+	ev.p, err = New(ev.f.Sup, ev.f.Doctor, testDaemon(ev.f.Cfg), ev.f.Log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,10 +32,10 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"gpuhost/api"
-	"gpuhost/config"
 	"gpuhost/internal/frontdoor"
 	"gpuhost/internal/loopback"
 	"gpuhost/nvml"
+	"gpuhost/units"
 )
 
 //go:embed templates/*.html static/*
@@ -69,11 +69,34 @@ const (
 	maxFormBytes = 64 << 10
 )
 
+// Daemon are the daemon-wide facts the panel needs (package main builds
+// them from gpuhost.yaml; nothing in the panel: section tunes the panel,
+// whose panel.disabled is the caller's decision).
+type Daemon struct {
+	// Listen is the daemon's listen address: beyond loopback the panel
+	// requires a login with the API token.
+	Listen string
+	// APIToken reads the API token now (config.Config.APIToken), the login
+	// credential; it is read at every login and session check, so a
+	// rotated token takes effect at once. nil reads as no token.
+	APIToken func() (string, error)
+	// APITokenEnv names the token's environment variable, for the error
+	// of a panel beyond loopback without a token.
+	APITokenEnv string
+	// AuthFailuresPerMinute is http.auth_failures_per_minute: the wrong
+	// tokens one client address may send per minute.
+	AuthFailuresPerMinute int
+	// Profiles are the configured profiles: the active one's endpoint is
+	// probed, their key flags and aliases are listed, and a switch names
+	// its backend.
+	Profiles map[string]*units.Profile
+}
+
 // Panel serves the web panel's routes on the daemon's echo server.
 type Panel struct {
 	sup    Supervisor
 	doctor api.DoctorFunc
-	cfg    *config.Config
+	daemon Daemon
 	log    *slog.Logger
 
 	// authRequired is fixed at New: the listen address does not change
@@ -99,28 +122,31 @@ type Panel struct {
 // New builds the panel. On a listener beyond loopback the API token must be
 // readable and non-empty (it is the login credential), as NewAPI requires.
 // doctor may be nil: the verdicts then read "doctor not configured".
-func New(sup Supervisor, doctor api.DoctorFunc, cfg *config.Config, log *slog.Logger) (*Panel, error) {
-	if sup == nil || cfg == nil {
+func New(sup Supervisor, doctor api.DoctorFunc, d Daemon, log *slog.Logger) (*Panel, error) {
+	if sup == nil {
 		return nil, errors.New("panel: supervisor and config are required")
 	}
 	if log == nil {
 		log = slog.Default()
 	}
+	if d.APIToken == nil {
+		d.APIToken = func() (string, error) { return "", nil }
+	}
 	p := &Panel{
-		sup: sup, doctor: doctor, cfg: cfg, log: log,
-		authRequired: !cfg.IsLoopback(),
+		sup: sup, doctor: doctor, daemon: d, log: log,
+		authRequired: !loopback.ListensOnly(d.Listen),
 		probeClient:  &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}},
 		befores:      newBeforeMemo(64),
 		now:          time.Now,
 		owned:        map[string]bool{},
 	}
 	if p.authRequired {
-		tok, err := cfg.APIToken()
+		tok, err := d.APIToken()
 		if err != nil {
-			return nil, fmt.Errorf("panel: listen %s is not loopback and the login token is unreadable: %w", cfg.Listen, err)
+			return nil, fmt.Errorf("panel: listen %s is not loopback and the login token is unreadable: %w", d.Listen, err)
 		}
 		if tok == "" {
-			return nil, fmt.Errorf("panel: listen %s is not loopback: set the API token in $%s or api_token_file (it is the panel's login)", cfg.Listen, cfg.APITokenEnv)
+			return nil, fmt.Errorf("panel: listen %s is not loopback: set the API token in $%s or api_token_file (it is the panel's login)", d.Listen, d.APITokenEnv)
 		}
 	}
 	key, err := randomBytes(32)
@@ -128,7 +154,7 @@ func New(sup Supervisor, doctor api.DoctorFunc, cfg *config.Config, log *slog.Lo
 		return nil, fmt.Errorf("panel: generate CSRF key: %w", err)
 	}
 	p.csrfKey = key
-	p.logins = frontdoor.NewThrottle("panel login", cfg.HTTP.AuthFailuresPerMinute, time.Minute, p.log, func() time.Time { return p.now() })
+	p.logins = frontdoor.NewThrottle("panel login", d.AuthFailuresPerMinute, time.Minute, p.log, func() time.Time { return p.now() })
 	p.sessions = newSessionStore(SessionTTL, maxSessions)
 	p.doctorCache = newDoctorCache(doctor, DefaultDoctorTTL, DoctorMinInterval)
 	if p.pages, err = parsePages(); err != nil {

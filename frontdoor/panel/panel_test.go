@@ -514,7 +514,7 @@ func TestNewRequiresTokenBeyondLoopback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = New(appliance.NewSupervisor(cfg, nil, nil, nil, nil), nil, cfg, nil)
+	_, err = New(appliance.NewSupervisor(cfg, nil, nil, nil, nil), nil, testDaemon(cfg), nil)
 	if err == nil || !strings.Contains(err.Error(), "GPUHOST_PANEL_TEST_UNSET_TOKEN") {
 		t.Fatalf("New without a token beyond loopback: %v", err)
 	}

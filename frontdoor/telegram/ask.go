@@ -46,13 +46,13 @@ type askDoor struct {
 }
 
 // SetAsker enables /ask for allowlisted senders; call it before Run. The
-// per-chat rate limit is the config's agent.telegram_every (default 10 s).
+// per-chat rate limit is Daemon.AskEvery (agent.telegram_every, default 10 s).
 func (b *Bot) SetAsker(a Asker) {
 	if l, ok := a.(*agent.Limiter); a == nil || (ok && l == nil) {
 		b.ask.Store(nil) // a nil *agent.Limiter means disabled, like nil
 		return
 	}
-	every := b.cfg.Agent.TelegramEvery.D()
+	every := b.daemon.AskEvery
 	if every <= 0 {
 		every = 10 * time.Second
 	}

@@ -56,9 +56,23 @@ type Supervisor interface {
 // caller can tell "off by config" from a broken setup.
 var ErrDisabled = errors.New("telegram bot disabled (telegram.enabled is false)")
 
+// Daemon are the daemon-wide facts the bot needs besides its telegram:
+// section (package main builds them from gpuhost.yaml).
+type Daemon struct {
+	// StateDir holds the pairing store: the allowlist and pending codes.
+	StateDir string
+	// Profiles name the backend and served model in "switch done"
+	// notifications.
+	Profiles map[string]*units.Profile
+	// AskEvery is the per-chat rate limit of /ask (agent.telegram_every;
+	// 0 means 10 s).
+	AskEvery time.Duration
+}
+
 // Bot is the Telegram front door. Build it with New, run it with Run.
 type Bot struct {
-	cfg    *config.Config
+	tc     config.TelegramConfig
+	daemon Daemon
 	sup    Supervisor
 	doctor api.DoctorFunc
 	log    *slog.Logger
@@ -97,32 +111,32 @@ type Bot struct {
 	ask      atomic.Pointer[askDoor] // nil: /ask answers that the agent is off
 }
 
-// New reads the bot token (cfg.Telegram.TokenFile, else the environment
-// variable cfg.Telegram.TokenEnv) and prepares the bot; it makes no network
+// New reads the bot token (tc.TokenFile, else the environment variable
+// tc.TokenEnv) and prepares the bot of the telegram: section tc; it makes no network
 // call. A missing or malformed token is an error naming where it was looked
 // for, never containing the token. doctor may be nil (no /gpu doctor, no
 // red-doctor notifications); log nil means slog.Default().
-func New(cfg *config.Config, sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) (*Bot, error) {
-	if cfg == nil || sup == nil {
+func New(tc config.TelegramConfig, d Daemon, sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) (*Bot, error) {
+	if sup == nil {
 		return nil, errors.New("telegram: New needs a config and a supervisor")
 	}
-	if !cfg.Telegram.Enabled {
+	if !tc.Enabled {
 		return nil, ErrDisabled
 	}
-	token, source, err := readToken(cfg.Telegram)
+	token, source, err := readToken(tc)
 	if err != nil {
 		return nil, err
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	apiURL := strings.TrimRight(cfg.Telegram.APIURL, "/")
+	apiURL := strings.TrimRight(tc.APIURL, "/")
 	if apiURL == "" {
 		apiURL = "https://api.telegram.org"
 	}
 	b := &Bot{
-		cfg: cfg, sup: sup, doctor: doctor,
-		store:       pairing.New(cfg.StateDir),
+		tc: tc, daemon: d, sup: sup, doctor: doctor,
+		store:       pairing.New(d.StateDir),
 		token:       token,
 		tokenSource: source,
 		apiURL:      apiURL,
@@ -208,7 +222,7 @@ func (b *Bot) Run(ctx context.Context) (err error) {
 	b.mu.Lock()
 	b.st.Bot = me.Username
 	b.mu.Unlock()
-	b.log.Info("telegram bot polling", "bot", "@"+me.Username, "api", b.apiURL, "allow_groups", b.cfg.Telegram.AllowGroups,
+	b.log.Info("telegram bot polling", "bot", "@"+me.Username, "api", b.apiURL, "allow_groups", b.tc.AllowGroups,
 		"allowlist", b.store.AllowlistPath())
 
 	var bg sync.WaitGroup
@@ -290,7 +304,7 @@ func (b *Bot) onUpdate(ctx context.Context, tg *bot.Bot, upd *models.Update) {
 		}
 		private = true
 	case models.ChatTypeGroup, models.ChatTypeSupergroup:
-		if !b.cfg.Telegram.AllowGroups {
+		if !b.tc.AllowGroups {
 			return
 		}
 	default:

@@ -574,8 +574,7 @@ func TestNew(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := &config.Config{StateDir: dir, Telegram: tc.tc}
-			b, err := New(cfg, idleSupervisor{}, nil, nil)
+			b, err := New(tc.tc, Daemon{StateDir: dir}, idleSupervisor{}, nil, nil)
 			if len(tc.wantErr) == 0 {
 				if err != nil {
 					t.Fatal(err)

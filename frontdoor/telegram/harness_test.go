@@ -73,6 +73,11 @@ type harness struct {
 	stop  context.CancelFunc
 }
 
+// testDaemon is the Daemon that package main builds from cfg.
+func testDaemon(cfg *config.Config) Daemon {
+	return Daemon{StateDir: cfg.StateDir, Profiles: cfg.Profiles, AskEvery: cfg.Agent.TelegramEvery.D()}
+}
+
 // startBot runs a real Supervisor (appliancetest) and the bot against a
 // fresh fake Bot API, with logs captured and checked for the token at the end.
 func startBot(t *testing.T, o harnessOpts) *harness {
@@ -98,7 +103,7 @@ func startBot(t *testing.T, o harnessOpts) *harness {
 	if o.doctor != nil {
 		doctor = o.doctor(f)
 	}
-	b, err := New(f.Cfg, f.Sup, doctor, log)
+	b, err := New(f.Cfg.Telegram, testDaemon(f.Cfg), f.Sup, doctor, log)
 	if err != nil {
 		t.Fatal(err)
 	}

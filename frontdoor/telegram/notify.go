@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"gpuhost/api"
-	"gpuhost/config"
 	"gpuhost/units"
 )
 
@@ -24,7 +23,7 @@ type noteState struct {
 // note turns one Supervisor event into a notification text, or "" for
 // events that are not worth one. A unit failing during a switch is left to
 // the switch's own failure message, which says more.
-func (n *noteState) note(e api.Event, cfg *config.Config) string {
+func (n *noteState) note(e api.Event, profiles map[string]*units.Profile) string {
 	switch e.Kind {
 	case "switch":
 		switch e.Status {
@@ -33,7 +32,7 @@ func (n *noteState) note(e api.Event, cfg *config.Config) string {
 		case "done":
 			n.switching, n.journal = false, nil
 			what := e.Profile
-			if p, ok := cfg.Profiles[e.Profile]; ok && p != nil {
+			if p, ok := profiles[e.Profile]; ok && p != nil {
 				what = fmt.Sprintf("%s (%s, %s)", p.Name, p.Backend, p.ServedName)
 			}
 			return fmt.Sprintf("✅ switch done: %s is active (%s)", what, humanDuration(time.Duration(e.DurationMS*float64(time.Millisecond))))
@@ -76,7 +75,7 @@ func (b *Bot) watchEvents(ctx context.Context, since uint64) {
 	defer cancel()
 	var n noteState
 	handle := func(e api.Event) {
-		if text := n.note(e, b.cfg); text != "" {
+		if text := n.note(e, b.daemon.Profiles); text != "" {
 			b.enqueue(text)
 		}
 	}

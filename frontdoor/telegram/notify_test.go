@@ -5,14 +5,13 @@ import (
 	"testing"
 
 	"gpuhost/api"
-	"gpuhost/config"
 	"gpuhost/units"
 )
 
 func TestNoteState(t *testing.T) {
-	cfg := &config.Config{Profiles: map[string]*units.Profile{
+	profiles := map[string]*units.Profile{
 		"coder": {Name: "coder", Backend: units.VLLM, ServedName: "qwen3-coder"},
-	}}
+	}
 	unitEv := func(state string) api.Event {
 		return api.Event{Kind: "unit", Detail: map[string]any{"unit": "gpuhost-vllm.service", "active_state": state}}
 	}
@@ -68,7 +67,7 @@ func TestNoteState(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var n noteState
 			for i, e := range tc.evs {
-				got := n.note(e, cfg)
+				got := n.note(e, profiles)
 				want := tc.want[i]
 				if (want == "") != (got == "") || !strings.Contains(got, want) {
 					t.Errorf("event %d (%s %s): note %q, want one containing %q", i, e.Kind, e.Status, got, want)

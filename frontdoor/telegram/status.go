@@ -89,7 +89,7 @@ func (b *Bot) client() *bot.Bot { return b.tgp.Load() }
 // reloadToken re-reads the token from its source and, when it changed,
 // switches every call to it. The old one stays redacted.
 func (b *Bot) reloadToken() {
-	tok, _, err := readToken(b.cfg.Telegram)
+	tok, _, err := readToken(b.tc)
 	if err != nil {
 		b.log.Warn("re-read the telegram bot token", "err", err)
 		return

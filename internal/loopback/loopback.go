@@ -3,11 +3,18 @@
 // only) so that config, the front door, triage and package main can share
 // it.
 //
-// There are three different questions, and they have different answers
-// for a wildcard host (0.0.0.0, ::, or the empty host of ":8080"):
+// There are four different questions, and they have different answers
+// for a wildcard host (0.0.0.0, ::, or the empty host of ":8080") or a
+// name under .localhost:
 //
 //   - IsHost: does a host name or address a client uses name this machine
 //     only? A wildcard is not a host anyone can be reached at, so no.
+//     Names under .localhost are (browsers resolve them to loopback).
+//   - DialsLoopback: does this machine, dialing a host, stay on itself
+//     whatever DNS answers, so that a secret may go there without TLS?
+//     Only a loopback IP literal or localhost: a name under .localhost is
+//     looked up like any other name by resolvers that do not special-case
+//     it, and DNS may answer it with any address.
 //   - ListensOnly: does a listen address accept local clients only? A
 //     wildcard binds every interface, so it accepts clients from the whole
 //     network: no. This is the one that decides whether the daemon needs
@@ -31,6 +38,20 @@ func IsHost(host string) bool {
 		return true
 	}
 	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// DialsLoopback reports whether a host (no port, no brackets) that a
+// client on this machine dials is this machine whatever DNS answers: a
+// loopback IP literal (127.0.0.0/8, ::1) or "localhost" in any case. It
+// decides where plain http or IMAP without TLS may carry a secret (the
+// bot token, a mailbox password). Unlike IsHost it refuses names under
+// .localhost, "localhost." and bracketed addresses.
+func DialsLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
 

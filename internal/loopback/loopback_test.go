@@ -31,6 +31,35 @@ func TestIsHost(t *testing.T) {
 	}
 }
 
+func TestDialsLoopback(t *testing.T) {
+	for _, tt := range []struct {
+		host string
+		want bool
+	}{
+		{"127.0.0.1", true},
+		{"127.9.9.9", true},
+		{"::1", true},
+		{"::ffff:127.0.0.1", true},
+		{"localhost", true},
+		{"LOCALHOST", true},
+		{"LocalHost", true},
+		{"app.localhost", false}, // DNS may answer it with any address
+		{"localhost.", false},
+		{"[::1]", false}, // a host from url.Hostname or net.SplitHostPort has no brackets
+		{"", false},
+		{"0.0.0.0", false},
+		{"::", false},
+		{"evil.example", false},
+		{"127.0.0.1.nip.io", false},
+		{"localhost.evil.example", false},
+		{"10.0.0.1", false},
+	} {
+		if got := DialsLoopback(tt.host); got != tt.want {
+			t.Errorf("DialsLoopback(%q) = %v, want %v", tt.host, got, tt.want)
+		}
+	}
+}
+
 func TestListensOnly(t *testing.T) {
 	for _, tt := range []struct {
 		listen string

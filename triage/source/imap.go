@@ -18,6 +18,8 @@ import (
 
 	"github.com/emersion/go-imap/v2"
 	"github.com/emersion/go-imap/v2/imapclient"
+
+	"gpuhost/internal/loopback"
 )
 
 // ErrAuthFailed is returned (wrapped) when the server rejects the
@@ -359,7 +361,7 @@ func (s *IMAP) dialSettings() (host, password string, err error) {
 	switch s.opts.Security {
 	case "tls", "starttls":
 	case "plain":
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		if !loopback.DialsLoopback(host) {
 			return "", "", fmt.Errorf("%s: security plain (no TLS) is allowed only to a loopback address, not %q", s.name, host)
 		}
 	default:

@@ -431,6 +431,7 @@ func TestIMAPConnectErrors(t *testing.T) {
 		}
 	}()
 	closedAddr := testkit.FreeAddr(t)
+	_, closedPort, _ := net.SplitHostPort(closedAddr)
 
 	tests := []struct {
 		name, addr, security, want string
@@ -439,6 +440,10 @@ func TestIMAPConnectErrors(t *testing.T) {
 		{"silent server", ln.Addr().String(), "plain", "greeting: no answer within"},
 		{"silent server, TLS", ln.Addr().String(), "tls", "TLS handshake"},
 		{"plain to a remote address", "192.0.2.1:143", "plain", "only to a loopback address"},
+		// loopback.DialsLoopback: localhost in any case, no name under
+		// .localhost (DNS may answer it with any address).
+		{"plain to LOCALHOST", "LOCALHOST:" + closedPort, "plain", "connect"},
+		{"plain to a .localhost name", "mail.localhost:143", "plain", "only to a loopback address"},
 		{"unknown security", "127.0.0.1:143", "ssl", `"ssl" is not tls, starttls or plain`},
 		{"not host:port", "127.0.0.1", "plain", "not host:port"},
 	}

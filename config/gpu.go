@@ -1,0 +1,56 @@
+package config
+
+import (
+	"path/filepath"
+	"time"
+)
+
+// GPUConfig selects the GPU facts source and the VRAM-release rules.
+type GPUConfig struct {
+	Backend string `yaml:"backend"` // nvml | sim
+	SimDir  string `yaml:"sim_dir"`
+	// IdleBaselineMiB is the used memory with no backend running; 0 means
+	// "measure it at start-up when no backend runs".
+	IdleBaselineMiB uint64 `yaml:"idle_baseline_mib"`
+	// ReleaseToleranceMiB is how far above the baseline used memory may stay
+	// and still count as released (drivers keep a little for contexts).
+	ReleaseToleranceMiB uint64   `yaml:"release_tolerance_mib"`
+	ReleaseTimeout      Duration `yaml:"release_timeout"`
+	// StandbyWatchInterval is how often the Supervisor checks that every
+	// backend in standby holds no more than its measured residual.
+	StandbyWatchInterval Duration `yaml:"standby_watch_interval"`
+}
+
+// gpuDefaults fills in the gpu: section (sim_dir is below state_dir, whose
+// default is set first).
+func (c *Config) gpuDefaults() {
+	if c.GPU.Backend == "" {
+		c.GPU.Backend = "nvml"
+	}
+	if c.GPU.SimDir == "" {
+		c.GPU.SimDir = filepath.Join(c.StateDir, "simgpu")
+	}
+	if c.GPU.ReleaseToleranceMiB == 0 {
+		c.GPU.ReleaseToleranceMiB = 512
+	}
+	if c.GPU.StandbyWatchInterval == 0 {
+		c.GPU.StandbyWatchInterval = Duration(2 * time.Second)
+	}
+	if c.GPU.ReleaseTimeout == 0 {
+		c.GPU.ReleaseTimeout = Duration(60 * time.Second)
+	}
+}
+
+// gpuValidate checks the gpu: section.
+func (c *Config) gpuValidate(add func(key, format string, args ...any)) {
+	switch c.GPU.Backend {
+	case "nvml", "sim":
+	default:
+		add("gpu.backend", "%q is not one of nvml, sim", c.GPU.Backend)
+	}
+	if c.GPU.Backend == "sim" {
+		if err := unitPath(c.GPU.SimDir); err != nil {
+			add("gpu.sim_dir", "%v", err)
+		}
+	}
+}

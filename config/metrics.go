@@ -1,0 +1,6 @@
+package config
+
+// MetricsConfig controls the Prometheus endpoint.
+type MetricsConfig struct {
+	Disabled bool `yaml:"disabled"`
+}

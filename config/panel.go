@@ -1,0 +1,6 @@
+package config
+
+// PanelConfig controls the web panel.
+type PanelConfig struct {
+	Disabled bool `yaml:"disabled"`
+}

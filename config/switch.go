@@ -1,0 +1,37 @@
+package config
+
+import "time"
+
+// SwitchConfig tunes the switch state machine.
+type SwitchConfig struct {
+	ReadyTimeout Duration `yaml:"ready_timeout"`
+	StopTimeout  Duration `yaml:"stop_timeout"`
+	// Rollback to the previous profile when the new one fails to start.
+	Rollback *bool `yaml:"rollback"`
+	// RestoreOnBoot switches to the last wanted profile when the daemon
+	// starts and no backend runs.
+	RestoreOnBoot *bool `yaml:"restore_on_boot"`
+}
+
+// switchDefaults fills in the switch: section.
+func (c *Config) switchDefaults() {
+	if c.Switch.ReadyTimeout == 0 {
+		c.Switch.ReadyTimeout = Duration(15 * time.Minute)
+	}
+	if c.Switch.StopTimeout == 0 {
+		c.Switch.StopTimeout = Duration(90 * time.Second)
+	}
+	if c.Switch.Rollback == nil {
+		c.Switch.Rollback = ptr(true)
+	}
+	if c.Switch.RestoreOnBoot == nil {
+		c.Switch.RestoreOnBoot = ptr(true)
+	}
+}
+
+// switchValidate checks the switch: section.
+func (c *Config) switchValidate(add func(key, format string, args ...any)) {
+	if c.Switch.ReadyTimeout.D() < time.Second {
+		add("switch.ready_timeout", "%s is too short (at least 1s)", c.Switch.ReadyTimeout.D())
+	}
+}
