@@ -17,6 +17,7 @@ import (
 	"gpuhost/appliance"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/config"
+	"gpuhost/units"
 )
 
 func TestPagesRender(t *testing.T) {
@@ -517,5 +518,21 @@ func TestNewRequiresTokenBeyondLoopback(t *testing.T) {
 	_, err = New(appliance.NewSupervisor(cfg, nil, nil, nil, nil), nil, testDaemon(cfg), nil)
 	if err == nil || !strings.Contains(err.Error(), "GPUHOST_PANEL_TEST_UNSET_TOKEN") {
 		t.Fatalf("New without a token beyond loopback: %v", err)
+	}
+}
+
+// TestDashboardShowsStandby: a profile left in standby by a switch is on
+// the dashboard, with its mode and what it may hold.
+func TestDashboardShowsStandby(t *testing.T) {
+	ev := newEnv(t, envOptions{fixture: appliancetest.Options{Activate: "coder", Hook: func(c *config.Config) {
+		c.Profiles["coder"].Standby = units.StandbyAuto
+		c.Profiles["llama"].Standby = units.StandbyUnload
+	}}})
+	if _, err := ev.f.SwitchTo(t, "llama"); err != nil {
+		t.Fatal(err)
+	}
+	_, body := do(t, ev.client(t), "GET", ev.srv.URL+"/", nil, nil)
+	if !strings.Contains(body, `id="standby-coder"`) || !strings.Contains(body, "sleep1, holds ≤ 0.5 GiB") {
+		t.Errorf("the dashboard does not show coder in standby:\n%s", body)
 	}
 }
