@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -402,8 +401,11 @@ func TestTwoDemosSideBySide(t *testing.T) {
 	if port(stA) == port(stB) {
 		t.Fatalf("both demos use port %d for qwen3-coder", port(stA))
 	}
-	if !strings.Contains(b.out.String(), "busy_port="+strconv.Itoa(port(stA))) {
-		t.Errorf("the second demo does not say which port was taken:\n%s", b.out.String())
+	// A moved port is logged with the configured one it replaces (18000:
+	// taken by the first demo, or by anything else on a busy machine, in
+	// which case the first demo moved too).
+	if port(stB) != 18000 && !strings.Contains(b.out.String(), "busy_port=18000") {
+		t.Errorf("the second demo moved qwen3-coder to %d but does not say which port was taken:\n%s", port(stB), b.out.String())
 	}
 	// Each demo's own backend runs and stays running.
 	for _, st := range []api.Status{stA, stB} {
