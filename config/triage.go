@@ -173,6 +173,15 @@ type AgentConfig struct {
 	TelegramEvery Duration `yaml:"telegram_every"`
 }
 
+// DefaultTriage is the triage: section with every default filled in, for a
+// worker without a config file (`gpuhost triage mail --eml` against a
+// running daemon).
+func DefaultTriage() TriageConfig {
+	var c Config
+	c.triageDefaults()
+	return c.Triage
+}
+
 func (c *Config) triageDefaults() {
 	t := &c.Triage
 	if t.Interval == 0 {
