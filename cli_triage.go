@@ -29,7 +29,9 @@ func newTriageCmd() *cobra.Command {
 		Short: "Mail triage: poll the mailbox, classify each mail on the model, post to Slack/Telegram",
 		Long: `The triage worker reads the triage: section of the config. It keeps its
 checkpoint in <state_dir>/triage/, so run only one worker per mailbox: either
-inside gpuhost serve (triage.enabled) or with "gpuhost triage run", not both.`,
+inside gpuhost serve (triage.enabled) or with "gpuhost triage run", not both.
+Without a config file, "gpuhost triage mail --eml FILE" judges one mail through
+the running daemon's /v1 and prints the post.`,
 	}
 	cmd.AddCommand(newTriageRunCmd(), newTriageOnceCmd(), newTriageMailCmd())
 	return cmd
