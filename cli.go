@@ -356,7 +356,7 @@ For ollama the address also comes from OLLAMA_HOST.`,
 			if err != nil {
 				return err
 			}
-			opts.Logger = log.With("sim", string(opts.Flavor))
+			opts.Logger = log // simulator.Run adds sim=<flavor>
 			return simulator.Run(cmd.Context(), opts)
 		},
 	}
@@ -367,6 +367,9 @@ For ollama the address also comes from OLLAMA_HOST.`,
 // target.
 func benchEnv(cmd *cobra.Command) (bench.Env, error) {
 	cfg, err := loadConfig(cmd)
+	if err != nil && configMissing(cmd, err) {
+		return daemonBenchEnv(cmd), nil
+	}
 	if err != nil {
 		return bench.Env{}, err
 	}

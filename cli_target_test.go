@@ -18,8 +18,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"gpuhost/api"
+	"gpuhost/bench"
 	"gpuhost/config"
 	"gpuhost/internal/sse"
+	"gpuhost/triage"
+	"gpuhost/triage/demo"
 )
 
 // TestResolveDaemon: --url, else $GPUHOST_URL, else the config's listen
@@ -229,6 +232,85 @@ func demoCLIWithoutConfig(t *testing.T, url string) {
 	_, errOut, code = gpuhostEnv(t, bad, "status")
 	if code != 2 || !strings.Contains(errOut, "reach gpuhost at http://127.0.0.1:1 (from $GPUHOST_URL)") {
 		t.Errorf("status without a daemon: exit %d %s", code, errOut)
+	}
+	demoTriageWithoutConfig(t, url, env, bad)
+	demoBenchWithoutConfig(t, env, bad, home)
+}
+
+// skipIfDefaultConfig: the no-config checks mean nothing on a machine
+// with a config at the default path.
+func skipIfDefaultConfig(t *testing.T) bool {
+	t.Helper()
+	if _, err := os.Stat(config.DefaultPath); err == nil {
+		t.Logf("NOT CHECKED: the commands without a config (%s exists on this machine)", config.DefaultPath)
+		return true
+	}
+	return false
+}
+
+// demoTriageWithoutConfig: `triage mail --eml` judges a mail through the
+// daemon's /v1 and prints the post; the mailbox commands name the config
+// they need and what the daemon's own worker does; no daemon, no mail.
+func demoTriageWithoutConfig(t *testing.T, url string, env, bad []string) {
+	t.Helper()
+	if skipIfDefaultConfig(t) {
+		return
+	}
+	_, raws, err := demo.Mails()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eml := filepath.Join(t.TempDir(), "inquiry.eml")
+	if err := os.WriteFile(eml, raws[0], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := gpuhostEnv(t, env, "triage", "mail", "--eml", eml)
+	if code != 0 || !strings.Contains(out, "Offer for 40 additional licences?") || !strings.Contains(out, "Class: customer") ||
+		!strings.Contains(out, "Posted to: nowhere (no config file") ||
+		!strings.Contains(errOut, "classifying on qwen3-coder at "+url+"/v1 (from $GPUHOST_URL) with the triage defaults") {
+		t.Errorf("triage mail --eml without a config: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = gpuhostEnv(t, env, "triage", "mail", "--eml", eml, "--json")
+	var res triage.Result
+	if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || res.Class != "customer" || len(res.Posted) != 0 || !strings.HasPrefix(res.Key, "manual/eml/") {
+		t.Errorf("triage mail --eml --json without a config: exit %d %v\n%s%s", code, err, out, errOut)
+	}
+	for _, args := range [][]string{{"triage", "once"}, {"triage", "mail", "--uid", "1"}} {
+		_, errOut, code = gpuhostEnv(t, env, args...)
+		for _, w := range []string{"needs the mailbox of a config's triage: section", "tried --config (not given), " + config.DefaultPath + " (not there)",
+			"the daemon at " + url + " (from $GPUHOST_URL) polls its own mailbox maildir:", "gpuhost triage mail --eml FILE"} {
+			if code == 0 || !strings.Contains(errOut, w) {
+				t.Errorf("%v without a config: exit %d, lacks %q:\n%s", args, code, w, errOut)
+			}
+		}
+	}
+	_, errOut, code = gpuhostEnv(t, bad, "triage", "mail", "--eml", eml)
+	if code == 0 || !strings.Contains(errOut, "reach gpuhost at http://127.0.0.1:1 (from $GPUHOST_URL)") {
+		t.Errorf("triage mail --eml without a daemon: exit %d %s", code, errOut)
+	}
+}
+
+// demoBenchWithoutConfig: the default `bench run` measures the daemon's
+// active profile, found by $GPUHOST_URL, and stores under the user's state
+// directory; no daemon: the error names what was tried.
+func demoBenchWithoutConfig(t *testing.T, env, bad []string, home string) {
+	t.Helper()
+	if skipIfDefaultConfig(t) {
+		return
+	}
+	small := []string{"bench", "run", "--repeats", "1", "--prefill", "64", "--decode", "8", "--concurrency", "1", "--serving-requests", "1", "--json"}
+	out, errOut, code := gpuhostEnv(t, append(env, "XDG_STATE_HOME="), small...)
+	var r bench.Result
+	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || r.Status != bench.StatusOK || r.Fingerprint.Profile != "qwen3-coder" ||
+		r.Fingerprint.Model != "qwen3-coder" || r.Fingerprint.Backend != "vllm" || r.Fingerprint.GPUBackend != "sim" {
+		t.Errorf("bench run without a config: exit %d %v %+v\n%s", code, err, r.Fingerprint, errOut)
+	}
+	if stored, _ := filepath.Glob(filepath.Join(home, ".local", "state", "gpuhost", "bench", "*-qwen3-coder.json")); len(stored) != 1 {
+		t.Errorf("bench run without a config stored %q", stored)
+	}
+	_, errOut, code = gpuhostEnv(t, bad, small...)
+	if code == 0 || !strings.Contains(errOut, "reach gpuhost at http://127.0.0.1:1 (from $GPUHOST_URL)") || !strings.Contains(errOut, "not there") {
+		t.Errorf("bench run without a daemon: exit %d %s", code, errOut)
 	}
 }
 

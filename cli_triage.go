@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,7 +29,9 @@ func newTriageCmd() *cobra.Command {
 		Short: "Mail triage: poll the mailbox, classify each mail on the model, post to Slack/Telegram",
 		Long: `The triage worker reads the triage: section of the config. It keeps its
 checkpoint in <state_dir>/triage/, so run only one worker per mailbox: either
-inside gpuhost serve (triage.enabled) or with "gpuhost triage run", not both.`,
+inside gpuhost serve (triage.enabled) or with "gpuhost triage run", not both.
+Without a config file, "gpuhost triage mail --eml FILE" judges one mail through
+the running daemon's /v1 and prints the post.`,
 	}
 	cmd.AddCommand(newTriageRunCmd(), newTriageOnceCmd(), newTriageMailCmd())
 	return cmd
@@ -40,7 +43,11 @@ func newTriageRunCmd() *cobra.Command {
 		Short: "Poll the mailbox until SIGTERM/SIGINT (foreground)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			w, closeFn, err := openTriage(cmd)
+			cfg, err := loadTriageConfig(cmd, "gpuhost triage run")
+			if err != nil {
+				return err
+			}
+			w, closeFn, err := openTriage(cmd, cfg)
 			if err != nil {
 				return err
 			}
@@ -58,7 +65,11 @@ func newTriageOnceCmd() *cobra.Command {
 		Short: "Poll once: process every new mail, then exit",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			w, closeFn, err := openTriage(cmd)
+			cfg, err := loadTriageConfig(cmd, "gpuhost triage once")
+			if err != nil {
+				return err
+			}
+			w, closeFn, err := openTriage(cmd, cfg)
 			if err != nil {
 				return err
 			}
@@ -80,6 +91,10 @@ func newTriageMailCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "mail (--uid N | --eml FILE) [--dry-run]",
 		Short: "Send one mail through the pipeline by hand (the checkpoint is not moved)",
+		Long: `Without a config file, --eml FILE is classified through the running daemon's /v1
+(found by --url, $GPUHOST_URL, else ` + DefaultDaemonURL + `) on its active model, with the
+triage defaults and no rules, CRM lookup or sinks: the judged post is printed, nothing is
+posted. --uid needs the mailbox of a config's triage: section.`,
 		Example: `  gpuhost triage mail --eml inquiry.eml --dry-run   # print what would be posted
   gpuhost triage mail --uid 4711                    # post mailbox UID 4711 again`,
 		Args: cobra.NoArgs,
@@ -94,7 +109,7 @@ func newTriageMailCmd() *cobra.Command {
 					return err
 				}
 			}
-			w, closeFn, err := openTriage(cmd)
+			w, closeFn, handFed, err := openTriageMail(cmd, eml != "")
 			if err != nil {
 				return err
 			}
@@ -108,22 +123,8 @@ func newTriageMailCmd() *cobra.Command {
 			if err != nil && res.Key == "" {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if jerr := enc.Encode(res); jerr != nil {
-					return jerr
-				}
-				return err
-			}
-			if dryRun {
-				fmt.Fprintln(out, "Dry run — this would be posted:")
-				fmt.Fprintln(out)
-			}
-			fmt.Fprint(out, res.Text)
-			if !dryRun {
-				fmt.Fprintf(out, "\nPosted to: %v\n", res.Posted)
+			if perr := printMailResult(cmd.OutOrStdout(), res, dryRun, asJSON, handFed); perr != nil {
+				return perr
 			}
 			return err
 		},
@@ -132,7 +133,34 @@ func newTriageMailCmd() *cobra.Command {
 	cmd.Flags().StringVar(&eml, "eml", "", "RFC 5322 file (.eml) to process; - reads stdin")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "post nothing; print what would be posted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON (no mail body)")
+	urlFlag(cmd)
 	return cmd
+}
+
+// printMailResult prints a hand-sent mail's result: JSON, or the post and
+// where it went.
+func printMailResult(out io.Writer, res triage.Result, dryRun, asJSON, handFed bool) error {
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	if dryRun {
+		fmt.Fprintln(out, "Dry run — this would be posted:")
+		fmt.Fprintln(out)
+	}
+	fmt.Fprint(out, res.Text)
+	switch {
+	case dryRun:
+		if !strings.HasSuffix(res.Text, "\n") {
+			fmt.Fprintln(out)
+		}
+	case handFed:
+		fmt.Fprintln(out, "\nPosted to: nowhere (no config file, so no Slack, Telegram or console sink)")
+	default:
+		fmt.Fprintf(out, "\nPosted to: %v\n", res.Posted)
+	}
+	return nil
 }
 
 // maxEMLBytes bounds a hand-fed mail like the worker bounds fetched ones.
@@ -160,15 +188,11 @@ func readEML(path string) ([]byte, error) {
 	return raw, nil
 }
 
-// openTriage builds the worker from --config the way `gpuhost serve` does,
-// with this process's own MCP client (crm), GPU power reading and a view
-// of the daemon's active model.
-func openTriage(cmd *cobra.Command) (*triage.Worker, func(), error) {
+// openTriage builds the worker from the config the way `gpuhost serve`
+// does, with this process's own MCP client (crm), GPU power reading and a
+// view of the daemon's active model.
+func openTriage(cmd *cobra.Command, cfg *config.Config) (*triage.Worker, func(), error) {
 	log, err := newLogger(cmd)
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg, err := loadConfig(cmd)
 	if err != nil {
 		return nil, nil, err
 	}

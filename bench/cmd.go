@@ -30,9 +30,10 @@ type Deps struct {
 	GpuhostVersion string
 	GpuhostCommit  string
 	// Env loads the config-derived environment when a command runs (the
-	// --config flag is parsed by then). An error is tolerated where the
-	// command can do without: `bench run --url …` against any server with
-	// results in --dir or the user's state directory.
+	// --config flag is parsed by then); without a config file gpuhost's
+	// asks the daemon instead. An error is tolerated where the command can
+	// do without: `bench run --url …` against any server with results in
+	// --dir or the user's state directory.
 	Env func(cmd *cobra.Command) (Env, error)
 	// Daemon returns the client of the running daemon's API, found as
 	// every daemon command finds it (the command's --url, $GPUHOST_URL,

@@ -153,6 +153,15 @@ type TriageAlertingConfig struct {
 	RemindEvery         Duration `yaml:"remind_every"`
 }
 
+// DefaultTriage is the triage: section with every default filled in, for a
+// worker without a config file (`gpuhost triage mail --eml` against a
+// running daemon).
+func DefaultTriage() TriageConfig {
+	var c Config
+	c.triageDefaults()
+	return c.Triage
+}
+
 // triageDefaults fills in the triage: section.
 func (c *Config) triageDefaults() {
 	t := &c.Triage

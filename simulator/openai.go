@@ -158,6 +158,9 @@ func (s *server) prepareChat(body []byte) (*openAIJob, *apiError) {
 	offer := tc.Mode == "auto" || (s.opts.Flavor == FlavorOllama && !isNoneChoice(req.ToolChoice))
 	if s.opts.ScriptedTools && tc.Mode != "required" && tc.Mode != "named" {
 		scripted, isScripted = scriptedTurn(req, offer)
+		if isScripted {
+			s.logScripted(scripted)
+		}
 	}
 	var calls []forcedToolCall
 	if call := planToolCall(tc, req.Tools); call != nil {

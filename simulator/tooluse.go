@@ -47,6 +47,24 @@ const quoteRunes = 300
 type scriptedReply struct {
 	calls []forcedToolCall
 	text  string
+	// results names the tools whose results (the trailing tool messages)
+	// the reply retries or answers from; empty for a user's question.
+	results []string
+}
+
+// logScripted logs the scripted turn, so the unit's log shows the tool
+// loop: the calls a question got, and the tool results a request carried.
+func (s *server) logScripted(r scriptedReply) {
+	calls := make([]string, len(r.calls))
+	for i, c := range r.calls {
+		calls[i] = c.Name
+	}
+	if len(r.results) == 0 {
+		s.log.Info("scripted tool calls", "calls", strings.Join(calls, ","))
+		return
+	}
+	s.log.Info("scripted turn on tool results", "tool_results", len(r.results), "tools", strings.Join(r.results, ","),
+		"retry_calls", strings.Join(calls, ","), "answered", len(r.calls) == 0)
 }
 
 // histCall is one tool call found in an assistant message of the history.
@@ -124,6 +142,10 @@ func afterToolResults(req *oaiChatRequest, offer bool) scriptedReply {
 		text, _ := contentText(m.Content)
 		results = append(results, toolResult{call: c, content: text, isError: looksLikeError(text)})
 	}
+	names := make([]string, len(results))
+	for i, r := range results {
+		names[i] = r.call.Name
+	}
 	if offer {
 		var retry []forcedToolCall
 		retried := map[string]bool{}
@@ -143,10 +165,10 @@ func afterToolResults(req *oaiChatRequest, offer bool) scriptedReply {
 			}
 		}
 		if len(retry) > 0 {
-			return scriptedReply{calls: retry}
+			return scriptedReply{calls: retry, results: names}
 		}
 	}
-	return scriptedReply{text: proseAnswer(results)}
+	return scriptedReply{text: proseAnswer(results), results: names}
 }
 
 // proseAnswer quotes the results, errors named as such.

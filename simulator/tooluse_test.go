@@ -168,6 +168,10 @@ func TestScriptedTurnAfterResults(t *testing.T) {
 			if !ok {
 				t.Fatal("not a scripted turn")
 			}
+			// The unit log names the tool whose result the request carried.
+			if len(r.results) != 1 || r.results[0] != conversationTool(tt.msgs) {
+				t.Errorf("results %q", r.results)
+			}
 			if tt.wantCall != "" {
 				if len(r.calls) != 1 || r.calls[0].Name+" "+r.calls[0].Arguments != tt.wantCall {
 					t.Fatalf("calls %+v, want %s", r.calls, tt.wantCall)
@@ -184,6 +188,19 @@ func TestScriptedTurnAfterResults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// conversationTool is the tool name of conversation's call.
+func conversationTool(msgs []any) string {
+	b, _ := json.Marshal(msgs)
+	var ms []oaiMessage
+	_ = json.Unmarshal(b, &ms)
+	for _, m := range ms {
+		if calls := parseHistCalls(m.ToolCalls); len(calls) > 0 {
+			return calls[0].Name
+		}
+	}
+	return ""
 }
 
 // streamedCall is one tool call rebuilt from stream deltas.

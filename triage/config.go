@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"gpuhost/config"
 	"gpuhost/internal/loopback"
@@ -77,17 +78,45 @@ var (
 // value. The source connects lazily (on the first poll), so an IMAP server
 // that is down now is a poll failure, not a start failure.
 func FromConfig(ctx context.Context, t config.TriageConfig, d Daemon, deps Deps) (*Worker, error) {
+	b := newBuilder(t, d, deps)
+	src, err := b.source()
+	if err != nil {
+		return nil, err
+	}
+	return b.worker(src)
+}
+
+// HandFed builds a worker for mails fed by hand without a config file
+// (`gpuhost triage mail --eml FILE` against a running daemon): tc is the
+// triage: section (config.DefaultTriage with the model filled in), the
+// classifier and transcriber run on deps.ManagedBaseURL (the daemon's /v1),
+// and there is no mailbox and, unless tc enables one, no sink: the result is
+// only returned. stateDir is a scratch directory (the worker reads its
+// checkpoint there; manual mails never move it).
+func HandFed(tc config.TriageConfig, stateDir string, deps Deps) (*Worker, error) {
+	if deps.ManagedBaseURL == "" {
+		return nil, errors.New("triage: a hand-fed worker needs the daemon's /v1 (Deps.ManagedBaseURL)")
+	}
+	b := newBuilder(tc, Daemon{StateDir: stateDir}, deps)
+	b.handFed = true
+	return b.worker(noMailbox{})
+}
+
+// newBuilder fills in the defaults of deps.
+func newBuilder(t config.TriageConfig, d Daemon, deps Deps) *builder {
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
 	if deps.LookupEnv == nil {
 		deps.LookupEnv = os.LookupEnv
 	}
-	b := &builder{t: t, d: d, deps: deps, log: deps.Log}
-	src, err := b.source()
-	if err != nil {
-		return nil, err
-	}
+	return &builder{t: t, d: d, deps: deps, log: deps.Log}
+}
+
+// worker builds everything but the source and the worker on src, which it
+// closes on failure.
+func (b *builder) worker(src source.Source) (*Worker, error) {
+	t, d, deps := b.t, b.d, b.deps
 	b.warnRules()
 	ok := false
 	defer func() {
@@ -153,6 +182,8 @@ type builder struct {
 	d    Daemon
 	deps Deps
 	log  *slog.Logger
+	// handFed: no mailbox, results only returned (HandFed).
+	handFed bool
 }
 
 // env reads a secret from the environment variable name; key is the
@@ -354,7 +385,7 @@ func (b *builder) sinks() ([]sink.Sink, error) {
 		}
 		sinks = append(sinks, sink.NewConsole(out))
 	}
-	if len(sinks) == 0 {
+	if len(sinks) == 0 && !b.handFed {
 		b.log.Warn("triage: no sink is enabled (triage.slack / triage.telegram / triage.console); results only reach the log and GET /api/triage")
 	}
 	return sinks, nil
@@ -457,3 +488,29 @@ func (a *activeClassifier) Classify(ctx context.Context, in llm.Input) (llm.Clas
 	a.mu.Unlock()
 	return c.Classify(ctx, in)
 }
+
+// noMailbox is a hand-fed worker's source: there is no mailbox to poll or
+// fetch from.
+type noMailbox struct{}
+
+var errNoMailbox = errors.New("no mailbox: this worker only takes mails fed by hand (--eml); polling and --uid need the triage: section of a config file")
+
+func (noMailbox) Fetch(context.Context, uint32, int, int64) (source.Batch, error) {
+	return source.Batch{}, errNoMailbox
+}
+
+func (noMailbox) Get(context.Context, uint32, int64) (source.Mail, error) {
+	return source.Mail{}, errNoMailbox
+}
+
+func (noMailbox) Wait(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+func (noMailbox) Name() string { return "hand-fed" }
+func (noMailbox) Close() error { return nil }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"gpuhost/config"
 	"gpuhost/triage/sink"
 )
 
@@ -60,5 +61,31 @@ func TestFromConfigConsole(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHandFed: the worker without a config file has no mailbox (polling and
+// --uid say what they need), no sinks and no "no sink" warning, and needs
+// the daemon's /v1.
+func TestHandFed(t *testing.T) {
+	var logs bytes.Buffer
+	tc := config.DefaultTriage()
+	tc.Model.Model = "qwen3-coder"
+	if _, err := HandFed(tc, t.TempDir(), Deps{}); err == nil || !strings.Contains(err.Error(), "ManagedBaseURL") {
+		t.Errorf("without the daemon's /v1: %v", err)
+	}
+	w, err := HandFed(tc, t.TempDir(), Deps{ManagedBaseURL: "http://127.0.0.1:18080/v1", Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if len(w.o.Sinks) != 0 || strings.Contains(logs.String(), "no sink is enabled") {
+		t.Errorf("sinks %d, logs:\n%s", len(w.o.Sinks), logs.String())
+	}
+	if _, err := w.Once(context.Background()); err == nil || !strings.Contains(err.Error(), "triage: section of a config file") {
+		t.Errorf("Once on a hand-fed worker: %v", err)
+	}
+	if _, err := w.ProcessUID(context.Background(), 1, true); err == nil || !strings.Contains(err.Error(), "no mailbox") {
+		t.Errorf("ProcessUID on a hand-fed worker: %v", err)
 	}
 }
