@@ -1,6 +1,7 @@
 // Package panel is gpuhost's small web panel: a dashboard (GPU, active
 // profile, units, endpoint health, last switch), the profiles with a Switch
-// button and live switch progress, and the doctor's checks.
+// button and live switch progress, the doctor's checks, and the backend
+// units' journals (a live tail, the last failed step's excerpt pinned).
 //
 // It is server-rendered html/template from an embedded file system, with a
 // little plain JavaScript for the live parts and no build step. Every page
