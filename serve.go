@@ -77,6 +77,8 @@ type core struct {
 	sup    *appliance.Supervisor
 	doctor api.DoctorFunc
 	api    *echo.Echo
+	// journal reads a backend unit's last log lines (the panel's logs page).
+	journal appliance.JournalFunc
 }
 
 // openCore opens the GPU and the units (each failure logged: the daemon
@@ -99,7 +101,7 @@ func openCore(ctx context.Context, cfg *config.Config, log *slog.Logger) (c *cor
 		}
 		return d.Run(ctx)
 	}
-	return &core{cfg: cfg, log: log, sup: sup, doctor: doctor}, func() {
+	return &core{cfg: cfg, log: log, sup: sup, doctor: doctor, journal: journal}, func() {
 		defer closeGPU()
 		defer closeUnits()
 		sup.Close()
@@ -145,7 +147,11 @@ func (c *core) startPanel(asker *agent.Limiter, bp benchPanel) {
 		return
 	}
 	d := panel.Daemon{Listen: cfg.Listen, APIToken: cfg.APIToken, APITokenEnv: cfg.APITokenEnv,
-		AuthFailuresPerMinute: cfg.HTTP.AuthFailuresPerMinute, Profiles: cfg.Profiles}
+		AuthFailuresPerMinute: cfg.HTTP.AuthFailuresPerMinute, Profiles: cfg.Profiles,
+		Journal: panel.JournalFunc(c.journal)}
+	for _, bu := range cfg.BackendUnits() {
+		d.Units = append(d.Units, bu.Name)
+	}
 	p, err := panel.New(c.sup, c.doctor, d, c.log.With("component", "panel"))
 	if err != nil {
 		c.log.Error("web panel not started; the daemon carries on", "err", err)

@@ -41,7 +41,10 @@ type Fixture struct {
 	GPU    appliance.GPU
 	Units  appliance.Units
 	Doctor api.DoctorFunc
-	Log    *slog.Logger
+	// Journal reads a unit's last log lines (the process runner's log
+	// files under Cfg.StateDir/logs), as the Supervisor does.
+	Journal appliance.JournalFunc
+	Log     *slog.Logger
 }
 
 // New starts the fixture; everything stops at the end of the test.
@@ -88,7 +91,7 @@ func New(t testing.TB, opts Options) *Fixture {
 		closeUnits()
 		closeGPU()
 	})
-	f := &Fixture{Cfg: cfg, Sup: sup, GPU: gpu, Units: u, Log: log}
+	f := &Fixture{Cfg: cfg, Sup: sup, GPU: gpu, Units: u, Journal: journal, Log: log}
 	f.Doctor = func(ctx context.Context, profile string) api.DoctorReport {
 		return (&appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile}).Run(ctx)
 	}

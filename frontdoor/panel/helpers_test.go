@@ -41,7 +41,8 @@ type envOptions struct {
 // testDaemon is the Daemon that package main builds from cfg.
 func testDaemon(cfg *config.Config) Daemon {
 	return Daemon{Listen: cfg.Listen, APIToken: cfg.APIToken, APITokenEnv: cfg.APITokenEnv,
-		AuthFailuresPerMinute: cfg.HTTP.AuthFailuresPerMinute, Profiles: cfg.Profiles}
+		AuthFailuresPerMinute: cfg.HTTP.AuthFailuresPerMinute, Profiles: cfg.Profiles,
+		Units: backendUnitNames(cfg)}
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -67,7 +68,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev.p, err = New(ev.f.Sup, ev.f.Doctor, testDaemon(ev.f.Cfg), ev.f.Log)
+	d := testDaemon(ev.f.Cfg)
+	d.Journal = JournalFunc(ev.f.Journal)
+	ev.p, err = New(ev.f.Sup, ev.f.Doctor, d, ev.f.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +83,15 @@ func newEnv(t *testing.T, o envOptions) *env {
 		ev.srv.Close()
 	})
 	return ev
+}
+
+// backendUnitNames are the configured backend units, as serve lists them.
+func backendUnitNames(cfg *config.Config) []string {
+	var names []string
+	for _, bu := range cfg.BackendUnits() {
+		names = append(names, bu.Name)
+	}
+	return names
 }
 
 // client is a browser-like client: a cookie jar and no automatic redirects,

@@ -1,6 +1,7 @@
 // Package panel is gpuhost's small web panel: a dashboard (GPU, active
 // profile, units, endpoint health, last switch), the profiles with a Switch
-// button and live switch progress, and the doctor's checks.
+// button and live switch progress, the doctor's checks, and the backend
+// units' journals (a live tail, the last failed step's excerpt pinned).
 //
 // It is server-rendered html/template from an embedded file system, with a
 // little plain JavaScript for the live parts and no build step. Every page
@@ -90,6 +91,12 @@ type Daemon struct {
 	// probed, their key flags and aliases are listed, and a switch names
 	// its backend.
 	Profiles map[string]*units.Profile
+	// Units are the configured backend units (config.BackendUnits): the
+	// only names the logs page reads the journal of.
+	Units []string
+	// Journal reads a unit's last log lines (appliance.OpenUnits's
+	// journal); nil: the logs page says no journal is configured.
+	Journal JournalFunc
 }
 
 // Panel serves the web panel's routes on the daemon's echo server.
@@ -111,6 +118,7 @@ type Panel struct {
 	befores      *beforeMemo
 	now          func() time.Time
 	logins       *frontdoor.Throttle // failed logins per client address
+	fails        failWatch           // the last failed step, for /logs
 
 	mu     sync.RWMutex
 	bench  BenchSource
@@ -170,7 +178,7 @@ func New(sup Supervisor, doctor api.DoctorFunc, d Daemon, log *slog.Logger) (*Pa
 // page's "content" block is its own.
 func parsePages() (map[string]*template.Template, error) {
 	out := map[string]*template.Template{}
-	for _, name := range []string{"dashboard", "profiles", "doctor", "bench", "ask", "login", "error"} {
+	for _, name := range []string{"dashboard", "profiles", "doctor", "logs", "bench", "ask", "login", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("panel: parse template %s: %w", name, err)
@@ -203,6 +211,8 @@ func (p *Panel) Register(e *echo.Echo) {
 	add(http.MethodGet, "/", p.handleDashboard, page)
 	add(http.MethodGet, "/profiles", p.handleProfiles, page)
 	add(http.MethodGet, "/doctor", p.handleDoctor, page)
+	add(http.MethodGet, "/logs", p.handleLogs, page)
+	add(http.MethodGet, "/logs/tail", p.handleLogsTail, page)
 	add(http.MethodGet, "/bench", p.handleBench, page)
 	add(http.MethodPost, "/bench/run", p.handleBenchRun, post)
 	add(http.MethodPost, "/switch", p.handleSwitch, post)

@@ -1,6 +1,7 @@
 // gpuhost panel: progressive enhancement only. Every page works without
 // this script; with it, the Switch button shows live progress from the
-// daemon's event stream (/api/events) and the dashboard follows changes.
+// daemon's event stream (/api/events), the dashboard follows changes, and
+// the logs page tails the backend's journal.
 (() => {
   'use strict';
 
@@ -257,10 +258,46 @@
     es.addEventListener('switch', soon);
   }
 
+  // The logs page polls /logs/tail every 2 s and appends the new lines
+  // (as text: journal lines are outside input), keeping the view at the
+  // bottom when it was there.
+  function initLogs() {
+    const pre = $('#tail');
+    if (!pre || pre.dataset.off === 'true') return;
+    const status = $('#tail-status');
+    const unit = pre.dataset.unit || '';
+    let busy = false;
+    const poll = async () => {
+      if (busy || document.hidden) return;
+      busy = true;
+      try {
+        const q = new URLSearchParams({ unit, after: pre.dataset.cursor || '' });
+        const res = await fetch('/logs/tail?' + q, { headers: { 'Accept': 'application/json' }, credentials: 'same-origin' });
+        const data = await res.json();
+        if (!res.ok) throw new Error(data.detail || data.error || ('HTTP ' + res.status));
+        if (data.error) throw new Error(data.error);
+        const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+        const text = data.lines.map((l) => l + '\n').join('');
+        if (data.reset) pre.textContent = text;
+        else if (text) pre.append(text);
+        pre.dataset.cursor = data.cursor || '';
+        if (atEnd) pre.scrollTop = pre.scrollHeight;
+        if (status) status.textContent = 'live · updated ' + new Date().toLocaleTimeString();
+      } catch (err) {
+        if (status) status.textContent = 'live tail paused: ' + err.message;
+      } finally {
+        busy = false;
+      }
+    };
+    pre.scrollTop = pre.scrollHeight;
+    setInterval(poll, 2000);
+  }
+
   document.addEventListener('DOMContentLoaded', () => {
     const page = document.body.dataset.page;
     if (page === 'profiles') initProfiles();
     if (page === 'dashboard') initDashboard();
+    if (page === 'logs') initLogs();
     // Tells tests (and curious operators) that the enhancements are live.
     document.documentElement.dataset.js = 'ready';
   });
