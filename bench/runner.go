@@ -311,7 +311,7 @@ func NewID(t time.Time, name string) string {
 // (Errors, Status "failed" or "partial") so that it can be stored and shown;
 // the error is then the reason the run stopped.
 func Run(ctx context.Context, opts Options) (*Result, error) {
-	ru, cfgErr := newRunner(opts)
+	ru, cfgErr := newRunner(opts, "")
 	r := ru.r
 	defer func() { r.FinishedAt = time.Now().UTC() }()
 	if cfgErr != nil {
@@ -339,8 +339,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 // newRunner completes opts and starts the result: status failed until
 // something is measured, the ID and the fingerprint's known part. An
 // invalid option is recorded in the result and returned (the runner is
-// still usable for its result only).
-func newRunner(opts Options) (*runner, error) {
+// still usable for its result only). idPrefix starts the name part of
+// the ID ("capacity-").
+func newRunner(opts Options, idPrefix string) (*runner, error) {
 	started := opts.Started
 	if started.IsZero() {
 		started = time.Now()
@@ -355,14 +356,14 @@ func newRunner(opts Options) (*runner, error) {
 	if name == "" {
 		name = o.Target.Model
 	}
-	r.ID = NewID(started, name)
+	r.ID = NewID(started, idPrefix+name)
 	r.Fingerprint = Fingerprint{Profile: o.ProfileName, Model: o.Target.Model, URL: o.Target.URL,
 		GpuhostVersion: o.GpuhostVersion, GpuhostCommit: o.GpuhostCommit}
 	r.Fingerprint.Host, _ = os.Hostname()
 	if o.Profile != nil {
 		r.Fingerprint.ProfileFlags = units.BackendArgs(*o.Profile, false)
 	}
-	ru := &runner{o: o, r: r}
+	ru := &runner{o: o, r: r, idPrefix: idPrefix}
 	if cfgErr != nil {
 		err := fmt.Errorf("bench options: %w", cfgErr)
 		r.addError("config", err.Error())
@@ -373,10 +374,11 @@ func newRunner(opts Options) (*runner, error) {
 
 // runner holds one run's state.
 type runner struct {
-	o      Options
-	r      *Result
-	ep     *endpoint
-	maxLen int // the model's context; 0 unknown
+	o        Options
+	r        *Result
+	idPrefix string // of the ID's name part (newRunner)
+	ep       *endpoint
+	maxLen   int // the model's context; 0 unknown
 
 	mu       sync.Mutex // guards r.Errors and progress
 	done     int
@@ -477,7 +479,7 @@ func (ru *runner) preflight(ctx context.Context) error {
 	}
 	ru.ep.model, r.Fingerprint.Model, ru.maxLen = m.ID, m.ID, m.MaxModelLen
 	if o.ProfileName == "" && o.Target.Model == "" {
-		r.ID = NewID(r.StartedAt, m.ID) // name the file after the model found
+		r.ID = NewID(r.StartedAt, ru.idPrefix+m.ID) // name the file after the model found
 	}
 	return nil
 }
