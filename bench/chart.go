@@ -29,12 +29,12 @@ var chartColors = []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"
 // Results are placed in start order, evenly spaced; every point carries a
 // label with the driver version and the profile, and a dashed rule marks
 // each driver change, so a driver update shows as a step at its rule.
-// Results without figures, and switch results (no tok/s), are left out;
-// with none left, the SVG says so.
+// Results without figures, and switch and capacity results (no tok/s),
+// are left out; with none left, the SVG says so.
 func ChartSVG(results []Result) []byte {
 	rs := make([]Result, 0, len(results))
 	for _, r := range results {
-		if r.Switch == nil && len(r.Metrics()) > 0 {
+		if r.Kind() == KindRun && len(r.Metrics()) > 0 {
 			rs = append(rs, r)
 		}
 	}

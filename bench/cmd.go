@@ -57,7 +57,8 @@ type Env struct {
 	GPU func(ctx context.Context) (nvml.Snapshot, error)
 }
 
-// NewCmd returns `gpuhost bench` with run, switch, list, show and compare.
+// NewCmd returns `gpuhost bench` with run, switch, capacity, list, show
+// and compare.
 func NewCmd(deps Deps) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -65,13 +66,15 @@ func NewCmd(deps Deps) *cobra.Command {
 		Long: `Measure an OpenAI-compatible endpoint (default: the daemon's /v1 on the active
 profile) the way vLLM's bench serve defines the figures, with repeats, and store one
 JSON result per run under <state_dir>/bench. Compare two results with a significance
-test across repeats. "bench switch A B" measures switching between two profiles.
+test across repeats. "bench switch A B" measures switching between two profiles;
+"bench capacity --ttft-p95 1s --min-tps 20" finds how many concurrent users the endpoint
+serves within that SLO.
 
 Exit status: 0 ok; 1 partial (some figures missing, or the run aborted); 2 failed
 (nothing measured, or list/show/compare could not do their job); 64 usage (bad flag
 or argument).`,
 	}
-	cmd.AddCommand(newRunCmd(deps), newSwitchCmd(deps), newListCmd(deps), newShowCmd(deps), newCompareCmd(deps))
+	cmd.AddCommand(newRunCmd(deps), newSwitchCmd(deps), newCapacityCmd(deps), newListCmd(deps), newShowCmd(deps), newCompareCmd(deps))
 	// Every error leaves with a documented exit status (see ExitOK …):
 	// flag and argument errors are usage, anything else a failure unless
 	// the command said otherwise (a partial run).
@@ -379,24 +382,37 @@ func newListCmd(deps Deps) *cobra.Command {
 				fmt.Fprintf(out, "no results in %s\n", store.Dir)
 				return nil
 			}
-			tw := tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATUS\tBACKEND\tMODEL\tDRIVER\tPREFILL tok/s\tDECODE tok/s")
-			for _, s := range sums {
-				if s.Kind == KindSwitch {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Status, "switch "+strings.ReplaceAll(s.Backend, ",", "↔"),
-						strings.ReplaceAll(s.Model, ",", "↔"), orDash(s.Driver), "-", "-")
-					continue
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Status,
-					strings.TrimSpace(s.Backend+" "+s.BackendVersion), s.Model, orDash(s.Driver),
-					fmtLengths(s.PrefillTokS), fmtLengths(s.DecodeTokS))
-			}
-			return tw.Flush()
+			return writeList(out, sums)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	addDirFlag(cmd)
 	return cmd
+}
+
+// writeList prints the list's table: one line per result; a switch
+// names both backends, a capacity result gives its answer and SLO.
+func writeList(out io.Writer, sums []Summary) error {
+	tw := tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tBACKEND\tMODEL\tDRIVER\tPREFILL tok/s\tDECODE tok/s\tCAPACITY")
+	for _, s := range sums {
+		backend, model := strings.TrimSpace(s.Backend+" "+s.BackendVersion), s.Model
+		capacity := "-"
+		switch {
+		case s.Kind == KindSwitch:
+			backend, model = "switch "+strings.ReplaceAll(s.Backend, ",", "↔"), strings.ReplaceAll(s.Model, ",", "↔")
+		case s.Capacity != nil:
+			c := s.Capacity
+			users := strconv.Itoa(c.Users)
+			if c.AtMax {
+				users = "≥ " + users
+			}
+			capacity = fmt.Sprintf("%s users [%d, %d] at %s", users, c.Low, c.High, c.SLO)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Status, backend, model, orDash(s.Driver),
+			fmtLengths(s.PrefillTokS), fmtLengths(s.DecodeTokS), capacity)
+	}
+	return tw.Flush()
 }
 
 // fmtLengths prints "512:2390 2048:2380".
@@ -554,27 +570,13 @@ func (b *bar) finish() {
 // WriteReport prints a result for people: fingerprint, then each phase as
 // a table (mean ± stddev over the repeats), cross-checks, roofline, errors.
 func WriteReport(w io.Writer, r *Result) error {
-	if r.Switch != nil {
+	switch {
+	case r.Switch != nil:
 		return writeSwitchReport(w, r)
+	case r.Capacity != nil:
+		return writeCapacityReport(w, r)
 	}
-	f := r.Fingerprint
-	fmt.Fprintf(w, "%s  %s  (%s, %.0f s)\n", r.ID, strings.ToUpper(r.Status), r.StartedAt.Local().Format("2006-01-02 15:04:05"), r.FinishedAt.Sub(r.StartedAt).Seconds())
-	fmt.Fprintf(w, "  backend %s %s, model %s, %s\n", orDash(f.Backend), f.BackendVersion, orDash(f.Model), f.URL)
-	if f.GPUName != "" || f.Driver != "" {
-		fmt.Fprintf(w, "  gpu %s (%d MiB), driver %s, CUDA %s\n", orDash(f.GPUName), f.GPUMemoryMiB, orDash(f.Driver), orDash(f.CUDA))
-	}
-	if f.Profile != "" {
-		fmt.Fprintf(w, "  profile %s\n", f.Profile)
-	}
-	if len(f.Server) > 0 {
-		keys := slices.Sorted(maps.Keys(f.Server))
-		parts := make([]string, len(keys))
-		for i, k := range keys {
-			parts[i] = k + "=" + f.Server[k]
-		}
-		fmt.Fprintf(w, "  server settings: %s\n", strings.Join(parts, " "))
-	}
-	fmt.Fprintf(w, "  %d repeats; gpuhost %s %s on %s\n", r.Config.Repeats, orDash(f.GpuhostVersion), f.GpuhostCommit, orDash(f.Host))
+	writeRunHeader(w, r)
 	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
 	if len(r.Prefill) > 0 {
 		fmt.Fprintln(w, "\nprefill (max_tokens 1, unique prefix per request)")
@@ -634,6 +636,12 @@ func WriteReport(w io.Writer, r *Result) error {
 			fmt.Fprintf(w, "  decode %d: %s of a %.1f tok/s ceiling (%.0f %%)\n", p.Tokens, fmtNum(p.TokS), p.CeilingTokS, p.PctOfCeiling)
 		}
 	}
+	writeErrorsNotes(w, r)
+	return nil
+}
+
+// writeErrorsNotes prints a result's errors (with their counts) and notes.
+func writeErrorsNotes(w io.Writer, r *Result) {
 	if len(r.Errors) > 0 {
 		fmt.Fprintln(w, "\nerrors")
 		for _, e := range r.Errors {
@@ -650,7 +658,29 @@ func WriteReport(w io.Writer, r *Result) error {
 			fmt.Fprintf(w, "  %s\n", n)
 		}
 	}
-	return nil
+}
+
+// writeRunHeader prints a result's first lines: ID, status, start and
+// duration, then the fingerprint.
+func writeRunHeader(w io.Writer, r *Result) {
+	f := r.Fingerprint
+	fmt.Fprintf(w, "%s  %s  (%s, %.0f s)\n", r.ID, strings.ToUpper(r.Status), r.StartedAt.Local().Format("2006-01-02 15:04:05"), r.FinishedAt.Sub(r.StartedAt).Seconds())
+	fmt.Fprintf(w, "  backend %s %s, model %s, %s\n", orDash(f.Backend), f.BackendVersion, orDash(f.Model), f.URL)
+	if f.GPUName != "" || f.Driver != "" {
+		fmt.Fprintf(w, "  gpu %s (%d MiB), driver %s, CUDA %s\n", orDash(f.GPUName), f.GPUMemoryMiB, orDash(f.Driver), orDash(f.CUDA))
+	}
+	if f.Profile != "" {
+		fmt.Fprintf(w, "  profile %s\n", f.Profile)
+	}
+	if len(f.Server) > 0 {
+		keys := slices.Sorted(maps.Keys(f.Server))
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = k + "=" + f.Server[k]
+		}
+		fmt.Fprintf(w, "  server settings: %s\n", strings.Join(parts, " "))
+	}
+	fmt.Fprintf(w, "  %d repeats; gpuhost %s %s on %s\n", r.Config.Repeats, orDash(f.GpuhostVersion), f.GpuhostCommit, orDash(f.Host))
 }
 
 func pq(d DistStat) string {

@@ -138,6 +138,7 @@ func Compare(a, b *Result, opts CompareOptions) (Comparison, error) {
 	c := Comparison{A: a.ID, B: b.ID, Alpha: o.Alpha, MinEffectPct: o.MinEffectPct, MinRepeats: o.MinRepeats,
 		Rows: []CompareRow{}, Fingerprint: fingerprintDiff(a.Fingerprint, b.Fingerprint)}
 	c.Fingerprint = append(c.Fingerprint, switchProfilesDiff(a.Switch, b.Switch)...)
+	c.Fingerprint = append(c.Fingerprint, capacityDiff(a.Capacity, b.Capacity)...)
 	bm := map[string]Metric{}
 	for _, m := range b.Metrics() {
 		bm[m.Name] = m

@@ -137,3 +137,42 @@ func TestRealOllamaEarlyStop(t *testing.T) {
 		t.Errorf("server settings %v", r.Fingerprint.Server)
 	}
 }
+
+// TestRealOllamaCapacity runs `gpuhost bench capacity` against a real
+// Ollama serving the tiny model, with an SLO that one user meets on any
+// machine: it completes and reports a capacity of at least 1 with its
+// interval and probes (the value depends on the machine, and is only
+// logged).
+func TestRealOllamaCapacity(t *testing.T) {
+	url, model := ollamatest.Start(t)
+	dir := filepath.Join(t.TempDir(), "results")
+	cmd := NewCmd(Deps{GpuhostVersion: "test", GpuhostCommit: "abc123"})
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs([]string{"capacity", "--url", url + "/v1", "--model", model, "--dir", dir, "--json",
+		"--ttft-p95", "60s", "--min-tps", "1", "--max-concurrency", "4", "--repeats", "2",
+		"--serving-input", "64", "--serving-output", "16"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("bench capacity: %v\n%s\n%s", err, errOut.String(), out.String())
+	}
+	var r Result
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil || r.Capacity == nil {
+		t.Fatalf("result JSON: %v\n%s", err, out.String())
+	}
+	cb := r.Capacity
+	for _, p := range cb.Probes {
+		t.Logf("c=%d: met %d/%d, %+v", p.Concurrency, p.RepeatsMet, len(p.Repeats), p.Repeats)
+	}
+	t.Logf("capacity %d [%d, %d] at max %v; notes %v", cb.Users, cb.Low, cb.High, cb.AtMax, r.Notes)
+	if r.Status != StatusOK || r.Fingerprint.Backend != "ollama" || r.Fingerprint.BackendVersion != ollamatest.Version {
+		t.Fatalf("status %s, errors %+v, fingerprint %+v", r.Status, r.Errors, r.Fingerprint)
+	}
+	if cb.Users < 1 || cb.Low > cb.Users || cb.High < cb.Users || len(cb.PerRepeat) != 2 || len(cb.Probes) == 0 || cb.Confidence != 0.5 {
+		t.Errorf("capacity %+v", cb)
+	}
+	all, warns, err := (&Store{Dir: dir}).List()
+	if err != nil || len(warns) != 0 || len(all) != 1 || all[0].ID != r.ID || all[0].Kind() != KindCapacity {
+		t.Fatalf("store: %v %v %v", all, warns, err)
+	}
+}

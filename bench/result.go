@@ -38,6 +38,8 @@ const SchemaVersion = 1
 //	cross_checks[]  {name, client, server, unit, disagreement_pct, note}
 //	switch          SwitchBench: only in a `bench switch` result, whose
 //	                prefill, decode and serving are empty (see SwitchBench)
+//	capacity        CapacityBench: only in a `bench capacity` result, whose
+//	                prefill, decode and serving are empty (see CapacityBench)
 //	errors[]        {phase, message, count}
 //	notes[]         string
 //
@@ -61,22 +63,29 @@ type Result struct {
 	CrossChecks   []Cross     `json:"cross_checks"`
 	// Switch is set on the result of `gpuhost bench switch`, nil on a run.
 	Switch *SwitchBench `json:"switch,omitempty"`
-	Errors []RunError   `json:"errors"`
-	Notes  []string     `json:"notes"`
+	// Capacity is set on the result of `gpuhost bench capacity`.
+	Capacity *CapacityBench `json:"capacity,omitempty"`
+	Errors   []RunError     `json:"errors"`
+	Notes    []string       `json:"notes"`
 }
 
-// Kind is "switch" for a `bench switch` result, "run" for the others.
+// Kind is "switch" for a `bench switch` result, "capacity" for a `bench
+// capacity` result, "run" for the others.
 func (r *Result) Kind() string {
-	if r.Switch != nil {
+	switch {
+	case r.Switch != nil:
 		return KindSwitch
+	case r.Capacity != nil:
+		return KindCapacity
 	}
 	return KindRun
 }
 
 // Result kinds.
 const (
-	KindRun    = "run"
-	KindSwitch = "switch"
+	KindRun      = "run"
+	KindSwitch   = "switch"
+	KindCapacity = "capacity"
 )
 
 // Result statuses.
@@ -270,11 +279,15 @@ type Metric struct {
 // serving.c<N>.{output_tok_s, req_s, total_tok_s, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms,
 // itl_p50_ms, e2e_p50_ms}; a switch result has
 // switch.<from>-><to>.<path>_path.<mode>.{first_token_ms, switch_ms}
-// instead. Figures without samples are left out.
+// instead, a capacity result capacity.users. Figures without samples are
+// left out.
 func (r *Result) Metrics() []Metric {
 	var out []Metric
 	if r.Switch != nil {
 		out = append(out, r.Switch.metrics()...)
+	}
+	if r.Capacity != nil {
+		out = append(out, r.Capacity.metrics()...)
 	}
 	add := func(name, unit string, higher bool, s Stat) {
 		if s.N > 0 {

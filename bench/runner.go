@@ -311,34 +311,12 @@ func NewID(t time.Time, name string) string {
 // (Errors, Status "failed" or "partial") so that it can be stored and shown;
 // the error is then the reason the run stopped.
 func Run(ctx context.Context, opts Options) (*Result, error) {
-	started := opts.Started
-	if started.IsZero() {
-		started = time.Now()
-	}
-	o, cfgErr := opts.withDefaults()
-	r := &Result{
-		SchemaVersion: SchemaVersion, Status: StatusFailed, StartedAt: started.UTC(),
-		Config: o.runConfig(), Prefill: []Prefill{}, Decode: []Decode{}, Serving: []Serving{},
-		CrossChecks: []Cross{}, Errors: []RunError{}, Notes: []string{},
-	}
-	name := o.ProfileName
-	if name == "" {
-		name = o.Target.Model
-	}
-	r.ID = NewID(started, name)
-	r.Fingerprint = Fingerprint{Profile: o.ProfileName, Model: o.Target.Model, URL: o.Target.URL,
-		GpuhostVersion: o.GpuhostVersion, GpuhostCommit: o.GpuhostCommit}
-	r.Fingerprint.Host, _ = os.Hostname()
-	if o.Profile != nil {
-		r.Fingerprint.ProfileFlags = units.BackendArgs(*o.Profile, false)
-	}
+	ru, cfgErr := newRunner(opts, "")
+	r := ru.r
 	defer func() { r.FinishedAt = time.Now().UTC() }()
 	if cfgErr != nil {
-		err := fmt.Errorf("bench options: %w", cfgErr)
-		r.addError("config", err.Error())
-		return r, err
+		return r, cfgErr
 	}
-	ru := &runner{o: o, r: r}
 	err := ru.run(ctx)
 	measured := 0
 	for _, m := range r.Metrics() {
@@ -358,12 +336,49 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	return r, err
 }
 
+// newRunner completes opts and starts the result: status failed until
+// something is measured, the ID and the fingerprint's known part. An
+// invalid option is recorded in the result and returned (the runner is
+// still usable for its result only). idPrefix starts the name part of
+// the ID ("capacity-").
+func newRunner(opts Options, idPrefix string) (*runner, error) {
+	started := opts.Started
+	if started.IsZero() {
+		started = time.Now()
+	}
+	o, cfgErr := opts.withDefaults()
+	r := &Result{
+		SchemaVersion: SchemaVersion, Status: StatusFailed, StartedAt: started.UTC(),
+		Config: o.runConfig(), Prefill: []Prefill{}, Decode: []Decode{}, Serving: []Serving{},
+		CrossChecks: []Cross{}, Errors: []RunError{}, Notes: []string{},
+	}
+	name := o.ProfileName
+	if name == "" {
+		name = o.Target.Model
+	}
+	r.ID = NewID(started, idPrefix+name)
+	r.Fingerprint = Fingerprint{Profile: o.ProfileName, Model: o.Target.Model, URL: o.Target.URL,
+		GpuhostVersion: o.GpuhostVersion, GpuhostCommit: o.GpuhostCommit}
+	r.Fingerprint.Host, _ = os.Hostname()
+	if o.Profile != nil {
+		r.Fingerprint.ProfileFlags = units.BackendArgs(*o.Profile, false)
+	}
+	ru := &runner{o: o, r: r, idPrefix: idPrefix}
+	if cfgErr != nil {
+		err := fmt.Errorf("bench options: %w", cfgErr)
+		r.addError("config", err.Error())
+		return ru, err
+	}
+	return ru, nil
+}
+
 // runner holds one run's state.
 type runner struct {
-	o      Options
-	r      *Result
-	ep     *endpoint
-	maxLen int // the model's context; 0 unknown
+	o        Options
+	r        *Result
+	idPrefix string // of the ID's name part (newRunner)
+	ep       *endpoint
+	maxLen   int // the model's context; 0 unknown
 
 	mu       sync.Mutex // guards r.Errors and progress
 	done     int
@@ -382,6 +397,20 @@ type runner struct {
 var errEndpointDown = errors.New("the endpoint stopped answering")
 
 func (ru *runner) run(parent context.Context) error {
+	return ru.session(parent, func(ctx context.Context, before []byte) error {
+		runErr := ru.phases(ctx)
+		if before != nil && runErr == nil {
+			ru.vllmCrossCheck(ctx, before)
+		}
+		ru.roofline(ctx)
+		return runErr
+	})
+}
+
+// session connects to the target (pre-flight, warm-up, vLLM's metrics
+// before) and runs body on it, under a context that the endpoint-down
+// detector cancels; before is the metrics read (nil when not read).
+func (ru *runner) session(parent context.Context, body func(ctx context.Context, before []byte) error) error {
 	o, r := ru.o, ru.r
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
@@ -405,12 +434,7 @@ func (ru *runner) run(parent context.Context) error {
 	if err != nil {
 		return err
 	}
-	runErr := ru.phases(ctx)
-	if before != nil && runErr == nil {
-		ru.vllmCrossCheck(ctx, before)
-	}
-	ru.roofline(ctx)
-	return runErr
+	return body(ctx, before)
 }
 
 // newRunClient is the HTTP client of a run without Options.HTTPClient:
@@ -455,7 +479,7 @@ func (ru *runner) preflight(ctx context.Context) error {
 	}
 	ru.ep.model, r.Fingerprint.Model, ru.maxLen = m.ID, m.ID, m.MaxModelLen
 	if o.ProfileName == "" && o.Target.Model == "" {
-		r.ID = NewID(r.StartedAt, m.ID) // name the file after the model found
+		r.ID = NewID(r.StartedAt, ru.idPrefix+m.ID) // name the file after the model found
 	}
 	return nil
 }
@@ -938,14 +962,7 @@ type servingRun struct {
 
 func (ru *runner) servingPhase(ctx context.Context) {
 	o, r := ru.o, ru.r
-	in, out := o.ServingInputTokens, o.ServingOutputTokens
-	if ru.maxLen > 0 && in+out > ru.maxLen {
-		in = max(ru.maxLen-out, 16)
-		if in+out > ru.maxLen {
-			out = ru.maxLen - in
-		}
-		r.Notes = append(r.Notes, fmt.Sprintf("serving lengths capped to %d in + %d out (the model's context is %d)", in, out, ru.maxLen))
-	}
+	in, out := ru.servingLengths()
 	cal, calErr := ru.calibration(ctx, in)
 	levels := o.servingLevels()
 	runs := make([][]servingRun, len(levels))
@@ -969,33 +986,7 @@ func (ru *runner) servingPhase(ctx context.Context) {
 		ru.addError(PhaseServing, calErr.Error())
 	}
 	for i, l := range levels {
-		s := Serving{Concurrency: l.c, RequestRate: l.rate, Requests: o.levelRequests(l), InputTokens: in, OutputTokens: out,
-			Failures: map[string]int{}}
-		var ttft, tpot, itl, e2e []Dist
-		var otps, rps, ttps, dur []float64
-		for _, sr := range runs[i] {
-			s.Completed += sr.ok
-			s.Failed += sr.failed
-			s.Short += sr.short
-			s.TotalInputTokens += sr.inTokens
-			s.TotalOutputTokens += sr.outTokens
-			if sr.duration > 0 {
-				dur = append(dur, sr.duration.Seconds())
-			}
-			for k, v := range sr.failures {
-				s.Failures[k] += v
-			}
-			if sr.ok == 0 || sr.duration <= 0 {
-				continue
-			}
-			ttft, tpot = append(ttft, NewDist(sr.ttft)), append(tpot, NewDist(sr.tpot))
-			itl, e2e = append(itl, NewDist(sr.itl)), append(e2e, NewDist(sr.e2e))
-			otps = append(otps, float64(sr.outTokens)/sr.duration.Seconds())
-			rps = append(rps, float64(sr.ok)/sr.duration.Seconds())
-			ttps = append(ttps, float64(sr.inTokens+sr.outTokens)/sr.duration.Seconds())
-		}
-		s.TTFT, s.TPOT, s.ITL, s.E2E = newDistStat(ttft), newDistStat(tpot), newDistStat(itl), newDistStat(e2e)
-		s.OutputTPS, s.ReqPerS, s.TotalTPS, s.DurationS = NewStat(otps), NewStat(rps), NewStat(ttps), NewStat(dur)
+		s := summarizeServing(l, o.levelRequests(l), in, out, runs[i])
 		for k, v := range s.Failures {
 			ru.mu.Lock()
 			r.addError(PhaseServing, fmt.Sprintf("%s: %s", l, k))
@@ -1007,6 +998,53 @@ func (ru *runner) servingPhase(ctx context.Context) {
 		}
 		r.Serving = append(r.Serving, s)
 	}
+}
+
+// servingLengths are the serving prompt and output lengths, capped to the
+// model's context (with a note).
+func (ru *runner) servingLengths() (in, out int) {
+	in, out = ru.o.ServingInputTokens, ru.o.ServingOutputTokens
+	if ru.maxLen > 0 && in+out > ru.maxLen {
+		in = max(ru.maxLen-out, 16)
+		if in+out > ru.maxLen {
+			out = ru.maxLen - in
+		}
+		ru.r.Notes = append(ru.r.Notes, fmt.Sprintf("serving lengths capped to %d in + %d out (the model's context is %d)", in, out, ru.maxLen))
+	}
+	return in, out
+}
+
+// summarizeServing is one serving level over its repeats: the figures per
+// repeat as Stats, the totals and the failures by reason.
+func summarizeServing(l servingLevel, requests, in, out int, runs []servingRun) Serving {
+	s := Serving{Concurrency: l.c, RequestRate: l.rate, Requests: requests, InputTokens: in, OutputTokens: out,
+		Failures: map[string]int{}}
+	var ttft, tpot, itl, e2e []Dist
+	var otps, rps, ttps, dur []float64
+	for _, sr := range runs {
+		s.Completed += sr.ok
+		s.Failed += sr.failed
+		s.Short += sr.short
+		s.TotalInputTokens += sr.inTokens
+		s.TotalOutputTokens += sr.outTokens
+		if sr.duration > 0 {
+			dur = append(dur, sr.duration.Seconds())
+		}
+		for k, v := range sr.failures {
+			s.Failures[k] += v
+		}
+		if sr.ok == 0 || sr.duration <= 0 {
+			continue
+		}
+		ttft, tpot = append(ttft, NewDist(sr.ttft)), append(tpot, NewDist(sr.tpot))
+		itl, e2e = append(itl, NewDist(sr.itl)), append(e2e, NewDist(sr.e2e))
+		otps = append(otps, float64(sr.outTokens)/sr.duration.Seconds())
+		rps = append(rps, float64(sr.ok)/sr.duration.Seconds())
+		ttps = append(ttps, float64(sr.inTokens+sr.outTokens)/sr.duration.Seconds())
+	}
+	s.TTFT, s.TPOT, s.ITL, s.E2E = newDistStat(ttft), newDistStat(tpot), newDistStat(itl), newDistStat(e2e)
+	s.OutputTPS, s.ReqPerS, s.TotalTPS, s.DurationS = NewStat(otps), NewStat(rps), NewStat(ttps), NewStat(dur)
+	return s
 }
 
 // servingLevel sends n requests, closed loop with at most l.c in flight

@@ -301,9 +301,10 @@ func (s *Service) Current() *RunStatus {
 // Summary is one line of GET /api/bench and `gpuhost bench list`.
 type Summary struct {
 	ID string `json:"id"`
-	// Kind is "run" (bench run) or "switch" (bench switch: Profile is
+	// Kind is "run" (bench run), "switch" (bench switch: Profile is
 	// "A,B", Backend and Model the two profiles' joined the same way, and
-	// there are no tok/s figures).
+	// there are no tok/s figures) or "capacity" (bench capacity: Capacity
+	// is set, no tok/s figures).
 	Kind           string    `json:"kind"`
 	Status         string    `json:"status"`
 	StartedAt      time.Time `json:"started_at"`
@@ -317,7 +318,20 @@ type Summary struct {
 	// PrefillTokS and DecodeTokS map lengths to mean tok/s.
 	PrefillTokS map[int]float64 `json:"prefill_tok_s"`
 	DecodeTokS  map[int]float64 `json:"decode_tok_s"`
-	Errors      int             `json:"errors"`
+	// Capacity is the answer of a capacity result (kind "capacity").
+	Capacity *CapacitySummary `json:"capacity,omitempty"`
+	Errors   int              `json:"errors"`
+}
+
+// CapacitySummary is a capacity result's answer on its list line.
+type CapacitySummary struct {
+	Users      int     `json:"users"`
+	AtMax      bool    `json:"at_max_concurrency,omitempty"`
+	Low        int     `json:"low"`
+	High       int     `json:"high"`
+	Confidence float64 `json:"confidence"`
+	// SLO is the SLO in words ("TTFT p95 ≤ 1000 ms, ≥ 20 tok/s per user").
+	SLO string `json:"slo"`
 }
 
 // Summarize reduces a result to its list line.
@@ -338,6 +352,9 @@ func Summarize(r *Result) Summary {
 		if d.TokS.N > 0 {
 			s.DecodeTokS[d.Tokens] = d.TokS.Mean
 		}
+	}
+	if cb := r.Capacity; cb != nil {
+		s.Capacity = &CapacitySummary{Users: cb.Users, AtMax: cb.AtMax, Low: cb.Low, High: cb.High, Confidence: cb.Confidence, SLO: cb.slo()}
 	}
 	for _, e := range r.Errors {
 		s.Errors += e.Count
