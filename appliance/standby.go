@@ -526,7 +526,7 @@ func (s *Supervisor) standbyViolation(ctx context.Context, unit string, e standb
 	s.exclusion.Violations++
 	s.exclusion.Last, s.exclusion.LastMsg = time.Now(), msg
 	s.mu.Unlock()
-	s.log.Warn("standby exclusion", "unit", unit, "profile", e.Profile, "used_mib", used, "residual_mib", residual, "fixed", fixed)
+	// The bus logs the event (once, with its detail).
 	s.bus.publish(api.Event{Kind: "exclusion", Status: "failed", Profile: e.Profile, Message: msg,
 		Detail: map[string]any{"unit": unit, "used_mib": used, "residual_mib": residual}})
 	if !fixed {
