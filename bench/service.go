@@ -389,8 +389,10 @@ type apiError struct {
 //	GET  /api/bench            list results (+ skipped files, + the run in progress)
 //	GET  /api/bench/chart.svg  ChartSVG of every result
 //	GET  /api/bench/:id        one result ("latest" works), or the status of the run in progress
+//	POST /api/bench/results    store a finished result (`gpuhost bench run` against the daemon; 201)
 func (s *Service) Register(e *echo.Echo) {
 	e.POST("/api/bench", s.handleStart)
+	e.POST("/api/bench/results", s.handleUpload)
 	e.GET("/api/bench", s.handleList)
 	e.GET("/api/bench/chart.svg", s.handleChart)
 	e.GET("/api/bench/:id", s.handleGet)
