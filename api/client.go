@@ -123,6 +123,12 @@ func (c *Client) Get(ctx context.Context, path string, out any) error {
 	return c.do(ctx, http.MethodGet, path, nil, out)
 }
 
+// Post sends body as JSON to POST path and decodes the answer into out
+// (nil: ignored).
+func (c *Client) Post(ctx context.Context, path string, body, out any) error {
+	return c.do(ctx, http.MethodPost, path, body, out)
+}
+
 // Status fetches GET /api/status.
 func (c *Client) Status(ctx context.Context) (Status, error) {
 	var st Status

@@ -218,7 +218,7 @@ func runBench(cmd *cobra.Command, deps Deps, rf *runFlags) error {
 	rf.o.Progress = bar.update
 	r, runErr := Run(ctx, rf.o)
 	bar.finish()
-	path, err := saveResult(store, r, runErr, rf.noSave, rf.keepFailed)
+	path, err := rf.save(ctx, cmd, deps, store, r, runErr)
 	if err != nil {
 		return err
 	}
@@ -293,6 +293,23 @@ func (rf *runFlags) target(ctx context.Context, env Env) error {
 	}
 	o.Target, o.ProfileName, o.Profile = t, p.Name, p
 	return nil
+}
+
+// save stores r as saveResult does, in the daemon's store when the run
+// measured the daemon (see daemonStore); when the daemon refuses it (an
+// older daemon without POST /api/bench/results), locally, saying so.
+func (rf *runFlags) save(ctx context.Context, cmd *cobra.Command, deps Deps, store *Store, r *Result, runErr error) (string, error) {
+	if rf.noSave || (r.Status == StatusFailed && !rf.keepFailed) {
+		return "", nil
+	}
+	if c := rf.daemonStore(ctx, cmd, deps); c != nil {
+		where, err := uploadResult(ctx, c, r)
+		if err == nil {
+			return where + " (the daemon's store)", nil
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: the daemon at %s did not store the result: %v; storing it here\n", c.BaseURL, err)
+	}
+	return saveResult(store, r, runErr, rf.noSave, rf.keepFailed)
 }
 
 // saveResult stores r unless --no-save, or it failed without --keep-failed,

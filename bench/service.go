@@ -250,7 +250,8 @@ func (e *RequestError) Unwrap() error { return e.Err }
 func (s *Service) run(opts Options, st *RunStatus, keepFailed bool) {
 	defer s.wg.Done()
 	r, err := Run(s.ctx, opts)
-	r.ID = st.ID
+	id := st.ID
+	r.ID = id
 	var saveErr error
 	saved := r.Status != StatusFailed || keepFailed
 	if saved {
@@ -273,7 +274,12 @@ func (s *Service) run(opts Options, st *RunStatus, keepFailed bool) {
 	if saveErr != nil {
 		s.log.Error("store bench result", "id", r.ID, "err", saveErr)
 	}
-	msg := fmt.Sprintf("bench %s: finished, %s", r.ID, r.Status)
+	// The run's own ID leads the line even when the store renamed the
+	// result (a collision suffix): followers filter on it.
+	msg := fmt.Sprintf("bench %s: finished, %s", id, r.Status)
+	if r.ID != id {
+		msg += " (stored as " + r.ID + ")"
+	}
 	if st.Error != "" {
 		msg += ": " + st.Error
 	}
@@ -383,8 +389,10 @@ type apiError struct {
 //	GET  /api/bench            list results (+ skipped files, + the run in progress)
 //	GET  /api/bench/chart.svg  ChartSVG of every result
 //	GET  /api/bench/:id        one result ("latest" works), or the status of the run in progress
+//	POST /api/bench/results    store a finished result (`gpuhost bench run` against the daemon; 201)
 func (s *Service) Register(e *echo.Echo) {
 	e.POST("/api/bench", s.handleStart)
+	e.POST("/api/bench/results", s.handleUpload)
 	e.GET("/api/bench", s.handleList)
 	e.GET("/api/bench/chart.svg", s.handleChart)
 	e.GET("/api/bench/:id", s.handleGet)

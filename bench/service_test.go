@@ -249,3 +249,32 @@ func TestServiceFailedRunNotStored(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceUpload: POST /api/bench/results stores a finished result
+// (listed and served like the daemon's own), and refuses what is not one.
+func TestServiceUpload(t *testing.T) {
+	f := newServiceFixture(t, 2000)
+	data, err := os.ReadFile("testdata/result-v1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := f.do(t, "POST", "/api/bench/results", string(data))
+	var up UploadResponse
+	if code != http.StatusCreated || json.Unmarshal(body, &up) != nil || up.Result != "/api/bench/"+up.ID {
+		t.Fatalf("upload = %d %s", code, body)
+	}
+	if code, _ := f.do(t, "GET", up.Result, ""); code != http.StatusOK {
+		t.Errorf("GET %s = %d", up.Result, code)
+	}
+	for _, bad := range []string{`{not json`, `{"id": "x"}`, `{"schema_version": 1, "id": "../../etc/passwd"}`} {
+		if code, body := f.do(t, "POST", "/api/bench/results", bad); code != http.StatusBadRequest {
+			t.Errorf("upload %s = %d %s, want 400", bad, code, body)
+		}
+	}
+	if all, _, _ := f.store.List(); len(all) != 1 {
+		t.Errorf("%d stored, want 1", len(all))
+	}
+	if len(f.published) != 1 || !strings.Contains(f.published[0], ": uploaded, ") {
+		t.Errorf("published %q", f.published)
+	}
+}

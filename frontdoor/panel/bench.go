@@ -5,10 +5,12 @@ import (
 	"errors"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"gpuhost/api"
 	"gpuhost/bench"
 )
 
@@ -35,8 +37,12 @@ type benchView struct {
 	Lengths  struct{ Prefill, Decode []int }
 	Warnings []bench.Warning
 	Running  *bench.RunStatus
-	Notice   *noticeView
-	Error    string
+	// Live is set while Running is in progress: the script follows its
+	// "bench <id>: …" events on /api/events from Since.
+	Live   bool
+	Since  uint64
+	Notice *noticeView
+	Error  string
 }
 
 // switchRow is one group of a switch result on the Bench page.
@@ -85,6 +91,7 @@ func (p *Panel) renderBench(c echo.Context, code int, notice *noticeView) error 
 		v.Error = err.Error()
 	}
 	v.Warnings, v.Running = warnings, src.Current()
+	v.Live, v.Since = v.Running != nil && v.Running.Status == "running", p.sup.LastSeq()
 	pre, dec := map[int]bool{}, map[int]bool{}
 	for i := len(results) - 1; i >= 0; i-- { // newest first
 		if results[i].Switch != nil {
@@ -113,13 +120,24 @@ func sortedKeys(m map[int]bool) []int {
 	return out
 }
 
+// benchAccepted answers the panel script's POST /bench/run: the run and
+// the event sequence number to follow its progress from.
+type benchAccepted struct {
+	ID      string `json:"id"`
+	Profile string `json:"profile"`
+	Since   uint64 `json:"since"`
+}
+
 // handleBenchRun starts a run on the active profile (form POST, CSRF-checked
-// by the guard) with the service's defaults.
+// by the guard) with the service's defaults: JSON for the script (which
+// then follows /api/events), a redirect to the Bench page for a plain form
+// POST (which shows the run in progress).
 func (p *Panel) handleBenchRun(c echo.Context) error {
 	src := p.benchSource()
 	if src == nil {
-		return p.renderBench(c, http.StatusNotFound, &noticeView{Kind: "error", Message: "Benchmarks are not configured."})
+		return p.benchRefused(c, http.StatusNotFound, "Benchmarks are not configured.")
 	}
+	since := p.sup.LastSeq()
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 10*time.Second)
 	defer cancel()
 	st, err := src.Start(ctx, bench.StartRequest{})
@@ -129,7 +147,20 @@ func (p *Panel) handleBenchRun(c echo.Context) error {
 		if errors.As(err, &re) {
 			code = http.StatusBadRequest
 		}
-		return p.renderBench(c, code, &noticeView{Kind: "error", Message: "Not started: " + err.Error()})
+		return p.benchRefused(c, code, "Not started: "+err.Error())
 	}
-	return p.renderBench(c, http.StatusAccepted, &noticeView{Kind: "ok", Message: "Benchmark " + st.ID + " started on " + st.Profile + "; reload this page to follow it."})
+	p.log.Info("bench requested from the panel", "bench", st.ID, "profile", st.Profile, "remote", c.RealIP())
+	if !wantsJSON(c) {
+		return c.Redirect(http.StatusSeeOther, "/bench")
+	}
+	return c.JSON(http.StatusAccepted, benchAccepted{ID: st.ID, Profile: st.Profile, Since: since})
+}
+
+// benchRefused answers a run that did not start: JSON for the script, the
+// Bench page with the reason for a form POST.
+func (p *Panel) benchRefused(c echo.Context, code int, msg string) error {
+	if wantsJSON(c) {
+		return c.JSON(code, api.APIError{Error: strings.ToLower(http.StatusText(code)), Detail: msg})
+	}
+	return p.renderBench(c, code, &noticeView{Kind: "error", Message: msg})
 }

@@ -118,6 +118,11 @@ func TestBenchPage(t *testing.T) {
 	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, "Not started") {
 		t.Errorf("POST /bench/run while idle: %d, want 409 with the reason", resp.StatusCode)
 	}
+	// The page's script asks for JSON: the refusal is an API error body.
+	resp, body = do(t, c, "POST", srv.URL+"/bench/run", url.Values{"csrf": {m[1]}}, map[string]string{"Accept": "application/json"})
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, `"detail":"Not started: `) {
+		t.Errorf("POST /bench/run (JSON) while idle: %d %s, want 409 with the reason", resp.StatusCode, body)
+	}
 	if svc.Current() != nil {
 		t.Error("a run started with no active backend")
 	}

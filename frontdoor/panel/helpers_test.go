@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
+
 	"gpuhost/api"
 	"gpuhost/appliance"
 	"gpuhost/appliance/appliancetest"
@@ -29,6 +31,8 @@ type env struct {
 	p     *Panel
 	srv   *httptest.Server
 	token string // the API token when the config listens beyond loopback
+	// srvCleanup runs after the server has closed (the bench service).
+	srvCleanup []func()
 }
 
 type envOptions struct {
@@ -36,6 +40,9 @@ type envOptions struct {
 	// public makes the config listen on 0.0.0.0 with an API token file, so
 	// the panel requires a login.
 	public bool
+	// register adds more to the daemon's echo server (the bench service)
+	// before it is served.
+	register func(ev *env, e *echo.Echo)
 }
 
 // testDaemon is the Daemon that package main builds from cfg.
@@ -75,12 +82,18 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatal(err)
 	}
 	ev.p.Register(httpAPI)
+	if o.register != nil {
+		o.register(ev, httpAPI)
+	}
 	ev.srv = httptest.NewServer(httpAPI)
 	t.Cleanup(func() {
 		// Event streams (a browser's EventSource) never end by themselves;
 		// cut them so Close does not wait for them.
 		ev.srv.CloseClientConnections()
 		ev.srv.Close()
+		for _, f := range ev.srvCleanup {
+			f()
+		}
 	})
 	return ev
 }

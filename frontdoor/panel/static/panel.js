@@ -1,7 +1,8 @@
 // gpuhost panel: progressive enhancement only. Every page works without
 // this script; with it, the Switch button shows live progress from the
 // daemon's event stream (/api/events), the dashboard follows changes, and
-// the logs page tails the backend's journal.
+// the logs page tails the backend's journal, and the Bench page follows a
+// run until its result is in the table.
 (() => {
   'use strict';
 
@@ -293,11 +294,111 @@
     setInterval(poll, 2000);
   }
 
+  // The Bench page follows a run's "bench <id>: …" progress lines (Kind
+  // "bench" on /api/events, written by bench.Service) and, when the run
+  // has finished, swaps in the results table from a fresh GET /bench.
+  async function refreshBenchResults() {
+    const res = await fetch('/bench', { headers: { 'Accept': 'text/html' }, credentials: 'same-origin' });
+    if (!res.ok) throw new Error('HTTP ' + res.status);
+    const doc = new DOMParser().parseFromString(await res.text(), 'text/html');
+    const fresh = doc.getElementById('bench-results');
+    const cur = $('#bench-results');
+    if (!fresh || !cur) throw new Error('no results in the answer');
+    const img = $('img.chart', fresh);
+    if (img) img.src = '/api/bench/chart.svg?t=' + Date.now(); // a new figure, not the cached one
+    cur.replaceWith(document.adoptNode(fresh));
+  }
+
+  function followBench(box, id, since) {
+    box.dataset.running = 'true';
+    setBenchBusy(true);
+    const prefix = 'bench ' + id + ': ';
+    const lines = $('.bench-lines', box);
+    const es = new EventSource('/api/events?since=' + encodeURIComponent(since));
+    let finished = false;
+    es.addEventListener('bench', async (ev) => {
+      let e;
+      try { e = JSON.parse(ev.data); } catch (_) { return; }
+      const msg = (e && typeof e.message === 'string') ? e.message : '';
+      if (!msg.startsWith(prefix)) return;
+      box.dataset.since = String(e.seq);
+      const text = msg.slice(prefix.length);
+      const li = document.createElement('li');
+      li.textContent = text;
+      lines.append(li);
+      li.scrollIntoView({ block: 'nearest' });
+      if (!text.startsWith('finished, ')) return;
+      finished = true;
+      es.close();
+      box.dataset.running = 'false';
+      $('.bench-state', box).textContent = 'Finished';
+      setBenchBusy(false);
+      try {
+        await refreshBenchResults();
+        box.dataset.refreshed = 'true';
+      } catch (err) {
+        showNotice('The run finished, but the results did not load (' + err.message + '); reload the page.');
+      }
+    });
+    es.onerror = () => {
+      if (!finished && es.readyState === EventSource.CLOSED) location.assign('/bench');
+    };
+  }
+
+  function setBenchBusy(busy) {
+    $$('form.bench-form button').forEach((b) => { b.disabled = busy; });
+  }
+
+  async function onBenchRun(ev) {
+    ev.preventDefault();
+    const form = ev.currentTarget;
+    const n = $('#notice');
+    if (n) n.hidden = true;
+    setBenchBusy(true);
+    let res, data;
+    try {
+      res = await fetch(form.action, {
+        method: 'POST',
+        body: new URLSearchParams(new FormData(form)),
+        headers: { 'Accept': 'application/json', 'X-CSRF-Token': csrf },
+        credentials: 'same-origin',
+      });
+      data = await res.json();
+    } catch (err) {
+      setBenchBusy(false);
+      showNotice('The bench request failed: ' + err);
+      return;
+    }
+    if (res.status !== 202) {
+      setBenchBusy(false);
+      showNotice(data.detail || data.error || ('HTTP ' + res.status));
+      return;
+    }
+    const box = $('#bench-live');
+    $('.bench-state', box).textContent = 'Running';
+    $('.bench-id', box).textContent = data.id;
+    $('.bench-profile', box).textContent = data.profile;
+    $('.bench-lines', box).replaceChildren();
+    box.dataset.runId = data.id;
+    box.dataset.refreshed = 'false';
+    box.hidden = false;
+    followBench(box, data.id, data.since);
+  }
+
+  function initBench() {
+    $$('form.bench-form').forEach((f) => f.addEventListener('submit', onBenchRun));
+    const box = $('#bench-live');
+    if (box && box.dataset.running === 'true' && box.dataset.runId) {
+      followBench(box, box.dataset.runId, box.dataset.since);
+    }
+  }
+
   document.addEventListener('DOMContentLoaded', () => {
     const page = document.body.dataset.page;
     if (page === 'profiles') initProfiles();
     if (page === 'dashboard') initDashboard();
     if (page === 'logs') initLogs();
+    if (page === 'bench') initBench();
     // Tells tests (and curious operators) that the enhancements are live.
     document.documentElement.dataset.js = 'ready';
   });
