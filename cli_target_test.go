@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -291,8 +292,8 @@ func demoTriageWithoutConfig(t *testing.T, url string, env, bad []string) {
 }
 
 // demoBenchWithoutConfig: the default `bench run` measures the daemon's
-// active profile, found by $GPUHOST_URL, and stores under the user's state
-// directory; no daemon: the error names what was tried.
+// active profile, found by $GPUHOST_URL, and stores the result in the
+// daemon's store; no daemon: the error names what was tried.
 func demoBenchWithoutConfig(t *testing.T, env, bad []string, home string) {
 	t.Helper()
 	if skipIfDefaultConfig(t) {
@@ -305,8 +306,25 @@ func demoBenchWithoutConfig(t *testing.T, env, bad []string, home string) {
 		r.Fingerprint.Model != "qwen3-coder" || r.Fingerprint.Backend != "vllm" || r.Fingerprint.GPUBackend != "sim" {
 		t.Errorf("bench run without a config: exit %d %v %+v\n%s", code, err, r.Fingerprint, errOut)
 	}
-	if stored, _ := filepath.Glob(filepath.Join(home, ".local", "state", "gpuhost", "bench", "*-qwen3-coder.json")); len(stored) != 1 {
-		t.Errorf("bench run without a config stored %q", stored)
+	// Through the daemon the result lands in the daemon's own store (the
+	// panel's Bench page lists it), not under the user's state directory.
+	if stored, _ := filepath.Glob(filepath.Join(home, ".local", "state", "gpuhost", "bench", "*.json")); len(stored) != 0 {
+		t.Errorf("bench run through the daemon stored locally too: %q", stored)
+	}
+	var url string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, envDaemonURL+"="); ok {
+			url = v
+		}
+	}
+	resp, err := http.Get(url + "/api/bench")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(list), `"id":"`+r.ID+`"`) {
+		t.Errorf("bench run without a config: %s is not in the daemon's results:\n%s\n%s", r.ID, list, errOut)
 	}
 	_, errOut, code = gpuhostEnv(t, bad, small...)
 	if code == 0 || !strings.Contains(errOut, "reach gpuhost at http://127.0.0.1:1 (from $GPUHOST_URL)") || !strings.Contains(errOut, "not there") {
