@@ -665,13 +665,7 @@ func writeRunHeader(w io.Writer, r *Result) {
 	f := r.Fingerprint
 	fmt.Fprintf(w, "%s  %s  (%s, %.0f s)\n", r.ID, strings.ToUpper(r.Status), r.StartedAt.Local().Format("2006-01-02 15:04:05"), r.FinishedAt.Sub(r.StartedAt).Seconds())
 	fmt.Fprintf(w, "  %s\n", joinNonEmpty(", ", "backend "+orDash(joinNonEmpty(" ", f.Backend, f.BackendVersion)), "model "+orDash(f.Model), f.URL))
-	if f.GPUName != "" || f.Driver != "" {
-		gpu := orDash(f.GPUName)
-		if f.GPUMemoryMiB > 0 {
-			gpu += fmt.Sprintf(" (%d MiB)", f.GPUMemoryMiB)
-		}
-		fmt.Fprintf(w, "  %s\n", joinNonEmpty(", ", "gpu "+gpu, prefixed("driver ", f.Driver), prefixed("CUDA ", f.CUDA)))
-	}
+	writeGPULine(w, f)
 	if f.Profile != "" {
 		fmt.Fprintf(w, "  profile %s\n", f.Profile)
 	}
@@ -683,8 +677,26 @@ func writeRunHeader(w io.Writer, r *Result) {
 		}
 		fmt.Fprintf(w, "  server settings: %s\n", strings.Join(parts, " "))
 	}
-	fmt.Fprintf(w, "  %s\n", joinNonEmpty("; ", plural(r.Config.Repeats, "repeat", "repeats"),
-		joinNonEmpty(" ", prefixed("gpuhost ", f.GpuhostVersion), f.GpuhostCommit, prefixed("on ", f.Host))))
+	fmt.Fprintf(w, "  %s\n", joinNonEmpty("; ", plural(r.Config.Repeats, "repeat", "repeats"), gpuhostLine(f)))
+}
+
+// writeGPULine prints "  gpu NAME (N MiB), driver D, CUDA C" with only
+// the facts the fingerprint has; nothing without GPU name and driver.
+func writeGPULine(w io.Writer, f Fingerprint) {
+	if f.GPUName == "" && f.Driver == "" {
+		return
+	}
+	gpu := orDash(f.GPUName)
+	if f.GPUMemoryMiB > 0 {
+		gpu += fmt.Sprintf(" (%d MiB)", f.GPUMemoryMiB)
+	}
+	fmt.Fprintf(w, "  %s\n", joinNonEmpty(", ", "gpu "+gpu, prefixed("driver ", f.Driver), prefixed("CUDA ", f.CUDA)))
+}
+
+// gpuhostLine is "gpuhost v0.3.0 1a2b3c4 on gpu-box" with only the facts
+// the fingerprint has ("" with none).
+func gpuhostLine(f Fingerprint) string {
+	return joinNonEmpty(" ", prefixed("gpuhost ", f.GpuhostVersion), f.GpuhostCommit, prefixed("on ", f.Host))
 }
 
 // prefixed is label+v, or "" when v is empty.
