@@ -246,6 +246,18 @@ func unitChecks(cfg *config.Config, bs []backendState, asleep map[string]standby
 	return out
 }
 
+// ownProcessesMessage is the ok message of gpu.foreign_processes for n
+// GPU processes, all in the active backend unit.
+func ownProcessesMessage(n int) string {
+	switch n {
+	case 0:
+		return "no GPU processes"
+	case 1:
+		return "1 GPU process, in the active backend unit"
+	}
+	return fmt.Sprintf("%d GPU processes, all in the active backend unit", n)
+}
+
 func foreignProcessCheck(dev nvml.Device, bs []backendState) api.DoctorCheck {
 	var active []backendState
 	for _, b := range bs {
@@ -268,7 +280,7 @@ func foreignProcessCheck(dev nvml.Device, bs []backendState) api.DoctorCheck {
 		c.Fix = "stop them; gpuhost must be the only user of the GPU"
 	} else {
 		c.Severity = units.SeverityOK
-		c.Message = fmt.Sprintf("%d GPU processes, all in the active backend unit", len(dev.Processes))
+		c.Message = ownProcessesMessage(len(dev.Processes))
 	}
 	return c
 }

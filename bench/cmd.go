@@ -407,6 +407,16 @@ func newListCmd(deps Deps) *cobra.Command {
 	return cmd
 }
 
+// Widest cells of the list's free-text columns: a longer value (a
+// Hugging Face path as the model) is cut with "…" so that one result does
+// not push every other line's figures off the screen. The ID is never cut:
+// it is what show and compare take.
+const (
+	listBackendWidth = 28
+	listModelWidth   = 36
+	listDriverWidth  = 16
+)
+
 // writeList prints the list's table: one line per result; a switch
 // names both backends, a capacity result gives its answer and SLO.
 func writeList(out io.Writer, sums []Summary) error {
@@ -426,7 +436,8 @@ func writeList(out io.Writer, sums []Summary) error {
 			}
 			capacity = fmt.Sprintf("%s users [%d, %d] at %s", users, c.Low, c.High, c.SLO)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Status, backend, model, orDash(s.Driver),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Status, truncate(orDash(backend), listBackendWidth),
+			truncate(orDash(model), listModelWidth), truncate(orDash(s.Driver), listDriverWidth),
 			fmtLengths(s.PrefillTokS), fmtLengths(s.DecodeTokS), capacity)
 	}
 	return tw.Flush()
@@ -594,6 +605,7 @@ func WriteReport(w io.Writer, r *Result) error {
 		return writeCapacityReport(w, r)
 	}
 	writeRunHeader(w, r)
+	writeSummary(w, r)
 	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
 	if len(r.Prefill) > 0 {
 		fmt.Fprintln(w, "\nprefill (max_tokens 1, unique prefix per request)")
@@ -622,21 +634,7 @@ func WriteReport(w io.Writer, r *Result) error {
 		}
 		tw.Flush()
 	}
-	if len(r.Serving) > 0 {
-		s0 := r.Serving[0]
-		fmt.Fprintf(w, "\nserving (%d in / %d out tokens; latencies ms, p50 / p99)\n", s0.InputTokens, s0.OutputTokens)
-		fmt.Fprintln(tw, "concurrency\trequests\tout tok/s\ttotal tok/s\treq/s\tTTFT\tTPOT\tITL\tE2E\tfailed\tduration s\ttokens in / out\t")
-		for _, s := range r.Serving {
-			level := strconv.Itoa(s.Concurrency)
-			if s.RequestRate > 0 {
-				level = fmt.Sprintf("rate %g/s", s.RequestRate)
-			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d / %d\t\n", level, s.Completed, fmtStat(s.OutputTPS),
-				fmtStat(s.TotalTPS), fmtStat(s.ReqPerS), pq(s.TTFT), pq(s.TPOT), pq(s.ITL), pq(s.E2E), s.Failed, fmtStat(s.DurationS),
-				s.TotalInputTokens, s.TotalOutputTokens)
-		}
-		tw.Flush()
-	}
+	writeServing(w, r)
 	if len(r.CrossChecks) > 0 {
 		fmt.Fprintln(w, "\ncross-checks (client vs server)")
 		for _, c := range r.CrossChecks {
@@ -678,14 +676,13 @@ func writeErrorsNotes(w io.Writer, r *Result) {
 }
 
 // writeRunHeader prints a result's first lines: ID, status, start and
-// duration, then the fingerprint.
+// duration, then the fingerprint; fields the result lacks are left out
+// rather than printed as blanks.
 func writeRunHeader(w io.Writer, r *Result) {
 	f := r.Fingerprint
 	fmt.Fprintf(w, "%s  %s  (%s, %.0f s)\n", r.ID, strings.ToUpper(r.Status), r.StartedAt.Local().Format("2006-01-02 15:04:05"), r.FinishedAt.Sub(r.StartedAt).Seconds())
-	fmt.Fprintf(w, "  backend %s %s, model %s, %s\n", orDash(f.Backend), f.BackendVersion, orDash(f.Model), f.URL)
-	if f.GPUName != "" || f.Driver != "" {
-		fmt.Fprintf(w, "  gpu %s (%d MiB), driver %s, CUDA %s\n", orDash(f.GPUName), f.GPUMemoryMiB, orDash(f.Driver), orDash(f.CUDA))
-	}
+	fmt.Fprintf(w, "  %s\n", joinNonEmpty(", ", "backend "+orDash(joinNonEmpty(" ", f.Backend, f.BackendVersion)), "model "+orDash(f.Model), f.URL))
+	writeGPULine(w, f)
 	if f.Profile != "" {
 		fmt.Fprintf(w, "  profile %s\n", f.Profile)
 	}
@@ -697,7 +694,34 @@ func writeRunHeader(w io.Writer, r *Result) {
 		}
 		fmt.Fprintf(w, "  server settings: %s\n", strings.Join(parts, " "))
 	}
-	fmt.Fprintf(w, "  %d repeats; gpuhost %s %s on %s\n", r.Config.Repeats, orDash(f.GpuhostVersion), f.GpuhostCommit, orDash(f.Host))
+	fmt.Fprintf(w, "  %s\n", joinNonEmpty("; ", plural(r.Config.Repeats, "repeat", "repeats"), gpuhostLine(f)))
+}
+
+// writeGPULine prints "  gpu NAME (N MiB), driver D, CUDA C" with only
+// the facts the fingerprint has; nothing without GPU name and driver.
+func writeGPULine(w io.Writer, f Fingerprint) {
+	if f.GPUName == "" && f.Driver == "" {
+		return
+	}
+	gpu := orDash(f.GPUName)
+	if f.GPUMemoryMiB > 0 {
+		gpu += fmt.Sprintf(" (%d MiB)", f.GPUMemoryMiB)
+	}
+	fmt.Fprintf(w, "  %s\n", joinNonEmpty(", ", "gpu "+gpu, prefixed("driver ", f.Driver), prefixed("CUDA ", f.CUDA)))
+}
+
+// gpuhostLine is "gpuhost v0.3.0 1a2b3c4 on gpu-box" with only the facts
+// the fingerprint has ("" with none).
+func gpuhostLine(f Fingerprint) string {
+	return joinNonEmpty(" ", prefixed("gpuhost ", f.GpuhostVersion), f.GpuhostCommit, prefixed("on ", f.Host))
+}
+
+// prefixed is label+v, or "" when v is empty.
+func prefixed(label, v string) string {
+	if v == "" {
+		return ""
+	}
+	return label + v
 }
 
 func pq(d DistStat) string {

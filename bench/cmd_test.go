@@ -53,6 +53,7 @@ func TestCmdRunListShowCompare(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, out)
 	}
 	for _, want := range []string{"-coder  OK", "backend vllm 0.11.0", "server settings: vllm.cache_config.block_size=16", "NVIDIA GeForce RTX 4090", "prefill", "decode", "serving",
+		"pp64 |", "tg16 |", "TTFT mean | TTFT p50 | TTFT p99",
 		"roofline: 1008 GB/s, 3.3B params", "cross-checks", "saved " + filepath.Join(state, "bench")} {
 		if !strings.Contains(out, want) {
 			t.Errorf("run output lacks %q:\n%s", want, out)

@@ -317,9 +317,9 @@ func orDash(s string) string {
 // WriteText prints the setup changes first, then the comparison as a
 // table in benchstat's spirit:
 //
-//	metric                  A             B             delta    95% CI            p(Holm)  verdict
-//	decode.128.tok_s (tok/s)  150.0 ± 0.1  181.2 ± 0.3  +20.8%   [+20.4%, +21.2%]  0.000    better
-//	prefill.512.tok_s (tok/s) 2390 ± 54    2402 ± 40    +0.5%    [-3.1%, +4.1%]    1.000    ~
+//	metric                     A            B            delta     95% CI            p(Holm)  verdict
+//	decode.128.tok_s (tok/s)   150.0 ± 0.1  181.2 ± 0.3  +20.8% *  [+20.4%, +21.2%]  0.000    better
+//	prefill.512.tok_s (tok/s)  2390 ± 54    1821 ± 240   -23.8% ~  [-52.1%, +4.5%]   0.310    ~
 func (c Comparison) WriteText(w io.Writer) error {
 	if len(c.Fingerprint) > 0 {
 		fmt.Fprintf(w, "setup changes:\n")
@@ -344,7 +344,7 @@ func (c Comparison) WriteText(w io.Writer) error {
 		if r.Reason != "" {
 			verdict += " " + r.Reason
 		}
-		fmt.Fprintf(tw, "%s (%s)\t%s\t%s\t%+.1f%%\t%s\t%s\t%s\n", r.Metric, r.Unit, fmtStat(r.A), fmtStat(r.B), r.DeltaPct, ci, p, verdict)
+		fmt.Fprintf(tw, "%s (%s)\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Metric, r.Unit, fmtStat(r.A), fmtStat(r.B), fmtDelta(r), ci, p, verdict)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -355,9 +355,24 @@ func (c Comparison) WriteText(w io.Writer) error {
 	}
 	_, err := fmt.Fprintf(w, "\nbetter/worse: the %.0f%% confidence interval excludes changes below ±%g%% after Holm's correction over %d metrics "+
 		"(Welch's t-test; with no change of %g%% or more, any false verdict has probability ≤ %g); "+
-		"~: no such change shown; ?: no test (fewer than %d repeats on a side)\n",
+		"~: no such change shown; ?: no test (fewer than %d repeats on a side); "+
+		"the mark after a delta: * significant after Holm, ~ not significant, ? not tested\n",
 		(1-c.Alpha)*100, c.MinEffectPct, c.Tests, c.MinEffectPct, c.Alpha, c.MinRepeats)
 	return err
+}
+
+// fmtDelta is a row's change with its significance mark, always the
+// number: "+20.8% *" (significant after Holm), "-23.8% ~" (not
+// significant), "+1.0% ?" (no test possible).
+func fmtDelta(r CompareRow) string {
+	mark := "?"
+	switch {
+	case r.Significant:
+		mark = "*"
+	case r.PHolm >= 0:
+		mark = "~"
+	}
+	return fmt.Sprintf("%+.1f%% %s", r.DeltaPct, mark)
 }
 
 // fmtStat prints mean ± stddev with a precision that suits the magnitude.

@@ -373,3 +373,22 @@ func TestVLLMCacheConfig(t *testing.T) {
 		t.Error("broken line parsed")
 	}
 }
+
+func TestFmtDelta(t *testing.T) {
+	tests := []struct {
+		name string
+		row  CompareRow
+		want string
+	}{
+		{"significant", CompareRow{DeltaPct: 20.83, PHolm: 0.001, Significant: true, Verdict: "better"}, "+20.8% *"},
+		{"large but not significant still shows the number", CompareRow{DeltaPct: -23.8, PHolm: 0.31, Verdict: "~"}, "-23.8% ~"},
+		{"not tested", CompareRow{DeltaPct: 1, PHolm: -1, Verdict: "?"}, "+1.0% ?"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := fmtDelta(tt.row); got != tt.want {
+				t.Errorf("fmtDelta = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

@@ -121,16 +121,16 @@ func writeSwitchReport(w io.Writer, r *Result) error {
 	fmt.Fprintf(w, "%s  %s  (%s, %.0f s)\n", r.ID, strings.ToUpper(r.Status), r.StartedAt.Local().Format("2006-01-02 15:04:05"), r.FinishedAt.Sub(r.StartedAt).Seconds())
 	var ps []string
 	for _, p := range sb.Profiles {
-		ps = append(ps, fmt.Sprintf("%s (%s %s)", p.Name, p.Backend, p.ServedName))
+		ps = append(ps, p.Name+" ("+orDash(joinNonEmpty(" ", p.Backend, p.ServedName))+")")
 	}
 	if len(ps) == 0 {
 		ps = []string{sb.A, sb.B}
 	}
-	fmt.Fprintf(w, "  switch %s, %d rounds, through %s\n", strings.Join(ps, " ↔ "), sb.Rounds, orDash(f.URL))
-	if f.GPUName != "" || f.Driver != "" {
-		fmt.Fprintf(w, "  gpu %s (%d MiB), driver %s, CUDA %s\n", orDash(f.GPUName), f.GPUMemoryMiB, orDash(f.Driver), orDash(f.CUDA))
+	fmt.Fprintf(w, "  switch %s, %s, through %s\n", strings.Join(ps, " ↔ "), plural(sb.Rounds, "round", "rounds"), orDash(f.URL))
+	writeGPULine(w, f)
+	if g := gpuhostLine(f); g != "" {
+		fmt.Fprintf(w, "  %s\n", g)
 	}
-	fmt.Fprintf(w, "  gpuhost %s %s on %s\n", orDash(f.GpuhostVersion), f.GpuhostCommit, orDash(f.Host))
 	if len(sb.Groups) > 0 {
 		fmt.Fprintln(w, "\ntime to first token and the switch's own duration (ms, p50 / p95 over the samples)")
 		tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)

@@ -3,7 +3,9 @@ package triage
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,7 +36,7 @@ type Cost struct {
 // Footer is the one-line cost shown in the post, e.g.
 // "0.0021 USD · 412+38 tok · 42 s audio · 1.90 Wh".
 func (c Cost) Footer() string {
-	parts := []string{fmt.Sprintf("%.4f %s", c.Total, c.Currency)}
+	parts := []string{FormatMoney(c.Total, c.Currency)}
 	if c.PromptTokens+c.CompletionTokens > 0 {
 		parts = append(parts, fmt.Sprintf("%d+%d tok", c.PromptTokens, c.CompletionTokens))
 	}
@@ -48,6 +50,35 @@ func (c Cost) Footer() string {
 		parts = append(parts, "no price for "+strings.Join(c.Unpriced, ", "))
 	}
 	return strings.Join(parts, " · ")
+}
+
+// FormatMoney prints an amount for people in the given currency, as
+// "<amount> <currency>": two decimals from 1 up ("1.25 EUR"), below that
+// two significant digits without an exponent ("0.0021 USD", "0.000014
+// EUR"), so a fraction of a cent neither reads as 1.44e-05 nor rounds to
+// 0.0000; zero is "0.00 EUR". An empty currency leaves the code out.
+func FormatMoney(v float64, currency string) string {
+	var amount string
+	switch a := math.Abs(v); {
+	case a == 0 || math.IsNaN(v) || math.IsInf(v, 0):
+		amount = fmt.Sprintf("%.2f", v)
+	case a >= 1:
+		amount = fmt.Sprintf("%.2f", v)
+	default:
+		// Decimals for two significant digits, at least two.
+		dec := max(2, 1-int(math.Floor(math.Log10(a))))
+		amount = strconv.FormatFloat(v, 'f', dec, 64)
+		if strings.Contains(amount, ".") {
+			amount = strings.TrimRight(amount, "0")
+			if i := strings.IndexByte(amount, '.'); len(amount)-i-1 < 2 {
+				amount += strings.Repeat("0", 2-(len(amount)-i-1))
+			}
+		}
+	}
+	if currency == "" {
+		return amount
+	}
+	return amount + " " + currency
 }
 
 // localUsage is one model call with the mean power measured while it ran.

@@ -251,9 +251,10 @@ func (w *Worker) finish(log *slog.Logger, res *Result, calls []localUsage, trans
 		"class", res.Class, "importance", res.Importance, "rule", res.Rule, "important", res.Important,
 		"customer", res.Customer != nil, "unsubscribe", res.Unsubscribe.Source,
 		slog.Group("cost",
-			"total", res.Cost.Total, "currency", res.Cost.Currency,
-			"classification", res.Cost.Classification, "transcription", res.Cost.Transcription,
-			"energy", res.Cost.Energy, "energy_wh", res.Cost.EnergyWh,
+			"total", FormatMoney(res.Cost.Total, res.Cost.Currency), "currency", res.Cost.Currency,
+			"classification", FormatMoney(res.Cost.Classification, res.Cost.Currency),
+			"transcription", FormatMoney(res.Cost.Transcription, res.Cost.Currency),
+			"energy", FormatMoney(res.Cost.Energy, res.Cost.Currency), "energy_wh", res.Cost.EnergyWh,
 			"prompt_tokens", res.Cost.PromptTokens, "completion_tokens", res.Cost.CompletionTokens,
 			"audio_seconds", res.Cost.AudioSeconds),
 		"problems", len(res.Problems), "duration_ms", res.DurationMS)
