@@ -48,6 +48,9 @@ func daemonBenchEnv(cmd *cobra.Command) bench.Env {
 		for _, pi := range st.Profiles {
 			if pi.Name == st.State.Profile && st.State.Phase == api.PhaseActive {
 				p = &units.Profile{Name: pi.Name, Backend: pi.Backend, Model: pi.Model, ServedName: pi.ServedName, Port: pi.Port}
+				if pi.ModelParams != nil {
+					p.Params = *pi.ModelParams // the roofline
+				}
 			}
 		}
 		if p == nil {

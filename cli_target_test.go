@@ -306,6 +306,10 @@ func demoBenchWithoutConfig(t *testing.T, env, bad []string, home string) {
 		r.Fingerprint.Model != "qwen3-coder" || r.Fingerprint.Backend != "vllm" || r.Fingerprint.GPUBackend != "sim" {
 		t.Errorf("bench run without a config: exit %d %v %+v\n%s", code, err, r.Fingerprint, errOut)
 	}
+	// The daemon hands over the profile's model_params: the roofline is drawn.
+	if r.Roofline == nil || r.Roofline.ParamsB != 3.3 { // MoE: the 3.3B active parameters are read per token
+		t.Errorf("bench run through the daemon has no roofline from the profile's model_params: %+v", r.Roofline)
+	}
 	// Through the daemon the result lands in the daemon's own store (the
 	// panel's Bench page lists it), not under the user's state directory.
 	if stored, _ := filepath.Glob(filepath.Join(home, ".local", "state", "gpuhost", "bench", "*.json")); len(stored) != 0 {

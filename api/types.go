@@ -47,6 +47,12 @@ type ProfileInfo struct {
 	// tool_call_parser (without both a request with tools is refused).
 	AutoToolChoice bool   `json:"auto_tool_choice,omitempty"`
 	ToolCallParser string `json:"tool_call_parser,omitempty"`
+	// ModelParams is the profile's model_params (absent when unknown), so
+	// a client benchmarking through the daemon can draw the roofline.
+	ModelParams *units.ModelParams `json:"model_params,omitempty"`
+	// Standby is the profile's standby mode ("" or "off": stopped when
+	// switched away).
+	Standby units.Standby `json:"standby,omitempty"`
 }
 
 // StatusLine is the one-line summary for systemd's STATUS= and the log,

@@ -17,8 +17,12 @@ func (s *Supervisor) Profiles() []api.ProfileInfo {
 		out = append(out, api.ProfileInfo{
 			Name: name, Backend: p.Backend, Model: p.Model, ServedName: p.ServedName, Port: p.Port,
 			Unit: bc.Unit, Active: st.Phase == api.PhaseActive && st.Profile == name, Args: units.BackendArgs(*p, bc.Simulated),
-			AutoToolChoice: p.VLLM.EnableAutoToolChoice, ToolCallParser: p.VLLM.ToolCallParser,
+			AutoToolChoice: p.VLLM.EnableAutoToolChoice, ToolCallParser: p.VLLM.ToolCallParser, Standby: p.Standby,
 		})
+		if p.Params.TotalParamsB > 0 {
+			mp := p.Params
+			out[len(out)-1].ModelParams = &mp
+		}
 		if p.Backend == units.Ollama {
 			out[len(out)-1].Context = p.Ollama.NumCtx
 		} else {
