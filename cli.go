@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -303,14 +304,32 @@ func newDoctorCmd() *cobra.Command {
 	return cmd
 }
 
+// doctorIDWidth caps the id column of printDoctor: a longer id (a long
+// profile name) gets its message on the next line instead of pushing
+// every other row's message to the right.
+const doctorIDWidth = 48
+
 func printDoctor(w io.Writer, rep api.DoctorReport) {
+	checkID := func(c api.DoctorCheck) string {
+		if c.Profile != "" {
+			return c.ID + "[" + c.Profile + "]"
+		}
+		return c.ID
+	}
+	width := 0
+	for _, c := range rep.Checks {
+		if n := utf8.RuneCountInString(checkID(c)); n <= doctorIDWidth {
+			width = max(width, n)
+		}
+	}
 	for _, c := range rep.Checks {
 		mark := map[units.Severity]string{units.SeverityOK: "ok  ", units.SeverityWarn: "WARN", units.SeverityFail: "FAIL"}[c.Severity]
-		id := c.ID
-		if c.Profile != "" {
-			id += "[" + c.Profile + "]"
+		id := checkID(c)
+		if utf8.RuneCountInString(id) > width {
+			fmt.Fprintf(w, "%s %s\n%s %s\n", mark, id, strings.Repeat(" ", 5+width), c.Message)
+		} else {
+			fmt.Fprintf(w, "%s %-*s %s\n", mark, width, id, c.Message)
 		}
-		fmt.Fprintf(w, "%s %-40s %s\n", mark, id, c.Message)
 		if c.Fix != "" && c.Severity != units.SeverityOK {
 			fmt.Fprintf(w, "     fix: %s\n", c.Fix)
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"gpuhost/api"
+	"gpuhost/units"
 )
 
 // TestPrintStatusReportsWantedDrift: with restore_on_boot off a last wanted
@@ -37,5 +38,23 @@ func TestPrintStatusReportsWantedDrift(t *testing.T) {
 				t.Errorf("output lacks %q:\n%s", tt.want, got)
 			}
 		})
+	}
+}
+
+func TestPrintDoctorColumns(t *testing.T) {
+	long := strings.Repeat("p", 60)
+	rep := api.DoctorReport{Worst: "ok", Checks: []api.DoctorCheck{
+		{ID: "gpu.nvml", Severity: units.SeverityOK, Message: "first"},
+		{ID: "profile.vram_fit", Profile: "coder", Severity: units.SeverityWarn, Message: "second"},
+		{ID: "profile.vram_fit", Profile: long, Severity: units.SeverityOK, Message: "third"},
+	}}
+	var b strings.Builder
+	printDoctor(&b, rep)
+	lines := strings.Split(b.String(), "\n")
+	// The messages of the rows that fit start in one column; the long id's
+	// message goes on its own line, aligned with them.
+	col := strings.Index(lines[0], "first")
+	if col < 0 || strings.Index(lines[1], "second") != col || strings.Index(lines[3], "third") != col || !strings.HasSuffix(lines[2], long+"]") {
+		t.Errorf("doctor columns:\n%s", b.String())
 	}
 }
