@@ -180,6 +180,18 @@
     return box;
   }
 
+  // postForm sends a panel form as the script does (JSON answer, CSRF
+  // header) and returns the response with its decoded body.
+  async function postForm(form) {
+    const res = await fetch(form.action, {
+      method: 'POST',
+      body: new URLSearchParams(new FormData(form)),
+      headers: { 'Accept': 'application/json', 'X-CSRF-Token': csrf },
+      credentials: 'same-origin',
+    });
+    return { res, data: await res.json() };
+  }
+
   async function onSwitch(ev) {
     ev.preventDefault();
     const form = ev.currentTarget;
@@ -188,13 +200,7 @@
     setBusy(true);
     let res, data;
     try {
-      res = await fetch(form.action, {
-        method: 'POST',
-        body: new URLSearchParams(new FormData(form)),
-        headers: { 'Accept': 'application/json', 'X-CSRF-Token': csrf },
-        credentials: 'same-origin',
-      });
-      data = await res.json();
+      ({ res, data } = await postForm(form));
     } catch (err) {
       setBusy(false);
       showNotice('The switch request failed: ' + err);
@@ -357,13 +363,7 @@
     setBenchBusy(true);
     let res, data;
     try {
-      res = await fetch(form.action, {
-        method: 'POST',
-        body: new URLSearchParams(new FormData(form)),
-        headers: { 'Accept': 'application/json', 'X-CSRF-Token': csrf },
-        credentials: 'same-origin',
-      });
-      data = await res.json();
+      ({ res, data } = await postForm(form));
     } catch (err) {
       setBenchBusy(false);
       showNotice('The bench request failed: ' + err);
