@@ -18,6 +18,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"gpuhost/api"
@@ -167,12 +168,7 @@ func newRunCmd(deps Deps) *cobra.Command {
 func addRunFlags(cmd *cobra.Command, rf *runFlags) {
 	o := &rf.o
 	f := cmd.Flags()
-	f.StringVar(&rf.url, "url", "", "OpenAI-compatible endpoint to measure (vLLM, Ollama or other), with or without /v1")
-	f.StringVar(&rf.serverURL, "server-url", "", "backend root for /version, /tokenize, /metrics, /api/* when --url is a proxy")
-	f.StringVar(&rf.model, "model", "", "model name (default: the only model the server lists)")
-	f.StringVar(&rf.flavor, "flavor", "auto", "server kind: auto (detect via /version or /api/version), vllm, ollama, openai")
-	f.StringVar(&rf.profile, "profile", "", "config profile describing the --url server (model_params for the roofline)")
-	f.StringVar(&rf.keyEnv, "api-key-env", "", "environment variable holding a bearer token for --url")
+	addTargetFlags(f, rf, "config profile describing the --url server (model_params for the roofline)")
 	f.IntVar(&o.Repeats, "repeats", DefaultRepeats, "measured repeats of every figure (mean ± stddev; compare needs ≥ 2)")
 	f.IntSliceVar(&o.PrefillTokens, "prefill", DefaultPrefillTokens, "prompt lengths in tokens (capped to the model's context)")
 	f.IntSliceVar(&o.DecodeTokens, "decode", DefaultDecodeTokens, "generated lengths in tokens (vLLM: forced with ignore_eos + min_tokens; Ollama: only capped by num_predict, the rate is over the tokens produced)")
@@ -193,6 +189,17 @@ func addRunFlags(cmd *cobra.Command, rf *runFlags) {
 	f.BoolVar(&rf.noSave, "no-save", false, "do not store the result")
 	f.BoolVar(&rf.keepFailed, "keep-failed", false, "store the result even when the run failed (nothing measured); compare refuses such results")
 	addDirFlag(cmd)
+}
+
+// addTargetFlags registers the flags that name what to measure, shared by
+// bench run and bench capacity; profileHelp says what --profile supplies.
+func addTargetFlags(f *pflag.FlagSet, rf *runFlags, profileHelp string) {
+	f.StringVar(&rf.url, "url", "", "OpenAI-compatible endpoint to measure (vLLM, Ollama or other), with or without /v1")
+	f.StringVar(&rf.serverURL, "server-url", "", "backend root for /version, /tokenize, /metrics, /api/* when --url is a proxy")
+	f.StringVar(&rf.model, "model", "", "model name (default: the only model the server lists)")
+	f.StringVar(&rf.flavor, "flavor", "auto", "server kind: auto (detect via /version or /api/version), vllm, ollama, openai")
+	f.StringVar(&rf.profile, "profile", "", profileHelp)
+	f.StringVar(&rf.keyEnv, "api-key-env", "", "environment variable holding a bearer token for --url")
 }
 
 // runBench is bench run: it completes the options from the flags and the
