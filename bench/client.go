@@ -420,7 +420,14 @@ type sample struct {
 	// Ollama native only: the server's own timing.
 	evalCount    int
 	evalDuration time.Duration
+	server       ollamaTimings
 }
+
+// ollamaTimings are the rest of Ollama's own timing of one native request:
+// total_duration runs from the handler's start (so it includes loading and
+// the wait for a free slot), prompt_eval_duration is the prompt's
+// processing, load_duration the model's load (or the scheduler's answer).
+type ollamaTimings struct{ prompt, load, total time.Duration }
 
 func (s *sample) ttft() time.Duration {
 	if len(s.tokenAt) == 0 {
@@ -609,24 +616,58 @@ type generateRequest struct {
 	Options map[string]any `json:"options"`
 }
 
-// ollamaLine is one NDJSON line of /api/generate.
+// ollamaLine is one NDJSON line of /api/generate or /api/chat (the text
+// is in response there, in message here); the last line (done) carries
+// the server's own counts and timings (ns).
 type ollamaLine struct {
-	Response     string `json:"response"`
-	Thinking     string `json:"thinking"`
-	Done         bool   `json:"done"`
-	DoneReason   string `json:"done_reason"`
-	PromptEval   int    `json:"prompt_eval_count"`
-	EvalCount    int    `json:"eval_count"`
-	EvalDuration int64  `json:"eval_duration"`
-	Error        string `json:"error"`
+	Response string `json:"response"`
+	Thinking string `json:"thinking"`
+	Message  struct {
+		Content  string `json:"content"`
+		Thinking string `json:"thinking"`
+	} `json:"message"`
+	Done               bool   `json:"done"`
+	DoneReason         string `json:"done_reason"`
+	PromptEval         int    `json:"prompt_eval_count"`
+	PromptEvalDuration int64  `json:"prompt_eval_duration"`
+	EvalCount          int    `json:"eval_count"`
+	EvalDuration       int64  `json:"eval_duration"`
+	LoadDuration       int64  `json:"load_duration"`
+	TotalDuration      int64  `json:"total_duration"`
+	Error              string `json:"error"`
 }
 
-// ollamaGenerate streams Ollama's native /api/generate with num_predict,
-// the one way to make Ollama produce an exact number of tokens.
+func (l *ollamaLine) hasText() bool {
+	return l.Response != "" || l.Thinking != "" || l.Message.Content != "" || l.Message.Thinking != ""
+}
+
+// ollamaChatRequest is the body of Ollama's POST /api/chat.
+type ollamaChatRequest struct {
+	Model    string         `json:"model"`
+	Messages []chatMessage  `json:"messages"`
+	Stream   bool           `json:"stream"`
+	Options  map[string]any `json:"options"`
+}
+
+// ollamaGenerate streams Ollama's native /api/generate with num_predict:
+// the length is capped (the model may stop earlier), and the last line
+// has the server's own eval_count and eval_duration.
 func (e *endpoint) ollamaGenerate(ctx context.Context, prompt string, numPredict int) (*sample, error) {
-	url := e.root + "/api/generate"
-	body := generateRequest{Model: e.model, Prompt: prompt, Stream: true,
-		Options: map[string]any{"num_predict": numPredict, "temperature": 0}}
+	return e.ollamaStream(ctx, "/api/generate", generateRequest{Model: e.model, Prompt: prompt, Stream: true,
+		Options: map[string]any{"num_predict": numPredict, "temperature": 0}}, numPredict)
+}
+
+// ollamaChat streams Ollama's native /api/chat (the chat template applied
+// as /v1 applies it), for serving runs that want the server's per-request
+// timings next to the client's.
+func (e *endpoint) ollamaChat(ctx context.Context, content string, numPredict int) (*sample, error) {
+	return e.ollamaStream(ctx, "/api/chat", ollamaChatRequest{Model: e.model, Stream: true,
+		Messages: []chatMessage{{Role: "user", Content: content}},
+		Options:  map[string]any{"num_predict": numPredict, "temperature": 0}}, numPredict)
+}
+
+func (e *endpoint) ollamaStream(ctx context.Context, path string, body any, numPredict int) (*sample, error) {
+	url := e.root + path
 	hreq, err := e.newRequest(ctx, http.MethodPost, url, body)
 	if err != nil {
 		return nil, err
@@ -650,13 +691,15 @@ func (e *endpoint) ollamaGenerate(ctx context.Context, prompt string, numPredict
 		if l.Error != "" {
 			return false, &StreamError{Msg: "server error inside the stream: " + l.Error}
 		}
-		if l.Response != "" || l.Thinking != "" {
+		if l.hasText() {
 			s.tokenAt = append(s.tokenAt, at.Sub(s.start))
 		}
 		if l.Done {
 			s.finish = l.DoneReason
 			s.prompt, s.completion = l.PromptEval, l.EvalCount
 			s.evalCount, s.evalDuration = l.EvalCount, time.Duration(l.EvalDuration)
+			s.server = ollamaTimings{prompt: time.Duration(l.PromptEvalDuration), load: time.Duration(l.LoadDuration),
+				total: time.Duration(l.TotalDuration)}
 			return true, nil
 		}
 		return false, nil
@@ -782,8 +825,8 @@ func labelsEnd(s []byte) int {
 
 // ollamaSettings collects what Ollama reveals of the model's settings:
 // /api/show's parameters (one "key value" per line; repeated keys such as
-// stop are joined with ",") and details, and /api/ps's context length and
-// VRAM size of the loaded model. Failures leave keys out.
+// stop are joined with ",") and details, and /api/ps's context length,
+// size and VRAM size of the loaded model. Failures leave keys out.
 func (e *endpoint) ollamaSettings(ctx context.Context) map[string]string {
 	out := map[string]string{}
 	type details struct {
@@ -820,6 +863,7 @@ func (e *endpoint) ollamaSettings(ctx context.Context) map[string]string {
 			Name          string `json:"name"`
 			Model         string `json:"model"`
 			ContextLength int    `json:"context_length"`
+			Size          int64  `json:"size"`
 			SizeVRAM      int64  `json:"size_vram"`
 		} `json:"models"`
 	}
@@ -828,6 +872,12 @@ func (e *endpoint) ollamaSettings(ctx context.Context) map[string]string {
 			if m.Name == e.model || m.Model == e.model || m.Name == e.model+":latest" {
 				if m.ContextLength > 0 {
 					out["ollama.ps.context_length"] = strconv.Itoa(m.ContextLength)
+				}
+				// The loaded size moves with the KV cache Ollama allocates:
+				// OLLAMA_NUM_PARALLEL slots × the context (or another
+				// OLLAMA_KV_CACHE_TYPE), neither of which its API reports.
+				if m.Size > 0 {
+					out["ollama.ps.size"] = strconv.FormatInt(m.Size, 10)
 				}
 				if m.SizeVRAM > 0 {
 					out["ollama.ps.size_vram"] = strconv.FormatInt(m.SizeVRAM, 10)

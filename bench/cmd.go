@@ -179,6 +179,7 @@ func addRunFlags(cmd *cobra.Command, rf *runFlags) {
 	f.IntVar(&o.ServingRequests, "serving-requests", 0, "requests per concurrency and repeat (0: max(2×concurrency, 4))")
 	f.IntVar(&o.ServingInputTokens, "serving-input", DefaultServingInputTokens, "serving sweep prompt length in tokens")
 	f.IntVar(&o.ServingOutputTokens, "serving-output", DefaultServingOutputTokens, "serving sweep output length in tokens")
+	f.StringVar(&o.ServingAPI, "serving-api", ServingV1, "serving sweep API: v1 (the OpenAI /v1 clients use) or native (Ollama's /api/chat, with a per-request cross-check against Ollama's own timings)")
 	f.StringSliceVar(&o.Phases, "phases", AllPhases, "phases to run: prefill, decode, serving")
 	f.DurationVar(&o.RequestTimeout, "request-timeout", DefaultRequestTimeout, "limit for one request")
 	f.DurationVar(&o.PreflightTimeout, "preflight-timeout", DefaultPreflightTimeout, "limit for the first probe (GET /v1/models) that checks the endpoint answers")

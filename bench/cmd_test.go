@@ -184,6 +184,9 @@ func TestCmdExitStatus(t *testing.T) {
 		{"failed, kept", append([]string{"run", "--url", closed, "--keep-failed"}, quick...), ExitFailed, "saved ", 3},
 		{"usage", append([]string{"run", "--url", vllm, "--flavor", "tgi"}, quick...), ExitUsage, "--flavor", 3},
 		{"usage: unknown flag", []string{"list", "--bogus"}, ExitUsage, "unknown flag", 3},
+		{"usage: serving API", append([]string{"run", "--url", vllm, "--serving-api", "grpc"}, quick...), ExitUsage, `serving API "grpc": want v1 or native`, 3},
+		{"native serving API on vLLM", []string{"run", "--url", vllm, "--dir", dir, "--phases", "serving", "--concurrency", "1",
+			"--serving-api", "native"}, ExitFailed, "serving API native is Ollama's /api/chat, and this server is vllm: use v1", 3},
 	} {
 		out, code := gpuhost(c.args...)
 		if code != c.code || !strings.Contains(out, c.want) {

@@ -297,6 +297,11 @@ func fingerprintDiff(a, b Fingerprint) []string {
 	for _, k := range keys {
 		add("server "+k, a.Server[k], b.Server[k])
 	}
+	if x, y := a.Server["ollama.ps.size"], b.Server["ollama.ps.size"]; x != "" && y != "" && x != y &&
+		a.Server["ollama.ps.context_length"] == b.Server["ollama.ps.context_length"] && a.Model == b.Model {
+		out = append(out, "  (same model and context, another loaded size: Ollama allocated another KV cache — "+
+			"OLLAMA_NUM_PARALLEL or OLLAMA_KV_CACHE_TYPE changed; its API reports neither)")
+	}
 	return out
 }
 

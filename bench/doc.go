@@ -26,7 +26,8 @@
 //     against a minimum effect, Holm's correction over the metrics) and
 //     give its confidence interval;
 //   - cross-checks put the client's figures next to the server's own
-//     (Ollama eval_count/eval_duration; vLLM /metrics token counters and
+//     (Ollama eval_count/eval_duration, and with ServingNative each serving
+//     request's total/eval durations; vLLM /metrics token counters and
 //     TTFT histogram), and the roofline next to the bandwidth ceiling.
 //
 // RunSwitch (`gpuhost bench switch A B`) measures switching between two

@@ -55,6 +55,12 @@ const (
 	PhaseServing = "serving"
 )
 
+// The APIs a serving sweep can use (Options.ServingAPI).
+const (
+	ServingV1     = "v1"
+	ServingNative = "native"
+)
+
 // AllPhases lists every phase.
 var AllPhases = []string{PhasePrefill, PhaseDecode, PhaseServing}
 
@@ -92,7 +98,13 @@ type Options struct {
 	ServingRequests     int
 	ServingInputTokens  int
 	ServingOutputTokens int
-	Repeats             int
+	// ServingAPI is the API the serving sweep sends its requests to:
+	// ServingV1 (default, what OpenAI clients use) or ServingNative
+	// (Ollama's /api/chat, whose last line carries the server's own
+	// timing of each request, so the sweep gets a server-side cross-check;
+	// Ollama's /v1 reports none).
+	ServingAPI string
+	Repeats    int
 	// Phases selects what to run (see AllPhases); empty runs all.
 	Phases []string
 	// RequestTimeout bounds one request; default 10 minutes.
@@ -132,6 +144,7 @@ type RunConfig struct {
 	ServingRequests     int       `json:"serving_requests"`
 	ServingInputTokens  int       `json:"serving_input_tokens"`
 	ServingOutputTokens int       `json:"serving_output_tokens"`
+	ServingAPI          string    `json:"serving_api,omitempty"`
 	Repeats             int       `json:"repeats"`
 	Phases              []string  `json:"phases"`
 	RequestTimeoutS     float64   `json:"request_timeout_s"`
@@ -216,6 +229,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.PreflightTimeout < 0 {
 		return o, fmt.Errorf("pre-flight timeout %s: must be positive", o.PreflightTimeout)
 	}
+	if o.ServingAPI != "" && o.ServingAPI != ServingV1 && o.ServingAPI != ServingNative {
+		return o, fmt.Errorf("serving API %q: want %s or %s", o.ServingAPI, ServingV1, ServingNative)
+	}
 	for _, p := range o.Phases {
 		if !slices.Contains(AllPhases, p) {
 			return o, fmt.Errorf("phase %q: want one of %s", p, strings.Join(AllPhases, ", "))
@@ -285,7 +301,7 @@ func (o Options) runConfig() RunConfig {
 	return RunConfig{
 		PrefillTokens: o.PrefillTokens, DecodeTokens: o.DecodeTokens, Concurrency: o.Concurrency, RequestRates: o.RequestRates,
 		ServingRequests: o.ServingRequests, ServingInputTokens: o.ServingInputTokens,
-		ServingOutputTokens: o.ServingOutputTokens, Repeats: o.Repeats, Phases: o.Phases,
+		ServingOutputTokens: o.ServingOutputTokens, ServingAPI: o.ServingAPI, Repeats: o.Repeats, Phases: o.Phases,
 		RequestTimeoutS: o.RequestTimeout.Seconds(), DecodeMinTokens: o.DecodeMinTokens,
 	}
 }
@@ -490,6 +506,11 @@ func (ru *runner) preflight(ctx context.Context) error {
 func (ru *runner) prepare(ctx context.Context) ([]byte, error) {
 	o, r := ru.o, ru.r
 	flavor := ru.ep.flavor
+	if o.ServingAPI == ServingNative && flavor != FlavorOllama && slices.Contains(o.Phases, PhaseServing) {
+		err := fmt.Errorf("serving API %s is Ollama's /api/chat, and this server is %s: use %s", ServingNative, flavor, ServingV1)
+		r.addError("preflight", err.Error())
+		return nil, err
+	}
 	var before []byte
 	if flavor == FlavorVLLM {
 		var err error
@@ -954,6 +975,7 @@ func decodeRate(s *sample, want, minTokens int, native bool, err error) (tps, se
 // servingRun is one concurrency level of one repeat.
 type servingRun struct {
 	ttft, tpot, itl, e2e []float64 // ms
+	server               []servingPair
 	outTokens, inTokens  int
 	ok, failed, short    int
 	failures             map[string]int
@@ -997,6 +1019,11 @@ func (ru *runner) servingPhase(ctx context.Context) {
 			r.Notes = append(r.Notes, fmt.Sprintf("serving %s: %d requests ended before %d output tokens (the server does not force the length)", l, s.Short, out))
 		}
 		r.Serving = append(r.Serving, s)
+		var pairs []servingPair
+		for _, sr := range runs[i] {
+			pairs = append(pairs, sr.server...)
+		}
+		r.CrossChecks = append(r.CrossChecks, servingCross(l, pairs)...)
 	}
 }
 
@@ -1089,9 +1116,7 @@ func (ru *runner) servingLevel(ctx context.Context, l servingLevel, n, chars, ou
 				if ctx.Err() != nil {
 					return
 				}
-				// Forced only where the extras are known to work (vLLM); other
-				// servers end where they end, counted as short.
-				s, err := ru.chat(ctx, promptText(chars), out, ru.ep.flavor == FlavorVLLM)
+				s, err := ru.servingRequest(ctx, promptText(chars), out)
 				mu.Lock()
 				switch {
 				case ctx.Err() != nil:
@@ -1119,6 +1144,9 @@ func (ru *runner) servingLevel(ctx context.Context, l servingLevel, n, chars, ou
 					for k := 1; k < len(s.tokenAt); k++ {
 						sr.itl = append(sr.itl, ms(s.tokenAt[k]-s.tokenAt[k-1]))
 					}
+					if p, ok := newServingPair(s); ok {
+						sr.server = append(sr.server, p)
+					}
 				}
 				mu.Unlock()
 				ru.step(PhaseServing, msg)
@@ -1128,6 +1156,20 @@ func (ru *runner) servingLevel(ctx context.Context, l servingLevel, n, chars, ou
 	wg.Wait()
 	sr.duration = time.Since(start)
 	return sr
+}
+
+// servingRequest sends one serving request: through /v1, forced only
+// where the extras are known to work (vLLM; other servers end where they
+// end, counted as short), or through Ollama's native /api/chat.
+func (ru *runner) servingRequest(ctx context.Context, content string, out int) (*sample, error) {
+	if ru.o.ServingAPI != ServingNative {
+		return ru.chat(ctx, content, out, ru.ep.flavor == FlavorVLLM)
+	}
+	rctx, cancel := context.WithTimeout(ctx, ru.o.RequestTimeout)
+	defer cancel()
+	s, err := ru.ep.ollamaChat(rctx, content, out)
+	ru.observe(s, err)
+	return s, err
 }
 
 // scrape reads vLLM's /metrics, nil for other servers or on failure.

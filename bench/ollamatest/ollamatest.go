@@ -384,6 +384,13 @@ func Create(t testing.TB, bin, baseURL, name, modelfile string) {
 // and the model name.
 func Start(t testing.TB) (baseURL, model string) {
 	t.Helper()
+	return StartEnv(t)
+}
+
+// StartEnv is Start with extra environment for `ollama serve` (KEY=VALUE,
+// e.g. OLLAMA_NUM_PARALLEL=4): the server settings a test compares.
+func StartEnv(t testing.TB, env ...string) (baseURL, model string) {
+	t.Helper()
 	bin := Binary(t)
 	dir := t.TempDir()
 	for _, d := range []string{"home", "models"} {
@@ -402,6 +409,7 @@ func Start(t testing.TB) (baseURL, model string) {
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(os.Environ(), "OLLAMA_HOST="+host, "OLLAMA_MODELS="+filepath.Join(dir, "models"),
 		"HOME="+filepath.Join(dir, "home"), "OLLAMA_KEEP_ALIVE=1h", "OLLAMA_NOPRUNE=1")
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its runner joins the group
 	if err := cmd.Start(); err != nil {
