@@ -16,7 +16,8 @@ import (
 var simFlags = map[string]bool{"--sim-dir": true, "--load-time": true, "--prefill-tps": true,
 	"--decode-tps": true, "--vram-mib": true, "--served-name": true, "--model": true,
 	"--schema-fault": true, "--tool-call-fault": true, "--transcription-fault": true, "--stop-delay": true,
-	"--sleep-residual-mib": true, "--weights-mib": true, "--h2d-gbps": true, "--reload-gbps": true}
+	"--sleep-residual-mib": true, "--weights-mib": true, "--h2d-gbps": true, "--reload-gbps": true,
+	"--jitter": true, "--jitter-seed": true}
 
 // simBoolFlags are the simulator's own flags without a value.
 var simBoolFlags = map[string]bool{"--scripted-tools": true}
@@ -45,7 +46,8 @@ func withoutSimFlags(args []string) []string {
 // --load-time, --prefill-tps, --decode-tps, --vram-mib, --sim-dir,
 // --stop-delay, --schema-fault, --tool-call-fault, --transcription-fault,
 // --scripted-tools, and for vllm's sleep mode --sleep-residual-mib,
-// --weights-mib, --h2d-gbps, --reload-gbps) and, for vllm, the `vllm serve`
+// --weights-mib, --h2d-gbps, --reload-gbps, and --jitter, --jitter-seed for
+// per-request rate noise) and, for vllm, the `vllm serve`
 // words (ApplyVLLMArgv) and VLLM_SERVER_DEV_MODE (an integer, non-zero
 // mounts the sleep routes, as vLLM reads it); for ollama, OLLAMA_HOST and
 // OLLAMA_CONTEXT_LENGTH from getenv (nil: os.Getenv). Unknown flags are
@@ -104,6 +106,8 @@ func ParseArgs(flavor string, args []string, getenv func(string) string) (Option
 	fs.IntVar(&opts.WeightsMiB, "weights-mib", 0, "")
 	fs.Float64Var(&opts.H2DGBps, "h2d-gbps", 0, "")
 	fs.Float64Var(&opts.ReloadGBps, "reload-gbps", 0, "")
+	fs.Float64Var(&opts.Jitter, "jitter", 0, "")
+	fs.Uint64Var(&opts.JitterSeed, "jitter-seed", 0, "")
 	if err := fs.Parse(args); err != nil {
 		return opts, fmt.Errorf("simulate %s: %w", flavor, err)
 	}

@@ -3,6 +3,8 @@ package simulator
 import (
 	"context"
 	"math"
+	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -69,6 +71,37 @@ type genStats struct {
 type pacer struct {
 	prefillTPS float64
 	decodeTPS  float64
+}
+
+// maxJitter bounds Options.Jitter: at 0.3 a rate already lands below
+// half its mean in one request of 20,000; the draw is clamped there.
+const maxJitter = 0.3
+
+// jitter draws the per-request factors of Options.Jitter from one seeded
+// source (the server's requests run concurrently, hence the lock).
+type jitter struct {
+	mu  sync.Mutex
+	rng *rand.Rand
+	sd  float64
+}
+
+func newJitter(sd float64, seed uint64) *jitter {
+	return &jitter{rng: rand.New(rand.NewPCG(seed, 0x5eed)), sd: sd}
+}
+
+func (j *jitter) factor() float64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return min(max(1+j.rng.NormFloat64()*j.sd, 0.5), 1.5)
+}
+
+// jittered is p with each rate scaled by its own draw of j; p itself when
+// j is nil.
+func (p pacer) jittered(j *jitter) pacer {
+	if j == nil {
+		return p
+	}
+	return pacer{prefillTPS: p.prefillTPS * j.factor(), decodeTPS: p.decodeTPS * j.factor()}
 }
 
 func rateDuration(tokens int, tps float64) time.Duration {

@@ -87,6 +87,12 @@ type Options struct {
 	PrefillTPS float64
 	// DecodeTPS is the per-sequence generation rate in tokens/s; default 150.
 	DecodeTPS float64
+	// Jitter is the relative standard deviation of each request's prefill
+	// and decode rates (0: none; at most 0.3), drawn from JitterSeed: the
+	// request-to-request scatter of a real server, so that tests of the
+	// bench's statistics see noise that they must not call a change.
+	Jitter     float64
+	JitterSeed uint64
 	// NaturalTokens is how many tokens a reply has when nothing caps it (the
 	// point where the simulated model "emits EOS"); default 64.
 	NaturalTokens int
@@ -277,6 +283,9 @@ func (o *Options) timingDefaults() error {
 	}
 	if err := positiveRate("decode rate", &o.DecodeTPS, defaultDecodeTPS); err != nil {
 		return err
+	}
+	if !(o.Jitter >= 0 && o.Jitter <= maxJitter) {
+		return fmt.Errorf("simulator options: rate jitter %v: want 0 to %v", o.Jitter, maxJitter)
 	}
 	if o.NaturalTokens == 0 {
 		o.NaturalTokens = defaultNaturalTokens

@@ -88,6 +88,8 @@ func TestOptionsErrors(t *testing.T) {
 		{Options{Flavor: FlavorVLLM, Model: "m", VRAMMiB: 1000, WeightsMiB: 600, SleepResidualMiB: 500}, "exceed the VRAM claim of 1000 MiB"},
 		{Options{Flavor: FlavorVLLM, Model: "m", H2DGBps: -3}, "host-to-device rate"},
 		{Options{Flavor: FlavorVLLM, Model: "m", ReloadGBps: math.Inf(1)}, "weight reload rate"},
+		{Options{Flavor: FlavorVLLM, Model: "m", Jitter: 0.5}, "rate jitter 0.5: want 0 to 0.3"},
+		{Options{Flavor: FlavorVLLM, Model: "m", Jitter: math.NaN()}, "rate jitter NaN"},
 	}
 	for _, tt := range tests {
 		_, err := tt.in.withDefaults()
@@ -138,5 +140,37 @@ func TestPlanTokens(t *testing.T) {
 		if got != tt.want || finish != tt.finish {
 			t.Errorf("planTokens(%d,%d,%d,%v) = %d %s, want %d %s", tt.natural, tt.max, tt.min, tt.ignoreEOS, got, finish, tt.want, tt.finish)
 		}
+	}
+}
+
+// TestJitter: the per-request factors scatter by the configured standard
+// deviation around 1, the same seed gives the same sequence, and a draw
+// never halves or more than one-and-a-half times a rate.
+func TestJitter(t *testing.T) {
+	a, b := newJitter(0.02, 7), newJitter(0.02, 7)
+	var sum, sq float64
+	const n = 4000
+	for i := 0; i < n; i++ {
+		f := a.factor()
+		if g := b.factor(); g != f {
+			t.Fatalf("draw %d: %v vs %v with the same seed", i, f, g)
+		}
+		sum += f
+		sq += f * f
+	}
+	mean := sum / n
+	sd := math.Sqrt(sq/n - mean*mean)
+	if math.Abs(mean-1) > 0.002 || sd < 0.018 || sd > 0.022 {
+		t.Errorf("mean %.4f, sd %.4f; want 1 and 0.02", mean, sd)
+	}
+	wide := newJitter(maxJitter, 1)
+	for i := 0; i < n; i++ {
+		if f := wide.factor(); f < 0.5 || f > 1.5 {
+			t.Fatalf("factor %v outside [0.5, 1.5]", f)
+		}
+	}
+	p := pacer{prefillTPS: 100, decodeTPS: 10}
+	if p.jittered(nil) != p {
+		t.Error("no jitter changed the rates")
 	}
 }

@@ -14,7 +14,8 @@ type server struct {
 	log     *slog.Logger
 	slots   *slots
 	pace    pacer
-	created int64 // unix seconds, reported as "created" of models
+	jitter  *jitter // nil: every request at the configured rates
+	created int64   // unix seconds, reported as "created" of models
 
 	metrics    *vllmMetrics  // vLLM only
 	kvCapacity int64         // vLLM: simulated KV cache size in tokens
@@ -29,6 +30,9 @@ func newServer(opts Options) *server {
 		slots:   newSlots(opts.MaxNumSeqs),
 		pace:    pacer{prefillTPS: opts.PrefillTPS, decodeTPS: opts.DecodeTPS},
 		created: time.Now().Unix(),
+	}
+	if opts.Jitter > 0 {
+		s.jitter = newJitter(opts.Jitter, opts.JitterSeed)
 	}
 	if opts.Flavor == FlavorVLLM {
 		s.metrics = newVLLMMetrics()
@@ -102,7 +106,7 @@ func (s *server) generateJob(ctx context.Context, job genJob, emit func(i int) e
 			s.metrics.prefilled(job.promptTokens, time.Since(start))
 		}
 	}
-	st, err := s.pace.generate(ctx, job.promptTokens, job.tokens, onFirst, func(i int) error {
+	st, err := s.pace.jittered(s.jitter).generate(ctx, job.promptTokens, job.tokens, onFirst, func(i int) error {
 		if err := emit(i); err != nil {
 			return err
 		}
