@@ -26,7 +26,17 @@ import (
 // plain reverse proxy to the backend, standing in for the daemon's proxy.
 func benchDaemon(t *testing.T) (*httptest.Server, *bench.Store, *appliancetest.Fixture) {
 	t.Helper()
+	return benchDaemonWith(t, nil)
+}
+
+// benchDaemonWith is benchDaemon with prep applied to the fixture before
+// the API is built (e.g. a listen address beyond loopback).
+func benchDaemonWith(t *testing.T, prep func(*appliancetest.Fixture)) (*httptest.Server, *bench.Store, *appliancetest.Fixture) {
+	t.Helper()
 	f := appliancetest.New(t, appliancetest.Options{Activate: "coder"})
+	if prep != nil {
+		prep(f)
+	}
 	e, err := httpapi.New(f.Sup, f.Doctor, f.Log)
 	if err != nil {
 		t.Fatal(err)
@@ -112,4 +122,46 @@ func TestBenchRunThroughDaemon(t *testing.T) {
 			t.Errorf("the daemon stores %d results, want still 2", len(all))
 		}
 	})
+}
+
+// TestBenchUploadNeedsTokenBeyondLoopback: on a daemon listening beyond
+// loopback the upload route wants the API token like every other route:
+// without it or with a wrong one 401 and nothing stored; `gpuhost bench
+// run` with $GPUHOST_API_TOKEN uploads, and the token appears in no output.
+func TestBenchUploadNeedsTokenBeyondLoopback(t *testing.T) {
+	const token = "tok-bench-0123456789abcdef"
+	t.Setenv("GPUHOST_API_TOKEN", token)
+	srv, store, _ := benchDaemonWith(t, func(f *appliancetest.Fixture) { f.Cfg.Listen = "0.0.0.0:0" })
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	defaultConfigPath = filepath.Join(t.TempDir(), "none.yaml")
+	t.Cleanup(func() { defaultConfigPath = config.DefaultPath })
+	for _, auth := range []string{"", "Bearer wrong-0123456789abcdefghij"} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/bench/results", strings.NewReader(`{"schema_version":1}`))
+		req.Header.Set("Content-Type", "application/json")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("upload with Authorization %q: %d, want 401", auth, resp.StatusCode)
+		}
+	}
+	if all, _, _ := store.List(); len(all) != 0 {
+		t.Fatalf("an unattributed upload was stored: %d results", len(all))
+	}
+	t.Setenv("GPUHOST_URL", srv.URL)
+	out, err := runCLI(t, append([]string{"bench", "run"}, quickBench...)...)
+	if err != nil || !strings.Contains(out, "(the daemon's store)") {
+		t.Fatalf("bench run with the token: %v\n%s", err, out)
+	}
+	if all, _, _ := store.List(); len(all) != 1 {
+		t.Errorf("the daemon stores %d results, want 1", len(all))
+	}
+	if strings.Contains(out, token) {
+		t.Error("the token is in the CLI's output")
+	}
 }
