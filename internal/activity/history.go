@@ -43,6 +43,7 @@ type Sample struct {
 	UsedMiB  uint64    `json:"memory_used_mib"`
 	TotalMiB uint64    `json:"memory_total_mib"`
 	UtilPct  int       `json:"utilization_gpu"`
+	MemUtil  int       `json:"utilization_memory"`
 	PowerW   float64   `json:"power_w"`
 	TempC    int       `json:"temperature_c"`
 	// RequestsPerS and TokensPerS are the proxy's finished requests and
@@ -176,7 +177,7 @@ func (h *History) Sample(ctx context.Context) Sample {
 		} else if len(snap.Devices) > 0 {
 			d := snap.Devices[0]
 			s.GPU, s.UsedMiB, s.TotalMiB = true, d.MemoryUsedMiB, d.MemoryTotalMiB
-			s.UtilPct, s.PowerW, s.TempC = d.UtilizationGPU, d.PowerW, d.TemperatureC
+			s.UtilPct, s.MemUtil, s.PowerW, s.TempC = d.UtilizationGPU, d.UtilizationMemory, d.PowerW, d.TemperatureC
 		}
 	}
 	tot := h.totals()
