@@ -120,14 +120,15 @@ type Panel struct {
 	logins       *frontdoor.Throttle // failed logins per client address
 	fails        failWatch           // the last failed step, for /logs
 
-	mu    sync.RWMutex
-	bench BenchSource
-	// activity is the request log and history (SetActivity); nil: the
-	// Activity page says none is recorded.
+	mu     sync.RWMutex
+	bench  BenchSource
+	ask    *askState // nil: the agent is disabled
+	router *echo.Router
+	owned  map[string]bool // route patterns the panel registered
+
+	// activity (under mu) is the request log and history (SetActivity);
+	// nil: the Activity page says none is recorded.
 	activity ActivitySource
-	ask      *askState // nil: the agent is disabled
-	router   *echo.Router
-	owned    map[string]bool // route patterns the panel registered
 }
 
 // New builds the panel. On a listener beyond loopback the API token must be
