@@ -120,7 +120,12 @@ func buildCharts(w activity.Window, window string) chartsView {
 			}
 		}
 		top := m.top(maxSeen, w)
-		ch.Top = fmt.Sprintf(m.format+" %s", top, m.unit)
+		ch.Top = fmt.Sprintf("max "+m.format+" %s", top, m.unit)
+		if m.id == "vram" {
+			// The total is the dashed line just below the top.
+			ch.Top = fmt.Sprintf("of "+m.format+" %s", top, m.unit)
+			top *= 1.05
+		}
 		if n := len(w.Samples); n > 0 && (!m.gpu || w.Samples[n-1].GPU) {
 			ch.Now = fmt.Sprintf(m.format+" %s", m.value(w.Samples[n-1]), m.unit)
 		}

@@ -79,6 +79,7 @@ type History struct {
 	totals   func() Totals
 	now      func() time.Time
 	interval time.Duration
+	size     int // samples kept (fixed; read without mu)
 	log      *slog.Logger
 
 	mu       sync.Mutex
@@ -120,7 +121,7 @@ func NewHistory(o HistoryOptions) *History {
 		o.Log = slog.Default()
 	}
 	n := max(int(o.Keep/o.Interval), 1)
-	return &History{gpu: o.GPU, events: o.Events, totals: o.Totals, now: o.Now, interval: o.Interval, log: o.Log,
+	return &History{gpu: o.GPU, events: o.Events, totals: o.Totals, now: o.Now, interval: o.Interval, size: n, log: o.Log,
 		samples: make([]Sample, 0, n)}
 }
 
@@ -128,7 +129,7 @@ func NewHistory(o HistoryOptions) *History {
 func (h *History) Interval() time.Duration { return h.interval }
 
 // Keep is how far back the history reaches.
-func (h *History) Keep() time.Duration { return time.Duration(cap(h.samples)) * h.interval }
+func (h *History) Keep() time.Duration { return time.Duration(h.size) * h.interval }
 
 // Run samples every Interval and follows the switches until ctx ends.
 // ticks, when not nil, replaces the ticker (tests send on it).
