@@ -23,6 +23,7 @@ import (
 	"gpuhost/frontdoor/panel"
 	"gpuhost/frontdoor/proxy"
 	"gpuhost/frontdoor/telegram"
+	"gpuhost/internal/activity"
 	"gpuhost/nvml"
 	"gpuhost/units"
 )
@@ -53,6 +54,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func
 	// the others or the backend (docs/architecture.md decision 6).
 	px, m := c.startProxy(runCtx)
 	defer px.Close()
+	act := c.startActivity(runCtx, px)
 	bsvc, bstore := c.startBench()
 	defer bsvc.Close()
 	ms := c.startMCP(runCtx, bstore)
@@ -60,7 +62,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func
 	// model, behind one limiter shared by the API, the panel and the bot.
 	asker := newAgent(runCtx, cfg, ms, selfV1, selfClient, log.With("component", "agent"))
 	agent.Register(c.api, asker, log.With("component", "agent"))
-	c.startPanel(asker, benchPanel{bsvc, bstore})
+	c.startPanel(asker, benchPanel{bsvc, bstore}, act)
 	c.startTelegram(runCtx, asker)
 	if tw := c.startTriageWorker(runCtx, ms, selfV1, selfClient, m); tw != nil {
 		defer tw.Close()
@@ -139,9 +141,23 @@ func (c *core) startProxy(ctx context.Context) (px *proxy.Proxy, m *metrics.Metr
 	return px, m
 }
 
+// startActivity records the proxy's requests and samples the GPU every
+// 2 s (until ctx ends) for the panel's Activity page; nil when the panel is
+// disabled, as nothing else reads it.
+func (c *core) startActivity(ctx context.Context, px *proxy.Proxy) *activity.Recorder {
+	if c.cfg.Panel.Disabled {
+		return nil
+	}
+	act := activity.New(activity.Options{LogSize: c.cfg.Panel.ActivityRequests, GPU: c.sup, Events: c.sup,
+		Log: c.log.With("component", "activity")})
+	go act.Run(ctx)
+	px.SetRecorder(act)
+	return act
+}
+
 // startPanel serves the web panel unless panel.disabled; a panel that
 // cannot start is logged and left out.
-func (c *core) startPanel(asker *agent.Limiter, bp benchPanel) {
+func (c *core) startPanel(asker *agent.Limiter, bp benchPanel, act *activity.Recorder) {
 	cfg := c.cfg
 	if cfg.Panel.Disabled {
 		return
@@ -159,6 +175,9 @@ func (c *core) startPanel(asker *agent.Limiter, bp benchPanel) {
 	}
 	p.SetBench(bp)
 	p.SetAsker(asker)
+	if act != nil {
+		p.SetActivity(act)
+	}
 	p.Register(c.api)
 }
 

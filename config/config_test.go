@@ -75,6 +75,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"triage profile url", minimal + "triage:\n  crm: {enabled: true, profile_url: 'https://crm/x'}\n", []string{"triage.crm.profile_url", "{id}"}},
 		{"triage crm match", minimal + "triage:\n  crm: {enabled: true, match: regex}\n", []string{"triage.crm.match", `"regex"`}},
 		{"agent steps", minimal + "agent:\n  max_steps: 99\n", []string{"agent.max_steps", "1..50"}},
+		{"activity log size", minimal + "panel:\n  activity_requests: -3\n", []string{"panel.activity_requests (line", "0..100000"}},
 		{"negative drain", minimal + "proxy:\n  drain_timeout: -1s\n", []string{"proxy.drain_timeout (line", "negative"}},
 		{"bad residency", minimal + "proxy:\n  min_residency: often\n", []string{"proxy.min_residency (line", "invalid duration"}},
 		{"drain beyond the hold", minimal + "proxy:\n  hold_timeout: 20s\n  drain_timeout: 1m\n", []string{"proxy.drain_timeout (line", "1m0s is longer than proxy.hold_timeout (20s)"}},

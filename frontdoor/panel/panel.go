@@ -125,6 +125,10 @@ type Panel struct {
 	ask    *askState // nil: the agent is disabled
 	router *echo.Router
 	owned  map[string]bool // route patterns the panel registered
+
+	// activity (under mu) is the request log and history (SetActivity);
+	// nil: the Activity page says none is recorded.
+	activity ActivitySource
 }
 
 // New builds the panel. On a listener beyond loopback the API token must be
@@ -178,7 +182,7 @@ func New(sup Supervisor, doctor api.DoctorFunc, d Daemon, log *slog.Logger) (*Pa
 // page's "content" block is its own.
 func parsePages() (map[string]*template.Template, error) {
 	out := map[string]*template.Template{}
-	for _, name := range []string{"dashboard", "profiles", "doctor", "logs", "bench", "ask", "login", "error"} {
+	for _, name := range []string{"dashboard", "profiles", "doctor", "logs", "activity", "bench", "ask", "login", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("panel: parse template %s: %w", name, err)
@@ -213,6 +217,11 @@ func (p *Panel) Register(e *echo.Echo) {
 	add(http.MethodGet, "/doctor", p.handleDoctor, page)
 	add(http.MethodGet, "/logs", p.handleLogs, page)
 	add(http.MethodGet, "/logs/tail", p.handleLogsTail, page)
+	add(http.MethodGet, "/activity", p.handleActivity, page)
+	add(http.MethodGet, "/activity/events", p.handleActivityEvents, page)
+	add(http.MethodGet, "/activity/charts", p.handleActivityCharts, page)
+	add(http.MethodGet, "/activity/history", p.handleActivityHistory, page)
+	add(http.MethodGet, "/live", p.handleLive, page)
 	add(http.MethodGet, "/bench", p.handleBench, page)
 	add(http.MethodPost, "/bench/run", p.handleBenchRun, post)
 	add(http.MethodPost, "/switch", p.handleSwitch, post)

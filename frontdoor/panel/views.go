@@ -14,31 +14,40 @@ import (
 // funcs are the template helpers; html/template escapes whatever they
 // return, so none of them builds HTML.
 var funcs = template.FuncMap{
-	"gib": func(mib uint64) string { return fmt.Sprintf("%.1f", float64(mib)/1024) },
-	"pct": func(used, total uint64) string {
-		if total == 0 {
-			return "0"
+	"gib":       gib,
+	"pct":       pct,
+	"dur":       formatDuration,
+	"join":      strings.Join,
+	"ago":       ago,
+	"clock":     func(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05") },
+	"phaseLine": phaseLine,
+}
+
+func gib(mib uint64) string { return fmt.Sprintf("%.1f", float64(mib)/1024) }
+
+// pct is used over total in percent, one decimal, at most 100.
+func pct(used, total uint64) string {
+	if total == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%.1f", math.Min(100, 100*float64(used)/float64(total)))
+}
+
+// phaseLine is the header pill's text (also /live's, which the script
+// writes into the pill as the state changes).
+func phaseLine(st api.State) string {
+	switch st.Phase {
+	case api.PhaseActive:
+		if st.Step != "" {
+			return fmt.Sprintf("%s · %s (%s)", st.Profile, st.Backend, st.Step)
 		}
-		return fmt.Sprintf("%.1f", math.Min(100, 100*float64(used)/float64(total)))
-	},
-	"dur":   formatDuration,
-	"join":  strings.Join,
-	"ago":   ago,
-	"clock": func(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05") },
-	"phaseLine": func(st api.State) string {
-		switch st.Phase {
-		case api.PhaseActive:
-			if st.Step != "" {
-				return fmt.Sprintf("%s · %s (%s)", st.Profile, st.Backend, st.Step)
-			}
-			return fmt.Sprintf("%s · %s", st.Profile, st.Backend)
-		case api.PhaseSwitching:
-			return fmt.Sprintf("switching to %s · %s", st.Target, st.Step)
-		case api.PhaseFailed:
-			return "failed"
-		}
-		return "idle"
-	},
+		return fmt.Sprintf("%s · %s", st.Profile, st.Backend)
+	case api.PhaseSwitching:
+		return fmt.Sprintf("switching to %s · %s", st.Target, st.Step)
+	case api.PhaseFailed:
+		return "failed"
+	}
+	return "idle"
 }
 
 // formatDuration renders milliseconds the way the progress line shows them.

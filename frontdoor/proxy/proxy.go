@@ -107,6 +107,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/config"
+	"gpuhost/internal/activity"
 	"gpuhost/units"
 )
 
@@ -140,6 +141,14 @@ type DetailObserver interface {
 	ObserveRequestDetail(model string, held time.Duration, stream bool, completionTokens int, ttfb, dur time.Duration)
 }
 
+// Recorder takes one activity.Request per finished /v1 request, for the
+// panel's Activity page (activity.Log implements it). It is separate from
+// Observer so the metrics and the activity log can each be on or off; it is
+// called from the request's goroutine and must not block.
+type Recorder interface {
+	Record(r activity.Request)
+}
+
 // statusClientClosed is nginx's "client closed request": the client left
 // before the answer was complete.
 const statusClientClosed = 499
@@ -163,6 +172,7 @@ type Proxy struct {
 	transport *http.Transport
 	rp        *httputil.ReverseProxy
 	observer  atomic.Pointer[observerBox]
+	recorder  atomic.Pointer[recorderBox]
 	created   int64
 
 	// backend is the backend the pooled connections lead to; when it
@@ -183,6 +193,8 @@ type Proxy struct {
 }
 
 type observerBox struct{ o Observer }
+
+type recorderBox struct{ r Recorder }
 
 // New builds the proxy. sup is the Supervisor; profiles returns the
 // configured profiles (called per request, so a config reload is seen);
@@ -248,6 +260,15 @@ func (p *Proxy) SetObserver(o Observer) {
 		return
 	}
 	p.observer.Store(&observerBox{o})
+}
+
+// SetRecorder installs the activity log (nil removes it); safe at any time.
+func (p *Proxy) SetRecorder(r Recorder) {
+	if r == nil {
+		p.recorder.Store(nil)
+		return
+	}
+	p.recorder.Store(&recorderBox{r})
 }
 
 // Register mounts GET /v1/models, GET /v1/models/* and every other /v1/*
@@ -345,6 +366,7 @@ func isDialError(err error) bool {
 // record is one request's access-log entry.
 type record struct {
 	start     time.Time
+	remote    string // the TCP peer's IP (echo.ExtractIPDirect: never a forwarded-for header)
 	method    string
 	path      string
 	requested string // the client's "model" (shortened), for the log only
@@ -397,7 +419,7 @@ func (w *clientWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // ServeHTTP forwards one /v1 request; Register mounts it.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rec := &record{start: time.Now(), method: r.Method, path: r.URL.Path}
+	rec := &record{start: time.Now(), remote: echo.ExtractIPDirect()(r), method: r.Method, path: r.URL.Path}
 	defer p.endRequest(r, rec)
 
 	clean, aerr := cleanPath(r.URL.Path)
@@ -658,6 +680,11 @@ func (p *Proxy) done(rec *record) {
 		if d, ok := b.o.(DetailObserver); ok {
 			d.ObserveRequestDetail(rec.model, rec.held, rec.stream, compl, ttfb, dur)
 		}
+	}
+	if b := p.recorder.Load(); b != nil {
+		b.r.Record(activity.Request{Time: rec.start, Client: rec.remote, Method: rec.method, Path: truncate(rec.path, 256),
+			Model: rec.model, Profile: rec.profile, Status: rec.status, Stream: rec.stream,
+			PromptTokens: prompt, CompletionTokens: compl, TTFB: ttfb, Duration: dur, Held: rec.held, Switched: rec.switched})
 	}
 	level := slog.LevelInfo
 	if rec.status >= 500 {

@@ -1,8 +1,9 @@
 // gpuhost panel: progressive enhancement only. Every page works without
 // this script; with it, the Switch button shows live progress from the
-// daemon's event stream (/api/events), the dashboard follows changes, and
-// the logs page tails the backend's journal, and the Bench page follows a
-// run until its result is in the table.
+// daemon's event stream (/api/events), the dashboard follows changes,
+// the logs page tails the backend's journal, the Bench page follows a
+// run until its result is in the table, the Activity page shows requests
+// as they finish, and the header pill and dashboard gauges stay current.
 (() => {
   'use strict';
 
@@ -393,12 +394,121 @@
     }
   }
 
+  // Every page's header pill, and the dashboard's gauges, follow GET /live
+  // every 2 s (the values come formatted; the script sets text only).
+  function initLive() {
+    const pill = $('#phase');
+    if (!pill) return;
+    let busy = false;
+    const poll = async () => {
+      if (busy || document.hidden) return;
+      busy = true;
+      try {
+        const res = await fetch('/live', { headers: { 'Accept': 'application/json' }, credentials: 'same-origin' });
+        if (!res.ok) return;
+        const data = await res.json();
+        pill.textContent = data.pill;
+        pill.title = data.phase;
+        pill.className = 'pill phase-' + data.phase;
+        const g = data.gauges || {};
+        $$('[data-live]').forEach((el) => {
+          if (typeof g[el.dataset.live] === 'string') el.textContent = g[el.dataset.live];
+        });
+        $$('[data-live-bar]').forEach((el) => {
+          if (g[el.dataset.liveBar] !== undefined) el.setAttribute('width', String(data.mem_pct));
+        });
+        document.documentElement.dataset.live = String(Number(document.documentElement.dataset.live || 0) + 1);
+      } catch (_) {
+        // The daemon is restarting or the session ended: the next poll retries.
+      } finally {
+        busy = false;
+      }
+    };
+    setInterval(poll, 2000);
+  }
+
+  // The Activity page: new requests arrive on /activity/events (filtered
+  // by the server as the page is), newest on top, at most data-limit rows;
+  // the charts are fetched again every 4 s.
+  const requestCells = ['time', 'client', 'model', 'status', 'prompt', 'completion', 'ttfb', 'tok_s', 'held'];
+
+  function requestRow(r) {
+    const tr = document.createElement('tr');
+    tr.dataset.seq = String(r.seq);
+    requestCells.forEach((k) => {
+      const td = document.createElement('td');
+      if (k === 'client') {
+        const code = document.createElement('code');
+        code.textContent = r.client;
+        td.append(code);
+      } else if (k === 'status') {
+        const b = document.createElement('span');
+        b.className = 'badge ' + r.status_class;
+        b.textContent = String(r.status);
+        td.append(b);
+      } else if (k === 'model') {
+        td.className = 'model';
+        td.textContent = r.model || '–';
+      } else {
+        td.textContent = r[k] || '';
+        if (k !== 'time') td.className = 'num';
+      }
+      tr.append(td);
+    });
+    return tr;
+  }
+
+  async function refreshCharts(status) {
+    const cur = $('#charts');
+    if (!cur || document.hidden) return;
+    try {
+      const res = await fetch('/activity/charts?window=' + encodeURIComponent(cur.dataset.window), { headers: { 'Accept': 'text/html' }, credentials: 'same-origin' });
+      if (!res.ok) throw new Error('HTTP ' + res.status);
+      const doc = new DOMParser().parseFromString(await res.text(), 'text/html');
+      const fresh = doc.getElementById('charts');
+      if (!fresh) throw new Error('no charts in the answer');
+      cur.replaceWith(document.adoptNode(fresh));
+      if (status) status.textContent = 'live · updated ' + new Date().toLocaleTimeString();
+    } catch (err) {
+      if (status) status.textContent = 'charts paused: ' + err.message;
+    }
+  }
+
+  function initActivity() {
+    const body = $('#requests');
+    if (!body) return;
+    const status = $('#live-status');
+    const limit = Number(body.dataset.limit) || 200;
+    const q = new URLSearchParams({ after: body.dataset.after || '0', model: body.dataset.model || '', status: body.dataset.status || '' });
+    const es = new EventSource('/activity/events?' + q);
+    es.addEventListener('request', (ev) => {
+      let r;
+      try { r = JSON.parse(ev.data); } catch (_) { return; }
+      if ($$('tr', body).some((tr) => tr.dataset.seq === String(r.seq))) return;
+      body.prepend(requestRow(r));
+      $$('tr', body).slice(limit).forEach((tr) => tr.remove());
+      const empty = $('#requests-empty');
+      if (empty) empty.hidden = true;
+      if (status) status.textContent = 'live · last request ' + r.time;
+    });
+    es.addEventListener('missed', (ev) => {
+      if (status) status.textContent = 'live · ' + ev.data + ' requests went by too fast to show';
+    });
+    es.onerror = () => {
+      if (status && es.readyState !== EventSource.OPEN) status.textContent = 'live updates reconnecting…';
+    };
+    const chartStatus = $('#charts-status');
+    setInterval(() => refreshCharts(chartStatus), 4000);
+  }
+
   document.addEventListener('DOMContentLoaded', () => {
     const page = document.body.dataset.page;
     if (page === 'profiles') initProfiles();
     if (page === 'dashboard') initDashboard();
     if (page === 'logs') initLogs();
     if (page === 'bench') initBench();
+    if (page === 'activity') initActivity();
+    initLive();
     // Tells tests (and curious operators) that the enhancements are live.
     document.documentElement.dataset.js = 'ready';
   });
