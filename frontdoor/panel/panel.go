@@ -122,7 +122,8 @@ type Panel struct {
 
 	mu     sync.RWMutex
 	bench  BenchSource
-	ask    *askState // nil: the agent is disabled
+	ask    *askState  // nil: the agent is disabled
+	mail   *mailState // nil: triage is disabled
 	router *echo.Router
 	owned  map[string]bool // route patterns the panel registered
 }
@@ -178,7 +179,7 @@ func New(sup Supervisor, doctor api.DoctorFunc, d Daemon, log *slog.Logger) (*Pa
 // page's "content" block is its own.
 func parsePages() (map[string]*template.Template, error) {
 	out := map[string]*template.Template{}
-	for _, name := range []string{"dashboard", "profiles", "doctor", "logs", "bench", "ask", "login", "error"} {
+	for _, name := range []string{"dashboard", "profiles", "doctor", "logs", "bench", "ask", "mail", "login", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("panel: parse template %s: %w", name, err)
@@ -219,6 +220,8 @@ func (p *Panel) Register(e *echo.Echo) {
 	add(http.MethodGet, "/ask", p.handleAsk, page)
 	add(http.MethodPost, "/ask", p.handleAskForm, post)
 	add(http.MethodPost, "/ask/stream", p.handleAskStream, post)
+	add(http.MethodGet, "/mail", p.handleMail, page)
+	add(http.MethodPost, "/mail/rerun", p.handleMailRerun, post)
 	add(http.MethodGet, "/login", p.handleLoginPage, open)
 	add(http.MethodPost, "/login", p.handleLogin, openPost)
 	add(http.MethodPost, "/logout", p.handleLogout, post)
