@@ -60,10 +60,13 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func
 	// model, behind one limiter shared by the API, the panel and the bot.
 	asker := newAgent(runCtx, cfg, ms, selfV1, selfClient, log.With("component", "agent"))
 	agent.Register(c.api, asker, log.With("component", "agent"))
-	c.startPanel(asker, benchPanel{bsvc, bstore})
+	p := c.startPanel(asker, benchPanel{bsvc, bstore})
 	c.startTelegram(runCtx, asker)
 	if tw := c.startTriageWorker(runCtx, ms, selfV1, selfClient, m); tw != nil {
 		defer tw.Close()
+		if p != nil {
+			p.SetMail(tw) // the Mail page; built after the panel, so set now
+		}
 	}
 	return c.run(ctx, runCtx, ln, ready)
 }
@@ -140,11 +143,11 @@ func (c *core) startProxy(ctx context.Context) (px *proxy.Proxy, m *metrics.Metr
 }
 
 // startPanel serves the web panel unless panel.disabled; a panel that
-// cannot start is logged and left out.
-func (c *core) startPanel(asker *agent.Limiter, bp benchPanel) {
+// cannot start is logged and left out (nil).
+func (c *core) startPanel(asker *agent.Limiter, bp benchPanel) *panel.Panel {
 	cfg := c.cfg
 	if cfg.Panel.Disabled {
-		return
+		return nil
 	}
 	d := panel.Daemon{Listen: cfg.Listen, APIToken: cfg.APIToken, APITokenEnv: cfg.APITokenEnv,
 		AuthFailuresPerMinute: cfg.HTTP.AuthFailuresPerMinute, Profiles: cfg.Profiles,
@@ -155,11 +158,12 @@ func (c *core) startPanel(asker *agent.Limiter, bp benchPanel) {
 	p, err := panel.New(c.sup, c.doctor, d, c.log.With("component", "panel"))
 	if err != nil {
 		c.log.Error("web panel not started; the daemon carries on", "err", err)
-		return
+		return nil
 	}
 	p.SetBench(bp)
 	p.SetAsker(asker)
 	p.Register(c.api)
+	return p
 }
 
 // startTelegram runs the Telegram bot until ctx ends when telegram.enabled;

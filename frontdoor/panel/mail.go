@@ -112,13 +112,21 @@ func (m *mailState) rerun(ctx context.Context, uid uint32, dryRun bool) (triage.
 		return fmt.Errorf("UID %d did not finish within %s (a poll in progress, a slow model or sink); it stops at its next step: %w",
 			uid, m.timeout, cause)
 	}
-	select {
-	case o := <-done:
+	finished := func(o outcome) (triage.Result, error) {
 		if o.err != nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
 			return o.res, timedOut(o.err)
 		}
 		return o.res, o.err
+	}
+	select {
+	case o := <-done:
+		return finished(o)
 	case <-rctx.Done():
+		// rctx ends by its deadline or by the run's own cancel, which
+		// comes after its outcome is sent.
+		if !errors.Is(rctx.Err(), context.DeadlineExceeded) {
+			return finished(<-done)
+		}
 		return triage.Result{}, timedOut(context.DeadlineExceeded)
 	case <-ctx.Done():
 		return triage.Result{}, ctx.Err()
