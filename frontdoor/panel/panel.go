@@ -1,7 +1,8 @@
 // Package panel is gpuhost's small web panel: a dashboard (GPU, active
 // profile, units, endpoint health, last switch), the profiles with a Switch
-// button and live switch progress, the doctor's checks, and the backend
-// units' journals (a live tail, the last failed step's excerpt pinned).
+// button and live switch progress, the doctor's checks, the backend
+// units' journals (a live tail, the last failed step's excerpt pinned), and
+// the mail triage worker's state, posts and costs (mail.go).
 //
 // It is server-rendered html/template from an embedded file system, with a
 // little plain JavaScript for the live parts and no build step. Every page
