@@ -349,6 +349,21 @@ func demoTriage(t *testing.T, url string) {
 	if resp.State.Checkpoint.LastUID != 6 {
 		t.Errorf("checkpoint = %+v, want last_uid 6", resp.State.Checkpoint)
 	}
+	// serve hands the worker to the panel: its Mail page shows the same.
+	r, err := http.Get(url + "/mail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := io.ReadAll(r.Body)
+	r.Body.Close()
+	if err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("GET /mail: %d, %v", r.StatusCode, err)
+	}
+	for _, want := range []string{"Planned maintenance on rack B4 tonight", `<dd id="cp-last-uid">6</dd>`, `href="https://news.toolvendor.example/u/4711?list=weekly&amp;sig=Zm9v%2Bbar"`} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("the demo's Mail page lacks %q", want)
+		}
+	}
 }
 
 // TestTwoDemosSideBySide: a second demo with its own state directory and

@@ -62,10 +62,13 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func
 	// model, behind one limiter shared by the API, the panel and the bot.
 	asker := newAgent(runCtx, cfg, ms, selfV1, selfClient, log.With("component", "agent"))
 	agent.Register(c.api, asker, log.With("component", "agent"))
-	c.startPanel(asker, benchPanel{bsvc, bstore}, act)
+	p := c.startPanel(asker, benchPanel{bsvc, bstore}, act)
 	c.startTelegram(runCtx, asker)
 	if tw := c.startTriageWorker(runCtx, ms, selfV1, selfClient, m); tw != nil {
 		defer tw.Close()
+		if p != nil {
+			p.SetMail(tw) // the Mail page; built after the panel, so set now
+		}
 	}
 	return c.run(ctx, runCtx, ln, ready)
 }
@@ -156,11 +159,11 @@ func (c *core) startActivity(ctx context.Context, px *proxy.Proxy) *activity.Rec
 }
 
 // startPanel serves the web panel unless panel.disabled; a panel that
-// cannot start is logged and left out.
-func (c *core) startPanel(asker *agent.Limiter, bp benchPanel, act *activity.Recorder) {
+// cannot start is logged and left out (nil).
+func (c *core) startPanel(asker *agent.Limiter, bp benchPanel, act *activity.Recorder) *panel.Panel {
 	cfg := c.cfg
 	if cfg.Panel.Disabled {
-		return
+		return nil
 	}
 	d := panel.Daemon{Listen: cfg.Listen, APIToken: cfg.APIToken, APITokenEnv: cfg.APITokenEnv,
 		AuthFailuresPerMinute: cfg.HTTP.AuthFailuresPerMinute, Profiles: cfg.Profiles,
@@ -171,7 +174,7 @@ func (c *core) startPanel(asker *agent.Limiter, bp benchPanel, act *activity.Rec
 	p, err := panel.New(c.sup, c.doctor, d, c.log.With("component", "panel"))
 	if err != nil {
 		c.log.Error("web panel not started; the daemon carries on", "err", err)
-		return
+		return nil
 	}
 	p.SetBench(bp)
 	p.SetAsker(asker)
@@ -179,6 +182,7 @@ func (c *core) startPanel(asker *agent.Limiter, bp benchPanel, act *activity.Rec
 		p.SetActivity(act)
 	}
 	p.Register(c.api)
+	return p
 }
 
 // startTelegram runs the Telegram bot until ctx ends when telegram.enabled;

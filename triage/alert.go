@@ -49,6 +49,7 @@ func (w *Worker) pollFailed(ctx context.Context, now time.Time, err error) {
 		w.smu.Lock()
 		w.alert.alerted = true
 		w.alert.lastAlert = now
+		w.status.LastAlert = now
 		w.smu.Unlock()
 	}
 }
@@ -69,7 +70,12 @@ func (w *Worker) pollOK(ctx context.Context, now time.Time) {
 	text := fmt.Sprintf("triage: all clear — mail from %s is processed again after %d failed polls over %s.",
 		w.name, a.failures, now.Sub(a.firstFail).Round(time.Second))
 	w.log.Info(text, "failures", a.failures)
+	// Recorded whether or not a sink took it (alertAll logs a refusal):
+	// the streak is over either way, and the alert state says so.
 	w.alertAll(ctx, text)
+	w.smu.Lock()
+	w.status.LastAllClear = now
+	w.smu.Unlock()
 }
 
 // alertAll sends text to every sink that is an Alerter and reports whether

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,6 +28,11 @@ type Checkpoint struct {
 	LastUID     uint32    `json:"last_uid"`
 	Inflight    *Inflight `json:"inflight,omitempty"`
 	Updated     time.Time `json:"updated,omitzero"`
+	// Costs is the per-day cost of the last CostDays days, oldest first.
+	// It rides in the checkpoint (written after every mail anyway) so a
+	// restart keeps today's sum; a mail's cost is added in the same write
+	// that records its judged result, so it is counted once.
+	Costs []DayCost `json:"costs,omitempty"`
 }
 
 // Inflight marks a mail whose posting has begun. Posted lists the sinks
@@ -70,6 +76,7 @@ func (j *Judged) result() *Result {
 }
 
 func (c Checkpoint) clone() Checkpoint {
+	c.Costs = slices.Clone(c.Costs)
 	if c.Inflight != nil {
 		in := *c.Inflight
 		in.Posted = append([]string(nil), in.Posted...)

@@ -22,8 +22,17 @@ type Status struct {
 	LastPollOK          time.Time  `json:"last_poll_ok,omitzero"`
 	LastError           string     `json:"last_error,omitempty"`
 	ConsecutiveFailures int        `json:"consecutive_failures"`
-	Alerting            bool       `json:"alerting"`
-	Processed           int        `json:"processed"`
+	// FailingSince is the first failed poll of the current streak (zero
+	// while polls succeed).
+	FailingSince time.Time `json:"failing_since,omitzero"`
+	Alerting     bool      `json:"alerting"`
+	// LastAlert is when the poll-failure alert or its latest reminder was
+	// raised (reached a sink, or the log when no sink carries alerts);
+	// LastAllClear when the all-clear after one was sent. Both outlive the
+	// streak, so the panel can say what the team was last told.
+	LastAlert    time.Time `json:"last_alert,omitzero"`
+	LastAllClear time.Time `json:"last_all_clear,omitzero"`
+	Processed    int       `json:"processed"`
 }
 
 // Key is the mail's identity across restarts and in the sinks.
@@ -240,6 +249,7 @@ func (w *Worker) handle(ctx context.Context, uidValidity uint32, m source.Mail) 
 		} else {
 			st.Inflight = &Inflight{UID: m.UID, Key: key, Since: w.o.Clock.Now(), Judged: newJudged(res)}
 		}
+		st.Costs = addDayCost(st.Costs, res.At, res.Cost)
 		if err := w.save(st); err != nil {
 			return err
 		}
@@ -369,6 +379,7 @@ func (w *Worker) manual(ctx context.Context, m source.Mail, key string, dryRun b
 		return Result{}, err
 	}
 	res.Manual, res.DryRun = true, dryRun
+	w.countManual(res)
 	if !dryRun {
 		for _, s := range w.o.Sinks {
 			pctx, cancel := context.WithTimeout(ctx, w.o.CallTimeout)
@@ -414,6 +425,9 @@ func (w *Worker) State() Status {
 	s.Mailbox = w.name
 	s.Checkpoint = s.Checkpoint.clone()
 	s.ConsecutiveFailures = w.alert.failures
+	if w.alert.failures > 0 {
+		s.FailingSince = w.alert.firstFail
+	}
 	s.Alerting = w.alert.alerted
 	return s
 }

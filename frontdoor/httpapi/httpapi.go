@@ -111,7 +111,7 @@ func New(sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) (*echo.Echo, e
 // PanelFormPaths are the web panel's form POST routes: they carry the
 // panel's CSRF token instead of a JSON content type (the panel's tests check
 // that its routes and this list agree).
-var PanelFormPaths = []string{"/switch", "/bench/run", "/ask", "/ask/stream", "/login", "/logout"}
+var PanelFormPaths = []string{"/switch", "/bench/run", "/ask", "/ask/stream", "/mail/rerun", "/login", "/logout"}
 
 // checkToken refuses to start beyond loopback without a token that is long
 // enough to withstand guessing (the throttle slows guesses; length makes

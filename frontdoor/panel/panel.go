@@ -1,7 +1,8 @@
 // Package panel is gpuhost's small web panel: a dashboard (GPU, active
 // profile, units, endpoint health, last switch), the profiles with a Switch
-// button and live switch progress, the doctor's checks, and the backend
-// units' journals (a live tail, the last failed step's excerpt pinned).
+// button and live switch progress, the doctor's checks, the backend
+// units' journals (a live tail, the last failed step's excerpt pinned), and
+// the mail triage worker's state, posts and costs (mail.go).
 //
 // It is server-rendered html/template from an embedded file system, with a
 // little plain JavaScript for the live parts and no build step. Every page
@@ -122,7 +123,8 @@ type Panel struct {
 
 	mu     sync.RWMutex
 	bench  BenchSource
-	ask    *askState // nil: the agent is disabled
+	ask    *askState  // nil: the agent is disabled
+	mail   *mailState // nil: triage is disabled
 	router *echo.Router
 	owned  map[string]bool // route patterns the panel registered
 
@@ -182,7 +184,7 @@ func New(sup Supervisor, doctor api.DoctorFunc, d Daemon, log *slog.Logger) (*Pa
 // page's "content" block is its own.
 func parsePages() (map[string]*template.Template, error) {
 	out := map[string]*template.Template{}
-	for _, name := range []string{"dashboard", "profiles", "doctor", "logs", "activity", "bench", "ask", "login", "error"} {
+	for _, name := range []string{"dashboard", "profiles", "doctor", "logs", "activity", "bench", "ask", "mail", "login", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("panel: parse template %s: %w", name, err)
@@ -228,6 +230,8 @@ func (p *Panel) Register(e *echo.Echo) {
 	add(http.MethodGet, "/ask", p.handleAsk, page)
 	add(http.MethodPost, "/ask", p.handleAskForm, post)
 	add(http.MethodPost, "/ask/stream", p.handleAskStream, post)
+	add(http.MethodGet, "/mail", p.handleMail, page)
+	add(http.MethodPost, "/mail/rerun", p.handleMailRerun, post)
 	add(http.MethodGet, "/login", p.handleLoginPage, open)
 	add(http.MethodPost, "/login", p.handleLogin, openPost)
 	add(http.MethodPost, "/logout", p.handleLogout, post)
