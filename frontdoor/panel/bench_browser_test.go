@@ -1,7 +1,10 @@
 package panel
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +40,8 @@ func withBench(store **bench.Store) func(ev *env, e *echo.Echo) {
 
 // TestBrowserBench starts a benchmark from the Bench page: the progress
 // lines appear as the run publishes them, and the finished run's row is
-// in the results table, with no reload of the page in between.
+// in the results table, with no reload of the page in between; then a
+// result uploaded by the CLI appears in the open page's table too.
 func TestBrowserBench(t *testing.T) {
 	var store *bench.Store
 	ev := newEnv(t, envOptions{fixture: appliancetest.Options{Activate: "coder"}, register: withBench(&store)})
@@ -95,6 +99,32 @@ func TestBrowserBench(t *testing.T) {
 	}
 	if n, err := chromedp.Run(tctx, chromedp.Evaluate[int](`document.querySelectorAll('#bench-results img.chart').length`)); err != nil || n != 1 {
 		t.Errorf("chart images after the refresh: %d (%v), want 1", n, err)
+	}
+	// A result the CLI uploads (`gpuhost bench run` against the daemon)
+	// shows up in the open page's table, again without a reload.
+	up := *all[0]
+	up.ID = bench.NewID(time.Now().Add(time.Hour), "cli")
+	body, err := json.Marshal(&up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(ev.srv.URL+"/api/bench/results", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("upload: %d", resp.StatusCode)
+	}
+	if err := chromedp.Do(tctx, chromedp.WaitReady(chromedp.CSS(`body[data-bench-stored="`+up.ID+`"]`))); err != nil {
+		t.Fatalf("the uploaded %s did not reach the open page: %v (console: %v)", up.ID, err, cons.errors())
+	}
+	table, err = chromedp.Run(tctx, chromedp.Text(chromedp.CSS("#bench-results")))
+	if err != nil || !strings.Contains(table, up.ID) || !strings.Contains(table, id) {
+		t.Errorf("the table after the upload lacks %s or %s (%v):\n%s", up.ID, id, err, table)
+	}
+	if noReload, err := chromedp.Run(tctx, chromedp.Evaluate[bool](`window.__gpuhostNoReload === true`)); err != nil || !noReload {
+		t.Errorf("the page reloaded for the upload (marker %v, %v)", noReload, err)
 	}
 	shot, err := chromedp.Run(tctx, chromedp.FullScreenshot(100))
 	if err != nil {

@@ -120,6 +120,7 @@ func checkPhoneWidth(t *testing.T, ctx context.Context, ev *env) {
 	saveArtifact(t, "panel-logs-390.png", shot)
 	for _, pg := range []struct{ path, wait string }{
 		{"/", "svg.bar .bar-fg"}, {"/profiles", `tr[data-profile="llama"] button`}, {"/doctor", "table.checks"}, {"/logs", "#tail"}, {"/bench", "main .card"}, {"/ask", "main .card"},
+		{"/activity", "main .card"}, {"/mail", "main .card"},
 	} {
 		if err := chromedp.Do(ctx,
 			chromedp.Navigate(ev.srv.URL+pg.path),

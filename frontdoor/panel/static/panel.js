@@ -386,12 +386,38 @@
     followBench(box, data.id, data.since);
   }
 
+  // watchStoredRuns refreshes the results table when a run that this page
+  // did not start is stored: a `gpuhost bench run` uploaded to the daemon
+  // ("bench <id>: uploaded, …") or a run started elsewhere that finished.
+  // A run this page follows refreshes the table itself.
+  function watchStoredRuns(box) {
+    const stored = /^bench (\S+): (uploaded, |finished, )/;
+    const es = new EventSource('/api/events?since=' + encodeURIComponent((box && box.dataset.since) || '0'));
+    let pending = null;
+    es.addEventListener('bench', (ev) => {
+      let e;
+      try { e = JSON.parse(ev.data); } catch (_) { return; }
+      const m = stored.exec((e && typeof e.message === 'string') ? e.message : '');
+      if (!m || (box && box.dataset.runId === m[1])) return;
+      clearTimeout(pending);
+      pending = setTimeout(async () => {
+        try {
+          await refreshBenchResults();
+          document.body.dataset.benchStored = m[1];
+        } catch (err) {
+          showNotice('A new result was stored, but the table did not load (' + err.message + '); reload the page.');
+        }
+      }, 250); // several results stored at once refresh the table once
+    });
+  }
+
   function initBench() {
     $$('form.bench-form').forEach((f) => f.addEventListener('submit', onBenchRun));
     const box = $('#bench-live');
     if (box && box.dataset.running === 'true' && box.dataset.runId) {
       followBench(box, box.dataset.runId, box.dataset.since);
     }
+    if ($('#bench-results')) watchStoredRuns(box);
   }
 
   // Every page's header pill, and the dashboard's gauges, follow GET /live
