@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -462,4 +463,26 @@ func TestParseUIDAndDryRun(t *testing.T) {
 			t.Errorf("httpLink(%q) kept it", l)
 		}
 	}
+}
+
+// FuzzParseUID: the rerun form's UID is outside input. It never panics;
+// what it accepts is a positive 32-bit number that prints back as the
+// input's digits (leading zeros aside).
+func FuzzParseUID(f *testing.F) {
+	for _, s := range []string{"1", "4711", " 7 ", "0", "-1", "4294967295", "4294967296", "1e3", "0x10", "007", "", "١٢"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := parseUID(s)
+		if err != nil {
+			if n != 0 || !strings.Contains(err.Error(), "uid must be a positive integer") {
+				t.Fatalf("parseUID(%q) = %d, %v", s, n, err)
+			}
+			return
+		}
+		digits := strings.TrimLeft(strings.TrimSpace(s), "0")
+		if n == 0 || strconv.FormatUint(uint64(n), 10) != strings.TrimPrefix(digits, "+") {
+			t.Fatalf("parseUID(%q) = %d", s, n)
+		}
+	})
 }

@@ -1,0 +1,25 @@
+package activity
+
+import (
+	"strconv"
+	"testing"
+)
+
+// FuzzFilter: a status filter comes from the page's query string. Whatever
+// it is, Match never panics; an invalid one matches nothing, and a valid
+// exact code matches exactly that status.
+func FuzzFilter(f *testing.F) {
+	for _, s := range []string{"", "ok", "error", "2xx", "5xx", "503", "099", "600", "+20", "1e2", "5x", "\x00"} {
+		f.Add(s, 503)
+	}
+	f.Fuzz(func(t *testing.T, status string, code int) {
+		r := Request{Status: code}
+		got := Filter{Status: status}.Match(r)
+		if !ValidStatus(status) && got {
+			t.Fatalf("invalid filter %q matched status %d", status, code)
+		}
+		if n, err := strconv.Atoi(status); err == nil && ValidStatus(status) && len(status) == 3 && got != (n == code) {
+			t.Fatalf("filter %q on status %d: %v", status, code, got)
+		}
+	})
+}
