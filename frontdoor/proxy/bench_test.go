@@ -18,6 +18,7 @@ import (
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
 	"gpuhost/frontdoor/proxy"
+	"gpuhost/internal/activity"
 	"gpuhost/internal/sse"
 	"gpuhost/units"
 )
@@ -44,7 +45,10 @@ import (
 //
 // With GPUHOST_PROXY_BENCH_AUTO_SWITCH=1 the proxy runs with
 // proxy.auto_switch on, so that the anti-thrash policy's per-request
-// bookkeeping (policy.go: admit and release) is in the figures.
+// bookkeeping (policy.go: admit and release) is in the figures; with
+// GPUHOST_PROXY_BENCH_ACTIVITY=1 each request is also recorded into the
+// panel's Activity log (internal/activity), as the daemon does when the
+// panel is on.
 //
 //	go test -run '^$' -bench BenchmarkProxy -benchtime 2s ./frontdoor/proxy/
 func BenchmarkProxy(b *testing.B) {
@@ -59,6 +63,9 @@ func BenchmarkProxy(b *testing.B) {
 	}
 	p := proxy.New(f.Sup, f.Cfg.Proxy, func() map[string]*units.Profile { return f.Cfg.Profiles },
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if os.Getenv("GPUHOST_PROXY_BENCH_ACTIVITY") == "1" {
+		p.SetRecorder(activity.NewLog(activity.DefaultLogSize))
+	}
 	p.Register(api)
 	srv := httptest.NewServer(api)
 	defer srv.Close()
