@@ -536,3 +536,36 @@ func TestDashboardShowsStandby(t *testing.T) {
 		t.Errorf("the dashboard does not show coder in standby:\n%s", body)
 	}
 }
+
+// TestEveryRouteNeedsASessionBeyondLoopback walks every route the panel
+// registered (so a page added later is covered without editing this
+// test): without a session, GETs redirect to the login and answer no page
+// content, POSTs are refused; only the login and static files are open.
+func TestEveryRouteNeedsASessionBeyondLoopback(t *testing.T) {
+	ev := newEnv(t, envOptions{public: true, fixture: appliancetest.Options{Activate: "coder"}})
+	open := map[string]bool{"/login": true, "/static/*": true, "/*": true}
+	var seen int
+	for _, r := range ev.p.router.Routes() {
+		if !ev.p.owned[r.Path] || open[r.Path] {
+			continue
+		}
+		seen++
+		c := ev.client(t)
+		path := strings.ReplaceAll(r.Path, "*", "x")
+		resp, body := do(t, c, r.Method, ev.srv.URL+path, url.Values{"uid": {"1"}, "profile": {"llama"}}, nil)
+		switch {
+		case r.Method == http.MethodGet && (resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/login")):
+			t.Errorf("anonymous GET %s: %d %q, want a redirect to the login", r.Path, resp.StatusCode, resp.Header.Get("Location"))
+		case r.Method != http.MethodGet && resp.StatusCode < 400:
+			t.Errorf("anonymous %s %s: %d, want refused", r.Method, r.Path, resp.StatusCode)
+		case strings.Contains(body, "qwen3-coder") || strings.Contains(body, "VRAM"):
+			t.Errorf("anonymous %s %s leaked page content:\n%.300s", r.Method, r.Path, body)
+		}
+	}
+	if seen < 15 {
+		t.Fatalf("walked %d panel routes; the route table was not read", seen)
+	}
+	if st := ev.f.Sup.State(); st.Profile != "coder" || st.Phase != api.PhaseActive {
+		t.Errorf("an anonymous POST changed the state: %+v", st)
+	}
+}
