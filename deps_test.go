@@ -29,6 +29,11 @@ var depRules = []struct {
 		why:    "front doors call the Supervisor through their own small interfaces; the wiring in package main hands it over",
 	},
 	{
+		pkgs:   []string{"gpuhost/frontdoor/..."},
+		forbid: []string{"gpuhost/triage/...", "github.com/emersion/go-imap/v2/...", "github.com/slack-go/slack/..."},
+		why:    "the panel shows the triage worker through api's plain types (the worker implements its Mail interface); a page must not link the mail client and chat SDKs",
+	},
+	{
 		pkgs:   []string{"gpuhost/api/...", "gpuhost/config/...", "gpuhost/internal/atomicfile", "gpuhost/internal/pairing", "gpuhost/internal/redactlog", "gpuhost/internal/testkit", "gpuhost/internal/activity"},
 		forbid: []string{"gpuhost/appliance/...", "gpuhost/systemd/...", "gpuhost/frontdoor/...", "gpuhost/mcp/...", "gpuhost/triage/...", "gpuhost/agent/...", "gpuhost/bench/...", "github.com/godbus/dbus/v5/...", "github.com/labstack/echo/v4/..."},
 		why:    "leaf packages hold what everyone shares and pull in nothing heavy",

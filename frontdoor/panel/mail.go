@@ -14,19 +14,23 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"gpuhost/triage"
-	"gpuhost/triage/sink"
-	"gpuhost/triage/source"
+	"gpuhost/api"
 )
 
-// Mail is the triage worker as the Mail page uses it (*triage.Worker
-// implements it): its poll, alert and checkpoint state, its recent
-// results, and one mail run again by hand, as `gpuhost triage mail --uid N`
-// does (with dryRun nothing is posted).
+// Mail is the triage worker as the Mail page reads it (*triage.Worker
+// implements it, in the wire types of package api, so the panel links
+// nothing of triage: not the IMAP client, the model client or the chat
+// SDKs): its poll, alert and checkpoint state, its recent results, and
+// one mail run again by hand, as `gpuhost triage mail --uid N` does (with
+// dryRun nothing is posted).
 type Mail interface {
-	State() triage.Status
-	Recent() []triage.Result
-	ProcessUID(ctx context.Context, uid uint32, dryRun bool) (triage.Result, error)
+	MailStatus() api.MailStatus
+	// MailPosts are the last results, oldest first.
+	MailPosts() []api.MailPost
+	// RerunMail runs mailbox UID uid through the pipeline again. A result
+	// that was judged and then not posted comes back with the error (Key
+	// set); a UID the mailbox lacks is an api.ErrMailNotFound.
+	RerunMail(ctx context.Context, uid uint32, dryRun bool) (api.MailPost, error)
 }
 
 // Bounds of the Mail page.
@@ -81,19 +85,19 @@ var errMailBusy = errors.New("busy")
 // browser leaves must not stop between two sinks, and the slot stays
 // taken until the worker has returned (which a poll in progress can
 // delay), so a rerun never overlaps one that timed out.
-func (m *mailState) rerun(ctx context.Context, uid uint32, dryRun bool) (triage.Result, error) {
+func (m *mailState) rerun(ctx context.Context, uid uint32, dryRun bool) (api.MailPost, error) {
 	m.mu.Lock()
 	if m.running {
 		uid0, since := m.uid, m.since
 		m.mu.Unlock()
-		return triage.Result{}, fmt.Errorf("%w: the rerun of UID %d started at %s is still running; try again when it has finished",
+		return api.MailPost{}, fmt.Errorf("%w: the rerun of UID %d started at %s is still running; try again when it has finished",
 			errMailBusy, uid0, since.Format("15:04:05"))
 	}
 	m.running, m.uid, m.since = true, uid, time.Now()
 	m.mu.Unlock()
 
 	type outcome struct {
-		res triage.Result
+		res api.MailPost
 		err error
 	}
 	done := make(chan outcome, 1)
@@ -105,14 +109,14 @@ func (m *mailState) rerun(ctx context.Context, uid uint32, dryRun bool) (triage.
 			m.running = false
 			m.mu.Unlock()
 		}()
-		res, err := m.src.ProcessUID(rctx, uid, dryRun)
+		res, err := m.src.RerunMail(rctx, uid, dryRun)
 		done <- outcome{res, err}
 	}()
 	timedOut := func(cause error) error {
 		return fmt.Errorf("UID %d did not finish within %s (a poll in progress, a slow model or sink); it stops at its next step: %w",
 			uid, m.timeout, cause)
 	}
-	finished := func(o outcome) (triage.Result, error) {
+	finished := func(o outcome) (api.MailPost, error) {
 		if o.err != nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
 			return o.res, timedOut(o.err)
 		}
@@ -127,17 +131,16 @@ func (m *mailState) rerun(ctx context.Context, uid uint32, dryRun bool) (triage.
 		if !errors.Is(rctx.Err(), context.DeadlineExceeded) {
 			return finished(<-done)
 		}
-		return triage.Result{}, timedOut(context.DeadlineExceeded)
+		return api.MailPost{}, timedOut(context.DeadlineExceeded)
 	case <-ctx.Done():
-		return triage.Result{}, ctx.Err()
+		return api.MailPost{}, ctx.Err()
 	}
 }
 
 // mailView is the body of the Mail page.
 type mailView struct {
 	Disabled bool
-	State    triage.Status
-	Inflight *triage.Inflight
+	State    api.MailStatus
 	Days     []dayRow
 	Posts    []mailRow
 	Form     rerunForm
@@ -152,41 +155,21 @@ type rerunForm struct {
 	DryRun bool
 }
 
-// dayRow is one day of the cost tally, newest first, its amounts as
-// triage.FormatMoney prints them (as in the posts' footers).
+// dayRow is one day of the cost tally, newest first.
 type dayRow struct {
-	triage.DayCost
-	Today                                       bool
-	TotalText, ModelText, AudioText, EnergyText string
-}
-
-func dayRowOf(d triage.DayCost, today string) dayRow {
-	m := func(v float64) string { return triage.FormatMoney(v, d.Currency) }
-	return dayRow{DayCost: d, Today: d.Day == today,
-		TotalText: m(d.Total), ModelText: m(d.Classification), AudioText: m(d.Transcription), EnergyText: m(d.Energy)}
+	api.MailDay
+	Today bool
 }
 
 // mailRow is one recent result as the page lists it: no body, no
 // transcript, links only when they are http(s).
 type mailRow struct {
-	At                          time.Time
-	Key                         string
-	UID                         uint32
-	Manual, DryRun              bool
-	From, Subject               string
-	Class, Unclassified         string
-	Importance, ModelImportance int
-	Overridden                  bool // a rule changed the model's importance
-	Rule                        string
-	Important                   bool
-	// UnsubscribeURL is the http(s) link; UnsubscribeText what there is
-	// otherwise (a mailto: address, shown as text).
+	api.MailPost
+	// UnsubscribeURL replaces the post's with "" unless it is http(s);
+	// UnsubscribeText is what there is otherwise (a mailto: address,
+	// shown as text). CustomerURL likewise.
 	UnsubscribeURL, UnsubscribeText string
-	OneClick                        bool
-	CustomerName, CustomerURL       string
-	Cost, CostDetail                string
-	Posted                          []string
-	Problems                        int
+	CustomerURL                     string
 }
 
 // rerunView is the outcome of one "run again".
@@ -218,38 +201,18 @@ func httpLink(s string) string {
 	return s
 }
 
-func mailRowOf(r triage.Result) mailRow {
-	row := mailRow{
-		At: r.At, Key: r.Key, UID: r.UID, Manual: r.Manual, DryRun: r.DryRun,
-		From: r.From, Subject: r.Subject, Class: r.Class, Unclassified: r.Unclassified,
-		Importance: r.Importance, ModelImportance: r.ModelImportance, Rule: r.Rule, Important: r.Important,
-		Overridden: r.Rule != "" && r.Class != triage.ClassUnclassified && r.ModelImportance != r.Importance,
-		OneClick:   r.Unsubscribe.OneClick,
-		Cost:       triage.FormatMoney(r.Cost.Total, r.Cost.Currency), CostDetail: r.Cost.Footer(),
-		Posted: append(slices.Clone(r.AlreadyPosted), r.Posted...), Problems: len(r.Problems),
-	}
+func mailRowOf(r api.MailPost) mailRow {
+	row := mailRow{MailPost: r, UnsubscribeURL: httpLink(r.UnsubscribeURL), CustomerURL: httpLink(r.CustomerURL)}
 	// A URL that is not http(s) is left out; a mailto: is shown as text.
-	if row.UnsubscribeURL = httpLink(r.Unsubscribe.URL); row.UnsubscribeURL == "" {
-		row.UnsubscribeText = r.Unsubscribe.Mailto
-	}
-	if c := r.Customer; c != nil {
-		row.CustomerName = c.Name
-		if row.CustomerName == "" {
-			row.CustomerName = c.Email
-		}
-		row.CustomerURL = httpLink(c.URL)
+	if row.UnsubscribeURL == "" {
+		row.UnsubscribeText = r.UnsubscribeMailto
 	}
 	return row
 }
 
-func rerunViewOf(uid uint32, dryRun bool, r triage.Result) *rerunView {
-	post := r.Post
-	v := &rerunView{UID: uid, DryRun: dryRun, Class: r.Class, Importance: r.Importance, Rule: r.Rule, Important: r.Important,
-		TranscriptLeftOut: post.Transcript != "", Posted: r.Posted,
-		Cost: r.Cost.Footer()}
-	post.Transcript = ""
-	v.Text = sink.Text(post)
-	return v
+func rerunViewOf(uid uint32, dryRun bool, r api.MailPost) *rerunView {
+	return &rerunView{UID: uid, DryRun: dryRun, Class: r.Class, Importance: r.Importance, Rule: r.Rule, Important: r.Important,
+		Text: r.Text, TranscriptLeftOut: r.TranscriptLeftOut, Posted: r.Posted, Cost: r.CostDetail}
 }
 
 // mailPage builds the page from the worker's state now.
@@ -259,13 +222,12 @@ func (p *Panel) mailPage(ms *mailState, form rerunForm) mailView {
 		v.Disabled = true
 		return v
 	}
-	v.State = ms.src.State()
-	v.Inflight = v.State.Checkpoint.Inflight
+	v.State = ms.src.MailStatus()
 	today := p.now().UTC().Format(time.DateOnly)
-	for _, d := range slices.Backward(v.State.Checkpoint.Costs) {
-		v.Days = append(v.Days, dayRowOf(d, today))
+	for _, d := range slices.Backward(v.State.Days) {
+		v.Days = append(v.Days, dayRow{MailDay: d, Today: d.Day == today})
 	}
-	recent := ms.src.Recent()
+	recent := ms.src.MailPosts()
 	for i := len(recent) - 1; i >= 0 && len(v.Posts) < mailShown; i-- {
 		v.Posts = append(v.Posts, mailRowOf(recent[i]))
 	}
@@ -330,7 +292,7 @@ func (p *Panel) handleMailRerun(c echo.Context) error {
 	switch {
 	case errors.Is(err, errMailBusy):
 		code = http.StatusConflict
-	case errors.Is(err, source.ErrNotFound):
+	case errors.Is(err, api.ErrMailNotFound):
 		code = http.StatusNotFound
 	case errors.Is(err, context.DeadlineExceeded):
 		code = http.StatusGatewayTimeout

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"gpuhost/api"
 	"gpuhost/appliance"
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
@@ -26,11 +27,13 @@ import (
 	"gpuhost/triage/unsubscribe"
 )
 
-// fakeMail follows the worker's behaviour for the page: State and Recent
-// as the worker reports them, and ProcessUID that judges a known UID
-// (Manual, DryRun, Post and Text set; posted to its sinks unless dry),
-// appends the result to Recent, and wraps source.ErrNotFound for an
-// unknown one. hold, when set, makes ProcessUID wait for it (or ctx).
+// fakeMail follows the worker's behaviour for the page: its state and
+// results as the worker reports them (through triage's own conversion to
+// the page's types), and ProcessUID that judges a known UID (Manual,
+// DryRun, Post and Text set; posted to its sinks unless dry), appends the
+// result to the recent ones, and wraps source.ErrNotFound for an unknown
+// one, as RerunMail then reports it. hold, when set, makes ProcessUID wait
+// for it (or ctx).
 type fakeMail struct {
 	mu      sync.Mutex
 	state   triage.Status
@@ -43,16 +46,25 @@ type fakeMail struct {
 	started chan uint32
 }
 
-func (f *fakeMail) State() triage.Status {
+func (f *fakeMail) MailStatus() api.MailStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.state
+	return triage.MailStatusOf(f.state)
 }
 
-func (f *fakeMail) Recent() []triage.Result {
+func (f *fakeMail) MailPosts() []api.MailPost {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]triage.Result(nil), f.recent...)
+	out := make([]api.MailPost, 0, len(f.recent))
+	for _, r := range f.recent {
+		out = append(out, triage.MailPostOf(r))
+	}
+	return out
+}
+
+// RerunMail is the worker's, over ProcessUID below.
+func (f *fakeMail) RerunMail(ctx context.Context, uid uint32, dryRun bool) (api.MailPost, error) {
+	return triage.MailRerunOf(f.ProcessUID(ctx, uid, dryRun))
 }
 
 func (f *fakeMail) ProcessUID(ctx context.Context, uid uint32, dryRun bool) (triage.Result, error) {
