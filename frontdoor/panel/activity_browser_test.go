@@ -3,7 +3,9 @@ package panel
 import (
 	"context"
 	"io"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,9 +13,12 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/labstack/echo/v4"
 
+	"gpuhost/api"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/frontdoor/proxy"
 	"gpuhost/internal/activity"
+	"gpuhost/internal/testkit"
+	"gpuhost/nvml"
 	"gpuhost/units"
 )
 
@@ -196,5 +201,80 @@ func checkLiveGauges(t *testing.T, ctx context.Context, ev *env) {
 	}
 	if noReload, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__gpuhostNoReload === true`)); err != nil || !noReload {
 		t.Errorf("the dashboard reloaded (%v, %v): the gauges must update in place", noReload, err)
+	}
+}
+
+// curveGPU is a GPU whose readings follow the clock: an hour of a box
+// that served one model, switched (VRAM down, then up), and served again
+// under a load that comes and goes. Only for drawing an hour of charts.
+type curveGPU struct{ clock *testkit.Clock }
+
+func (g curveGPU) Snapshot(context.Context) (nvml.Snapshot, error) {
+	m := g.clock.Now().Minute()
+	busy := int(50 + 45*math.Sin(float64(m)/4))
+	used := uint64(22600)
+	if m >= 29 && m < 31 {
+		busy, used = 0, 900 // the switch: the old backend gone, the new one loading
+	}
+	return nvml.Snapshot{Backend: "sim", Devices: []nvml.Device{{MemoryTotalMiB: 24564, MemoryUsedMiB: used,
+		UtilizationGPU: busy, UtilizationMemory: busy / 2, PowerW: 60 + float64(busy)*3.5, TemperatureC: 38 + busy/3}}}, nil
+}
+
+// TestBrowserActivityHour draws an hour of history (1,800 samples taken on
+// a test clock, requests recorded as they would have finished, a switch at
+// half past) in the browser: six charts with their lines, the switch as a
+// band, the hour's window selected. Its screenshot is what an operator
+// sees after a working hour.
+func TestBrowserActivityHour(t *testing.T) {
+	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	rec := activity.New(activity.Options{GPU: curveGPU{clock}, Now: clock.Now})
+	ctx := context.Background()
+	for i := range 1800 {
+		for k := range (i / 30) % 4 { // 0–3 requests in each 2 s
+			rec.Record(activity.Request{Seq: 0, Time: clock.Now(), Client: "10.0.0." + strconv.Itoa(2+k), Method: "POST",
+				Path: "/v1/chat/completions", Model: "qwen3-coder", Status: 200, Stream: true, PromptTokens: 900, CompletionTokens: 120,
+				TTFB: 180 * time.Millisecond, Duration: 2 * time.Second})
+		}
+		if i == 870 {
+			rec.Observe(api.Event{Kind: "switch", SwitchID: "s1", Profile: "llama", Status: "started", Time: clock.Now()})
+		}
+		if i == 930 {
+			rec.Observe(api.Event{Kind: "switch", SwitchID: "s1", Profile: "llama", Status: "done", Time: clock.Now()})
+		}
+		rec.Sample(ctx)
+		clock.Advance(2 * time.Second)
+	}
+	ev := newEnv(t, envOptions{fixture: appliancetest.Options{Activate: "coder"}})
+	ev.p.SetActivity(rec)
+	bctx := newBrowser(t)
+	cons := watchConsole(bctx)
+	tctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+	defer cancel()
+	if err := chromedp.Do(tctx,
+		chromedp.Navigate(ev.srv.URL+"/activity?window=1h"),
+		chromedp.WaitVisible(chromedp.CSS(`#charts path.chart-line`)),
+		chromedp.WaitReady(chromedp.CSS(`html[data-js="ready"]`)),
+	); err != nil {
+		t.Fatalf("activity page: %v", err)
+	}
+	lines, err := chromedp.Run(tctx, chromedp.Evaluate[[]int](`Array.from(document.querySelectorAll('#charts path.chart-line')).map((p) => (p.getAttribute('d').match(/L/g) || []).length)`))
+	if err != nil || len(lines) != len(metrics) {
+		t.Fatalf("chart lines %v (%v), want %d", lines, err, len(metrics))
+	}
+	for i, n := range lines {
+		if n < 100 { // an hour bucketed to at most 300 points, one gap at most
+			t.Errorf("chart %d has %d segments; an hour of samples should draw a long line", i, n)
+		}
+	}
+	if n, err := chromedp.Run(tctx, chromedp.Evaluate[int](`document.querySelectorAll('#charts rect.mark-done').length`)); err != nil || n == 0 {
+		t.Errorf("switch bands: %d (%v), want the switch at half past", n, err)
+	}
+	shot, err := chromedp.Run(tctx, chromedp.CaptureScreenshot()) // the viewport: the charts and the newest rows
+	if err != nil {
+		t.Fatal(err)
+	}
+	saveArtifact(t, "panel-activity-hour.png", shot)
+	if errs := cons.errors(); len(errs) > 0 {
+		t.Errorf("browser console errors: %q", errs)
 	}
 }
