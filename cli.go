@@ -178,6 +178,12 @@ func printStatus(w io.Writer, st api.Status) {
 	if drift := appliance.WantedDrift(st.State); drift != "" {
 		fmt.Fprintf(w, "wanted:  %s; `gpuhost switch %s` completes it\n", drift, st.State.LastWanted)
 	}
+	for _, sb := range st.State.Standby {
+		fmt.Fprintf(w, "standby: %s (%s) %s, %d MiB held, since %s\n", sb.Profile, sb.Unit, sb.Mode, sb.ResidualMiB, sb.Since.Local().Format(time.TimeOnly))
+	}
+	if tg := st.Telegram; tg != nil {
+		fmt.Fprintf(w, "telegram: %s\n", telegramLine(*tg))
+	}
 	if st.GPU != nil {
 		for _, d := range st.GPU.Devices {
 			fmt.Fprintf(w, "gpu %d:   %s · driver %s · CUDA %s · %d/%d MiB · %d%% · %d °C · %.0f W · %.0f GB/s\n",
@@ -206,6 +212,35 @@ func printStatus(w io.Writer, st api.Status) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", p.Name, p.Backend, p.ServedName, p.Port, mark)
 	}
 	tw.Flush()
+}
+
+// telegramLine is the bot's health in one line: state, why, the bot, and
+// the counters an operator acts on (never the token).
+func telegramLine(tg api.TelegramStatus) string {
+	parts := []string{tg.State}
+	if tg.Bot != "" {
+		parts[0] += " as @" + tg.Bot
+	}
+	if tg.Reason != "" {
+		parts = append(parts, tg.Reason)
+	}
+	if !tg.LastPoll.IsZero() {
+		parts = append(parts, "last poll "+tg.LastPoll.Local().Format(time.TimeOnly))
+	}
+	var errs uint64
+	for _, n := range tg.Errors {
+		errs += n
+	}
+	if errs > 0 {
+		parts = append(parts, fmt.Sprintf("%d failed Bot API calls", errs))
+	}
+	if tg.UpdatesSkipped > 0 {
+		parts = append(parts, fmt.Sprintf("%d updates skipped", tg.UpdatesSkipped))
+	}
+	if tg.NotificationsDropped > 0 {
+		parts = append(parts, fmt.Sprintf("%d notifications dropped", tg.NotificationsDropped))
+	}
+	return strings.Join(parts, " · ")
 }
 
 func newSwitchCmd() *cobra.Command {

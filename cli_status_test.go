@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"gpuhost/api"
 	"gpuhost/units"
@@ -56,5 +57,30 @@ func TestPrintDoctorColumns(t *testing.T) {
 	col := strings.Index(lines[0], "first")
 	if col < 0 || strings.Index(lines[1], "second") != col || strings.Index(lines[3], "third") != col || !strings.HasSuffix(lines[2], long+"]") {
 		t.Errorf("doctor columns:\n%s", b.String())
+	}
+}
+
+// TestPrintStatusStandbyAndTelegram: `gpuhost status` names the backends
+// kept in standby and the bot's health (it was only in --json).
+func TestPrintStatusStandbyAndTelegram(t *testing.T) {
+	since := time.Date(2026, 12, 1, 10, 0, 0, 0, time.Local)
+	st := api.Status{State: api.State{Phase: api.PhaseActive, Profile: "llama", Standby: []api.StandbyInfo{
+		{Profile: "coder", Unit: "gpuhost-vllm.service", Mode: "sleep1", ResidualMiB: 612, Since: since}}},
+		Telegram: &api.TelegramStatus{State: api.TelegramBackingOff, Bot: "boxbot", Reason: "getUpdates: 429 Too Many Requests",
+			Errors: map[string]uint64{"rate_limited": 3, "network": 1}, UpdatesSkipped: 2}}
+	var b strings.Builder
+	printStatus(&b, st)
+	for _, want := range []string{
+		"standby: coder (gpuhost-vllm.service) sleep1, 612 MiB held, since 10:00:00",
+		"telegram: backing_off as @boxbot · getUpdates: 429 Too Many Requests · 4 failed Bot API calls · 2 updates skipped",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	printStatus(&b, api.Status{State: api.State{Phase: api.PhaseIdle}})
+	if strings.Contains(b.String(), "telegram:") || strings.Contains(b.String(), "standby:") {
+		t.Errorf("lines without a bot or standby:\n%s", b.String())
 	}
 }
