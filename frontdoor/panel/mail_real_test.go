@@ -1,18 +1,17 @@
 package panel
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"gpuhost/config"
+	"gpuhost/internal/testkit"
 	"gpuhost/simulator"
 	"gpuhost/simulator/simtest"
 	"gpuhost/triage"
@@ -32,24 +31,6 @@ const hostileMail = "From: \"<b>Mallory</b>\" <mallory@attacker.example>\r\n" +
 	"MIME-Version: 1.0\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n" +
 	"BODY-MUST-NOT-SHOW <script>alert('body')</script>\r\n"
 
-// syncBuffer is the console sink's output, read while the worker writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // demoCRM knows the demo's customer inquiry sender, with a CRM link.
 type demoCRM struct{}
 
@@ -64,7 +45,7 @@ func (demoCRM) Find(ctx context.Context, email string) (*customer.Customer, erro
 // sample mails, then hostileMail as UID 7), classifying and transcribing
 // on the in-process inference simulator, posting to a console sink, with
 // the demo config's rules and prices; it has polled once.
-func realMailWorker(t *testing.T) (*triage.Worker, *syncBuffer) {
+func realMailWorker(t *testing.T) (*triage.Worker, *testkit.SyncBuffer) {
 	t.Helper()
 	base := simtest.Start(t, simulator.Options{
 		Flavor: simulator.FlavorVLLM, Model: "qwen3-coder",
@@ -90,7 +71,7 @@ func realMailWorker(t *testing.T) (*triage.Worker, *syncBuffer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &syncBuffer{}
+	out := &testkit.SyncBuffer{} // the console sink, read while the worker writes
 	w, err := triage.New(triage.Options{
 		Source: md, Classifier: cls, Transcriber: tr, Customers: demoCRM{},
 		Sinks: []sink.Sink{sink.NewConsole(out)},
