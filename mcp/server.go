@@ -45,8 +45,9 @@ type ServerOptions struct {
 	// Secrets hands out credentials at call time (default: the process
 	// environment).
 	Secrets *connector.Secrets
-	// Daemon is the running appliance for the gpu and inference
-	// connectors (nil outside the daemon).
+	// Daemon is the running appliance, handed to every connector as
+	// Env.Daemon (nil outside the daemon); untyped because the server does
+	// not read it, the gpu and inference connectors assert what they need.
 	Daemon any
 	// HTTP is the client connectors use (default: 30 s timeout).
 	HTTP *http.Client
@@ -56,7 +57,7 @@ type ServerOptions struct {
 	// enabled unconditionally under its Name, with Config[Name] as its
 	// section if present.
 	Extra []connector.Named
-	// Factories replaces the registry (tests; default Factories()).
+	// Factories replaces the registry (tests; default connector.Factories()).
 	Factories map[string]connector.Factory
 	// CallTimeout bounds each tool call (default DefaultCallTimeout).
 	CallTimeout time.Duration
