@@ -76,7 +76,7 @@ func mcpDemoSetup(cmd *cobra.Command) (mcp.Setup, error) {
 // localDaemon builds a Supervisor over this box's GPU and units. With a
 // logger it also runs it (the demo: backends start); without, it only
 // reads.
-func localDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger) (mcp.Daemon, func()) {
+func localDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger) (*wiring.MCPDaemon, func()) {
 	gpu, closeGPU, _ := appliance.OpenGPU(cfg)
 	u, journal, closeUnits, _ := appliance.OpenUnits(ctx, cfg)
 	sup := appliance.NewSupervisor(cfg, gpu, u, journal, log)

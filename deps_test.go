@@ -11,10 +11,12 @@ import (
 // The dependency rules of docs/architecture.md, kept by a test so that a
 // convenient import cannot quietly turn a service back into a part of the
 // daemon core. Each rule names packages (a trailing "/..." includes the
-// subtree) and what they must not depend on, directly or through others.
-// Only non-test dependencies count: a test may run a real Supervisor.
+// subtree) and what they must not depend on, directly or through others;
+// except names packages under pkgs the rule does not hold for. Only
+// non-test dependencies count: a test may run a real Supervisor.
 var depRules = []struct {
 	pkgs   []string
+	except []string
 	forbid []string
 	why    string
 }{
@@ -22,6 +24,22 @@ var depRules = []struct {
 		pkgs:   []string{"gpuhost/mcp/...", "gpuhost/triage/...", "gpuhost/agent/...", "gpuhost/bench/...", "gpuhost/units/...", "gpuhost/simulator/...", "gpuhost/backend/..."},
 		forbid: []string{"gpuhost/appliance/...", "gpuhost/systemd/...", "gpuhost/frontdoor/...", "gpuhost/internal/wiring", "github.com/godbus/dbus/v5/...", "github.com/coreos/go-systemd/v22/..."},
 		why:    "services and connectors use the box only through the daemon's API and small interfaces; they never control systemd",
+	},
+	{
+		pkgs:   []string{"gpuhost/mcp/connector", "gpuhost/mcp/connectors/...", "gpuhost/mcp/declarative"},
+		forbid: []string{"gpuhost/mcp", "github.com/mark3labs/mcp-go/server", "github.com/mark3labs/mcp-go/client/..."},
+		why:    "a connector implements the contract in gpuhost/mcp/connector; the MCP server and its stack are the registry's, linked by package main",
+	},
+	{
+		pkgs:   []string{"gpuhost/mcp/connector", "gpuhost/mcp/connectors/...", "gpuhost/mcp/declarative"},
+		except: []string{"gpuhost/mcp/connectors/gpu", "gpuhost/mcp/connectors/inference", "gpuhost/mcp/connectors/all"},
+		forbid: []string{"gpuhost/api/...", "gpuhost/bench/...", "gpuhost/nvml/...", "github.com/NVIDIA/go-nvml/...", "github.com/labstack/echo/v4/...", "github.com/spf13/cobra/..."},
+		why:    "a connector that does not read the daemon links none of it: the contract hands the daemon over untyped and only gpu and inference assert their own interfaces",
+	},
+	{
+		pkgs:   []string{"gpuhost/mcp/connector"},
+		forbid: []string{"gpuhost/..."},
+		why:    "the contract is linked by every connector, so it holds only the standard library, mcp-go's types and yaml",
 	},
 	{
 		pkgs:   []string{"gpuhost/frontdoor/..."},
@@ -93,7 +111,7 @@ func TestDependencyRules(t *testing.T) {
 	for _, r := range depRules {
 		checked := 0
 		for _, p := range pkgs {
-			if !matchesAny(r.pkgs, p) {
+			if !matchesAny(r.pkgs, p) || matchesAny(r.except, p) {
 				continue
 			}
 			checked++

@@ -13,13 +13,14 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"gpuhost/mcp"
+	"gpuhost/mcp/connector"
 )
 
 func trivialServer(b *testing.B) *mcp.Server {
 	b.Helper()
 	return newServer(b, mcp.ServerOptions{
 		Config:    map[string]yaml.Node{"t": section()},
-		Factories: map[string]mcp.Factory{"t": factory(tools(deviceTool("t_status")))},
+		Factories: map[string]connector.Factory{"t": factory(tools(deviceTool("t_status")))},
 	})
 }
 

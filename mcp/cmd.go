@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/mcp/connector"
 	"io"
 	"log/slog"
 	"os"
@@ -25,7 +26,7 @@ type Setup struct {
 	ConnectorsDir string
 	// Daemon backs the gpu and inference connectors (nil: they report
 	// that no daemon is reachable).
-	Daemon Daemon
+	Daemon any
 	// Close releases what Load opened (GPU handle, demo simulators); nil
 	// when there is nothing to release.
 	Close func()
@@ -50,7 +51,7 @@ type CmdDeps struct {
 	// Declarative reads the connectors in a connectors dir, with one error
 	// per file it could not use (logged; the other files still serve).
 	// nil: the directory is ignored with a warning. declarative.Load fits.
-	Declarative func(dir string) ([]NamedConnector, []error)
+	Declarative func(dir string) ([]connector.Named, []error)
 	// Logger returns the logger; it must write to stderr. Default: text
 	// on stderr at info.
 	Logger func(cmd *cobra.Command) (*slog.Logger, error)
@@ -109,7 +110,7 @@ func (st *cmdSetup) server(cmd *cobra.Command, level slog.Level) (*Server, func(
 			su.Close()
 		}
 	}
-	var extra []NamedConnector
+	var extra []connector.Named
 	if su.ConnectorsDir != "" {
 		if deps.Declarative == nil {
 			log.Warn("mcp connectors_dir is set but this build has no declarative connectors", "dir", su.ConnectorsDir)

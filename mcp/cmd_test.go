@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"gpuhost/mcp"
+	"gpuhost/mcp/connector"
 )
 
 const cliSecret = "cli-canary-91be77"
@@ -21,10 +22,10 @@ const cliSecret = "cli-canary-91be77"
 // The CLI builds from the registry, so the test registers its own
 // connector (the test binary's registry holds only this one).
 func init() {
-	mcp.Register("clitest", func() mcp.Connector {
-		return &fakeConn{build: func(env mcp.Env) ([]mcp.Tool, error) {
+	connector.Register("clitest", func() connector.Connector {
+		return &fakeConn{build: func(env connector.Env) ([]connector.Tool, error) {
 			t := deviceTool("clitest_status")
-			t.Handler = func(_ context.Context, a mcp.Args) (any, error) {
+			t.Handler = func(_ context.Context, a connector.Args) (any, error) {
 				key, err := env.Secrets.Get("CLITEST_KEY")
 				if err != nil {
 					return nil, err
@@ -35,7 +36,7 @@ func init() {
 				return "fine", nil
 			}
 			t.Targets.TestArgs = func(string) map[string]any { return map[string]any{} }
-			return []mcp.Tool{t}, nil
+			return []connector.Tool{t}, nil
 		}}
 	})
 }

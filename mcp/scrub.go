@@ -10,10 +10,8 @@ import (
 	"sync"
 
 	"gpuhost/internal/redactlog"
+	"gpuhost/mcp/connector"
 )
-
-// Redacted replaces every secret value in text that leaves the server.
-const Redacted = "[redacted]"
 
 // scrubber replaces every secret the Secrets handed out, in the forms a
 // connector or a third-party API is likely to echo it: plain, URL-escaped
@@ -22,16 +20,16 @@ const Redacted = "[redacted]"
 // base64 string such as a Basic auth header). The replacer is rebuilt only
 // when the set of secrets grows, because it does on every new Get.
 type scrubber struct {
-	secrets *Secrets
+	secrets *connector.Secrets
 
 	mu   sync.Mutex
 	n    int
 	repl *strings.Replacer
 }
 
-func newScrubber(s *Secrets) *scrubber { return &scrubber{secrets: s} }
+func newScrubber(s *connector.Secrets) *scrubber { return &scrubber{secrets: s} }
 
-// Scrub returns text with every known secret form replaced by Redacted.
+// Scrub returns text with every known secret form replaced by connector.Redacted.
 func (sc *scrubber) Scrub(text string) string {
 	if sc == nil || sc.secrets == nil || text == "" {
 		return text
@@ -78,7 +76,7 @@ func (sc *scrubber) replacer() *strings.Replacer {
 	})
 	pairs := make([]string, 0, 2*len(forms))
 	for _, f := range forms {
-		pairs = append(pairs, f, Redacted)
+		pairs = append(pairs, f, connector.Redacted)
 	}
 	sc.repl = strings.NewReplacer(pairs...)
 	return sc.repl

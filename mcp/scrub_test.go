@@ -2,13 +2,14 @@ package mcp
 
 import (
 	"encoding/base64"
+	"gpuhost/mcp/connector"
 	"net/url"
 	"strings"
 	"testing"
 )
 
 func scrubberFor(secret string) *scrubber {
-	s := NewSecrets(func(string) (string, bool) { return secret, true })
+	s := connector.NewSecrets(func(string) (string, bool) { return secret, true })
 	_, _ = s.Get("X")
 	return newScrubber(s)
 }
@@ -30,7 +31,7 @@ func TestScrubForms(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := sc.Scrub(tc.in)
-			if !strings.Contains(got, Redacted) {
+			if !strings.Contains(got, connector.Redacted) {
 				t.Fatalf("Scrub(%q) = %q: nothing redacted", tc.in, got)
 			}
 			// The secret's recognisable middle is gone in every form.
@@ -44,14 +45,14 @@ func TestScrubForms(t *testing.T) {
 	if got := sc.Scrub("nothing to see"); got != "nothing to see" {
 		t.Errorf("Scrub changed clean text: %q", got)
 	}
-	if got := newScrubber(NewSecrets(func(string) (string, bool) { return "", false })).Scrub("x"); got != "x" {
+	if got := newScrubber(connector.NewSecrets(func(string) (string, bool) { return "", false })).Scrub("x"); got != "x" {
 		t.Errorf("no secrets: %q", got)
 	}
 }
 
 // FuzzScrub: whatever the text around it, a scrubbed string never
 // contains a secret that was handed out (secrets are restricted to
-// characters outside Redacted, which could otherwise form a new match
+// characters outside connector.Redacted, which could otherwise form a new match
 // together with the replacement).
 func FuzzScrub(f *testing.F) {
 	f.Add("hunter22", "pre ", " post")

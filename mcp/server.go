@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/mcp/connector"
 	"io"
 	"log"
 	"log/slog"
@@ -35,14 +36,6 @@ import (
 // not left waiting on a dead device.
 const DefaultCallTimeout = 30 * time.Second
 
-// NamedConnector is a connector that is not in the init-time registry:
-// declarative connectors read from connectors_dir are built by their own
-// package and handed to NewServer under their file's name.
-type NamedConnector struct {
-	Name      string
-	Connector Connector
-}
-
 // ServerOptions configure NewServer. Only Config is needed; every other
 // field has a production default.
 type ServerOptions struct {
@@ -51,10 +44,11 @@ type ServerOptions struct {
 	Config map[string]yaml.Node
 	// Secrets hands out credentials at call time (default: the process
 	// environment).
-	Secrets *Secrets
-	// Daemon is the running appliance for the gpu and inference
-	// connectors (nil outside the daemon).
-	Daemon Daemon
+	Secrets *connector.Secrets
+	// Daemon is the running appliance, handed to every connector as
+	// Env.Daemon (nil outside the daemon); untyped because the server does
+	// not read it, the gpu and inference connectors assert what they need.
+	Daemon any
 	// HTTP is the client connectors use (default: 30 s timeout).
 	HTTP *http.Client
 	// Log receives the audit log and build messages (default: discarded).
@@ -62,9 +56,9 @@ type ServerOptions struct {
 	// Extra are connectors built elsewhere (declarative ones); each is
 	// enabled unconditionally under its Name, with Config[Name] as its
 	// section if present.
-	Extra []NamedConnector
-	// Factories replaces the registry (tests; default Factories()).
-	Factories map[string]Factory
+	Extra []connector.Named
+	// Factories replaces the registry (tests; default connector.Factories()).
+	Factories map[string]connector.Factory
 	// CallTimeout bounds each tool call (default DefaultCallTimeout).
 	CallTimeout time.Duration
 	// Version is reported to clients in the initialize result.
@@ -74,7 +68,7 @@ type ServerOptions struct {
 // ToolInfo is a registered tool and the connector it came from.
 type ToolInfo struct {
 	Connector string
-	Tool      Tool
+	Tool      connector.Tool
 }
 
 // Server is gpuhost's MCP server: mcp-go's server carrying the tools of
@@ -106,7 +100,7 @@ var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 // cannot work with.
 func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.Secrets == nil {
-		opts.Secrets = NewSecrets(os.LookupEnv)
+		opts.Secrets = connector.NewSecrets(os.LookupEnv)
 	}
 	if opts.HTTP == nil {
 		opts.HTTP = &http.Client{Timeout: DefaultCallTimeout}
@@ -115,7 +109,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	if opts.Factories == nil {
-		opts.Factories = Factories()
+		opts.Factories = connector.Factories()
 	}
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = DefaultCallTimeout
@@ -162,12 +156,12 @@ func NewServer(opts ServerOptions) (*Server, error) {
 
 type candidate struct {
 	name string
-	conn Connector
+	conn connector.Connector
 }
 
 // extraCandidates checks the names of declarative connectors and records
 // them (also the refused ones) so ReloadExtra can replace them all.
-func (s *Server) extraCandidates(extra []NamedConnector) []candidate {
+func (s *Server) extraCandidates(extra []connector.Named) []candidate {
 	s.extraNames = map[string]bool{}
 	s.extraOff = nil
 	var out []candidate
@@ -197,7 +191,7 @@ func (s *Server) extraCandidates(extra []NamedConnector) []candidate {
 func (s *Server) install(cands []candidate) {
 	sort.Slice(cands, func(i, j int) bool { return cands[i].name < cands[j].name })
 	for _, c := range cands {
-		env := Env{
+		env := connector.Env{
 			Name:    c.name,
 			Config:  s.opts.Config[c.name],
 			Secrets: s.opts.Secrets,
@@ -230,7 +224,7 @@ func (s *Server) install(cands []candidate) {
 // tools are removed, the new ones go through the same checks, and
 // connected clients get a tools/list_changed notification. Compiled
 // connectors are untouched.
-func (s *Server) ReloadExtra(extra []NamedConnector) {
+func (s *Server) ReloadExtra(extra []connector.Named) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var gone []string
@@ -265,7 +259,7 @@ func (s *Server) disable(name string, err error) {
 
 // safeBuild keeps a connector that panics in Build from taking the
 // daemon down: it is disabled like one that returned an error.
-func safeBuild(c Connector, env Env) (tools []Tool, err error) {
+func safeBuild(c connector.Connector, env connector.Env) (tools []connector.Tool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v", r)
@@ -275,13 +269,13 @@ func safeBuild(c Connector, env Env) (tools []Tool, err error) {
 }
 
 type checkedTool struct {
-	tool   Tool
+	tool   connector.Tool
 	schema *jsonschema.Schema
 }
 
 // checkTools applies the registration rules to one connector's tools and
 // compiles their input schemas; the first violation refuses them all.
-func checkTools(conn string, tools []Tool) ([]checkedTool, error) {
+func checkTools(conn string, tools []connector.Tool) ([]checkedTool, error) {
 	seen := map[string]bool{}
 	out := make([]checkedTool, 0, len(tools))
 	for i, t := range tools {
@@ -302,7 +296,7 @@ func checkTools(conn string, tools []Tool) ([]checkedTool, error) {
 	return out, nil
 }
 
-func checkTool(conn string, t Tool, seen map[string]bool) error {
+func checkTool(conn string, t connector.Tool, seen map[string]bool) error {
 	name := t.Def.Name
 	prefix := conn + "_"
 	switch {
@@ -419,7 +413,7 @@ func inputSchema(def mcpgo.Tool) (map[string]any, error) {
 // whose enum is exactly the configured targets, so the model can only pick
 // a configured name (docs/architecture.md decision 1). It may be optional (doctor of
 // "the active profile" when omitted); when given it is one of the enum.
-func checkTargets(def mcpgo.Tool, tg *Targets) error {
+func checkTargets(def mcpgo.Tool, tg *connector.Targets) error {
 	if tg.Param == "" {
 		return errors.New("no parameter named")
 	}
@@ -638,7 +632,7 @@ func validationMessage(ve *jsonschema.ValidationError) string {
 // wrap turns a connector handler into mcp-go's: validation, timeout, panic
 // recovery, result conversion, scrubbing and the audit line. It never
 // returns a protocol error: every failure is an isError result.
-func (s *Server) wrap(conn string, t Tool, sch *jsonschema.Schema) server.ToolHandlerFunc {
+func (s *Server) wrap(conn string, t connector.Tool, sch *jsonschema.Schema) server.ToolHandlerFunc {
 	name := t.Def.Name
 	return func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
 		start := time.Now()
@@ -671,7 +665,7 @@ type callResult struct {
 	err error
 }
 
-func (s *Server) call(ctx context.Context, name string, t Tool, sch *jsonschema.Schema, args map[string]any) (*mcpgo.CallToolResult, string, string) {
+func (s *Server) call(ctx context.Context, name string, t connector.Tool, sch *jsonschema.Schema, args map[string]any) (*mcpgo.CallToolResult, string, string) {
 	if err := validateArgs(sch, args); err != nil {
 		msg := s.sc.Scrub(fmt.Sprintf("invalid arguments for %s: %v", name, err))
 		return mcpgo.NewToolResultError(msg), "invalid_args", msg
@@ -686,7 +680,7 @@ func (s *Server) call(ctx context.Context, name string, t Tool, sch *jsonschema.
 				ch <- callResult{err: fmt.Errorf("internal error in %s (a bug in the connector, logged on the server); try another tool", name)}
 			}
 		}()
-		v, err := t.Handler(ctx, Args(args))
+		v, err := t.Handler(ctx, connector.Args(args))
 		ch <- callResult{v: v, err: err}
 	}()
 	var r callResult
@@ -699,7 +693,7 @@ func (s *Server) call(ctx context.Context, name string, t Tool, sch *jsonschema.
 	if r.err != nil {
 		outcome := "error"
 		msg := r.err.Error()
-		var ms *MissingSecretError
+		var ms *connector.MissingSecretError
 		switch {
 		case errors.As(r.err, &ms):
 			outcome = "missing_secret"

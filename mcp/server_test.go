@@ -28,21 +28,22 @@ import (
 	"gpuhost/internal/testbin"
 	"gpuhost/internal/testkit"
 	"gpuhost/mcp"
+	"gpuhost/mcp/connector"
 )
 
 // fakeConn is a connector whose tools the test chooses.
 type fakeConn struct {
-	build func(env mcp.Env) ([]mcp.Tool, error)
+	build func(env connector.Env) ([]connector.Tool, error)
 }
 
-func (f *fakeConn) Build(env mcp.Env) ([]mcp.Tool, error) { return f.build(env) }
+func (f *fakeConn) Build(env connector.Env) ([]connector.Tool, error) { return f.build(env) }
 
-func factory(build func(env mcp.Env) ([]mcp.Tool, error)) mcp.Factory {
-	return func() mcp.Connector { return &fakeConn{build: build} }
+func factory(build func(env connector.Env) ([]connector.Tool, error)) connector.Factory {
+	return func() connector.Connector { return &fakeConn{build: build} }
 }
 
-func tools(ts ...mcp.Tool) func(mcp.Env) ([]mcp.Tool, error) {
-	return func(mcp.Env) ([]mcp.Tool, error) { return ts, nil }
+func tools(ts ...connector.Tool) func(connector.Env) ([]connector.Tool, error) {
+	return func(connector.Env) ([]connector.Tool, error) { return ts, nil }
 }
 
 func ro(name string, opts ...mcpgo.ToolOption) mcpgo.Tool {
@@ -55,17 +56,17 @@ func ro(name string, opts ...mcpgo.ToolOption) mcpgo.Tool {
 	return mcpgo.NewTool(name, append(base, opts...)...)
 }
 
-func okHandler(_ context.Context, args mcp.Args) (any, error) {
+func okHandler(_ context.Context, args connector.Args) (any, error) {
 	return "ok " + args.String("device"), nil
 }
 
 var devices = []string{"garage", "kitchen"}
 
-func deviceTool(name string) mcp.Tool {
-	return mcp.Tool{
+func deviceTool(name string) connector.Tool {
+	return connector.Tool{
 		Def:     ro(name, mcpgo.WithString("device", mcpgo.Required(), mcpgo.Enum(devices...))),
 		Handler: okHandler,
-		Targets: &mcp.Targets{Param: "device", Values: devices},
+		Targets: &connector.Targets{Param: "device", Values: devices},
 	}
 }
 
@@ -83,38 +84,38 @@ func newServer(t testing.TB, opts mcp.ServerOptions) *mcp.Server {
 
 func TestRegistrationRefusals(t *testing.T) {
 	good := deviceTool("good_status")
-	noRO := mcp.Tool{Def: mcpgo.NewTool("bad_x", mcpgo.WithDestructiveHintAnnotation(false)), Handler: okHandler}
-	roFalse := mcp.Tool{Def: mcpgo.NewTool("bad_x", mcpgo.WithReadOnlyHintAnnotation(false), mcpgo.WithDestructiveHintAnnotation(false)), Handler: okHandler}
-	noDestr := mcp.Tool{Def: mcpgo.NewTool("bad_x", mcpgo.WithReadOnlyHintAnnotation(true)), Handler: okHandler}
-	destr := mcp.Tool{Def: ro("bad_x", mcpgo.WithDestructiveHintAnnotation(true)), Handler: okHandler}
+	noRO := connector.Tool{Def: mcpgo.NewTool("bad_x", mcpgo.WithDestructiveHintAnnotation(false)), Handler: okHandler}
+	roFalse := connector.Tool{Def: mcpgo.NewTool("bad_x", mcpgo.WithReadOnlyHintAnnotation(false), mcpgo.WithDestructiveHintAnnotation(false)), Handler: okHandler}
+	noDestr := connector.Tool{Def: mcpgo.NewTool("bad_x", mcpgo.WithReadOnlyHintAnnotation(true)), Handler: okHandler}
+	destr := connector.Tool{Def: ro("bad_x", mcpgo.WithDestructiveHintAnnotation(true)), Handler: okHandler}
 	enumMismatch := deviceTool("bad_x")
-	enumMismatch.Targets = &mcp.Targets{Param: "device", Values: []string{"kitchen", "garage", "attic"}}
-	notEnum := mcp.Tool{Def: ro("bad_x", mcpgo.WithString("device", mcpgo.Required())), Handler: okHandler,
-		Targets: &mcp.Targets{Param: "device", Values: devices}}
+	enumMismatch.Targets = &connector.Targets{Param: "device", Values: []string{"kitchen", "garage", "attic"}}
+	notEnum := connector.Tool{Def: ro("bad_x", mcpgo.WithString("device", mcpgo.Required())), Handler: okHandler,
+		Targets: &connector.Targets{Param: "device", Values: devices}}
 	wrongParam := deviceTool("bad_x")
-	wrongParam.Targets = &mcp.Targets{Param: "nas", Values: devices}
-	noTargets := mcp.Tool{Def: ro("bad_x", mcpgo.WithString("device", mcpgo.Required(), mcpgo.Enum())), Handler: okHandler,
-		Targets: &mcp.Targets{Param: "device"}}
+	wrongParam.Targets = &connector.Targets{Param: "nas", Values: devices}
+	noTargets := connector.Tool{Def: ro("bad_x", mcpgo.WithString("device", mcpgo.Required(), mcpgo.Enum())), Handler: okHandler,
+		Targets: &connector.Targets{Param: "device"}}
 
-	lax := mcp.Tool{Def: mcpgo.NewTool("bad_x", mcpgo.WithReadOnlyHintAnnotation(true), mcpgo.WithDestructiveHintAnnotation(false),
+	lax := connector.Tool{Def: mcpgo.NewTool("bad_x", mcpgo.WithReadOnlyHintAnnotation(true), mcpgo.WithDestructiveHintAnnotation(false),
 		mcpgo.WithString("device")), Handler: okHandler}
-	apTrue := mcp.Tool{Def: ro("bad_x", mcpgo.WithSchemaAdditionalProperties(true)), Handler: okHandler}
-	apSchema := mcp.Tool{Def: ro("bad_x", mcpgo.WithSchemaAdditionalProperties(map[string]any{"type": "string"})), Handler: okHandler}
-	nested := mcp.Tool{Def: ro("bad_x", mcpgo.WithObject("filter", mcpgo.Properties(map[string]any{"q": map[string]any{"type": "string"}}))),
+	apTrue := connector.Tool{Def: ro("bad_x", mcpgo.WithSchemaAdditionalProperties(true)), Handler: okHandler}
+	apSchema := connector.Tool{Def: ro("bad_x", mcpgo.WithSchemaAdditionalProperties(map[string]any{"type": "string"})), Handler: okHandler}
+	nested := connector.Tool{Def: ro("bad_x", mcpgo.WithObject("filter", mcpgo.Properties(map[string]any{"q": map[string]any{"type": "string"}}))),
 		Handler: okHandler}
-	nestedItems := mcp.Tool{Def: ro("bad_x", mcpgo.WithArray("rows", mcpgo.Items(map[string]any{"type": "object",
+	nestedItems := connector.Tool{Def: ro("bad_x", mcpgo.WithArray("rows", mcpgo.Items(map[string]any{"type": "object",
 		"additionalProperties": true}))), Handler: okHandler}
-	rawLax := mcp.Tool{Def: mcpgo.NewToolWithRawSchema("bad_x", "raw schema", json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}}}`)),
+	rawLax := connector.Tool{Def: mcpgo.NewToolWithRawSchema("bad_x", "raw schema", json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}}}`)),
 		Handler: okHandler}
 	rawLax.Def.Annotations = ro("bad_x").Annotations
-	rawTypes := mcp.Tool{Def: mcpgo.NewToolWithRawSchema("bad_x", "raw schema", json.RawMessage(
+	rawTypes := connector.Tool{Def: mcpgo.NewToolWithRawSchema("bad_x", "raw schema", json.RawMessage(
 		`{"type":"object","properties":{"q":{"type":["object","null"],"additionalProperties":true}},"additionalProperties":false}`)),
 		Handler: okHandler}
 	rawTypes.Def.Annotations = ro("bad_x").Annotations
 
 	tests := []struct {
 		name  string
-		build func(mcp.Env) ([]mcp.Tool, error)
+		build func(connector.Env) ([]connector.Tool, error)
 		want  string
 	}{
 		{"schema not strict", tools(lax), "tool bad_x refused: input schema is not strict: the top-level object must have additionalProperties: false"},
@@ -128,25 +129,25 @@ func TestRegistrationRefusals(t *testing.T) {
 		{"readOnlyHint false", tools(roFalse), "readOnlyHint must be true"},
 		{"destructiveHint unset", tools(noDestr), "destructiveHint must be set to false"},
 		{"destructive", tools(destr), "destructiveHint must be set to false"},
-		{"missing prefix", tools(mcp.Tool{Def: ro("status"), Handler: okHandler}), `must start with "bad_"`},
-		{"other connector's prefix", tools(mcp.Tool{Def: ro("good_status"), Handler: okHandler}), `must start with "bad_"`},
-		{"prefix only", tools(mcp.Tool{Def: ro("bad_"), Handler: okHandler}), `must start with "bad_"`},
-		{"bad characters", tools(mcp.Tool{Def: ro("bad_a b"), Handler: okHandler}), "is not 1-128 characters"},
-		{"duplicate", tools(mcp.Tool{Def: ro("bad_x"), Handler: okHandler}, mcp.Tool{Def: ro("bad_x"), Handler: okHandler}), "duplicate tool name"},
-		{"no handler", tools(mcp.Tool{Def: ro("bad_x")}), "no handler"},
+		{"missing prefix", tools(connector.Tool{Def: ro("status"), Handler: okHandler}), `must start with "bad_"`},
+		{"other connector's prefix", tools(connector.Tool{Def: ro("good_status"), Handler: okHandler}), `must start with "bad_"`},
+		{"prefix only", tools(connector.Tool{Def: ro("bad_"), Handler: okHandler}), `must start with "bad_"`},
+		{"bad characters", tools(connector.Tool{Def: ro("bad_a b"), Handler: okHandler}), "is not 1-128 characters"},
+		{"duplicate", tools(connector.Tool{Def: ro("bad_x"), Handler: okHandler}, connector.Tool{Def: ro("bad_x"), Handler: okHandler}), "duplicate tool name"},
+		{"no handler", tools(connector.Tool{Def: ro("bad_x")}), "no handler"},
 		{"enum differs from targets", tools(enumMismatch), "must equal the configured targets"},
 		{"target not an enum", tools(notEnum), "must equal the configured targets"},
 		{"target param missing", tools(wrongParam), `parameter "nas" is not in the input schema`},
 		{"no targets", tools(noTargets), "has no configured targets"},
-		{"build error", func(mcp.Env) ([]mcp.Tool, error) { return nil, errors.New("no devices configured") }, "build: no devices configured"},
-		{"build panic", func(mcp.Env) ([]mcp.Tool, error) { panic("boom") }, "build: panic: boom"},
-		{"one bad tool refuses all", tools(mcp.Tool{Def: ro("bad_fine"), Handler: okHandler}, destr), "tool bad_x refused"},
+		{"build error", func(connector.Env) ([]connector.Tool, error) { return nil, errors.New("no devices configured") }, "build: no devices configured"},
+		{"build panic", func(connector.Env) ([]connector.Tool, error) { panic("boom") }, "build: panic: boom"},
+		{"one bad tool refuses all", tools(connector.Tool{Def: ro("bad_fine"), Handler: okHandler}, destr), "tool bad_x refused"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newServer(t, mcp.ServerOptions{
 				Config: map[string]yaml.Node{"good": section(), "bad": section()},
-				Factories: map[string]mcp.Factory{
+				Factories: map[string]connector.Factory{
 					"good": factory(tools(good)),
 					"bad":  factory(tc.build),
 				},
@@ -178,11 +179,11 @@ func TestRegistrationRefusals(t *testing.T) {
 // TestOptionalTarget: an optional target parameter is accepted when its
 // enum matches; a value outside it is still refused at call time.
 func TestOptionalTarget(t *testing.T) {
-	opt := mcp.Tool{Def: ro("o_doctor", mcpgo.WithString("device", mcpgo.Enum(devices...))), Handler: okHandler,
-		Targets: &mcp.Targets{Param: "device", Values: devices}}
+	opt := connector.Tool{Def: ro("o_doctor", mcpgo.WithString("device", mcpgo.Enum(devices...))), Handler: okHandler,
+		Targets: &connector.Targets{Param: "device", Values: devices}}
 	s := newServer(t, mcp.ServerOptions{
 		Config:    map[string]yaml.Node{"o": section()},
-		Factories: map[string]mcp.Factory{"o": factory(tools(opt))},
+		Factories: map[string]connector.Factory{"o": factory(tools(opt))},
 	})
 	if d := s.Disabled(); len(d) > 0 {
 		t.Fatalf("disabled: %v", d)
@@ -199,20 +200,20 @@ func TestOptionalTarget(t *testing.T) {
 func TestConnectorSelection(t *testing.T) {
 	called := map[string]bool{}
 	var mu sync.Mutex
-	mk := func(name string) mcp.Factory {
-		return factory(func(env mcp.Env) ([]mcp.Tool, error) {
+	mk := func(name string) connector.Factory {
+		return factory(func(env connector.Env) ([]connector.Tool, error) {
 			mu.Lock()
 			called[env.Name] = true
 			mu.Unlock()
-			return []mcp.Tool{{Def: ro(name + "_t"), Handler: okHandler}}, nil
+			return []connector.Tool{{Def: ro(name + "_t"), Handler: okHandler}}, nil
 		})
 	}
 	s := newServer(t, mcp.ServerOptions{
 		Config:    map[string]yaml.Node{"a": section(), "nosuch": section(), "decl": section()},
-		Factories: map[string]mcp.Factory{"a": mk("a"), "b": mk("b"), "clash": mk("clash")},
-		Extra: []mcp.NamedConnector{
-			{Name: "decl", Connector: &fakeConn{build: tools(mcp.Tool{Def: ro("decl_t"), Handler: okHandler})}},
-			{Name: "clash", Connector: &fakeConn{build: tools(mcp.Tool{Def: ro("clash_t"), Handler: okHandler})}},
+		Factories: map[string]connector.Factory{"a": mk("a"), "b": mk("b"), "clash": mk("clash")},
+		Extra: []connector.Named{
+			{Name: "decl", Connector: &fakeConn{build: tools(connector.Tool{Def: ro("decl_t"), Handler: okHandler})}},
+			{Name: "clash", Connector: &fakeConn{build: tools(connector.Tool{Def: ro("clash_t"), Handler: okHandler})}},
 		},
 	})
 	if called["b"] {
@@ -271,30 +272,30 @@ func behaviourServer(t testing.TB, logTo io.Writer) *mcp.Server {
 	t.Helper()
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
-	num := mcp.Tool{
+	num := connector.Tool{
 		Def: ro("t_sum", mcpgo.WithNumber("a", mcpgo.Required()), mcpgo.WithNumber("b", mcpgo.Required())),
-		Handler: func(_ context.Context, a mcp.Args) (any, error) {
+		Handler: func(_ context.Context, a connector.Args) (any, error) {
 			x, _ := a.Number("a")
 			y, _ := a.Number("b")
 			return map[string]any{"sum": x + y}, nil
 		},
 	}
-	list := mcp.Tool{Def: ro("t_list"), Handler: func(context.Context, mcp.Args) (any, error) { return []int{1, 2}, nil }}
-	slow := mcp.Tool{Def: ro("t_slow"), Handler: func(context.Context, mcp.Args) (any, error) {
+	list := connector.Tool{Def: ro("t_list"), Handler: func(context.Context, connector.Args) (any, error) { return []int{1, 2}, nil }}
+	slow := connector.Tool{Def: ro("t_slow"), Handler: func(context.Context, connector.Args) (any, error) {
 		<-release // ignores its context on purpose
 		return "late", nil
 	}}
-	panicky := mcp.Tool{Def: ro("t_panic"), Handler: func(context.Context, mcp.Args) (any, error) { panic("nil map somewhere") }}
-	failing := mcp.Tool{Def: ro("t_fail"), Handler: func(context.Context, mcp.Args) (any, error) {
+	panicky := connector.Tool{Def: ro("t_panic"), Handler: func(context.Context, connector.Args) (any, error) { panic("nil map somewhere") }}
+	failing := connector.Tool{Def: ro("t_fail"), Handler: func(context.Context, connector.Args) (any, error) {
 		return nil, errors.New("device 'kitchen' is offline: last seen 3 h ago")
 	}}
-	noSecret := mcp.Tool{Def: ro("t_secret"), Handler: func(ctx context.Context, _ mcp.Args) (any, error) {
-		return nil, fmt.Errorf("read status: %w", &mcp.MissingSecretError{Name: "SHELLY_AUTH_KEY"})
+	noSecret := connector.Tool{Def: ro("t_secret"), Handler: func(ctx context.Context, _ connector.Args) (any, error) {
+		return nil, fmt.Errorf("read status: %w", &connector.MissingSecretError{Name: "SHELLY_AUTH_KEY"})
 	}}
-	badJSON := mcp.Tool{Def: ro("t_chan"), Handler: func(context.Context, mcp.Args) (any, error) { return make(chan int), nil }}
-	pattern := mcp.Tool{Def: mcpgo.NewToolWithRawSchema("t_labels", "labels by pattern", json.RawMessage(
+	badJSON := connector.Tool{Def: ro("t_chan"), Handler: func(context.Context, connector.Args) (any, error) { return make(chan int), nil }}
+	pattern := connector.Tool{Def: mcpgo.NewToolWithRawSchema("t_labels", "labels by pattern", json.RawMessage(
 		`{"type":"object","properties":{"name":{"type":"string"}},"patternProperties":{"^label_[a-z]+$":{"type":"string"}},"additionalProperties":false}`)),
-		Handler: func(_ context.Context, a mcp.Args) (any, error) { return fmt.Sprintf("%d args", len(a)), nil }}
+		Handler: func(_ context.Context, a connector.Args) (any, error) { return fmt.Sprintf("%d args", len(a)), nil }}
 	pattern.Def.Annotations = ro("t_labels").Annotations
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	if logTo != nil {
@@ -302,9 +303,9 @@ func behaviourServer(t testing.TB, logTo io.Writer) *mcp.Server {
 	}
 	return newServer(t, mcp.ServerOptions{
 		Config:      map[string]yaml.Node{"t": section()},
-		Factories:   map[string]mcp.Factory{"t": factory(tools(deviceTool("t_status"), num, list, slow, panicky, failing, noSecret, badJSON, pattern))},
+		Factories:   map[string]connector.Factory{"t": factory(tools(deviceTool("t_status"), num, list, slow, panicky, failing, noSecret, badJSON, pattern))},
 		CallTimeout: 100 * time.Millisecond,
-		Secrets:     mcp.NewSecrets(func(string) (string, bool) { return "", false }),
+		Secrets:     connector.NewSecrets(func(string) (string, bool) { return "", false }),
 		Log:         log,
 	})
 }
@@ -399,7 +400,7 @@ const canary = "CANARY-s3cr3t/+=&?\"<x>-7f3a9"
 
 func TestCanarySecretNeverLeaves(t *testing.T) {
 	var logBuf testkit.SyncBuffer
-	secrets := mcp.NewSecrets(func(name string) (string, bool) {
+	secrets := connector.NewSecrets(func(name string) (string, bool) {
 		if name == "FAKE_TOKEN" {
 			return canary, true
 		}
@@ -414,11 +415,11 @@ func TestCanarySecretNeverLeaves(t *testing.T) {
 		"basic header": "Basic " + base64.StdEncoding.EncodeToString([]byte("admin:"+canary)),
 		"basic 2":      base64.StdEncoding.EncodeToString([]byte("ab:" + canary + "!")),
 	}
-	var echoTools []mcp.Tool
+	var echoTools []connector.Tool
 	for _, kind := range []string{"text", "json", "error", "wrapped"} {
-		echoTools = append(echoTools, mcp.Tool{
+		echoTools = append(echoTools, connector.Tool{
 			Def: ro("leak_"+kind, mcpgo.WithString("echo")),
-			Handler: func(ctx context.Context, _ mcp.Args) (any, error) {
+			Handler: func(ctx context.Context, _ connector.Args) (any, error) {
 				tok, err := secrets.Get("FAKE_TOKEN")
 				if err != nil {
 					return nil, err
@@ -441,10 +442,10 @@ func TestCanarySecretNeverLeaves(t *testing.T) {
 			},
 		})
 	}
-	var logOnce mcp.Env
+	var logOnce connector.Env
 	s := newServer(t, mcp.ServerOptions{
 		Config: map[string]yaml.Node{"leak": section()},
-		Factories: map[string]mcp.Factory{"leak": factory(func(env mcp.Env) ([]mcp.Tool, error) {
+		Factories: map[string]connector.Factory{"leak": factory(func(env connector.Env) ([]connector.Tool, error) {
 			logOnce = env
 			return echoTools, nil
 		})},
@@ -457,7 +458,7 @@ func TestCanarySecretNeverLeaves(t *testing.T) {
 		res := call(t, c, tl.Def.Name, map[string]any{"echo": canary})
 		b, _ := json.Marshal(res)
 		outputs = append(outputs, text(res), string(b))
-		if !strings.Contains(text(res), mcp.Redacted) {
+		if !strings.Contains(text(res), connector.Redacted) {
 			t.Errorf("%s: no redaction marker in %q", tl.Def.Name, text(res))
 		}
 	}
@@ -659,22 +660,22 @@ func TestStdio(t *testing.T) {
 
 func TestReloadExtra(t *testing.T) {
 	decl := func(names ...string) *fakeConn {
-		var ts []mcp.Tool
+		var ts []connector.Tool
 		for _, n := range names {
-			ts = append(ts, mcp.Tool{Def: ro(n), Handler: okHandler})
+			ts = append(ts, connector.Tool{Def: ro(n), Handler: okHandler})
 		}
 		return &fakeConn{build: tools(ts...)}
 	}
 	s := newServer(t, mcp.ServerOptions{
 		Config:    map[string]yaml.Node{"t": section()},
-		Factories: map[string]mcp.Factory{"t": factory(tools(deviceTool("t_status")))},
-		Extra:     []mcp.NamedConnector{{Name: "att", Connector: decl("att_today")}, {Name: "old", Connector: decl("wrong_prefix")}},
+		Factories: map[string]connector.Factory{"t": factory(tools(deviceTool("t_status")))},
+		Extra:     []connector.Named{{Name: "att", Connector: decl("att_today")}, {Name: "old", Connector: decl("wrong_prefix")}},
 	})
 	if _, off := s.Disabled()["old"]; !off {
 		t.Fatalf("old should be disabled: %v", s.Disabled())
 	}
 	c := inproc(t, s)
-	s.ReloadExtra([]mcp.NamedConnector{{Name: "att", Connector: decl("att_absences", "att_today")}, {Name: "t", Connector: decl("t_x")}})
+	s.ReloadExtra([]connector.Named{{Name: "att", Connector: decl("att_absences", "att_today")}, {Name: "t", Connector: decl("t_x")}})
 	list, err := c.ListTools(context.Background(), mcpgo.ListToolsRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -707,8 +708,8 @@ func TestReloadExtra(t *testing.T) {
 func TestReloadExtraClearsOldRefusals(t *testing.T) {
 	s := newServer(t, mcp.ServerOptions{
 		Config:    map[string]yaml.Node{"t": section()},
-		Factories: map[string]mcp.Factory{"t": factory(tools(deviceTool("t_status")))},
-		Extra:     []mcp.NamedConnector{{Name: "t", Connector: &fakeConn{build: tools()}}},
+		Factories: map[string]connector.Factory{"t": factory(tools(deviceTool("t_status")))},
+		Extra:     []connector.Named{{Name: "t", Connector: &fakeConn{build: tools()}}},
 	})
 	if _, off := s.Disabled()["t"]; !off {
 		t.Fatal("clash not reported")

@@ -11,13 +11,14 @@ import (
 	"gpuhost/api"
 	"gpuhost/appliance"
 	"gpuhost/bench"
-	"gpuhost/mcp"
 	"gpuhost/nvml"
 )
 
-// MCPDaemon adapts the running appliance to mcp.Daemon, so package
-// main wires the gpu and inference connectors in one line. It exposes
-// reads only: the Supervisor's Switch is deliberately not reachable.
+// MCPDaemon adapts the running appliance to the Daemon interfaces of the
+// gpu and inference connectors (each defines the few methods it reads;
+// mcpdaemon_test.go checks MCPDaemon has them), so package main wires
+// both in one line. It exposes reads only: the Supervisor's Switch is
+// deliberately not reachable.
 type MCPDaemon struct {
 	Sup *appliance.Supervisor
 	// DoctorFn runs the doctor (the same function the API uses).
@@ -25,8 +26,6 @@ type MCPDaemon struct {
 	// Bench is the results store (nil: no results).
 	Bench *bench.Store
 }
-
-var _ mcp.Daemon = (*MCPDaemon)(nil)
 
 // Snapshot reads the GPU through the daemon's own NVML handle.
 func (d *MCPDaemon) Snapshot(ctx context.Context) (nvml.Snapshot, error) {

@@ -3,6 +3,7 @@ package declarative
 import (
 	"context"
 	"encoding/json"
+	"gpuhost/mcp/connector"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,8 +15,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"gpuhost/mcp"
 )
 
 // canary is the attendance token in these tests; the fake echoes whatever
@@ -103,10 +102,10 @@ func (f *fakeAttendance) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // testEnv is an Env whose secrets come from vars.
-func testEnv(name string, vars map[string]string) mcp.Env {
-	return mcp.Env{
+func testEnv(name string, vars map[string]string) connector.Env {
+	return connector.Env{
 		Name: name,
-		Secrets: mcp.NewSecrets(func(k string) (string, bool) {
+		Secrets: connector.NewSecrets(func(k string) (string, bool) {
 			v, ok := vars[k]
 			return v, ok
 		}),
@@ -143,7 +142,7 @@ func loadExample(t *testing.T, srvURL string) *Connector {
 	return got[0].Connector.(*Connector)
 }
 
-func toolByName(t *testing.T, tools []mcp.Tool, name string) mcp.Tool {
+func toolByName(t *testing.T, tools []connector.Tool, name string) connector.Tool {
 	t.Helper()
 	for _, tl := range tools {
 		if tl.Def.Name == name {
@@ -151,7 +150,7 @@ func toolByName(t *testing.T, tools []mcp.Tool, name string) mcp.Tool {
 		}
 	}
 	t.Fatalf("no tool %s", name)
-	return mcp.Tool{}
+	return connector.Tool{}
 }
 
 func mustJSON(t *testing.T, v any) string {
@@ -212,34 +211,34 @@ func TestAttendanceExampleCalls(t *testing.T) {
 	}
 	tests := []struct {
 		name, tool string
-		args       mcp.Args
+		args       connector.Args
 		want       []string // substrings of the JSON result, or of the error
 		wantErr    bool
 		noRequest  bool // the error must come before any HTTP request
 	}{
-		{name: "present today", tool: "attendance_present_today", args: mcp.Args{},
+		{name: "present today", tool: "attendance_present_today", args: connector.Args{},
 			want: []string{`"date":"2026-11-30"`, `"count":3`, `"Ada Berg"`, `"Dana Ek"`, `"debug_auth":"Bearer [redacted]"`}},
-		{name: "present today in paint", tool: "attendance_present_today", args: mcp.Args{"department": "paint"},
+		{name: "present today in paint", tool: "attendance_present_today", args: connector.Args{"department": "paint"},
 			want: []string{`"count":1`, `"Cem Öz"`}},
-		{name: "absences this week", tool: "attendance_absences", args: mcp.Args{"from": "2026-11-30", "to": "2026-12-06"},
+		{name: "absences this week", tool: "attendance_absences", args: connector.Args{"from": "2026-11-30", "to": "2026-12-06"},
 			want: []string{`[{"department":"paint","employee_id":"E1002","from":"2026-11-30","kind":"vacation","name":"Bo Lind","to":"2026-12-04"}]`}},
-		{name: "absences in November, welding", tool: "attendance_absences", args: mcp.Args{"from": "2026-11-01", "to": "2026-11-30", "department": "welding"},
+		{name: "absences in November, welding", tool: "attendance_absences", args: connector.Args{"from": "2026-11-01", "to": "2026-11-30", "department": "welding"},
 			want: []string{`"E1005"`, `"sick"`}},
-		{name: "absences none", tool: "attendance_absences", args: mcp.Args{"from": "2027-01-01", "to": "2027-01-31"},
+		{name: "absences none", tool: "attendance_absences", args: connector.Args{"from": "2027-01-01", "to": "2027-01-31"},
 			want: []string{`[]`}},
-		{name: "from after to is the API's 400", tool: "attendance_absences", args: mcp.Args{"from": "2026-12-06", "to": "2026-11-30"},
+		{name: "from after to is the API's 400", tool: "attendance_absences", args: connector.Args{"from": "2026-12-06", "to": "2026-11-30"},
 			wantErr: true, want: []string{"attendance_absences", "400 Bad Request", "from and to must be dates"}},
-		{name: "German date", tool: "attendance_absences", args: mcp.Args{"from": "30.11.2026", "to": "2026-12-06"},
+		{name: "German date", tool: "attendance_absences", args: connector.Args{"from": "30.11.2026", "to": "2026-12-06"},
 			wantErr: true, noRequest: true, want: []string{`parameter "from"`, "YYYY-MM-DD"}},
-		{name: "impossible date", tool: "attendance_absences", args: mcp.Args{"from": "2026-02-30", "to": "2026-03-06"},
+		{name: "impossible date", tool: "attendance_absences", args: connector.Args{"from": "2026-02-30", "to": "2026-03-06"},
 			wantErr: true, noRequest: true, want: []string{"not a date"}},
-		{name: "missing to", tool: "attendance_absences", args: mcp.Args{"from": "2026-11-30"},
+		{name: "missing to", tool: "attendance_absences", args: connector.Args{"from": "2026-11-30"},
 			wantErr: true, noRequest: true, want: []string{`missing required parameter "to"`}},
-		{name: "unknown department", tool: "attendance_present_today", args: mcp.Args{"department": "hr"},
+		{name: "unknown department", tool: "attendance_present_today", args: connector.Args{"department": "hr"},
 			wantErr: true, noRequest: true, want: []string{`"hr" is not allowed`, "assembly, paint"}},
-		{name: "department as a number", tool: "attendance_present_today", args: mcp.Args{"department": 3.0},
+		{name: "department as a number", tool: "attendance_present_today", args: connector.Args{"department": 3.0},
 			wantErr: true, noRequest: true, want: []string{"got number"}},
-		{name: "smuggled URL parameter", tool: "attendance_present_today", args: mcp.Args{"url": "http://evil/"},
+		{name: "smuggled URL parameter", tool: "attendance_present_today", args: connector.Args{"url": "http://evil/"},
 			wantErr: true, noRequest: true, want: []string{`unknown parameter "url"`, "takes: department"}},
 	}
 	for _, tc := range tests {

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"gpuhost/mcp"
+	"gpuhost/mcp/connector"
 )
 
 // echoServer answers every request with a JSON document describing it,
@@ -45,7 +45,7 @@ func mustParse(t *testing.T, yml string) *Connector {
 	return c
 }
 
-func buildTool(t *testing.T, c *Connector, env mcp.Env, name string) mcp.Tool {
+func buildTool(t *testing.T, c *Connector, env connector.Env, name string) connector.Tool {
 	t.Helper()
 	tools, err := c.Build(env)
 	if err != nil {
@@ -75,21 +75,21 @@ tools:
 	tool := buildTool(t, c, testEnv("items", nil), "items_get")
 	tests := []struct {
 		name        string
-		args        mcp.Args
+		args        connector.Args
 		wantRawPath string
 		wantQuery   string
 		wantErr     string
 	}{
-		{"plain", mcp.Args{"kind": "a b", "id": "42", "day": "2026-01-31"}, "/base/v1/a%20b/42/on/2026-01-31.json", "", ""},
-		{"slash stays in its segment", mcp.Args{"kind": "c/d", "id": "../../admin?x=1#f", "day": "2026-01-31", "n": 7.0, "q": "a&b=c d"},
+		{"plain", connector.Args{"kind": "a b", "id": "42", "day": "2026-01-31"}, "/base/v1/a%20b/42/on/2026-01-31.json", "", ""},
+		{"slash stays in its segment", connector.Args{"kind": "c/d", "id": "../../admin?x=1#f", "day": "2026-01-31", "n": 7.0, "q": "a&b=c d"},
 			"/base/v1/c%2Fd/..%2F..%2Fadmin%3Fx=1%23f/on/2026-01-31.json", "n=7&q=a%26b%3Dc+d", ""},
-		{"percent is literal", mcp.Args{"kind": "a b", "id": "%2e%2e", "day": "2026-01-31"}, "/base/v1/a%20b/%252e%252e/on/2026-01-31.json", "", ""},
-		{"dot dot refused", mcp.Args{"kind": "a b", "id": "..", "day": "2026-01-31"}, "", "", `".." is not a valid value`},
-		{"fractional integer", mcp.Args{"kind": "a b", "id": "1", "day": "2026-01-31", "n": 1.5}, "", "", "1.5 is not an integer"},
-		{"integer as string", mcp.Args{"kind": "a b", "id": "1", "day": "2026-01-31", "n": "7"}, "", "", "want an integer, got string"},
-		{"control character", mcp.Args{"kind": "a b", "id": "a\nb", "day": "2026-01-31"}, "", "", "printable"},
-		{"empty string", mcp.Args{"kind": "a b", "id": "", "day": "2026-01-31"}, "", "", "printable"},
-		{"missing path param", mcp.Args{"kind": "a b", "day": "2026-01-31"}, "", "", `missing required parameter "id"`},
+		{"percent is literal", connector.Args{"kind": "a b", "id": "%2e%2e", "day": "2026-01-31"}, "/base/v1/a%20b/%252e%252e/on/2026-01-31.json", "", ""},
+		{"dot dot refused", connector.Args{"kind": "a b", "id": "..", "day": "2026-01-31"}, "", "", `".." is not a valid value`},
+		{"fractional integer", connector.Args{"kind": "a b", "id": "1", "day": "2026-01-31", "n": 1.5}, "", "", "1.5 is not an integer"},
+		{"integer as string", connector.Args{"kind": "a b", "id": "1", "day": "2026-01-31", "n": "7"}, "", "", "want an integer, got string"},
+		{"control character", connector.Args{"kind": "a b", "id": "a\nb", "day": "2026-01-31"}, "", "", "printable"},
+		{"empty string", connector.Args{"kind": "a b", "id": "", "day": "2026-01-31"}, "", "", "printable"},
+		{"missing path param", connector.Args{"kind": "a b", "day": "2026-01-31"}, "", "", `missing required parameter "id"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -141,7 +141,7 @@ name: sel
 base_url: %s
 tools: [{name: get, description: d, path: /x, select: %q}]
 `, srv.URL, tc.sel))
-			res, err := buildTool(t, c, testEnv("sel", nil), "sel_get").Handler(context.Background(), mcp.Args{})
+			res, err := buildTool(t, c, testEnv("sel", nil), "sel_get").Handler(context.Background(), connector.Args{})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.Is(err, errSelect) || !strings.Contains(err.Error(), "test.yaml") {
 					t.Fatalf("err = %v, want %q naming test.yaml", err, tc.wantErr)
@@ -195,7 +195,7 @@ tools: [{name: get, description: d, path: /x, params: [{name: day, in: query, ty
 `, srv.URL, tc.auth))
 			env := testEnv("svc", map[string]string{"API_KEY": canary})
 			tool := buildTool(t, c, env, "svc_get")
-			res, err := tool.Handler(context.Background(), mcp.Args{"day": "2026-01-02"})
+			res, err := tool.Handler(context.Background(), connector.Args{"day": "2026-01-02"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -203,7 +203,7 @@ tools: [{name: get, description: d, path: /x, params: [{name: day, in: query, ty
 				t.Error(err)
 			}
 			// The echo puts the credential (in every escaping) in the body.
-			if got := mustJSON(t, res); strings.Contains(got, "canary") || !strings.Contains(got, mcp.Redacted) {
+			if got := mustJSON(t, res); strings.Contains(got, "canary") || !strings.Contains(got, connector.Redacted) {
 				t.Errorf("result not scrubbed: %s", got)
 			}
 
@@ -211,10 +211,10 @@ tools: [{name: get, description: d, path: /x, params: [{name: day, in: query, ty
 			echo.mu.Lock()
 			echo.last = nil
 			echo.mu.Unlock()
-			_, err = buildTool(t, c, testEnv("svc", nil), "svc_get").Handler(context.Background(), mcp.Args{})
-			var missing *mcp.MissingSecretError
+			_, err = buildTool(t, c, testEnv("svc", nil), "svc_get").Handler(context.Background(), connector.Args{})
+			var missing *connector.MissingSecretError
 			if !errors.As(err, &missing) || missing.Name != "API_KEY" {
-				t.Fatalf("err = %v, want *mcp.MissingSecretError{API_KEY}", err)
+				t.Fatalf("err = %v, want *connector.MissingSecretError{API_KEY}", err)
 			}
 			if echo.request() != nil {
 				t.Error("a request was sent without the secret")
@@ -319,7 +319,7 @@ tools:
 	}
 	for _, tc := range tests {
 		t.Run(tc.tool, func(t *testing.T) {
-			res, err := toolByName(t, tools, tc.tool).Handler(context.Background(), mcp.Args{})
+			res, err := toolByName(t, tools, tc.tool).Handler(context.Background(), connector.Args{})
 			if err == nil {
 				t.Fatalf("no error; result %v", res)
 			}
@@ -344,7 +344,7 @@ func TestCancelledCall(t *testing.T) {
 	c := mustParse(t, "name: c\nbase_url: "+srv.URL+"\ntools: [{name: t, description: d, path: /x}]\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := buildTool(t, c, testEnv("c", nil), "c_t").Handler(ctx, mcp.Args{})
+	_, err := buildTool(t, c, testEnv("c", nil), "c_t").Handler(ctx, connector.Args{})
 	if err == nil || !strings.Contains(err.Error(), "cancelled") {
 		t.Fatalf("err = %v, want a cancellation", err)
 	}

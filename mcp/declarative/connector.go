@@ -20,7 +20,7 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
-	"gpuhost/mcp"
+	"gpuhost/mcp/connector"
 )
 
 const (
@@ -33,7 +33,7 @@ const (
 )
 
 // Connector is one validated declarative connector. It implements
-// mcp.Connector, so the registry applies the same policy to it as to a
+// connector.Connector, so the registry applies the same policy to it as to a
 // compiled one.
 type Connector struct {
 	file    string
@@ -48,7 +48,7 @@ type compiledTool struct {
 	sel  pointer
 }
 
-var _ mcp.Connector = (*Connector)(nil)
+var _ connector.Connector = (*Connector)(nil)
 
 func newConnector(file string, spec *Spec) (*Connector, error) {
 	base, err := parseBaseURL(spec.BaseURL)
@@ -81,8 +81,8 @@ func (c *Connector) File() string { return c.file }
 // <connector>_<tool>. A declarative connector is configured by its file
 // alone, so a non-empty mcp.connectors.<name> section is refused rather
 // than silently ignored.
-func (c *Connector) Build(env mcp.Env) ([]mcp.Tool, error) {
-	if err := mcp.DecodeConfig(env, &struct{}{}); err != nil {
+func (c *Connector) Build(env connector.Env) ([]connector.Tool, error) {
+	if err := connector.DecodeConfig(env, &struct{}{}); err != nil {
 		return nil, fmt.Errorf("connector %s is declared in %s; its mcp.connectors section must stay empty: %w", c.spec.Name, c.file, err)
 	}
 	client := &http.Client{Timeout: c.timeout}
@@ -93,11 +93,11 @@ func (c *Connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 	// Never follow redirects: a custom auth header would travel to
 	// whatever host the Location names.
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	tools := make([]mcp.Tool, 0, len(c.tools))
+	tools := make([]connector.Tool, 0, len(c.tools))
 	for i := range c.tools {
 		t := &c.tools[i]
 		call := &caller{c: c, t: t, env: env, client: client, full: c.spec.Name + "_" + t.spec.Name}
-		tools = append(tools, mcp.Tool{Def: c.toolDef(call.full, t.spec), Handler: call.handle})
+		tools = append(tools, connector.Tool{Def: c.toolDef(call.full, t.spec), Handler: call.handle})
 	}
 	return tools, nil
 }
@@ -151,14 +151,14 @@ func (p *ParamSpec) required() bool {
 type caller struct {
 	c      *Connector
 	t      *compiledTool
-	env    mcp.Env
+	env    connector.Env
 	client *http.Client
 	full   string
 }
 
 // handle turns the arguments into one GET, checks the answer is JSON and
 // returns the selected part. The secret is read here, per call.
-func (k *caller) handle(ctx context.Context, args mcp.Args) (any, error) {
+func (k *caller) handle(ctx context.Context, args connector.Args) (any, error) {
 	reqURL, err := k.buildURL(args)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", k.full, err)
@@ -172,10 +172,10 @@ func (k *caller) handle(ctx context.Context, args mcp.Args) (any, error) {
 	if a := k.c.spec.Auth; a != nil {
 		envVar := a.envVar()
 		if k.env.Secrets == nil {
-			return nil, &mcp.MissingSecretError{Name: envVar}
+			return nil, &connector.MissingSecretError{Name: envVar}
 		}
 		if secret, err = k.env.Secrets.Get(envVar); err != nil {
-			return nil, err // *mcp.MissingSecretError naming the variable
+			return nil, err // *connector.MissingSecretError naming the variable
 		}
 		if a.Header != nil {
 			authHeader, authValue = a.Header.Name, a.Header.Prefix+secret
@@ -190,7 +190,7 @@ func (k *caller) handle(ctx context.Context, args mcp.Args) (any, error) {
 			return s
 		}
 		for _, form := range secretForms(secret) {
-			s = strings.ReplaceAll(s, form, mcp.Redacted)
+			s = strings.ReplaceAll(s, form, connector.Redacted)
 		}
 		return s
 	}
@@ -253,7 +253,7 @@ func (k *caller) handle(ctx context.Context, args mcp.Args) (any, error) {
 // buildURL fills the path template and query from the typed arguments;
 // nothing the model sends can change the host, the path structure or the
 // set of query keys.
-func (k *caller) buildURL(args mcp.Args) (*url.URL, error) {
+func (k *caller) buildURL(args connector.Args) (*url.URL, error) {
 	for name := range args {
 		if !slices.ContainsFunc(k.t.spec.Params, func(p ParamSpec) bool { return p.Name == name }) {
 			return nil, fmt.Errorf("unknown parameter %q; this tool takes: %s", truncate(name), k.paramNames())

@@ -34,7 +34,7 @@
 //     refused), query values are URL-encoded, dates must be YYYY-MM-DD,
 //     enums become JSON Schema enums and are checked again at call time.
 //   - The secret is read with env.Secrets.Get at every call (a missing one is
-//     a *mcp.MissingSecretError naming the variable) and never appears in a
+//     a *connector.MissingSecretError naming the variable) and never appears in a
 //     result or error: error excerpts, transport errors (which would carry a
 //     query-string key) and even response bodies that echo it are scrubbed
 //     here, before the registry scrubs again. Redirects are not followed, so

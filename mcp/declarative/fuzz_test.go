@@ -2,13 +2,12 @@ package declarative
 
 import (
 	"encoding/json"
+	"gpuhost/mcp/connector"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-
-	"gpuhost/mcp"
 )
 
 var toolNameRE = regexp.MustCompile(`^[a-z0-9_]{3,64}$`)
@@ -57,7 +56,7 @@ func FuzzParse(f *testing.F) {
 		}
 		for i := range c.tools {
 			k := &caller{c: c, t: &c.tools[i], full: "fuzz"}
-			args := mcp.Args{}
+			args := connector.Args{}
 			for _, p := range c.tools[i].spec.Params {
 				switch p.Type {
 				case paramTypeInteger:

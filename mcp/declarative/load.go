@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/mcp/connector"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -13,8 +14,6 @@ import (
 	"sort"
 	"strings"
 	"syscall"
-
-	"gpuhost/mcp"
 )
 
 // DefaultDir is where the daemon looks for connector files when the
@@ -26,7 +25,7 @@ const DefaultDir = "/etc/gpuhost/connectors.d"
 // load, so one typo does not take every declarative tool away. A missing
 // directory is not an error: it just means no declarative connectors. Two
 // files declaring the same name are an error for the later one.
-func Load(dir string) ([]mcp.NamedConnector, []error) {
+func Load(dir string) ([]connector.Named, []error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -36,7 +35,7 @@ func Load(dir string) ([]mcp.NamedConnector, []error) {
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
 	var (
-		out  []mcp.NamedConnector
+		out  []connector.Named
 		errs []error
 		from = map[string]string{}
 	)
@@ -61,7 +60,7 @@ func Load(dir string) ([]mcp.NamedConnector, []error) {
 			continue
 		}
 		from[c.Name()] = path
-		out = append(out, mcp.NamedConnector{Name: c.Name(), Connector: c})
+		out = append(out, connector.Named{Name: c.Name(), Connector: c})
 	}
 	return out, errs
 }

@@ -9,6 +9,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"gpuhost/mcp"
+	"gpuhost/mcp/connector"
 )
 
 // TestThroughRegistry loads the shipped example the way the daemon does
@@ -22,11 +23,11 @@ func TestThroughRegistry(t *testing.T) {
 	defer srv.Close()
 	c := loadExample(t, srv.URL)
 	s, err := mcp.NewServer(mcp.ServerOptions{
-		Secrets: mcp.NewSecrets(func(k string) (string, bool) {
+		Secrets: connector.NewSecrets(func(k string) (string, bool) {
 			return canary, k == "ATTENDANCE_TOKEN"
 		}),
-		Extra:     []mcp.NamedConnector{{Name: c.Name(), Connector: c}},
-		Factories: map[string]mcp.Factory{},
+		Extra:     []connector.Named{{Name: c.Name(), Connector: c}},
+		Factories: map[string]connector.Factory{},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"gpuhost/internal/testkit"
 	"gpuhost/mcp"
+	"gpuhost/mcp/connector"
 	"gpuhost/mcp/connectors/crm/pgtest"
 )
 
@@ -78,7 +79,7 @@ func serve(t *testing.T, section string, env *environ) Caller {
 	}
 	srv, err := mcp.NewServer(mcp.ServerOptions{
 		Config:  map[string]yaml.Node{"crm": *node.Content[0]},
-		Secrets: mcp.NewSecrets(env.lookup),
+		Secrets: connector.NewSecrets(env.lookup),
 	})
 	if err != nil {
 		t.Fatalf("mcp.NewServer: %v", err)

@@ -1,5 +1,5 @@
 // Package all links every compiled connector into the binary: importing
-// it runs each connector's init, which registers it with mcp.Register.
+// it runs each connector's init, which registers it with connector.Register.
 // Adding a connector is a new folder under mcp/connectors/ plus one line
 // here; the server itself does not change.
 package all

@@ -18,6 +18,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/bench"
 	"gpuhost/mcp"
+	"gpuhost/mcp/connector"
 	_ "gpuhost/mcp/connectors/all"
 	"gpuhost/nvml"
 )
@@ -58,7 +59,7 @@ func (daemon) BenchResults() ([]bench.Summary, error) { return nil, errors.New("
 func allServer(t *testing.T) *mcp.Server {
 	t.Helper()
 	cfg := map[string]yaml.Node{}
-	for _, name := range mcp.Registered() {
+	for _, name := range connector.Registered() {
 		src, ok := configs[name]
 		if !ok {
 			t.Fatalf("connector %s is registered but has no section in this test's configs", name)
@@ -177,7 +178,7 @@ func TestDemoConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	registered := mcp.Registered()
+	registered := connector.Registered()
 	for _, n := range mcp.DemoConnectors {
 		if !slices.Contains(registered, n) {
 			t.Logf("demo connector %s is not compiled in yet", n)

@@ -20,6 +20,7 @@ import (
 
 	"gpuhost/internal/testkit"
 	"gpuhost/mcp"
+	"gpuhost/mcp/connector"
 )
 
 const canary = "CANARY-9c1f/+=&-all"
@@ -89,7 +90,7 @@ nas:
 	}
 	cfg := map[string]yaml.Node{}
 	for name, src := range sections {
-		if !contains(mcp.Registered(), name) {
+		if !contains(connector.Registered(), name) {
 			continue
 		}
 		var doc yaml.Node

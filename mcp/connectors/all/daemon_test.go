@@ -21,7 +21,7 @@ import (
 )
 
 // TestDaemonEndToEnd runs the demo connectors against a real Supervisor
-// (simulated GPU, simulator backend processes) through SupervisorDaemon,
+// (simulated GPU, simulator backend processes) through wiring.MCPDaemon,
 // over streamable HTTP mounted on the daemon's own API with its bearer
 // check (listening on all interfaces).
 func TestDaemonEndToEnd(t *testing.T) {

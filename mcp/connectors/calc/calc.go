@@ -3,19 +3,18 @@ package calc
 import (
 	"context"
 	"fmt"
+	"gpuhost/mcp/connector"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
-
-	"gpuhost/mcp"
 )
 
-func init() { mcp.Register("calc", func() mcp.Connector { return &connector{} }) }
+func init() { connector.Register("calc", func() connector.Connector { return &builder{} }) }
 
 // config is the calc section; it has no settings, but decoding it still
 // rejects a misspelt key instead of silently ignoring it.
 type config struct{}
 
-type connector struct{}
+type builder struct{}
 
 // Result is what calc_evaluate returns: the expression as given and the
 // number, plus the number as text so that a model does not have to trust a
@@ -27,9 +26,9 @@ type Result struct {
 }
 
 // Build returns the single calc_evaluate tool.
-func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
+func (c *builder) Build(env connector.Env) ([]connector.Tool, error) {
 	var cfg config
-	if err := mcp.DecodeConfig(env, &cfg); err != nil {
+	if err := connector.DecodeConfig(env, &cfg); err != nil {
 		return nil, err
 	}
 	def := mcpgo.NewTool("calc_evaluate",
@@ -45,10 +44,10 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 		mcpgo.WithString("expression", mcpgo.Required(), mcpgo.MaxLength(MaxLength),
 			mcpgo.Description("The expression, e.g. (17.5 * 3 - 2) / 4 or sqrt(2)^2 or round(100 / 7, 2)")),
 	)
-	return []mcp.Tool{{Def: def, Handler: evaluate}}, nil
+	return []connector.Tool{{Def: def, Handler: evaluate}}, nil
 }
 
-func evaluate(_ context.Context, args mcp.Args) (any, error) {
+func evaluate(_ context.Context, args connector.Args) (any, error) {
 	expr := args.String("expression")
 	v, err := Evaluate(expr)
 	if err != nil {

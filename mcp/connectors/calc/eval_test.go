@@ -3,12 +3,11 @@ package calc
 import (
 	"context"
 	"errors"
+	"gpuhost/mcp/connector"
 	"math"
 	"strings"
 	"testing"
 	"time"
-
-	"gpuhost/mcp"
 )
 
 func TestEvaluate(t *testing.T) {
@@ -157,7 +156,7 @@ func TestSyntaxErrorsSayWhatIsAllowed(t *testing.T) {
 }
 
 func TestBuildAndHandler(t *testing.T) {
-	tools, err := (&connector{}).Build(mcp.Env{Name: "calc"})
+	tools, err := (&builder{}).Build(connector.Env{Name: "calc"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +174,7 @@ func TestBuildAndHandler(t *testing.T) {
 	if len(tool.Def.InputSchema.Required) != 1 || tool.Def.InputSchema.Required[0] != "expression" {
 		t.Fatalf("required = %v", tool.Def.InputSchema.Required)
 	}
-	out, err := tool.Handler(context.Background(), mcp.Args{"expression": "round(10 / 3, 2)"})
+	out, err := tool.Handler(context.Background(), connector.Args{"expression": "round(10 / 3, 2)"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,15 +182,15 @@ func TestBuildAndHandler(t *testing.T) {
 	if !ok || r.Result != 3.33 || r.Text != "3.33" || r.Expression != "round(10 / 3, 2)" {
 		t.Fatalf("result %#v", out)
 	}
-	if _, err := tool.Handler(context.Background(), mcp.Args{"expression": "1 + 1; process.exit()"}); err == nil ||
+	if _, err := tool.Handler(context.Background(), connector.Args{"expression": "1 + 1; process.exit()"}); err == nil ||
 		!strings.Contains(err.Error(), "cannot evaluate the expression: unexpected ';' at 6") {
 		t.Fatalf("handler error = %v", err)
 	}
 }
 
 func TestBuildRejectsUnknownKeys(t *testing.T) {
-	env := mcp.Env{Name: "calc", Config: yamlNode(t, "precision: 3\n")}
-	if _, err := (&connector{}).Build(env); err == nil || !strings.Contains(err.Error(), "precision") {
+	env := connector.Env{Name: "calc", Config: yamlNode(t, "precision: 3\n")}
+	if _, err := (&builder{}).Build(env); err == nil || !strings.Contains(err.Error(), "precision") {
 		t.Fatalf("Build with unknown key: err = %v", err)
 	}
 }

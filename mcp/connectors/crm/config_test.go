@@ -2,13 +2,12 @@ package crm
 
 import (
 	"encoding/json"
+	"gpuhost/mcp/connector"
 	"math"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"gpuhost/mcp"
 )
 
 // TestBuildRejectsBadConfig: every config mistake is refused at Build with
@@ -135,24 +134,24 @@ func TestBindArgs(t *testing.T) {
 	day := time.Date(2026, 2, 10, 0, 0, 0, 0, time.UTC)
 	tests := []struct {
 		name    string
-		args    mcp.Args
+		args    connector.Args
 		want    []any
 		wantErr string
 	}{
-		{"all", mcp.Args{"q": "x", "n": float64(42), "d": "2026-02-10"}, []any{"x", int64(42), day}, ""},
-		{"optional omitted", mcp.Args{"q": "x"}, []any{"x", nil, nil}, ""},
-		{"optional null", mcp.Args{"q": "x", "n": nil}, []any{"x", nil, nil}, ""},
-		{"sql is data", mcp.Args{"q": "'; DROP TABLE users; --"}, []any{"'; DROP TABLE users; --", nil, nil}, ""},
-		{"missing required", mcp.Args{"n": float64(1)}, nil, `parameter "q" is required`},
-		{"wrong type string", mcp.Args{"q": float64(1)}, nil, `"q" must be a string`},
-		{"too long", mcp.Args{"q": strings.Repeat("é", MaxStringLen+1)}, nil, "longer than 200"},
-		{"NUL", mcp.Args{"q": "a\x00b"}, nil, "NUL"},
-		{"fraction", mcp.Args{"q": "x", "n": 1.5}, nil, "whole number"},
-		{"huge", mcp.Args{"q": "x", "n": math.Inf(1)}, nil, "whole number"},
-		{"int as string", mcp.Args{"q": "x", "n": "7"}, nil, "must be an integer"},
-		{"bad date", mcp.Args{"q": "x", "d": "2026-13-01"}, nil, "YYYY-MM-DD"},
-		{"date with time", mcp.Args{"q": "x", "d": "2026-02-10T00:00:00Z"}, nil, "YYYY-MM-DD"},
-		{"unknown", mcp.Args{"q": "x", "sql": "DELETE FROM users"}, nil, `unknown parameter "sql"`},
+		{"all", connector.Args{"q": "x", "n": float64(42), "d": "2026-02-10"}, []any{"x", int64(42), day}, ""},
+		{"optional omitted", connector.Args{"q": "x"}, []any{"x", nil, nil}, ""},
+		{"optional null", connector.Args{"q": "x", "n": nil}, []any{"x", nil, nil}, ""},
+		{"sql is data", connector.Args{"q": "'; DROP TABLE users; --"}, []any{"'; DROP TABLE users; --", nil, nil}, ""},
+		{"missing required", connector.Args{"n": float64(1)}, nil, `parameter "q" is required`},
+		{"wrong type string", connector.Args{"q": float64(1)}, nil, `"q" must be a string`},
+		{"too long", connector.Args{"q": strings.Repeat("é", MaxStringLen+1)}, nil, "longer than 200"},
+		{"NUL", connector.Args{"q": "a\x00b"}, nil, "NUL"},
+		{"fraction", connector.Args{"q": "x", "n": 1.5}, nil, "whole number"},
+		{"huge", connector.Args{"q": "x", "n": math.Inf(1)}, nil, "whole number"},
+		{"int as string", connector.Args{"q": "x", "n": "7"}, nil, "must be an integer"},
+		{"bad date", connector.Args{"q": "x", "d": "2026-13-01"}, nil, "YYYY-MM-DD"},
+		{"date with time", connector.Args{"q": "x", "d": "2026-02-10T00:00:00Z"}, nil, "YYYY-MM-DD"},
+		{"unknown", connector.Args{"q": "x", "sql": "DELETE FROM users"}, nil, `unknown parameter "sql"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package crm
 import (
 	"errors"
 	"fmt"
+	"gpuhost/mcp/connector"
 	"math"
 	"regexp"
 	"strconv"
@@ -10,12 +11,10 @@ import (
 	"time"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
-
-	"gpuhost/mcp"
 )
 
 func init() {
-	mcp.Register("crm", func() mcp.Connector { return &connector{} })
+	connector.Register("crm", func() connector.Connector { return &builder{} })
 }
 
 // Defaults and limits. The caps keep a single call cheap for the database
@@ -125,13 +124,13 @@ var (
 	dollarRE = regexp.MustCompile(`\$([0-9]+)`)
 )
 
-// connector implements mcp.Connector for the CRM database.
-type connector struct{}
+// connector implements connector.Connector for the CRM database.
+type builder struct{}
 
 // Build validates the config and returns one tool per template.
-func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
+func (c *builder) Build(env connector.Env) ([]connector.Tool, error) {
 	var cfg Config
-	if err := mcp.DecodeConfig(env, &cfg); err != nil {
+	if err := connector.DecodeConfig(env, &cfg); err != nil {
 		return nil, err
 	}
 	if err := cfg.normalize(); err != nil {
@@ -142,9 +141,9 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 	}
 	log := env.Logger()
 	db := &database{secrets: env.Secrets, dsnEnv: cfg.DSNEnv, timeout: cfg.StatementTimeout, maxRows: cfg.MaxRows, log: log}
-	tools := make([]mcp.Tool, 0, len(cfg.Templates))
+	tools := make([]connector.Tool, 0, len(cfg.Templates))
 	for _, tpl := range cfg.Templates {
-		tools = append(tools, mcp.Tool{Def: toolDef(tpl, cfg), Handler: db.handler(tpl)})
+		tools = append(tools, connector.Tool{Def: toolDef(tpl, cfg), Handler: db.handler(tpl)})
 	}
 	return tools, nil
 }
@@ -285,7 +284,7 @@ func toolDef(tpl Template, cfg Config) mcpgo.Tool {
 // BindArgs converts a call's arguments to the values bound as $1..$N, in
 // the template's parameter order. Values are only ever bound, never
 // spliced into SQL; a missing optional parameter binds NULL.
-func BindArgs(tpl Template, args mcp.Args) ([]any, error) {
+func BindArgs(tpl Template, args connector.Args) ([]any, error) {
 	out := make([]any, len(tpl.Params))
 	for i, p := range tpl.Params {
 		raw, present := args[p.Name]

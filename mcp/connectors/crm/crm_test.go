@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"gpuhost/internal/testkit"
-	"gpuhost/mcp"
+	"gpuhost/mcp/connector"
 )
 
 const dsnVar = "CRM_TEST_DSN"
@@ -262,14 +262,14 @@ templates:
 	})
 }
 
-// TestDSNMissing: no DSN in the environment is a *mcp.MissingSecretError
+// TestDSNMissing: no DSN in the environment is a *connector.MissingSecretError
 // naming the variable, before any connection attempt.
 func TestDSNMissing(t *testing.T) {
 	tools := mustBuild(t, "dsn_env: CRM_NOT_SET_DSN\n", map[string]string{})
 	_, err := call(t, tools, "crm_search_users", map[string]any{"query": "a"})
-	var miss *mcp.MissingSecretError
+	var miss *connector.MissingSecretError
 	if !errors.As(err, &miss) || miss.Name != "CRM_NOT_SET_DSN" {
-		t.Fatalf("err = %v (%T), want *mcp.MissingSecretError for CRM_NOT_SET_DSN", err, err)
+		t.Fatalf("err = %v (%T), want *connector.MissingSecretError for CRM_NOT_SET_DSN", err, err)
 	}
 }
 

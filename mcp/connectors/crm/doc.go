@@ -17,7 +17,7 @@
 //     missing privileges even if the transaction were not read-only.
 //
 // The DSN is read from the environment variable named by dsn_env at every
-// call (a missing one is a *mcp.MissingSecretError naming it); its password
+// call (a missing one is a *connector.MissingSecretError naming it); its password
 // never appears in results, errors or logs. Each call opens its own
 // connection, so nothing is cached between calls.
 //

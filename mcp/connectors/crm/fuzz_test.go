@@ -1,10 +1,9 @@
 package crm
 
 import (
+	"gpuhost/mcp/connector"
 	"strings"
 	"testing"
-
-	"gpuhost/mcp"
 )
 
 // FuzzBindArgs: whatever a model sends as a parameter value, binding never
@@ -21,7 +20,7 @@ func FuzzBindArgs(f *testing.F) {
 		{Name: "d", Type: TypeDate},
 	}}
 	f.Fuzz(func(t *testing.T, s string, n float64) {
-		vals, err := BindArgs(tpl, mcp.Args{"s": s, "n": n})
+		vals, err := BindArgs(tpl, connector.Args{"s": s, "n": n})
 		if err == nil {
 			if vals[0] != s {
 				t.Fatalf("string bound as %#v, want %q unchanged", vals[0], s)
@@ -30,7 +29,7 @@ func FuzzBindArgs(f *testing.F) {
 				t.Fatalf("int bound as %T", vals[1])
 			}
 		}
-		_, _ = BindArgs(tpl, mcp.Args{"s": "x", "d": s})
+		_, _ = BindArgs(tpl, connector.Args{"s": "x", "d": s})
 	})
 }
 

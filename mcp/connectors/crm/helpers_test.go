@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"gopkg.in/yaml.v3"
 
-	"gpuhost/mcp"
+	"gpuhost/mcp/connector"
 	"gpuhost/mcp/connectors/crm/pgtest"
 )
 
@@ -80,15 +80,15 @@ func (db *testDB) count(t *testing.T, table string) int {
 }
 
 // buildTools builds the connector from a YAML section and an environment.
-func buildTools(t *testing.T, section string, environ map[string]string) (map[string]mcp.Tool, error) {
+func buildTools(t *testing.T, section string, environ map[string]string) (map[string]connector.Tool, error) {
 	t.Helper()
 	var doc yaml.Node
 	if err := yaml.Unmarshal([]byte(section), &doc); err != nil {
 		t.Fatalf("test yaml: %v", err)
 	}
-	env := mcp.Env{
+	env := connector.Env{
 		Name: "crm",
-		Secrets: mcp.NewSecrets(func(k string) (string, bool) {
+		Secrets: connector.NewSecrets(func(k string) (string, bool) {
 			v, ok := environ[k]
 			return v, ok
 		}),
@@ -97,18 +97,18 @@ func buildTools(t *testing.T, section string, environ map[string]string) (map[st
 	if len(doc.Content) > 0 {
 		env.Config = *doc.Content[0]
 	}
-	tools, err := (&connector{}).Build(env)
+	tools, err := (&builder{}).Build(env)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]mcp.Tool{}
+	out := map[string]connector.Tool{}
 	for _, tl := range tools {
 		out[tl.Def.Name] = tl
 	}
 	return out, nil
 }
 
-func mustBuild(t *testing.T, section string, environ map[string]string) map[string]mcp.Tool {
+func mustBuild(t *testing.T, section string, environ map[string]string) map[string]connector.Tool {
 	t.Helper()
 	tools, err := buildTools(t, section, environ)
 	if err != nil {
@@ -118,7 +118,7 @@ func mustBuild(t *testing.T, section string, environ map[string]string) map[stri
 }
 
 // call runs a tool's handler directly with a bounded context.
-func call(t *testing.T, tools map[string]mcp.Tool, name string, args map[string]any) (*Result, error) {
+func call(t *testing.T, tools map[string]connector.Tool, name string, args map[string]any) (*Result, error) {
 	t.Helper()
 	tl, ok := tools[name]
 	if !ok {
@@ -126,7 +126,7 @@ func call(t *testing.T, tools map[string]mcp.Tool, name string, args map[string]
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := tl.Handler(ctx, mcp.Args(args))
+	out, err := tl.Handler(ctx, connector.Args(args))
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/mcp/connector"
 	"log/slog"
 	"net"
 	"strings"
@@ -14,8 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-
-	"gpuhost/mcp"
 )
 
 // Result is what a template's tool returns: the rows as column → value
@@ -35,7 +34,7 @@ type Result struct {
 // read at that moment, so a rotated password or a fixed environment takes
 // effect without a restart, and no connection outlives a call.
 type database struct {
-	secrets *mcp.Secrets
+	secrets *connector.Secrets
 	dsnEnv  string
 	timeout time.Duration
 	maxRows int
@@ -45,8 +44,8 @@ type database struct {
 // connectTimeout bounds connecting on top of the statement timeout.
 const connectTimeout = 10 * time.Second
 
-func (db *database) handler(tpl Template) func(context.Context, mcp.Args) (any, error) {
-	return func(ctx context.Context, args mcp.Args) (any, error) {
+func (db *database) handler(tpl Template) func(context.Context, connector.Args) (any, error) {
+	return func(ctx context.Context, args connector.Args) (any, error) {
 		vals, err := BindArgs(tpl, args)
 		if err != nil {
 			return nil, fmt.Errorf("crm_%s: %w", tpl.Name, err)
@@ -67,7 +66,7 @@ func (db *database) handler(tpl Template) func(context.Context, mcp.Args) (any, 
 func (db *database) Run(ctx context.Context, tpl Template, vals []any) (*Result, error) {
 	dsn, err := db.secrets.Get(db.dsnEnv)
 	if err != nil {
-		return nil, err // *mcp.MissingSecretError names the variable
+		return nil, err // *connector.MissingSecretError names the variable
 	}
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"gpuhost/mcp"
+	"gpuhost/mcp/connector"
 )
 
 // roundTrip serves the crm connector through gpuhost's MCP server (the
@@ -23,8 +24,8 @@ func roundTrip(t *testing.T, db *testDB) {
 	environ := map[string]string{dsnVar: db.roDSN}
 	srv, err := mcp.NewServer(mcp.ServerOptions{
 		Config:    map[string]yaml.Node{"crm": *section.Content[0]},
-		Factories: map[string]mcp.Factory{"crm": func() mcp.Connector { return &connector{} }},
-		Secrets: mcp.NewSecrets(func(k string) (string, bool) {
+		Factories: map[string]connector.Factory{"crm": func() connector.Connector { return &builder{} }},
+		Secrets: connector.NewSecrets(func(k string) (string, bool) {
 			v, ok := environ[k]
 			return v, ok
 		}),

@@ -9,16 +9,23 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
-	"gpuhost/mcp"
+	"gpuhost/mcp/connector"
 	"gpuhost/nvml"
 )
 
-func init() { mcp.Register("gpu", func() mcp.Connector { return &connector{} }) }
+func init() { connector.Register("gpu", func() connector.Connector { return &builder{} }) }
 
 // ErrNoDaemon is Build's error outside the daemon: the GPU is read through
 // the running appliance (which owns the NVML handle or the simulator), so
 // without it the connector has nothing to read and is disabled.
 var ErrNoDaemon = errors.New("gpu connector needs the running gpuhost daemon (it reads the GPU through the daemon's NVML handle); start it with `gpuhost serve` or remove mcp.connectors.gpu")
+
+// Daemon is what this connector reads of the running daemon. It is defined
+// here, not in the connector contract, so that only this connector links
+// package nvml; internal/wiring's MCPDaemon implements it.
+type Daemon interface {
+	Snapshot(ctx context.Context) (nvml.Snapshot, error)
+}
 
 // snapshotTimeout bounds one NVML snapshot; the driver can hang on a GPU
 // that has fallen off the bus, and a tool call must still answer.
@@ -28,18 +35,21 @@ const snapshotTimeout = 10 * time.Second
 // rejects a misspelt key.
 type config struct{}
 
-type connector struct{}
+type builder struct{}
 
 // Build returns gpu_status and gpu_processes, reading env.Daemon.
-func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
+func (c *builder) Build(env connector.Env) ([]connector.Tool, error) {
 	var cfg config
-	if err := mcp.DecodeConfig(env, &cfg); err != nil {
+	if err := connector.DecodeConfig(env, &cfg); err != nil {
 		return nil, err
 	}
 	if env.Daemon == nil {
 		return nil, ErrNoDaemon
 	}
-	d := env.Daemon
+	d, ok := env.Daemon.(Daemon)
+	if !ok {
+		return nil, fmt.Errorf("gpu connector: the daemon (%T) cannot read the GPU (no Snapshot method); remove mcp.connectors.gpu", env.Daemon)
+	}
 	status := mcpgo.NewTool("gpu_status",
 		mcpgo.WithDescription("Current GPU snapshot of this inference box: GPU name, driver and CUDA versions, memory used/free/total (MiB), "+
 			"utilisation, temperature, power draw and limit, clocks and theoretical memory bandwidth. "+
@@ -57,15 +67,15 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 		mcpgo.WithOpenWorldHintAnnotation(false),
 		mcpgo.WithSchemaAdditionalProperties(false),
 	)
-	return []mcp.Tool{
-		{Def: status, Handler: func(ctx context.Context, _ mcp.Args) (any, error) {
+	return []connector.Tool{
+		{Def: status, Handler: func(ctx context.Context, _ connector.Args) (any, error) {
 			snap, err := snapshot(ctx, d)
 			if err != nil {
 				return nil, err
 			}
 			return statusOf(snap), nil
 		}},
-		{Def: procs, Handler: func(ctx context.Context, _ mcp.Args) (any, error) {
+		{Def: procs, Handler: func(ctx context.Context, _ connector.Args) (any, error) {
 			snap, err := snapshot(ctx, d)
 			if err != nil {
 				return nil, err
@@ -75,7 +85,7 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 	}, nil
 }
 
-func snapshot(ctx context.Context, d mcp.Daemon) (nvml.Snapshot, error) {
+func snapshot(ctx context.Context, d Daemon) (nvml.Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
 	defer cancel()
 	snap, err := d.Snapshot(ctx)

@@ -9,25 +9,18 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"gpuhost/api"
 	"gpuhost/appliance/appliancetest"
-	"gpuhost/bench"
-	"gpuhost/mcp"
+	"gpuhost/mcp/connector"
 	"gpuhost/nvml"
 )
 
-// fixtureDaemon is mcp.Daemon over a real Supervisor with simulated GPU
+// fixtureDaemon is Daemon over a real Supervisor with simulated GPU
 // and backends.
 type fixtureDaemon struct{ f *appliancetest.Fixture }
 
 func (d fixtureDaemon) Snapshot(ctx context.Context) (nvml.Snapshot, error) {
 	return d.f.Sup.Snapshot(ctx)
 }
-func (d fixtureDaemon) Status(ctx context.Context) api.Status { return d.f.Sup.Status(ctx) }
-func (d fixtureDaemon) Doctor(ctx context.Context, p string) api.DoctorReport {
-	return d.f.Doctor(ctx, p)
-}
-func (d fixtureDaemon) BenchResults() ([]bench.Summary, error) { return nil, nil }
 
 // staticDaemon returns a fixed snapshot or error, for shapes the simulator
 // does not produce (no GPU, several processes, unsupported facts, failure).
@@ -42,19 +35,14 @@ func (d staticDaemon) Snapshot(ctx context.Context) (nvml.Snapshot, error) {
 	}
 	return d.snap, d.err
 }
-func (d staticDaemon) Status(context.Context) api.Status { return api.Status{} }
-func (d staticDaemon) Doctor(context.Context, string) api.DoctorReport {
-	return api.DoctorReport{}
-}
-func (d staticDaemon) BenchResults() ([]bench.Summary, error) { return nil, nil }
 
-func build(t *testing.T, d mcp.Daemon) map[string]mcp.Tool {
+func build(t *testing.T, d Daemon) map[string]connector.Tool {
 	t.Helper()
-	tools, err := (&connector{}).Build(mcp.Env{Name: "gpu", Daemon: d})
+	tools, err := (&builder{}).Build(connector.Env{Name: "gpu", Daemon: d})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]mcp.Tool{}
+	out := map[string]connector.Tool{}
 	for _, tl := range tools {
 		a := tl.Def.Annotations
 		if a.ReadOnlyHint == nil || !*a.ReadOnlyHint || a.DestructiveHint == nil || *a.DestructiveHint {
@@ -72,9 +60,15 @@ func build(t *testing.T, d mcp.Daemon) map[string]mcp.Tool {
 }
 
 func TestBuildNeedsDaemon(t *testing.T) {
-	_, err := (&connector{}).Build(mcp.Env{Name: "gpu"})
+	_, err := (&builder{}).Build(connector.Env{Name: "gpu"})
 	if !errors.Is(err, ErrNoDaemon) {
 		t.Fatalf("Build without daemon: err = %v, want ErrNoDaemon", err)
+	}
+	// A daemon that cannot read the GPU (another build of the adapter, a
+	// test double) disables the connector with what is missing.
+	_, err = (&builder{}).Build(connector.Env{Name: "gpu", Daemon: struct{}{}})
+	if err == nil || !strings.Contains(err.Error(), "no Snapshot method") {
+		t.Fatalf("Build with a daemon lacking Snapshot: err = %v", err)
 	}
 }
 
@@ -83,7 +77,7 @@ func TestBuildRejectsUnknownKeys(t *testing.T) {
 	if err := yaml.Unmarshal([]byte("source: nvml\n"), &doc); err != nil {
 		t.Fatal(err)
 	}
-	_, err := (&connector{}).Build(mcp.Env{Name: "gpu", Config: *doc.Content[0], Daemon: staticDaemon{}})
+	_, err := (&builder{}).Build(connector.Env{Name: "gpu", Config: *doc.Content[0], Daemon: staticDaemon{}})
 	if err == nil || !strings.Contains(err.Error(), "source") || !strings.Contains(err.Error(), "mcp.connectors.gpu") {
 		t.Fatalf("Build with unknown key: err = %v", err)
 	}

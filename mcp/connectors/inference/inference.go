@@ -15,16 +15,27 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/bench"
-	"gpuhost/mcp"
+	"gpuhost/mcp/connector"
 	"gpuhost/units"
 )
 
-func init() { mcp.Register("inference", func() mcp.Connector { return &connector{} }) }
+func init() { connector.Register("inference", func() connector.Connector { return &builder{} }) }
 
 // ErrNoDaemon is Build's error outside the daemon: everything these tools
 // report (state, units, doctor, bench history) belongs to the running
 // appliance.
 var ErrNoDaemon = errors.New("inference connector needs the running gpuhost daemon; start it with `gpuhost serve` or remove mcp.connectors.inference")
+
+// Daemon is what this connector reads of the running daemon: only reads,
+// there is deliberately no switch or stop. It is defined here, not in the
+// connector contract, so that connectors which do not read the daemon do
+// not link packages api and bench; internal/wiring's MCPDaemon implements
+// it.
+type Daemon interface {
+	Status(ctx context.Context) api.Status
+	Doctor(ctx context.Context, profile string) api.DoctorReport
+	BenchResults() ([]bench.Summary, error)
+}
 
 const (
 	defaultHealthTimeout = 2 * time.Second
@@ -44,14 +55,14 @@ type config struct {
 	HealthTimeout time.Duration `yaml:"health_timeout"`
 }
 
-type connector struct{}
+type builder struct{}
 
 // Build returns inference_status, inference_profiles, inference_doctor and
 // inference_bench_latest. There is deliberately no tool that switches or
 // stops a backend (DESIGN decision 1: tools only read).
-func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
+func (c *builder) Build(env connector.Env) ([]connector.Tool, error) {
 	cfg := config{HealthTimeout: defaultHealthTimeout}
-	if err := mcp.DecodeConfig(env, &cfg); err != nil {
+	if err := connector.DecodeConfig(env, &cfg); err != nil {
 		return nil, err
 	}
 	if cfg.HealthTimeout <= 0 || cfg.HealthTimeout > time.Minute {
@@ -60,17 +71,21 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 	if env.Daemon == nil {
 		return nil, ErrNoDaemon
 	}
+	d, ok := env.Daemon.(Daemon)
+	if !ok {
+		return nil, fmt.Errorf("inference connector: the daemon (%T) cannot report status, doctor and bench results; remove mcp.connectors.inference", env.Daemon)
+	}
 	client := env.HTTP
 	if client == nil {
 		client = &http.Client{}
 	}
-	t := &tools{d: env.Daemon, http: client, healthTimeout: cfg.HealthTimeout}
+	t := &tools{d: d, http: client, healthTimeout: cfg.HealthTimeout}
 
 	// The profile enum comes from the daemon's configuration, read once:
 	// profiles only change with a daemon restart.
 	ctx, cancel := context.WithTimeout(context.Background(), daemonTimeout)
 	defer cancel()
-	for _, p := range env.Daemon.Status(ctx).Profiles {
+	for _, p := range d.Status(ctx).Profiles {
 		t.profiles = append(t.profiles, p.Name)
 	}
 	sort.Strings(t.profiles)
@@ -83,15 +98,15 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 
 	doctorOpts := opts(mcpgo.WithDescription("Run gpuhost's doctor: checks of the GPU, driver, systemd units and every profile's settings " +
 		"(or only one profile's), each with severity ok/warn/fail, a message and a suggested fix. worst is the overall verdict."))
-	var doctorTargets *mcp.Targets
+	var doctorTargets *connector.Targets
 	if len(t.profiles) > 0 {
 		doctorOpts = append(doctorOpts, mcpgo.WithString("profile", mcpgo.Enum(t.profiles...),
 			mcpgo.Description("Check only this profile (omit for all)")))
 		// Profiles are this connector's targets: `gpuhost mcp test` runs
 		// the doctor once per profile.
-		doctorTargets = &mcp.Targets{Param: "profile", Values: append([]string(nil), t.profiles...)}
+		doctorTargets = &connector.Targets{Param: "profile", Values: append([]string(nil), t.profiles...)}
 	}
-	return []mcp.Tool{
+	return []connector.Tool{
 		{Def: mcpgo.NewTool("inference_status", opts(mcpgo.WithDescription(
 			"Which inference profile is active on this box (phase idle/switching/active/failed), its model and served name, "+
 				"whether its HTTP endpoint answers its health check right now, the backend systemd units' states and the last switch."))...),
@@ -110,7 +125,7 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 }
 
 type tools struct {
-	d             mcp.Daemon
+	d             Daemon
 	http          *http.Client
 	healthTimeout time.Duration
 	profiles      []string
@@ -170,7 +185,7 @@ func view(p api.ProfileInfo) ProfileView {
 	return ProfileView{Name: p.Name, Backend: p.Backend, Model: p.Model, ServedName: p.ServedName, Port: p.Port, Unit: p.Unit, Active: p.Active}
 }
 
-func (t *tools) status(ctx context.Context, _ mcp.Args) (any, error) {
+func (t *tools) status(ctx context.Context, _ connector.Args) (any, error) {
 	dctx, cancel := context.WithTimeout(ctx, daemonTimeout)
 	st := t.d.Status(dctx)
 	cancel()
@@ -236,7 +251,7 @@ type ProfilesResult struct {
 	Profiles []ProfileView `json:"profiles"`
 }
 
-func (t *tools) listProfiles(ctx context.Context, _ mcp.Args) (any, error) {
+func (t *tools) listProfiles(ctx context.Context, _ connector.Args) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, daemonTimeout)
 	defer cancel()
 	out := ProfilesResult{Profiles: []ProfileView{}}
@@ -246,7 +261,7 @@ func (t *tools) listProfiles(ctx context.Context, _ mcp.Args) (any, error) {
 	return out, nil
 }
 
-func (t *tools) doctor(ctx context.Context, args mcp.Args) (any, error) {
+func (t *tools) doctor(ctx context.Context, args connector.Args) (any, error) {
 	profile := args.String("profile")
 	if profile != "" && !contains(t.profiles, profile) {
 		return nil, fmt.Errorf("unknown profile %q: choose one of %s, or omit profile to check all", profile, strings.Join(t.profiles, ", "))
@@ -263,7 +278,7 @@ type BenchResult struct {
 	Note    string          `json:"note,omitempty"`
 }
 
-func (t *tools) benchLatest(_ context.Context, args mcp.Args) (any, error) {
+func (t *tools) benchLatest(_ context.Context, args connector.Args) (any, error) {
 	limit := defaultBenchLimit
 	if n, ok := args.Number("limit"); ok {
 		if n < 1 || n > maxBenchLimit || n != float64(int(n)) {

@@ -18,12 +18,11 @@ import (
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/bench"
 	"gpuhost/internal/testkit"
-	"gpuhost/mcp"
-	"gpuhost/nvml"
+	"gpuhost/mcp/connector"
 	"gpuhost/units"
 )
 
-// fixtureDaemon is mcp.Daemon over a real Supervisor with simulated GPU
+// fixtureDaemon is Daemon over a real Supervisor with simulated GPU
 // and backends (real processes answering real HTTP).
 type fixtureDaemon struct {
 	f     *appliancetest.Fixture
@@ -31,9 +30,6 @@ type fixtureDaemon struct {
 	err   error
 }
 
-func (d fixtureDaemon) Snapshot(ctx context.Context) (nvml.Snapshot, error) {
-	return d.f.Sup.Snapshot(ctx)
-}
 func (d fixtureDaemon) Status(ctx context.Context) api.Status { return d.f.Sup.Status(ctx) }
 func (d fixtureDaemon) Doctor(ctx context.Context, p string) api.DoctorReport {
 	return d.f.Doctor(ctx, p)
@@ -44,8 +40,7 @@ func (d fixtureDaemon) BenchResults() ([]bench.Summary, error) { return d.bench,
 // cannot produce on demand (a backend answering 503, hanging, gone).
 type staticDaemon struct{ st api.Status }
 
-func (d staticDaemon) Snapshot(context.Context) (nvml.Snapshot, error) { return nvml.Snapshot{}, nil }
-func (d staticDaemon) Status(context.Context) api.Status               { return d.st }
+func (d staticDaemon) Status(context.Context) api.Status { return d.st }
 func (d staticDaemon) Doctor(context.Context, string) api.DoctorReport {
 	return api.DoctorReport{}
 }
@@ -60,14 +55,14 @@ func node(t *testing.T, s string) yaml.Node {
 	return *doc.Content[0]
 }
 
-func build(t *testing.T, env mcp.Env) map[string]mcp.Tool {
+func build(t *testing.T, env connector.Env) map[string]connector.Tool {
 	t.Helper()
 	env.Name = "inference"
-	tools, err := (&connector{}).Build(env)
+	tools, err := (&builder{}).Build(env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]mcp.Tool{}
+	out := map[string]connector.Tool{}
 	for _, tl := range tools {
 		a := tl.Def.Annotations
 		if a.ReadOnlyHint == nil || !*a.ReadOnlyHint || a.DestructiveHint == nil || *a.DestructiveHint {
@@ -94,7 +89,7 @@ func build(t *testing.T, env mcp.Env) map[string]mcp.Tool {
 	return out
 }
 
-func call(t *testing.T, tl mcp.Tool, args mcp.Args) any {
+func call(t *testing.T, tl connector.Tool, args connector.Args) any {
 	t.Helper()
 	out, err := tl.Handler(context.Background(), args)
 	if err != nil {
@@ -106,10 +101,11 @@ func call(t *testing.T, tl mcp.Tool, args mcp.Args) any {
 func TestBuildConfig(t *testing.T) {
 	tests := []struct {
 		name, yaml string
-		daemon     mcp.Daemon
+		daemon     any
 		want       string // error substring; "" = ok
 	}{
 		{"no daemon", "", nil, "needs the running gpuhost daemon"},
+		{"daemon without the reads", "", struct{}{}, "cannot report status, doctor and bench results"},
 		{"defaults", "", staticDaemon{}, ""},
 		{"timeout", "health_timeout: 500ms\n", staticDaemon{}, ""},
 		{"unknown key", "switch_allowed: true\n", staticDaemon{}, "switch_allowed"},
@@ -119,11 +115,11 @@ func TestBuildConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := mcp.Env{Name: "inference", Daemon: tt.daemon}
+			env := connector.Env{Name: "inference", Daemon: tt.daemon}
 			if tt.yaml != "" {
 				env.Config = node(t, tt.yaml)
 			}
-			_, err := (&connector{}).Build(env)
+			_, err := (&builder{}).Build(env)
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("Build: %v", err)
@@ -139,7 +135,7 @@ func TestBuildConfig(t *testing.T) {
 
 func TestAgainstRealSupervisor(t *testing.T) {
 	f := appliancetest.New(t, appliancetest.Options{Activate: "coder"})
-	tools := build(t, mcp.Env{Daemon: fixtureDaemon{f: f}, HTTP: &http.Client{}})
+	tools := build(t, connector.Env{Daemon: fixtureDaemon{f: f}, HTTP: &http.Client{}})
 
 	// The doctor's profile parameter is an enum of the configured names.
 	prop, ok := tools["inference_doctor"].Def.InputSchema.Properties["profile"].(map[string]any)
@@ -175,7 +171,7 @@ func TestAgainstRealSupervisor(t *testing.T) {
 		}
 	}
 
-	greedy := call(t, tools["inference_doctor"], mcp.Args{"profile": "coder-greedy"}).(api.DoctorReport)
+	greedy := call(t, tools["inference_doctor"], connector.Args{"profile": "coder-greedy"}).(api.DoctorReport)
 	if greedy.Worst != string(units.SeverityFail) || len(greedy.Checks) == 0 {
 		t.Fatalf("doctor coder-greedy: worst %q, want fail; %+v", greedy.Worst, greedy)
 	}
@@ -183,7 +179,7 @@ func TestAgainstRealSupervisor(t *testing.T) {
 	if len(all.Checks) <= len(greedy.Checks)/2 {
 		t.Fatalf("doctor for all profiles has %d checks", len(all.Checks))
 	}
-	if _, err := tools["inference_doctor"].Handler(context.Background(), mcp.Args{"profile": "nope"}); err == nil ||
+	if _, err := tools["inference_doctor"].Handler(context.Background(), connector.Args{"profile": "nope"}); err == nil ||
 		!strings.Contains(err.Error(), `unknown profile "nope": choose one of coder, coder-greedy, llama`) {
 		t.Fatalf("doctor unknown profile: err = %v", err)
 	}
@@ -199,7 +195,7 @@ func TestAgainstRealSupervisor(t *testing.T) {
 }
 
 func TestNoProfilesNoDoctorParameter(t *testing.T) {
-	tools := build(t, mcp.Env{Daemon: staticDaemon{}})
+	tools := build(t, connector.Env{Daemon: staticDaemon{}})
 	d := tools["inference_doctor"]
 	if _, ok := d.Def.InputSchema.Properties["profile"]; ok || d.Targets != nil {
 		t.Fatalf("doctor without profiles: schema %+v targets %+v; an empty enum would reject every call", d.Def.InputSchema, d.Targets)
@@ -208,7 +204,7 @@ func TestNoProfilesNoDoctorParameter(t *testing.T) {
 
 func TestIdle(t *testing.T) {
 	f := appliancetest.New(t, appliancetest.Options{})
-	tools := build(t, mcp.Env{Daemon: fixtureDaemon{f: f}})
+	tools := build(t, connector.Env{Daemon: fixtureDaemon{f: f}})
 	st := call(t, tools["inference_status"], nil).(StatusResult)
 	if st.Phase != api.PhaseIdle || st.Active != nil || st.Endpoint != nil || !strings.Contains(st.Note, "no inference backend") {
 		t.Fatalf("idle status %+v", st)
@@ -240,7 +236,7 @@ func TestEndpointFailures(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			st := api.Status{State: api.State{Phase: api.PhaseActive, Profile: "coder"},
 				Profiles: []api.ProfileInfo{{Name: "coder", Backend: units.VLLM, Port: tt.port, Active: true}}}
-			tools := build(t, mcp.Env{Daemon: staticDaemon{st}, Config: node(t, "health_timeout: 100ms\n")})
+			tools := build(t, connector.Env{Daemon: staticDaemon{st}, Config: node(t, "health_timeout: 100ms\n")})
 			res := call(t, tools["inference_status"], nil).(StatusResult)
 			if res.Endpoint == nil || res.Endpoint.Healthy || !strings.Contains(res.Endpoint.Error, tt.want) {
 				t.Fatalf("endpoint %+v, want unhealthy with %q", res.Endpoint, tt.want)
@@ -259,22 +255,22 @@ func TestBenchLatest(t *testing.T) {
 		name    string
 		runs    []bench.Summary
 		err     error
-		args    mcp.Args
+		args    connector.Args
 		wantIDs string
 		wantErr string
 	}{
 		{"default five newest", runs, nil, nil, "run-7 run-6 run-5 run-4 run-3", ""},
-		{"limit 2", runs, nil, mcp.Args{"limit": 2.0}, "run-7 run-6", ""},
-		{"limit above count", runs[:2], nil, mcp.Args{"limit": 20.0}, "run-3 run-1", ""},
+		{"limit 2", runs, nil, connector.Args{"limit": 2.0}, "run-7 run-6", ""},
+		{"limit above count", runs[:2], nil, connector.Args{"limit": 20.0}, "run-3 run-1", ""},
 		{"none yet", nil, nil, nil, "", ""},
 		{"store error", nil, errors.New("open /var/lib/gpuhost/bench: permission denied"), nil, "", "reading the benchmark results failed: open"},
-		{"limit zero", runs, nil, mcp.Args{"limit": 0.0}, "", "whole number from 1 to 20"},
-		{"limit fraction", runs, nil, mcp.Args{"limit": 2.5}, "", "whole number from 1 to 20"},
+		{"limit zero", runs, nil, connector.Args{"limit": 0.0}, "", "whole number from 1 to 20"},
+		{"limit fraction", runs, nil, connector.Args{"limit": 2.5}, "", "whole number from 1 to 20"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := benchDaemon{runs: tt.runs, err: tt.err}
-			tools := build(t, mcp.Env{Daemon: d})
+			tools := build(t, connector.Env{Daemon: d})
 			out, err := tools["inference_bench_latest"].Handler(context.Background(), tt.args)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/mcp/connector"
 	"io"
 	"log/slog"
 	"mime"
@@ -14,8 +15,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"gpuhost/mcp"
 )
 
 // maxBody caps a DSM answer; the lists this connector asks for are small.
@@ -97,7 +96,7 @@ type client struct {
 	passEnv string
 	http    *http.Client
 	timeout time.Duration
-	secrets *mcp.Secrets
+	secrets *connector.Secrets
 	log     *slog.Logger
 
 	loginSem chan struct{} // capacity 1: one login at a time, ctx-aware waiting
@@ -107,7 +106,7 @@ type client struct {
 	gen uint64 // bumped on every login, so a caller can tell its sid is stale
 }
 
-func newClient(n NAS, base *http.Client, timeout time.Duration, secrets *mcp.Secrets, log *slog.Logger) *client {
+func newClient(n NAS, base *http.Client, timeout time.Duration, secrets *connector.Secrets, log *slog.Logger) *client {
 	hc := base
 	if n.InsecureTLS {
 		t := http.DefaultTransport.(*http.Transport).Clone()
@@ -169,7 +168,7 @@ func (c *client) current(ctx context.Context) (string, uint64, error) {
 
 func (c *client) login(ctx context.Context) (string, error) {
 	if c.secrets == nil {
-		return "", &mcp.MissingSecretError{Name: c.passEnv}
+		return "", &connector.MissingSecretError{Name: c.passEnv}
 	}
 	pass, err := c.secrets.Get(c.passEnv)
 	if err != nil {

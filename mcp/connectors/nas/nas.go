@@ -4,17 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/mcp/connector"
 	"net/url"
 	"strings"
 	"time"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
-
-	"gpuhost/mcp"
 )
 
 func init() {
-	mcp.Register("nas", func() mcp.Connector { return &connector{} })
+	connector.Register("nas", func() connector.Connector { return &builder{} })
 }
 
 // Tool names.
@@ -44,14 +43,14 @@ type NAS struct {
 	InsecureTLS bool `yaml:"insecure_tls"`
 }
 
-type connector struct{}
+type builder struct{}
 
 // Build validates the NAS list and returns the three tools. Each NAS gets
 // one client whose session lives as long as the connector (until the next
 // Build).
-func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
+func (c *builder) Build(env connector.Env) ([]connector.Tool, error) {
 	var cfg Config
-	if err := mcp.DecodeConfig(env, &cfg); err != nil {
+	if err := connector.DecodeConfig(env, &cfg); err != nil {
 		return nil, err
 	}
 	if err := cfg.validate(); err != nil {
@@ -68,7 +67,7 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 		clients[n.Name] = newClient(n, hc, cfg.Timeout, env.Secrets, log)
 		names = append(names, n.Name)
 	}
-	pick := func(args mcp.Args) (*client, error) {
+	pick := func(args connector.Args) (*client, error) {
 		name := args.String("nas")
 		cl, ok := clients[name]
 		if !ok {
@@ -76,8 +75,8 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 		}
 		return cl, nil
 	}
-	tool := func(name, desc string, h func(context.Context, *client) (any, error)) mcp.Tool {
-		return mcp.Tool{
+	tool := func(name, desc string, h func(context.Context, *client) (any, error)) connector.Tool {
+		return connector.Tool{
 			Def: mcpgo.NewTool(name,
 				mcpgo.WithDescription(desc),
 				mcpgo.WithReadOnlyHintAnnotation(true),
@@ -86,17 +85,17 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 				mcpgo.WithSchemaAdditionalProperties(false),
 				mcpgo.WithString("nas", mcpgo.Required(), mcpgo.Enum(names...), mcpgo.Description("Configured NAS name")),
 			),
-			Handler: func(ctx context.Context, args mcp.Args) (any, error) {
+			Handler: func(ctx context.Context, args connector.Args) (any, error) {
 				cl, err := pick(args)
 				if err != nil {
 					return nil, err
 				}
 				return h(ctx, cl)
 			},
-			Targets: &mcp.Targets{Param: "nas", Values: names},
+			Targets: &connector.Targets{Param: "nas", Values: names},
 		}
 	}
-	return []mcp.Tool{
+	return []connector.Tool{
 		tool(ToolShares, "Shared folders of a configured Synology NAS with their paths and, where DSM reports it, free and total bytes of the volume they live on. Read-only.", shares),
 		tool(ToolUtilization, "Current CPU load (%), memory use and per-interface network throughput (bytes/s) of a configured Synology NAS. Read-only.", utilization),
 		tool(ToolVolumes, "Storage volumes of a configured Synology NAS: status (normal, degraded, crashed…), file system, total and used bytes. Read-only; needs an administrator DSM account.", volumes),

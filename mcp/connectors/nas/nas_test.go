@@ -18,7 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"gpuhost/internal/testkit"
-	"gpuhost/mcp"
+	"gpuhost/mcp/connector"
 )
 
 const canaryPass = "CANARY-nas-pass-4b1d&x" // has a char that URL-encodes
@@ -131,7 +131,7 @@ func node(t *testing.T, src string) yaml.Node {
 }
 
 type rig struct {
-	tools map[string]mcp.Tool
+	tools map[string]connector.Tool
 	logs  *testkit.SyncBuffer
 	fakes map[string]*fakeDSM
 }
@@ -149,21 +149,21 @@ func newRig(t *testing.T, fakes map[string]*fakeDSM, secrets map[string]string, 
 	}
 	cfg.WriteString(extra)
 	logs := &testkit.SyncBuffer{}
-	env := mcp.Env{
+	env := connector.Env{
 		Name:   "nas",
 		Config: node(t, cfg.String()),
-		Secrets: mcp.NewSecrets(func(n string) (string, bool) {
+		Secrets: connector.NewSecrets(func(n string) (string, bool) {
 			v, ok := secrets[n]
 			return v, ok
 		}),
 		HTTP: &http.Client{},
 		Log:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
-	tools, err := (&connector{}).Build(env)
+	tools, err := (&builder{}).Build(env)
 	if err != nil {
 		t.Fatalf("Build: %v", err)
 	}
-	r := &rig{tools: map[string]mcp.Tool{}, logs: logs, fakes: fakes}
+	r := &rig{tools: map[string]connector.Tool{}, logs: logs, fakes: fakes}
 	for _, tl := range tools {
 		r.tools[tl.Def.Name] = tl
 	}
@@ -178,7 +178,7 @@ func (r *rig) call(t *testing.T, tool, nas string) (any, error) {
 	if !ok {
 		t.Fatalf("no tool %s", tool)
 	}
-	res, err := tl.Handler(context.Background(), mcp.Args{"nas": nas})
+	res, err := tl.Handler(context.Background(), connector.Args{"nas": nas})
 	out, _ := json.Marshal(res)
 	for _, s := range []string{string(out), fmt.Sprint(err), r.logs.String()} {
 		if strings.Contains(s, canaryPass) || strings.Contains(s, "CANARY-nas-pass") || strings.Contains(s, "sid-") {
@@ -283,7 +283,7 @@ func TestErrors(t *testing.T) {
 			}
 		})
 	}
-	var ms *mcp.MissingSecretError
+	var ms *connector.MissingSecretError
 	if _, err := r.call(t, ToolShares, "nosecret"); !errors.As(err, &ms) || ms.Name != "PASS_NOSECRET" {
 		t.Errorf("missing secret: err = %v, want *MissingSecretError", err)
 	}
@@ -316,7 +316,7 @@ func clientOf(t *testing.T, r *rig, name string) *client {
 		srv := httptest.NewServer(f)
 		t.Cleanup(srv.Close)
 		return newClient(NAS{Name: n, URL: srv.URL, User: f.user, PasswordEnv: "P"}, &http.Client{}, defaultTimeout,
-			mcp.NewSecrets(func(string) (string, bool) { return f.pass, true }), slog.New(slog.DiscardHandler))
+			connector.NewSecrets(func(string) (string, bool) { return f.pass, true }), slog.New(slog.DiscardHandler))
 	}
 	t.Fatalf("no fake %s", name)
 	return nil
@@ -329,7 +329,7 @@ func TestConcurrentCallsShareOneLogin(t *testing.T) {
 	errs := make(chan error, 32)
 	for range 32 {
 		wg.Go(func() {
-			_, err := r.tools[ToolUtilization].Handler(context.Background(), mcp.Args{"nas": "main"})
+			_, err := r.tools[ToolUtilization].Handler(context.Background(), connector.Args{"nas": "main"})
 			errs <- err
 		})
 	}
@@ -360,7 +360,7 @@ func TestConcurrentExpiryShareOneRelogin(t *testing.T) {
 	var failed atomic.Int64
 	for range 16 {
 		wg.Go(func() {
-			if _, err := r.tools[ToolUtilization].Handler(context.Background(), mcp.Args{"nas": "main"}); err != nil {
+			if _, err := r.tools[ToolUtilization].Handler(context.Background(), connector.Args{"nas": "main"}); err != nil {
 				failed.Add(1)
 			}
 		})
@@ -382,17 +382,17 @@ func TestInsecureTLS(t *testing.T) {
 	t.Cleanup(srv.Close)
 	for _, insecure := range []bool{false, true} {
 		t.Run(fmt.Sprint(insecure), func(t *testing.T) {
-			env := mcp.Env{
+			env := connector.Env{
 				Name:    "nas",
 				Config:  node(t, fmt.Sprintf("nas:\n  - {name: s, url: %s, user: ro, password_env: P, insecure_tls: %v}\n", srv.URL, insecure)),
-				Secrets: mcp.NewSecrets(func(string) (string, bool) { return canaryPass, true }),
+				Secrets: connector.NewSecrets(func(string) (string, bool) { return canaryPass, true }),
 				HTTP:    &http.Client{},
 			}
-			tools, err := (&connector{}).Build(env)
+			tools, err := (&builder{}).Build(env)
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = tools[0].Handler(context.Background(), mcp.Args{"nas": "s"})
+			_, err = tools[0].Handler(context.Background(), connector.Args{"nas": "s"})
 			if insecure && err != nil {
 				t.Fatalf("insecure_tls true: %v", err)
 			}
@@ -436,8 +436,8 @@ func TestConfigErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			env := mcp.Env{Name: "nas", Config: node(t, tc.cfg), Secrets: mcp.NewSecrets(func(string) (string, bool) { return "", false })}
-			_, err := (&connector{}).Build(env)
+			env := connector.Env{Name: "nas", Config: node(t, tc.cfg), Secrets: connector.NewSecrets(func(string) (string, bool) { return "", false })}
+			_, err := (&builder{}).Build(env)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want containing %q", err, tc.want)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/mcp/connector"
 	"io"
 	"log/slog"
 	"mime"
@@ -13,12 +14,10 @@ import (
 	"time"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
-
-	"gpuhost/mcp"
 )
 
 func init() {
-	mcp.Register("shelly", func() mcp.Connector { return &connector{} })
+	connector.Register("shelly", func() connector.Connector { return &builder{} })
 }
 
 // ToolName is the one tool this connector serves.
@@ -52,13 +51,13 @@ type Device struct {
 	PasswordEnv string `yaml:"password_env"`
 }
 
-type connector struct{}
+type builder struct{}
 
 // Build validates the device list and returns the status tool; a config
 // error names the device and field so the operator can fix gpuhost.yaml.
-func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
+func (c *builder) Build(env connector.Env) ([]connector.Tool, error) {
 	var cfg Config
-	if err := mcp.DecodeConfig(env, &cfg); err != nil {
+	if err := connector.DecodeConfig(env, &cfg); err != nil {
 		return nil, err
 	}
 	if err := cfg.validate(); err != nil {
@@ -86,9 +85,9 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 		mcpgo.WithString("device", mcpgo.Required(), mcpgo.Enum(names...),
 			mcpgo.Description("Configured Shelly device name")),
 	)
-	return []mcp.Tool{{
+	return []connector.Tool{{
 		Def: def,
-		Handler: func(ctx context.Context, args mcp.Args) (any, error) {
+		Handler: func(ctx context.Context, args connector.Args) (any, error) {
 			name := args.String("device")
 			d, ok := byName[name]
 			if !ok {
@@ -96,7 +95,7 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 			}
 			return cl.status(ctx, d)
 		},
-		Targets: &mcp.Targets{Param: "device", Values: names},
+		Targets: &connector.Targets{Param: "device", Values: names},
 	}}, nil
 }
 
@@ -159,7 +158,7 @@ func absoluteURL(s string) error {
 
 type client struct {
 	http    *http.Client
-	secrets *mcp.Secrets
+	secrets *connector.Secrets
 	timeout time.Duration
 	log     *slog.Logger
 }
@@ -176,7 +175,7 @@ func (c *client) status(ctx context.Context, d Device) (*Status, error) {
 
 func (c *client) cloudStatus(ctx context.Context, d Device) (*Status, error) {
 	if c.secrets == nil {
-		return nil, &mcp.MissingSecretError{Name: d.AuthKeyEnv}
+		return nil, &connector.MissingSecretError{Name: d.AuthKeyEnv}
 	}
 	key, err := c.secrets.Get(d.AuthKeyEnv)
 	if err != nil {

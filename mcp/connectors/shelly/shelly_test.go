@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/mcp/connector"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,8 +15,6 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
-
-	"gpuhost/mcp"
 )
 
 const canaryKey = "CANARY-shelly-key-7f3a9c" // recognisable so a leak is obvious
@@ -113,17 +112,17 @@ func node(t *testing.T, src string) yaml.Node {
 }
 
 type testEnv struct {
-	env  mcp.Env
+	env  connector.Env
 	logs *bytes.Buffer
 }
 
 func newEnv(t *testing.T, cfg string, secrets map[string]string) testEnv {
 	t.Helper()
 	logs := &bytes.Buffer{}
-	return testEnv{logs: logs, env: mcp.Env{
+	return testEnv{logs: logs, env: connector.Env{
 		Name:   "shelly",
 		Config: node(t, cfg),
-		Secrets: mcp.NewSecrets(func(n string) (string, bool) {
+		Secrets: connector.NewSecrets(func(n string) (string, bool) {
 			v, ok := secrets[n]
 			return v, ok
 		}),
@@ -147,7 +146,7 @@ func TestStatus(t *testing.T) {
 		local("l-ok", srv.URL+"/ok") + local("l-500", srv.URL+"/500") + local("l-html", srv.URL+"/html") +
 		local("l-auth", srv.URL+"/auth") + local("l-slow", srv.URL+"/slow") + local("l-offline", closedAddr(t))
 	te := newEnv(t, cfg, map[string]string{"KEY": canaryKey, "BADKEY": "wrong-" + canaryKey})
-	tools, err := (&connector{}).Build(te.env)
+	tools, err := (&builder{}).Build(te.env)
 	if err != nil {
 		t.Fatalf("Build: %v", err)
 	}
@@ -184,7 +183,7 @@ func TestStatus(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.device, func(t *testing.T) {
-			res, err := tool.Handler(context.Background(), mcp.Args{"device": tc.device})
+			res, err := tool.Handler(context.Background(), connector.Args{"device": tc.device})
 			out, _ := json.Marshal(res)
 			if err != nil && strings.Contains(err.Error(), "wrong-") {
 				t.Errorf("error leaks the bad key: %v", err)
@@ -232,12 +231,12 @@ func deref(p *float64) any {
 func TestMissingSecretIsTyped(t *testing.T) {
 	srv := fakeShelly(t)
 	te := newEnv(t, fmt.Sprintf("devices:\n  - {name: a, mode: cloud, id: ok, server: %s, auth_key_env: SHELLY_KEY}\n", srv.URL), nil)
-	tools, err := (&connector{}).Build(te.env)
+	tools, err := (&builder{}).Build(te.env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = tools[0].Handler(context.Background(), mcp.Args{"device": "a"})
-	var ms *mcp.MissingSecretError
+	_, err = tools[0].Handler(context.Background(), connector.Args{"device": "a"})
+	var ms *connector.MissingSecretError
 	if !errors.As(err, &ms) || ms.Name != "SHELLY_KEY" {
 		t.Fatalf("err = %v, want *MissingSecretError{SHELLY_KEY}", err)
 	}
@@ -245,7 +244,7 @@ func TestMissingSecretIsTyped(t *testing.T) {
 
 func TestToolDefinition(t *testing.T) {
 	te := newEnv(t, "devices:\n  - {name: b, mode: local, address: http://10.0.0.2}\n  - {name: a, mode: local, address: http://10.0.0.3}\n", nil)
-	tools, err := (&connector{}).Build(te.env)
+	tools, err := (&builder{}).Build(te.env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +283,7 @@ func TestConfigErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			te := newEnv(t, tc.cfg, nil)
-			_, err := (&connector{}).Build(te.env)
+			_, err := (&builder{}).Build(te.env)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want containing %q", err, tc.want)
 			}

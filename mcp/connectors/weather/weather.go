@@ -3,6 +3,7 @@ package weather
 import (
 	"context"
 	"fmt"
+	"gpuhost/mcp/connector"
 	"net/http"
 	"net/url"
 	"strings"
@@ -11,11 +12,9 @@ import (
 	"unicode/utf8"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
-
-	"gpuhost/mcp"
 )
 
-func init() { mcp.Register("weather", func() mcp.Connector { return &connector{} }) }
+func init() { connector.Register("weather", func() connector.Connector { return &builder{} }) }
 
 // Defaults: Open-Meteo's public endpoints and a timeout that leaves the
 // model an answer well before a client gives up on the call.
@@ -38,12 +37,12 @@ type config struct {
 	Timeout time.Duration `yaml:"timeout"`
 }
 
-type connector struct{}
+type builder struct{}
 
 // Build returns weather_forecast.
-func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
+func (c *builder) Build(env connector.Env) ([]connector.Tool, error) {
 	cfg := config{GeocodingURL: DefaultGeocodingURL, ForecastURL: DefaultForecastURL, Timeout: DefaultTimeout}
-	if err := mcp.DecodeConfig(env, &cfg); err != nil {
+	if err := connector.DecodeConfig(env, &cfg); err != nil {
 		return nil, err
 	}
 	geo, err := baseURL(env.Name, "geocoding_url", cfg.GeocodingURL)
@@ -75,7 +74,7 @@ func (c *connector) Build(env mcp.Env) ([]mcp.Tool, error) {
 		mcpgo.WithInteger("days", mcpgo.Min(1), mcpgo.Max(maxDays), mcpgo.DefaultNumber(defaultDays),
 			mcpgo.Description("Number of forecast days including today (1-7, default 3)")),
 	)
-	return []mcp.Tool{{Def: def, Handler: cl.handle}}, nil
+	return []connector.Tool{{Def: def, Handler: cl.handle}}, nil
 }
 
 // baseURL accepts only an http(s) scheme and host (optionally a path
@@ -135,7 +134,7 @@ type Day struct {
 	Weather          string   `json:"weather,omitempty"`
 }
 
-func (c *client) handle(ctx context.Context, args mcp.Args) (any, error) {
+func (c *client) handle(ctx context.Context, args connector.Args) (any, error) {
 	city, err := checkCity(args.String("city"))
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/mcp/connector"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -14,8 +15,6 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
-
-	"gpuhost/mcp"
 )
 
 // fakeOpenMeteo serves /v1/search and /v1/forecast with the documented
@@ -109,13 +108,13 @@ func node(t *testing.T, s string) yaml.Node {
 }
 
 // start serves fake on loopback and builds the tool against it.
-func start(t *testing.T, fake *fakeOpenMeteo, extra string) mcp.Tool {
+func start(t *testing.T, fake *fakeOpenMeteo, extra string) connector.Tool {
 	t.Helper()
 	fake.errorf = t.Errorf
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	cfg := fmt.Sprintf("geocoding_url: %s\nforecast_url: %s/\n%s", srv.URL, srv.URL, extra)
-	tools, err := (&connector{}).Build(mcp.Env{Name: "weather", Config: node(t, cfg), HTTP: &http.Client{}})
+	tools, err := (&builder{}).Build(connector.Env{Name: "weather", Config: node(t, cfg), HTTP: &http.Client{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +133,7 @@ func TestForecast(t *testing.T) {
 	tool := start(t, fake, "")
 	for _, days := range []int{1, 3, 7} {
 		t.Run(strconv.Itoa(days), func(t *testing.T) {
-			args := mcp.Args{"city": "  Berlin "}
+			args := connector.Args{"city": "  Berlin "}
 			if days != defaultDays {
 				args["days"] = float64(days)
 			}
@@ -183,41 +182,41 @@ func TestForecastErrors(t *testing.T) {
 	tests := []struct {
 		name     string
 		geo, fc  http.HandlerFunc
-		args     mcp.Args
+		args     connector.Args
 		want     string
 		noSearch bool // rejected before any request
 	}{
-		{name: "unknown city", args: mcp.Args{"city": "Xyzzyville"}, want: `Open-Meteo knows no place named "Xyzzyville"`},
-		{name: "geocoding 500", geo: status500, args: mcp.Args{"city": "Berlin"}, want: "Open-Meteo geocoding answered HTTP 500 Internal Server Error; try again later"},
-		{name: "forecast 500", fc: status500, args: mcp.Args{"city": "Berlin"}, want: "Open-Meteo forecast answered HTTP 500"},
-		{name: "geocoding html", geo: html, args: mcp.Args{"city": "Berlin"}, want: `answered with "text/html; charset=utf-8" instead of JSON`},
-		{name: "forecast html", fc: html, args: mcp.Args{"city": "Berlin"}, want: "Open-Meteo forecast answered with \"text/html"},
-		{name: "geocoding timeout", geo: hang, args: mcp.Args{"city": "Berlin"}, want: "Open-Meteo geocoding did not answer within 200ms"},
-		{name: "forecast timeout", fc: hang, args: mcp.Args{"city": "Berlin"}, want: "Open-Meteo forecast did not answer within 200ms"},
+		{name: "unknown city", args: connector.Args{"city": "Xyzzyville"}, want: `Open-Meteo knows no place named "Xyzzyville"`},
+		{name: "geocoding 500", geo: status500, args: connector.Args{"city": "Berlin"}, want: "Open-Meteo geocoding answered HTTP 500 Internal Server Error; try again later"},
+		{name: "forecast 500", fc: status500, args: connector.Args{"city": "Berlin"}, want: "Open-Meteo forecast answered HTTP 500"},
+		{name: "geocoding html", geo: html, args: connector.Args{"city": "Berlin"}, want: `answered with "text/html; charset=utf-8" instead of JSON`},
+		{name: "forecast html", fc: html, args: connector.Args{"city": "Berlin"}, want: "Open-Meteo forecast answered with \"text/html"},
+		{name: "geocoding timeout", geo: hang, args: connector.Args{"city": "Berlin"}, want: "Open-Meteo geocoding did not answer within 200ms"},
+		{name: "forecast timeout", fc: hang, args: connector.Args{"city": "Berlin"}, want: "Open-Meteo forecast did not answer within 200ms"},
 		{name: "api error body", fc: func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json; charset=utf-8")
 			w.WriteHeader(http.StatusBadRequest)
 			fmt.Fprint(w, `{"error":true,"reason":"Latitude must be in range of -90 to 90°. Given: 91.0."}`)
-		}, args: mcp.Args{"city": "Berlin"}, want: "Open-Meteo forecast rejected the request (HTTP 400): Latitude must be in range"},
+		}, args: connector.Args{"city": "Berlin"}, want: "Open-Meteo forecast rejected the request (HTTP 400): Latitude must be in range"},
 		{name: "broken json", fc: func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprint(w, `{"latitude":52.5,`)
-		}, args: mcp.Args{"city": "Berlin"}, want: "answered with JSON that does not parse"},
+		}, args: connector.Args{"city": "Berlin"}, want: "answered with JSON that does not parse"},
 		{name: "ragged daily", fc: func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprint(w, `{"daily":{"time":["2026-11-30","2026-12-01"],"temperature_2m_max":[1],"temperature_2m_min":[1,2],"precipitation_sum":[0,0]}}`)
-		}, args: mcp.Args{"city": "Berlin"}, want: "without a usable daily series"},
+		}, args: connector.Args{"city": "Berlin"}, want: "without a usable daily series"},
 		{name: "too big", geo: func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprint(w, `{"results":[],"pad":"`+strings.Repeat("x", maxBody)+`"}`)
-		}, args: mcp.Args{"city": "Berlin"}, want: "more than 1048576 bytes"},
-		{name: "empty city", args: mcp.Args{"city": "  "}, want: "too short", noSearch: true},
-		{name: "missing city", args: mcp.Args{}, want: "too short", noSearch: true},
-		{name: "long city", args: mcp.Args{"city": strings.Repeat("a", 101)}, want: "at most 100", noSearch: true},
-		{name: "control char", args: mcp.Args{"city": "Ber\nlin"}, want: "control character", noSearch: true},
-		{name: "days 0", args: mcp.Args{"city": "Berlin", "days": 0.0}, want: "whole number from 1 to 7", noSearch: true},
-		{name: "days 8", args: mcp.Args{"city": "Berlin", "days": 8.0}, want: "whole number from 1 to 7", noSearch: true},
-		{name: "days 2.5", args: mcp.Args{"city": "Berlin", "days": 2.5}, want: "whole number from 1 to 7", noSearch: true},
+		}, args: connector.Args{"city": "Berlin"}, want: "more than 1048576 bytes"},
+		{name: "empty city", args: connector.Args{"city": "  "}, want: "too short", noSearch: true},
+		{name: "missing city", args: connector.Args{}, want: "too short", noSearch: true},
+		{name: "long city", args: connector.Args{"city": strings.Repeat("a", 101)}, want: "at most 100", noSearch: true},
+		{name: "control char", args: connector.Args{"city": "Ber\nlin"}, want: "control character", noSearch: true},
+		{name: "days 0", args: connector.Args{"city": "Berlin", "days": 0.0}, want: "whole number from 1 to 7", noSearch: true},
+		{name: "days 8", args: connector.Args{"city": "Berlin", "days": 8.0}, want: "whole number from 1 to 7", noSearch: true},
+		{name: "days 2.5", args: connector.Args{"city": "Berlin", "days": 2.5}, want: "whole number from 1 to 7", noSearch: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -247,11 +246,11 @@ func TestUnreachable(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL
 	srv.Close()
-	tools, err := (&connector{}).Build(mcp.Env{Name: "weather", Config: node(t, "geocoding_url: "+url+"\n")})
+	tools, err := (&builder{}).Build(connector.Env{Name: "weather", Config: node(t, "geocoding_url: "+url+"\n")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = tools[0].Handler(context.Background(), mcp.Args{"city": "Berlin"})
+	_, err = tools[0].Handler(context.Background(), connector.Args{"city": "Berlin"})
 	if err == nil || !strings.Contains(err.Error(), "Open-Meteo geocoding is not reachable; try again later") || strings.Contains(err.Error(), url) {
 		t.Fatalf("err = %v", err)
 	}
@@ -271,11 +270,11 @@ func TestBuildConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := mcp.Env{Name: "weather"}
+			env := connector.Env{Name: "weather"}
 			if tt.yaml != "" {
 				env.Config = node(t, tt.yaml)
 			}
-			_, err := (&connector{}).Build(env)
+			_, err := (&builder{}).Build(env)
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("Build: %v", err)
@@ -287,7 +286,7 @@ func TestBuildConfig(t *testing.T) {
 }
 
 func TestSchemaAndDefaults(t *testing.T) {
-	tools, err := (&connector{}).Build(mcp.Env{Name: "weather"})
+	tools, err := (&builder{}).Build(connector.Env{Name: "weather"})
 	if err != nil || len(tools) != 1 {
 		t.Fatalf("Build: %v", err)
 	}
@@ -328,13 +327,13 @@ func FuzzForecastResponse(f *testing.F) {
 	if err := yaml.Unmarshal([]byte(cfg), &doc); err != nil {
 		f.Fatal(err)
 	}
-	tools, err := (&connector{}).Build(mcp.Env{Name: "weather", Config: *doc.Content[0]})
+	tools, err := (&builder{}).Build(connector.Env{Name: "weather", Config: *doc.Content[0]})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		body.Store(s)
-		out, err := tools[0].Handler(context.Background(), mcp.Args{"city": "Berlin"})
+		out, err := tools[0].Handler(context.Background(), connector.Args{"city": "Berlin"})
 		if err == nil {
 			if _, ok := out.(Forecast); !ok {
 				t.Fatalf("result %T", out)

@@ -1,11 +1,14 @@
-// Package mcp is gpuhost's MCP server: it knows no tools itself. Every
-// connector under mcp/connectors/<name>/ registers itself at init (like
-// database/sql drivers); the registry builds each enabled connector's tools
-// from the gpuhost config and enforces the rules that hold for all of them
-// (docs/architecture.md decisions 1 and 2): tools only read, targets are enumerated
-// from config, secrets are read at call time and scrubbed from everything
-// that leaves, failures are isError results the model can act on.
-package mcp
+// Package connector is the contract between gpuhost's MCP server and its
+// connectors, kept apart from the server so that a connector links only
+// what it implements: not the MCP server, its HTTP stack or the CLI, and
+// not the daemon's GPU and bench packages (a connector that reads the
+// daemon names the few methods it needs itself). Connectors register at
+// init (like database/sql drivers); package gpuhost/mcp builds them and
+// enforces the rules that hold for all of them (docs/architecture.md
+// decisions 1 and 2): tools only read, targets are enumerated from config,
+// secrets are read at call time and scrubbed from everything that leaves,
+// failures are isError results the model can act on.
+package connector
 
 import (
 	"context"
@@ -18,10 +21,6 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"gopkg.in/yaml.v3"
-
-	"gpuhost/api"
-	"gpuhost/bench"
-	"gpuhost/nvml"
 )
 
 // Connector turns its config section into tools. Build is called once at
@@ -33,6 +32,19 @@ type Connector interface {
 	// rejected (DecodeConfig does that and names the key path).
 	Build(env Env) ([]Tool, error)
 }
+
+// Named is a connector that is not in the init-time registry: declarative
+// connectors read from connectors_dir are built by their own package and
+// handed to the server under their file's name.
+type Named struct {
+	Name      string
+	Connector Connector
+}
+
+// Redacted replaces every secret value in text that leaves the server; a
+// connector that scrubs its own messages (before the server's scrubbing
+// sees them) uses the same marker, so the model meets one form.
+const Redacted = "[redacted]"
 
 // Factory makes a connector; registered under a name at init.
 type Factory func() Connector
@@ -48,7 +60,7 @@ func Register(name string, f Factory) {
 	regMu.Lock()
 	defer regMu.Unlock()
 	if _, dup := factories[name]; dup {
-		panic("mcp: connector registered twice: " + name)
+		panic("connector: registered twice: " + name)
 	}
 	factories[name] = f
 }
@@ -120,16 +132,13 @@ type Env struct {
 	Secrets *Secrets
 	HTTP    *http.Client // timeouts set; use with request contexts
 	Log     *slog.Logger
-	Daemon  Daemon // nil outside the daemon (e.g. `gpuhost mcp` without one)
-}
-
-// Daemon is what the gpu and inference connectors read of the running
-// appliance. Only reads: there is deliberately no switch or stop here.
-type Daemon interface {
-	Snapshot(ctx context.Context) (nvml.Snapshot, error)
-	Status(ctx context.Context) api.Status
-	Doctor(ctx context.Context, profile string) api.DoctorReport
-	BenchResults() ([]bench.Summary, error)
+	// Daemon is the running daemon, nil outside it (e.g. `gpuhost mcp`
+	// without one). It is untyped so that the contract does not link the
+	// daemon's packages into every connector: a connector that reads the
+	// daemon asserts the small interface it defines itself (only reads:
+	// the daemon offers no switch or stop) and disables itself with a
+	// message when Daemon is nil or lacks it.
+	Daemon any
 }
 
 // DecodeConfig decodes a connector's section into v with unknown keys
