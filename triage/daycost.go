@@ -2,6 +2,7 @@ package triage
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -61,15 +62,7 @@ func addDayCost(days []DayCost, at time.Time, c Cost) []DayCost {
 	d.Total += c.Total
 	d.EnergyWh += c.EnergyWh
 	// A clock set back can add an older day after a newer one.
-	slices.SortStableFunc(out, func(a, b DayCost) int {
-		switch {
-		case a.Day < b.Day:
-			return -1
-		case a.Day > b.Day:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(out, func(a, b DayCost) int { return strings.Compare(a.Day, b.Day) })
 	if over := len(out) - maxCostEntries; over > 0 {
 		out = slices.Delete(out, 0, over)
 	}
