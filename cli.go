@@ -18,6 +18,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/appliance"
 	"gpuhost/bench"
+	"gpuhost/bench/benchcmd"
 	"gpuhost/config"
 	"gpuhost/nvml"
 	"gpuhost/simulator"
@@ -419,15 +420,15 @@ For ollama the address also comes from OLLAMA_HOST.`,
 // benchEnv gives `gpuhost bench` the config-derived facts: where results
 // live, the profiles, the GPU, and the daemon's managed /v1 as the default
 // target.
-func benchEnv(cmd *cobra.Command) (bench.Env, error) {
+func benchEnv(cmd *cobra.Command) (benchcmd.Env, error) {
 	cfg, err := loadConfig(cmd)
 	if err != nil && configMissing(cmd, err) {
 		return daemonBenchEnv(cmd), nil
 	}
 	if err != nil {
-		return bench.Env{}, err
+		return benchcmd.Env{}, err
 	}
-	env := bench.Env{StateDir: cfg.StateDir, Profiles: cfg.Profiles}
+	env := benchcmd.Env{StateDir: cfg.StateDir, Profiles: cfg.Profiles}
 	env.GPU = func(ctx context.Context) (nvml.Snapshot, error) {
 		gpu, closeGPU, err := appliance.OpenGPU(cfg)
 		defer closeGPU()

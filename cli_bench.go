@@ -11,6 +11,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/bench"
+	"gpuhost/bench/benchcmd"
 	"gpuhost/internal/loopback"
 	"gpuhost/nvml"
 	"gpuhost/units"
@@ -19,7 +20,7 @@ import (
 // daemonBenchEnv is benchEnv without a config file: results under the
 // user's state directory, and the daemon (found by the one rule) describes
 // its active profile and its GPU itself.
-func daemonBenchEnv(cmd *cobra.Command) bench.Env {
+func daemonBenchEnv(cmd *cobra.Command) benchcmd.Env {
 	status := func(ctx context.Context) (api.Status, *api.Client, error) {
 		c, err := apiClient(cmd)
 		if err != nil {
@@ -28,7 +29,7 @@ func daemonBenchEnv(cmd *cobra.Command) bench.Env {
 		st, err := c.Status(ctx)
 		return st, c, err
 	}
-	var env bench.Env
+	var env benchcmd.Env
 	env.GPU = func(ctx context.Context) (nvml.Snapshot, error) {
 		st, _, err := status(ctx)
 		if err == nil && st.GPU == nil {

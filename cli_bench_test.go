@@ -17,6 +17,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/bench"
+	"gpuhost/bench/benchapi"
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
 )
@@ -42,9 +43,9 @@ func benchDaemonWith(t *testing.T, prep func(*appliancetest.Fixture)) (*httptest
 		t.Fatal(err)
 	}
 	store := bench.NewStore(f.Cfg.StateDir, f.Log)
-	svc := bench.NewService(bench.ServiceOptions{
+	svc := benchapi.NewService(benchapi.ServiceOptions{
 		Store:   store,
-		Daemon:  bench.DaemonFuncs{SwitchingFunc: func() bool { return false }, AwaitActiveFunc: f.Sup.AwaitActive},
+		Daemon:  benchapi.DaemonFuncs{SwitchingFunc: func() bool { return false }, AwaitActiveFunc: f.Sup.AwaitActive},
 		Publish: func(msg string) { f.Sup.Publish(api.Event{Kind: "bench", Message: msg}) },
 		Log:     f.Log,
 	})

@@ -33,8 +33,28 @@ var depRules = []struct {
 	{
 		pkgs:   []string{"gpuhost/mcp/connector", "gpuhost/mcp/connectors/...", "gpuhost/mcp/declarative"},
 		except: []string{"gpuhost/mcp/connectors/gpu", "gpuhost/mcp/connectors/inference", "gpuhost/mcp/connectors/all"},
-		forbid: []string{"gpuhost/api/...", "gpuhost/bench/...", "gpuhost/nvml/...", "github.com/NVIDIA/go-nvml/...", "github.com/labstack/echo/v4/...", "github.com/spf13/cobra/..."},
+		forbid: []string{"gpuhost/api/...", "gpuhost/bench/...", "gpuhost/nvml/...", "github.com/NVIDIA/go-nvml/..."},
 		why:    "a connector that does not read the daemon links none of it: the contract hands the daemon over untyped and only gpu and inference assert their own interfaces",
+	},
+	{
+		pkgs:   []string{"gpuhost/mcp/connector", "gpuhost/mcp/connectors/...", "gpuhost/mcp/declarative"},
+		forbid: []string{"gpuhost/bench/benchcmd", "gpuhost/bench/benchapi", "github.com/labstack/echo/v4/...", "github.com/spf13/cobra/...", "github.com/spf13/pflag/..."},
+		why:    "no connector links a command line or an HTTP server, not even gpu and inference, which read the daemon: inference shows bench results through the core gpuhost/bench (Summary), whose command is benchcmd and whose service is benchapi",
+	},
+	{
+		pkgs:   []string{"gpuhost/bench"},
+		forbid: []string{"gpuhost/bench/benchcmd", "gpuhost/bench/benchapi", "github.com/spf13/cobra/...", "github.com/spf13/pflag/...", "github.com/labstack/echo/v4/...", "github.com/schollz/progressbar/v3/...", "golang.org/x/term/..."},
+		why:    "the measurement core is linked by every reader of results (panel, MCP inference); its command line is gpuhost/bench/benchcmd and its HTTP service gpuhost/bench/benchapi",
+	},
+	{
+		pkgs:   []string{"gpuhost/bench/benchcmd"},
+		forbid: []string{"gpuhost/bench/benchapi", "github.com/labstack/echo/v4/..."},
+		why:    "the bench command reaches the daemon's bench service over HTTP (api.Client, the core's body types), never by linking the server",
+	},
+	{
+		pkgs:   []string{"gpuhost/bench/benchapi"},
+		forbid: []string{"gpuhost/bench/benchcmd", "github.com/spf13/cobra/...", "github.com/spf13/pflag/...", "github.com/schollz/progressbar/v3/...", "golang.org/x/term/..."},
+		why:    "the daemon's bench service links no command line or terminal",
 	},
 	{
 		pkgs:   []string{"gpuhost/mcp/connector"},

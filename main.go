@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"gpuhost/bench"
+	"gpuhost/bench/benchcmd"
 	"gpuhost/frontdoor/telegram"
 )
 
@@ -33,7 +33,7 @@ func main() {
 	err := newRootCmd().ExecuteContext(ctx)
 	stop()
 	var ee exitError
-	var be *bench.ExitError // bench's documented statuses, with a message
+	var be *benchcmd.ExitError // bench's documented statuses, with a message
 	switch {
 	case err == nil:
 	case errors.As(err, &ee):
@@ -59,7 +59,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(
 		newServeCmd(), newDemoCmd(), newStatusCmd(), newSwitchCmd(), newDoctorCmd(),
 		newUnitsCmd(), newSimulateCmd(), newVersionCmd(), newOpencodeConfigCmd(),
-		bench.NewCmd(bench.Deps{GpuhostVersion: version, Env: benchEnv, Daemon: apiClient}),
+		benchcmd.NewCmd(benchcmd.Deps{GpuhostVersion: version, Env: benchEnv, Daemon: apiClient}),
 		newMCPCmd(), newAskCmd(), newTriageCmd(),
 		// Pairing is approved on the machine, never in the chat.
 		telegram.NewPairCmd(func(cmd *cobra.Command) (string, error) {

@@ -17,6 +17,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/appliance"
 	"gpuhost/bench"
+	"gpuhost/bench/benchapi"
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
 	"gpuhost/frontdoor/metrics"
@@ -301,7 +302,7 @@ func notifySystemd(ctx context.Context, sup *appliance.Supervisor, log *slog.Log
 
 // benchPanel gives the panel's Bench page the stored runs and the service.
 type benchPanel struct {
-	*bench.Service
+	*benchapi.Service
 	store *bench.Store
 }
 

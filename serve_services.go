@@ -12,6 +12,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/appliance"
 	"gpuhost/bench"
+	"gpuhost/bench/benchapi"
 	"gpuhost/config"
 	"gpuhost/frontdoor/metrics"
 	"gpuhost/internal/loopback"
@@ -161,12 +162,12 @@ func runTriage(ctx context.Context, cfg *config.Config, sup *appliance.Superviso
 
 // startBench builds the benchmarks of the active profile (POST
 // /api/bench), their progress on the event bus. The caller closes bsvc.
-func (c *core) startBench() (bsvc *bench.Service, bstore *bench.Store) {
+func (c *core) startBench() (bsvc *benchapi.Service, bstore *bench.Store) {
 	sup := c.sup
 	bstore = bench.NewStore(c.cfg.StateDir, c.log.With("component", "bench"))
-	bsvc = bench.NewService(bench.ServiceOptions{
+	bsvc = benchapi.NewService(benchapi.ServiceOptions{
 		Store: bstore,
-		Daemon: bench.DaemonFuncs{
+		Daemon: benchapi.DaemonFuncs{
 			SwitchingFunc:   func() bool { return sup.State().Phase == api.PhaseSwitching },
 			AwaitActiveFunc: sup.AwaitActive,
 		},

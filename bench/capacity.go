@@ -39,6 +39,14 @@ type CapacityOptions struct {
 	MaxConcurrency int
 }
 
+// Check reports the error RunCapacity would refuse the options with (an
+// SLO or bound the search cannot take), so that the command can refuse a
+// bad flag as a usage error.
+func (co CapacityOptions) Check() error {
+	_, err := co.withDefaults()
+	return err
+}
+
 func (co CapacityOptions) withDefaults() (CapacityOptions, error) {
 	if co.MaxConcurrency == 0 {
 		co.MaxConcurrency = DefaultCapacityMaxConcurrency
@@ -50,8 +58,8 @@ func (co CapacityOptions) withDefaults() (CapacityOptions, error) {
 		return co, fmt.Errorf("minimum per-user rate %v tok/s: want a number ≥ 0", co.MinUserTokS)
 	case co.TTFTP95 == 0 && co.MinUserTokS == 0:
 		return co, errors.New("no SLO: give a TTFT p95 bound, a minimum per-user tok/s, or both")
-	case co.MaxConcurrency < 1 || co.MaxConcurrency > maxConcurrency:
-		return co, fmt.Errorf("max concurrency %d: want 1 to %d", co.MaxConcurrency, maxConcurrency)
+	case co.MaxConcurrency < 1 || co.MaxConcurrency > ConcurrencyLimit:
+		return co, fmt.Errorf("max concurrency %d: want 1 to %d", co.MaxConcurrency, ConcurrencyLimit)
 	case len(co.RequestRates) > 0:
 		return co, errors.New("a capacity search is closed-loop: request rates do not apply")
 	}

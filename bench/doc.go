@@ -40,11 +40,16 @@
 // Results are one JSON file per run under <state_dir>/bench (Store); a
 // corrupt file is skipped with a warning naming it.
 //
-// Wiring (package main):
+// This package is the measurement core: runs, results, the store, compare
+// and the reports, with no command line or HTTP server, so that a reader of
+// results (the panel, the MCP inference connector) links neither. The
+// command `gpuhost bench …` is gpuhost/bench/benchcmd; the daemon's
+// service behind /api/bench is gpuhost/bench/benchapi. Wiring (package
+// main):
 //
-//	root.AddCommand(bench.NewCmd(bench.Deps{GpuhostVersion: version, GpuhostCommit: commit, Env: …}))
+//	root.AddCommand(benchcmd.NewCmd(benchcmd.Deps{GpuhostVersion: version, GpuhostCommit: commit, Env: …}))
 //
-//	svc := bench.NewService(bench.ServiceOptions{Store: bench.NewStore(cfg.StateDir, log), Daemon: …,
+//	svc := benchapi.NewService(benchapi.ServiceOptions{Store: bench.NewStore(cfg.StateDir, log), Daemon: …,
 //		GPU: sup.Snapshot, Publish: …, GpuhostVersion: version, GpuhostCommit: commit, Log: log})
 //	svc.Register(e) // POST/GET /api/bench, GET /api/bench/:id, GET /api/bench/chart.svg
 //	defer svc.Close()

@@ -42,7 +42,10 @@ const (
 	// never ends.
 	maxRepeats     = 100
 	maxTokensAsked = 1 << 20
-	maxConcurrency = 1024
+	// ConcurrencyLimit is the highest concurrency a run or a capacity
+	// search takes (exported so that the commands name it in their flag
+	// errors).
+	ConcurrencyLimit = 1024
 	// abortAfterTransport consecutive connection failures end the run: the
 	// endpoint is down and every further request would fail the same way.
 	abortAfterTransport = 3
@@ -151,6 +154,14 @@ type RunConfig struct {
 	DecodeMinTokens     int       `json:"decode_min_tokens,omitempty"`
 }
 
+// Check reports the error Run would refuse the options with (after the
+// defaults are filled in), naming the bad option, so that a command can
+// refuse a bad flag as a usage error before anything starts.
+func (o Options) Check() error {
+	_, err := o.withDefaults()
+	return err
+}
+
 // withDefaults fills in defaults and validates, naming the bad option.
 func (o Options) withDefaults() (Options, error) {
 	if o.PrefillTokens == nil {
@@ -207,8 +218,8 @@ func (o Options) withDefaults() (Options, error) {
 		}
 	}
 	for _, c := range o.Concurrency {
-		if c < 1 || c > maxConcurrency {
-			return o, fmt.Errorf("concurrency %d: want 1 to %d", c, maxConcurrency)
+		if c < 1 || c > ConcurrencyLimit {
+			return o, fmt.Errorf("concurrency %d: want 1 to %d", c, ConcurrencyLimit)
 		}
 	}
 	if o.ServingRequests < 0 || o.ServingRequests > 100000 {

@@ -20,7 +20,9 @@ const (
 	// DefaultSwitchTimeout bounds one sample: the switch and the first
 	// token after it (a vLLM start can take minutes).
 	DefaultSwitchTimeout = 10 * time.Minute
-	maxSwitchRounds      = 100
+	// SwitchRoundsLimit is the most rounds a switch bench takes (exported
+	// so that the command names it in its flag error).
+	SwitchRoundsLimit = 100
 	// switchEventGrace is how long the events of a switch may lag behind
 	// its first token (the daemon sets the state before it publishes the
 	// end of the switch, and the proxy forwards on the state).
@@ -61,6 +63,13 @@ type SwitchOptions struct {
 	Started time.Time
 }
 
+// Check reports the error RunSwitch would refuse the options with, so
+// that the command can refuse a bad flag as a usage error.
+func (o SwitchOptions) Check() error {
+	_, err := o.withDefaults()
+	return err
+}
+
 func (o SwitchOptions) withDefaults() (SwitchOptions, error) {
 	if o.Rounds == 0 {
 		o.Rounds = DefaultSwitchRounds
@@ -73,8 +82,8 @@ func (o SwitchOptions) withDefaults() (SwitchOptions, error) {
 		return o, errors.New("two profile names are needed")
 	case o.A == o.B:
 		return o, fmt.Errorf("profiles %q and %q are the same: a switch needs two profiles", o.A, o.B)
-	case o.Rounds < 1 || o.Rounds > maxSwitchRounds:
-		return o, fmt.Errorf("rounds %d: want 1 to %d", o.Rounds, maxSwitchRounds)
+	case o.Rounds < 1 || o.Rounds > SwitchRoundsLimit:
+		return o, fmt.Errorf("rounds %d: want 1 to %d", o.Rounds, SwitchRoundsLimit)
 	case o.Timeout < 0:
 		return o, fmt.Errorf("timeout %s: must be positive", o.Timeout)
 	}

@@ -15,6 +15,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/bench"
+	"gpuhost/bench/benchapi"
 )
 
 // withBench wires a bench service as serve does (progress on the
@@ -23,9 +24,9 @@ func withBench(store **bench.Store) func(ev *env, e *echo.Echo) {
 	return func(ev *env, e *echo.Echo) {
 		f := ev.f
 		*store = bench.NewStore(f.Cfg.StateDir, f.Log)
-		svc := bench.NewService(bench.ServiceOptions{
+		svc := benchapi.NewService(benchapi.ServiceOptions{
 			Store:   *store,
-			Daemon:  bench.DaemonFuncs{SwitchingFunc: func() bool { return false }, AwaitActiveFunc: f.Sup.AwaitActive},
+			Daemon:  benchapi.DaemonFuncs{SwitchingFunc: func() bool { return false }, AwaitActiveFunc: f.Sup.AwaitActive},
 			Publish: func(msg string) { f.Sup.Publish(api.Event{Kind: "bench", Message: msg}) },
 			Log:     f.Log,
 			Defaults: bench.Options{Repeats: 1, PrefillTokens: []int{64}, DecodeTokens: []int{16},

@@ -12,11 +12,12 @@ import (
 
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/bench"
+	"gpuhost/bench/benchapi"
 	"gpuhost/frontdoor/httpapi"
 )
 
 type benchSrc struct {
-	*bench.Service
+	*benchapi.Service
 	store *bench.Store
 }
 
@@ -58,9 +59,9 @@ func TestBenchPage(t *testing.T) {
 	if err := os.WriteFile(f.Cfg.StateDir+"/bench/broken-run.json", []byte("{not json"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	svc := bench.NewService(bench.ServiceOptions{
+	svc := benchapi.NewService(benchapi.ServiceOptions{
 		Store:  store,
-		Daemon: bench.DaemonFuncs{SwitchingFunc: func() bool { return false }, AwaitActiveFunc: f.Sup.AwaitActive},
+		Daemon: benchapi.DaemonFuncs{SwitchingFunc: func() bool { return false }, AwaitActiveFunc: f.Sup.AwaitActive},
 		Log:    f.Log,
 	})
 	defer svc.Close()

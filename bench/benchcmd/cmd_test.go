@@ -1,4 +1,4 @@
-package bench
+package benchcmd
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"gpuhost/bench"
 	"gpuhost/internal/testbin"
 	"gpuhost/internal/testkit"
 	"gpuhost/nvml"
@@ -43,8 +44,8 @@ func TestCmdRunListShowCompare(t *testing.T) {
 	sim := nvml.NewSim(nvml.SimConfig{})
 	deps := Deps{GpuhostVersion: "1.2.3", GpuhostCommit: "deadbeef", Env: func(*cobra.Command) (Env, error) {
 		return Env{StateDir: state, Profiles: map[string]*units.Profile{"coder": p}, GPU: sim.Snapshot,
-			Active: func(context.Context) (Target, *units.Profile, error) {
-				return Target{URL: url + "/v1", ServerURL: url, Model: "m"}, p, nil
+			Active: func(context.Context) (bench.Target, *units.Profile, error) {
+				return bench.Target{URL: url + "/v1", ServerURL: url, Model: "m"}, p, nil
 			}}, nil
 	}}
 	// Default target: the daemon's /v1 on the active profile.
@@ -64,7 +65,7 @@ func TestCmdRunListShowCompare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r Result
+	var r bench.Result
 	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Roofline == nil || r.Fingerprint.GpuhostCommit != "deadbeef" {
 		t.Fatalf("json run: %v %+v", err, r.Fingerprint)
 	}
@@ -76,13 +77,13 @@ func TestCmdRunListShowCompare(t *testing.T) {
 	if err != nil || !strings.Contains(out, r.ID) || !strings.Contains(out, "decode") {
 		t.Fatalf("show: %v\n%s", err, out)
 	}
-	all, _, _ := NewStore(state, nil).List()
+	all, _, _ := bench.NewStore(state, nil).List()
 	out, _, err = runCmd(t, deps, "compare", all[0].ID, all[1].ID)
 	if err != nil || !strings.Contains(out, "decode.16.tok_s") || !strings.Contains(out, "Welch") {
 		t.Fatalf("compare: %v\n%s", err, out)
 	}
 	out, _, err = runCmd(t, deps, "compare", all[0].ID, all[1].ID, "--json")
-	var c Comparison
+	var c bench.Comparison
 	if err != nil || json.Unmarshal([]byte(out), &c) != nil || len(c.Rows) == 0 {
 		t.Fatalf("compare --json: %v\n%s", err, out)
 	}
@@ -91,7 +92,7 @@ func TestCmdRunListShowCompare(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, errOut, err := runCmd(t, deps, "list", "--json")
-	var lr ListResponse
+	var lr bench.ListResponse
 	if err != nil || json.Unmarshal([]byte(out), &lr) != nil || len(lr.Results) != 2 || len(lr.Warnings) != 1 ||
 		!strings.Contains(errOut, "20200101T000000Z-x.json") {
 		t.Fatalf("list with a corrupt file: %v\n%s\n%s", err, out, errOut)
@@ -128,7 +129,7 @@ func TestCmdErrors(t *testing.T) {
 		}
 	}
 	// The failed run above was not stored.
-	if all, _, _ := (&Store{Dir: dir}).List(); len(all) != 0 {
+	if all, _, _ := (&bench.Store{Dir: dir}).List(); len(all) != 0 {
 		t.Fatalf("a failed run was stored: %+v", all)
 	}
 }
@@ -164,8 +165,8 @@ func TestCmdExitStatus(t *testing.T) {
 		t.Fatalf("gpuhost bench %v: %v", args, err)
 		return "", 0
 	}
-	stored := func() []*Result {
-		all, _, err := (&Store{Dir: dir}).List()
+	stored := func() []*bench.Result {
+		all, _, err := (&bench.Store{Dir: dir}).List()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,9 +201,9 @@ func TestCmdExitStatus(t *testing.T) {
 	var ok, failed string
 	for _, r := range all {
 		switch r.Status {
-		case StatusOK:
+		case bench.StatusOK:
 			ok = r.ID
-		case StatusFailed:
+		case bench.StatusFailed:
 			failed = r.ID
 		}
 	}

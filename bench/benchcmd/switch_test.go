@@ -1,4 +1,4 @@
-package bench
+package benchcmd
 
 import (
 	"encoding/json"
@@ -13,6 +13,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/appliance/appliancetest"
+	"gpuhost/bench"
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
 	v1proxy "gpuhost/frontdoor/proxy"
@@ -68,12 +69,12 @@ func TestBenchSwitch(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench switch: %v\n%s\n%s", err, out, errOut)
 	}
-	var r Result
+	var r bench.Result
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, out)
 	}
 	sb := r.Switch
-	if r.Status != StatusOK || r.Kind() != KindSwitch || sb == nil || sb.RequestPath != RequestPathMeasured || r.SchemaVersion != SchemaVersion {
+	if r.Status != bench.StatusOK || r.Kind() != bench.KindSwitch || sb == nil || sb.RequestPath != bench.RequestPathMeasured || r.SchemaVersion != bench.SchemaVersion {
 		t.Fatalf("result %+v", r)
 	}
 	if len(sb.Profiles) != 2 || sb.Profiles[0].Name != "coder" || sb.Profiles[0].ServedName != "qwen3-coder" ||
@@ -94,7 +95,7 @@ func TestBenchSwitch(t *testing.T) {
 	}
 	var want []shape
 	for round := 1; round <= rounds; round++ {
-		for _, path := range []string{PathSwitch, PathRequest} {
+		for _, path := range []string{bench.PathSwitch, bench.PathRequest} {
 			want = append(want, shape{round, "coder", "llama", path}, shape{round, "llama", "coder", path})
 		}
 	}
@@ -102,7 +103,7 @@ func TestBenchSwitch(t *testing.T) {
 	ids := map[string]bool{}
 	for _, s := range sb.Samples {
 		got = append(got, shape{s.Round, s.From, s.To, s.Path})
-		if s.Mode != ModeCold {
+		if s.Mode != bench.ModeCold {
 			t.Errorf("sample %+v: mode %q, want cold", s, s.Mode)
 		}
 		steps := make([]string, len(s.Steps))
@@ -127,11 +128,11 @@ func TestBenchSwitch(t *testing.T) {
 			t.Errorf("sample %+v: no first token or switch time", s)
 		}
 		switch s.Path {
-		case PathSwitch:
+		case bench.PathSwitch:
 			if !(s.AcceptedMS > 0 && s.FirstTokenMS > s.AcceptedMS) {
 				t.Errorf("sample %+v: the first token is not after the switch was accepted", s)
 			}
-		case PathRequest:
+		case bench.PathRequest:
 			if s.AcceptedMS != 0 {
 				t.Errorf("request path sample %+v has an accepted time", s)
 			}
@@ -157,7 +158,7 @@ func TestBenchSwitch(t *testing.T) {
 
 	// Stored with the other results, and shown, listed and compared by the
 	// other commands.
-	all, _, err := NewStore(state, nil).List()
+	all, _, err := bench.NewStore(state, nil).List()
 	if err != nil || len(all) != 1 || all[0].ID != r.ID || len(all[0].Switch.Samples) != 4*rounds {
 		t.Fatalf("store: %v %d results", err, len(all))
 	}
@@ -196,16 +197,16 @@ func TestBenchSwitchAutoSwitchOff(t *testing.T) {
 	if strings.Contains(out, "made active before") {
 		t.Errorf("coder was active, yet a first switch was made:\n%s", out)
 	}
-	r, err := NewStore(state, nil).Load("latest")
+	r, err := bench.NewStore(state, nil).Load("latest")
 	if err != nil {
 		t.Fatal(err)
 	}
 	sb := r.Switch
-	if r.Status != StatusOK || sb.RequestPath != RequestPathSkipped || !strings.Contains(sb.RequestPathNote, "auto_switch is off") || len(sb.Samples) != 2 {
+	if r.Status != bench.StatusOK || sb.RequestPath != bench.RequestPathSkipped || !strings.Contains(sb.RequestPathNote, "auto_switch is off") || len(sb.Samples) != 2 {
 		t.Fatalf("result: %s %s %q, %d samples", r.Status, sb.RequestPath, sb.RequestPathNote, len(sb.Samples))
 	}
 	for _, s := range sb.Samples {
-		if s.Path != PathSwitch {
+		if s.Path != bench.PathSwitch {
 			t.Errorf("sample %+v on the request path", s)
 		}
 	}
@@ -254,7 +255,7 @@ func TestBenchSwitchFailures(t *testing.T) {
 			}
 		}
 	}
-	if all, _, _ := NewStore(state, nil).List(); len(all) != 0 {
+	if all, _, _ := bench.NewStore(state, nil).List(); len(all) != 0 {
 		t.Errorf("%d failed results stored", len(all))
 	}
 }

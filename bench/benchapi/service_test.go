@@ -1,4 +1,4 @@
-package bench
+package benchapi
 
 import (
 	"context"
@@ -20,15 +20,17 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"gpuhost/bench"
 	"gpuhost/internal/testkit"
 	"gpuhost/simulator"
+	"gpuhost/simulator/simtest"
 	"gpuhost/units"
 )
 
 type serviceFixture struct {
 	svc       *Service
 	url       string
-	store     *Store
+	store     *bench.Store
 	switching atomic.Bool
 	idle      atomic.Bool
 	mu        sync.Mutex
@@ -37,13 +39,13 @@ type serviceFixture struct {
 
 func newServiceFixture(t *testing.T, decodeTPS float64) *serviceFixture {
 	t.Helper()
-	simURL := startSim(t, simulator.Options{Flavor: simulator.FlavorVLLM, Model: "Qwen/Qwen3-Coder-30B-A3B-Instruct",
+	simURL := simtest.Start(t, simulator.Options{Flavor: simulator.FlavorVLLM, Model: "Qwen/Qwen3-Coder-30B-A3B-Instruct",
 		ServedName: "qwen3-coder", PrefillTPS: 1e6, DecodeTPS: decodeTPS})
 	u, _ := url.Parse(simURL)
 	port, _ := strconv.Atoi(u.Port())
 	p := &units.Profile{Name: "coder", Backend: units.VLLM, Model: "Qwen/Qwen3-Coder-30B-A3B-Instruct",
 		ServedName: "qwen3-coder", Port: port}
-	f := &serviceFixture{store: NewStore(t.TempDir(), slog.New(slog.DiscardHandler))}
+	f := &serviceFixture{store: bench.NewStore(t.TempDir(), slog.New(slog.DiscardHandler))}
 	f.svc = NewService(ServiceOptions{
 		Store: f.store,
 		Daemon: DaemonFuncs{
@@ -97,7 +99,7 @@ func TestServiceRun(t *testing.T) {
 	if code != http.StatusAccepted {
 		t.Fatalf("POST = %d %s", code, body)
 	}
-	var st RunStatus
+	var st bench.RunStatus
 	if err := json.Unmarshal(body, &st); err != nil || st.Status != "running" || st.Profile != "coder" || !strings.HasSuffix(st.ID, "-coder") {
 		t.Fatalf("status %+v %v", st, err)
 	}
@@ -105,7 +107,7 @@ func TestServiceRun(t *testing.T) {
 	if code, body := f.do(t, "POST", "/api/bench", ""); code != http.StatusConflict || !strings.Contains(string(body), "bench in progress") {
 		t.Errorf("second POST = %d %s", code, body)
 	}
-	var r Result
+	var r bench.Result
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		code, body = f.do(t, "GET", "/api/bench/"+st.ID, "")
@@ -120,7 +122,7 @@ func TestServiceRun(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if r.Status != StatusOK || r.ID != st.ID || r.Fingerprint.Profile != "coder" || r.Fingerprint.GpuhostVersion != "v-test" ||
+	if r.Status != bench.StatusOK || r.ID != st.ID || r.Fingerprint.Profile != "coder" || r.Fingerprint.GpuhostVersion != "v-test" ||
 		len(r.Prefill) != 1 || len(r.Decode) != 1 || len(r.Serving) != 1 {
 		t.Fatalf("result %s: %+v", r.Status, r)
 	}
@@ -137,9 +139,9 @@ func TestServiceRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, body = f.do(t, "GET", "/api/bench", "")
-	var list ListResponse
+	var list bench.ListResponse
 	if err := json.Unmarshal(body, &list); code != 200 || err != nil || len(list.Results) != 1 || len(list.Warnings) != 1 ||
-		list.Running == nil || list.Running.Status != StatusOK || list.Results[0].DecodeTokS[16] <= 0 {
+		list.Running == nil || list.Running.Status != bench.StatusOK || list.Results[0].DecodeTokS[16] <= 0 {
 		t.Fatalf("list = %d %s", code, body)
 	}
 	if code, body := f.do(t, "GET", "/api/bench/latest", ""); code != 200 || !strings.Contains(string(body), st.ID) {
@@ -182,12 +184,12 @@ func TestServiceRefuses(t *testing.T) {
 // what it measured, saying why it stopped.
 func TestServiceClose(t *testing.T) {
 	f := newServiceFixture(t, 100)
-	st, err := f.svc.Start(context.Background(), StartRequest{Repeats: 3, PrefillTokens: []int{64}, DecodeTokens: []int{2000}})
+	st, err := f.svc.Start(context.Background(), bench.StartRequest{Repeats: 3, PrefillTokens: []int{64}, DecodeTokens: []int{2000}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for f.svc.Current().Progress.Phase != PhaseDecode {
+	for f.svc.Current().Progress.Phase != bench.PhaseDecode {
 		if time.Now().After(deadline) {
 			t.Fatal("never reached decode")
 		}
@@ -199,7 +201,7 @@ func TestServiceClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	cur := f.svc.Current()
-	if r.Status != StatusPartial || r.Prefill[0].TokS.N != 3 || cur.Status != StatusPartial || !strings.Contains(cur.Error, "context canceled") {
+	if r.Status != bench.StatusPartial || r.Prefill[0].TokS.N != 3 || cur.Status != bench.StatusPartial || !strings.Contains(cur.Error, "context canceled") {
 		t.Fatalf("status %s, current %+v, errors %+v", r.Status, cur, r.Errors)
 	}
 }
@@ -207,13 +209,13 @@ func TestServiceClose(t *testing.T) {
 // TestServiceFailedRunNotStored: a daemon run that measures nothing is
 // reported (status, error) but stored only with keep_failed.
 func TestServiceFailedRunNotStored(t *testing.T) {
-	store := NewStore(t.TempDir(), slog.New(slog.DiscardHandler))
+	store := bench.NewStore(t.TempDir(), slog.New(slog.DiscardHandler))
 	p := &units.Profile{Name: "coder", Backend: units.VLLM, Model: "m", Port: 1}
 	dead := "http://" + testkit.FreeAddr(t)
 	svc := NewService(ServiceOptions{Store: store, Log: slog.New(slog.DiscardHandler),
 		Daemon: DaemonFuncs{SwitchingFunc: func() bool { return false },
 			AwaitActiveFunc: func(context.Context) (*units.Profile, error) { return p, nil }},
-		Target: func(*units.Profile) Target { return Target{URL: dead, Model: "m"} }})
+		Target: func(*units.Profile) bench.Target { return bench.Target{URL: dead, Model: "m"} }})
 	e := echo.New()
 	svc.Register(e)
 	srv := httptest.NewServer(e)
@@ -224,7 +226,7 @@ func TestServiceFailedRunNotStored(t *testing.T) {
 		stored int
 	}{{quickRun, 0}, {`{"repeats": 1, "keep_failed": true}`, 1}} {
 		code, body := f.do(t, "POST", "/api/bench", c.body)
-		var st RunStatus
+		var st bench.RunStatus
 		if code != http.StatusAccepted || json.Unmarshal(body, &st) != nil {
 			t.Fatalf("POST = %d %s", code, body)
 		}
@@ -237,7 +239,7 @@ func TestServiceFailedRunNotStored(t *testing.T) {
 		}
 		cur := svc.Current()
 		all, _, _ := store.List()
-		if cur.Status != StatusFailed || !strings.Contains(cur.Error, "connection refused") || len(all) != c.stored {
+		if cur.Status != bench.StatusFailed || !strings.Contains(cur.Error, "connection refused") || len(all) != c.stored {
 			t.Fatalf("run %d: current %+v, %d stored (want %d)", i, cur, len(all), c.stored)
 		}
 		code, body = f.do(t, "GET", "/api/bench/"+cur.ID, "")
@@ -254,12 +256,12 @@ func TestServiceFailedRunNotStored(t *testing.T) {
 // (listed and served like the daemon's own), and refuses what is not one.
 func TestServiceUpload(t *testing.T) {
 	f := newServiceFixture(t, 2000)
-	data, err := os.ReadFile("testdata/result-v1.json")
+	data, err := os.ReadFile("../testdata/result-v1.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	code, body := f.do(t, "POST", "/api/bench/results", string(data))
-	var up UploadResponse
+	var up bench.UploadResponse
 	if code != http.StatusCreated || json.Unmarshal(body, &up) != nil || up.Result != "/api/bench/"+up.ID {
 		t.Fatalf("upload = %d %s", code, body)
 	}

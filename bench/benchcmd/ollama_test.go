@@ -1,4 +1,4 @@
-package bench
+package benchcmd
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"gpuhost/bench"
 	"gpuhost/bench/ollamatest"
 )
 
@@ -31,11 +32,11 @@ func TestRealOllama(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatalf("bench run: %v\n%s\n%s", err, errOut.String(), out.String())
 	}
-	var r Result
+	var r bench.Result
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatalf("result JSON: %v\n%s", err, out.String())
 	}
-	if r.Status != StatusOK || len(r.Errors) != 0 {
+	if r.Status != bench.StatusOK || len(r.Errors) != 0 {
 		t.Fatalf("status %s, errors %+v, notes %v", r.Status, r.Errors, r.Notes)
 	}
 	f := r.Fingerprint
@@ -73,7 +74,7 @@ func TestRealOllama(t *testing.T) {
 		}
 	}
 	// The stored copy is the printed one.
-	all, warns, err := (&Store{Dir: dir}).List()
+	all, warns, err := (&bench.Store{Dir: dir}).List()
 	if err != nil || len(warns) != 0 || len(all) != 1 || all[0].ID != r.ID {
 		t.Fatalf("store: %v %v %v", all, warns, err)
 	}
@@ -101,15 +102,15 @@ func TestRealOllamaEarlyStop(t *testing.T) {
 	}
 	ollamatest.Create(t, ollamatest.Binary(t), url, "tiny-eos", mf)
 	const repeats = 6
-	r, runErr := Run(context.Background(), Options{Target: Target{URL: url + "/v1", Model: "tiny-eos"}, Repeats: repeats,
-		DecodeTokens: []int{384}, Phases: []string{PhaseDecode}})
+	r, runErr := bench.Run(context.Background(), bench.Options{Target: bench.Target{URL: url + "/v1", Model: "tiny-eos"}, Repeats: repeats,
+		DecodeTokens: []int{384}, Phases: []string{bench.PhaseDecode}})
 	if len(r.Decode) != 1 {
 		t.Fatalf("status %s (%v), errors %+v", r.Status, runErr, r.Errors)
 	}
 	d := r.Decode[0]
 	t.Logf("decode 384 capped: %d counted (produced %v), %d too short; client %.1f tok/s, server %v; notes %v",
 		d.TokS.N, d.Produced.Samples, len(d.Errors), d.TokS.Mean, d.ServerTokS, r.Notes)
-	if d.Length != LengthCapped || d.MinTokens != 32 || d.TokS.N == 0 || d.Produced.N != d.TokS.N || d.ServerTokS == nil || d.ServerTokS.N != d.TokS.N {
+	if d.Length != bench.LengthCapped || d.MinTokens != 32 || d.TokS.N == 0 || d.Produced.N != d.TokS.N || d.ServerTokS == nil || d.ServerTokS.N != d.TokS.N {
 		t.Fatalf("decode %+v, errors %+v", d, r.Errors)
 	}
 	for _, p := range d.Produced.Samples {
@@ -156,7 +157,7 @@ func TestRealOllamaCapacity(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatalf("bench capacity: %v\n%s\n%s", err, errOut.String(), out.String())
 	}
-	var r Result
+	var r bench.Result
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil || r.Capacity == nil {
 		t.Fatalf("result JSON: %v\n%s", err, out.String())
 	}
@@ -165,14 +166,14 @@ func TestRealOllamaCapacity(t *testing.T) {
 		t.Logf("c=%d: met %d/%d, %+v", p.Concurrency, p.RepeatsMet, len(p.Repeats), p.Repeats)
 	}
 	t.Logf("capacity %d [%d, %d] at max %v; notes %v", cb.Users, cb.Low, cb.High, cb.AtMax, r.Notes)
-	if r.Status != StatusOK || r.Fingerprint.Backend != "ollama" || r.Fingerprint.BackendVersion != ollamatest.Version {
+	if r.Status != bench.StatusOK || r.Fingerprint.Backend != "ollama" || r.Fingerprint.BackendVersion != ollamatest.Version {
 		t.Fatalf("status %s, errors %+v, fingerprint %+v", r.Status, r.Errors, r.Fingerprint)
 	}
 	if cb.Users < 1 || cb.Low > cb.Users || cb.High < cb.Users || len(cb.PerRepeat) != 2 || len(cb.Probes) == 0 || cb.Confidence != 0.5 {
 		t.Errorf("capacity %+v", cb)
 	}
-	all, warns, err := (&Store{Dir: dir}).List()
-	if err != nil || len(warns) != 0 || len(all) != 1 || all[0].ID != r.ID || all[0].Kind() != KindCapacity {
+	all, warns, err := (&bench.Store{Dir: dir}).List()
+	if err != nil || len(warns) != 0 || len(all) != 1 || all[0].ID != r.ID || all[0].Kind() != bench.KindCapacity {
 		t.Fatalf("store: %v %v %v", all, warns, err)
 	}
 }

@@ -1,4 +1,4 @@
-package bench
+package benchcmd
 
 import (
 	"context"
@@ -7,13 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -22,6 +17,7 @@ import (
 	"golang.org/x/term"
 
 	"gpuhost/api"
+	"gpuhost/bench"
 	"gpuhost/nvml"
 	"gpuhost/units"
 )
@@ -52,7 +48,7 @@ type Env struct {
 	// Active returns the daemon's managed /v1 as a Target (ServerURL set to
 	// the backend for the extras, APIKey set when the daemon needs one) and
 	// the active profile; nil when unknown.
-	Active func(ctx context.Context) (Target, *units.Profile, error)
+	Active func(ctx context.Context) (bench.Target, *units.Profile, error)
 	// GPU gives NVML facts for the fingerprint and the roofline; nil skips
 	// them.
 	GPU func(ctx context.Context) (nvml.Snapshot, error)
@@ -110,15 +106,15 @@ func loadEnv(cmd *cobra.Command, deps Deps, tolerate bool) (Env, error) {
 
 // storeFor picks the results directory: --dir, the config's state dir, or
 // the user's state directory.
-func storeFor(cmd *cobra.Command, env Env) (*Store, error) {
+func storeFor(cmd *cobra.Command, env Env) (*bench.Store, error) {
 	// The commands print skipped files themselves; the store stays quiet.
 	quiet := slog.New(slog.DiscardHandler)
 	dir, _ := cmd.Flags().GetString("dir")
 	if dir != "" {
-		return &Store{Dir: dir, Log: quiet}, nil
+		return &bench.Store{Dir: dir, Log: quiet}, nil
 	}
 	if env.StateDir != "" {
-		return NewStore(env.StateDir, quiet), nil
+		return bench.NewStore(env.StateDir, quiet), nil
 	}
 	base := os.Getenv("XDG_STATE_HOME")
 	if base == "" {
@@ -128,7 +124,7 @@ func storeFor(cmd *cobra.Command, env Env) (*Store, error) {
 		}
 		base = filepath.Join(home, ".local", "state")
 	}
-	return NewStore(filepath.Join(base, "gpuhost"), quiet), nil
+	return bench.NewStore(filepath.Join(base, "gpuhost"), quiet), nil
 }
 
 func addDirFlag(cmd *cobra.Command) {
@@ -138,7 +134,7 @@ func addDirFlag(cmd *cobra.Command) {
 // runFlags holds what bench run's flags set: the run's Options and the
 // flags that choose the target and the output.
 type runFlags struct {
-	o                      Options
+	o                      bench.Options
 	url, serverURL, flavor string
 	model, profile, keyEnv string
 	asJSON, noSave         bool
@@ -169,20 +165,20 @@ func addRunFlags(cmd *cobra.Command, rf *runFlags) {
 	o := &rf.o
 	f := cmd.Flags()
 	addTargetFlags(f, rf, "config profile describing the --url server (model_params for the roofline)")
-	f.IntVar(&o.Repeats, "repeats", DefaultRepeats, "measured repeats of every figure (mean ± stddev; compare needs ≥ 2)")
-	f.IntSliceVar(&o.PrefillTokens, "prefill", DefaultPrefillTokens, "prompt lengths in tokens (capped to the model's context)")
-	f.IntSliceVar(&o.DecodeTokens, "decode", DefaultDecodeTokens, "generated lengths in tokens (vLLM: forced with ignore_eos + min_tokens; Ollama: only capped by num_predict, the rate is over the tokens produced)")
-	f.IntVar(&o.DecodeMinTokens, "decode-min-tokens", DefaultDecodeMinTokens, "where the length is only capped (Ollama): fewest tokens a decode request must produce to count")
-	f.IntSliceVar(&o.Concurrency, "concurrency", DefaultConcurrency, "serving sweep concurrencies (closed loop)")
+	f.IntVar(&o.Repeats, "repeats", bench.DefaultRepeats, "measured repeats of every figure (mean ± stddev; compare needs ≥ 2)")
+	f.IntSliceVar(&o.PrefillTokens, "prefill", bench.DefaultPrefillTokens, "prompt lengths in tokens (capped to the model's context)")
+	f.IntSliceVar(&o.DecodeTokens, "decode", bench.DefaultDecodeTokens, "generated lengths in tokens (vLLM: forced with ignore_eos + min_tokens; Ollama: only capped by num_predict, the rate is over the tokens produced)")
+	f.IntVar(&o.DecodeMinTokens, "decode-min-tokens", bench.DefaultDecodeMinTokens, "where the length is only capped (Ollama): fewest tokens a decode request must produce to count")
+	f.IntSliceVar(&o.Concurrency, "concurrency", bench.DefaultConcurrency, "serving sweep concurrencies (closed loop)")
 	f.Float64SliceVar(&o.RequestRates, "request-rate", nil, "open-loop serving levels: Poisson arrivals at these rates in requests/s (as vLLM's bench serve --request-rate)")
 	f.Uint64Var(&o.ArrivalSeed, "arrival-seed", 0, "seed of the --request-rate arrival times (same seed, same schedule)")
 	f.IntVar(&o.ServingRequests, "serving-requests", 0, "requests per concurrency and repeat (0: max(2×concurrency, 4))")
-	f.IntVar(&o.ServingInputTokens, "serving-input", DefaultServingInputTokens, "serving sweep prompt length in tokens")
-	f.IntVar(&o.ServingOutputTokens, "serving-output", DefaultServingOutputTokens, "serving sweep output length in tokens")
-	f.StringVar(&o.ServingAPI, "serving-api", ServingV1, "serving sweep API: v1 (the OpenAI /v1 clients use) or native (Ollama's /api/chat, with a per-request cross-check against Ollama's own timings)")
-	f.StringSliceVar(&o.Phases, "phases", AllPhases, "phases to run: prefill, decode, serving")
-	f.DurationVar(&o.RequestTimeout, "request-timeout", DefaultRequestTimeout, "limit for one request")
-	f.DurationVar(&o.PreflightTimeout, "preflight-timeout", DefaultPreflightTimeout, "limit for the first probe (GET /v1/models) that checks the endpoint answers")
+	f.IntVar(&o.ServingInputTokens, "serving-input", bench.DefaultServingInputTokens, "serving sweep prompt length in tokens")
+	f.IntVar(&o.ServingOutputTokens, "serving-output", bench.DefaultServingOutputTokens, "serving sweep output length in tokens")
+	f.StringVar(&o.ServingAPI, "serving-api", bench.ServingV1, "serving sweep API: v1 (the OpenAI /v1 clients use) or native (Ollama's /api/chat, with a per-request cross-check against Ollama's own timings)")
+	f.StringSliceVar(&o.Phases, "phases", bench.AllPhases, "phases to run: prefill, decode, serving")
+	f.DurationVar(&o.RequestTimeout, "request-timeout", bench.DefaultRequestTimeout, "limit for one request")
+	f.DurationVar(&o.PreflightTimeout, "preflight-timeout", bench.DefaultPreflightTimeout, "limit for the first probe (GET /v1/models) that checks the endpoint answers")
 	f.Float64Var(&rf.params.TotalParamsB, "params-b", 0, "roofline: total parameters in billions (overrides the profile's model_params)")
 	f.Float64Var(&rf.params.ActiveParamsB, "active-params-b", 0, "roofline: active parameters per token in billions (MoE)")
 	f.Float64Var(&rf.params.WeightBits, "weight-bits", 0, "roofline: bits per weight (4 for INT4/AWQ; default 16)")
@@ -224,7 +220,7 @@ func runBench(cmd *cobra.Command, deps Deps, rf *runFlags) error {
 	}
 	bar := newBar(cmd.ErrOrStderr(), !rf.asJSON)
 	rf.o.Progress = bar.update
-	r, runErr := Run(ctx, rf.o)
+	r, runErr := bench.Run(ctx, rf.o)
 	bar.finish()
 	path, err := rf.save(ctx, cmd, deps, store, r, runErr)
 	if err != nil {
@@ -241,11 +237,11 @@ func runBench(cmd *cobra.Command, deps Deps, rf *runFlags) error {
 // the options.
 func (rf *runFlags) complete(ctx context.Context, deps Deps, env Env) error {
 	o := &rf.o
-	switch Flavor(rf.flavor) {
+	switch bench.Flavor(rf.flavor) {
 	case "", "auto":
 		o.Target.Flavor = ""
-	case FlavorVLLM, FlavorOllama, FlavorOpenAI:
-		o.Target.Flavor = Flavor(rf.flavor)
+	case bench.FlavorVLLM, bench.FlavorOllama, bench.FlavorOpenAI:
+		o.Target.Flavor = bench.Flavor(rf.flavor)
 	default:
 		return usageError(fmt.Errorf("--flavor %q: want auto, vllm, ollama or openai", rf.flavor))
 	}
@@ -262,7 +258,7 @@ func (rf *runFlags) complete(ctx context.Context, deps Deps, env Env) error {
 	o.Params = rf.params
 	o.GPU = env.GPU
 	o.GpuhostVersion, o.GpuhostCommit = deps.GpuhostVersion, deps.GpuhostCommit
-	if _, err := o.withDefaults(); err != nil {
+	if err := o.Check(); err != nil {
 		return usageError(err)
 	}
 	return nil
@@ -306,8 +302,8 @@ func (rf *runFlags) target(ctx context.Context, env Env) error {
 // save stores r as saveResult does, in the daemon's store when the run
 // measured the daemon (see daemonStore); when the daemon refuses it (an
 // older daemon without POST /api/bench/results), locally, saying so.
-func (rf *runFlags) save(ctx context.Context, cmd *cobra.Command, deps Deps, store *Store, r *Result, runErr error) (string, error) {
-	if rf.noSave || (r.Status == StatusFailed && !rf.keepFailed) {
+func (rf *runFlags) save(ctx context.Context, cmd *cobra.Command, deps Deps, store *bench.Store, r *bench.Result, runErr error) (string, error) {
+	if rf.noSave || (r.Status == bench.StatusFailed && !rf.keepFailed) {
 		return "", nil
 	}
 	if c := rf.daemonStore(ctx, cmd, deps); c != nil {
@@ -323,8 +319,8 @@ func (rf *runFlags) save(ctx context.Context, cmd *cobra.Command, deps Deps, sto
 // saveResult stores r unless --no-save, or it failed without --keep-failed,
 // and returns the file's path ("" when not stored). A failed save is joined
 // with the run's own error.
-func saveResult(store *Store, r *Result, runErr error, noSave, keepFailed bool) (string, error) {
-	if noSave || (r.Status == StatusFailed && !keepFailed) {
+func saveResult(store *bench.Store, r *bench.Result, runErr error, noSave, keepFailed bool) (string, error) {
+	if noSave || (r.Status == bench.StatusFailed && !keepFailed) {
 		return "", nil
 	}
 	path, err := store.Save(r)
@@ -336,13 +332,13 @@ func saveResult(store *Store, r *Result, runErr error, noSave, keepFailed bool) 
 
 // printResult writes r to out as JSON, or as the report with where it was
 // stored (or why not).
-func printResult(out io.Writer, r *Result, path string, asJSON, noSave bool) error {
+func printResult(out io.Writer, r *bench.Result, path string, asJSON, noSave bool) error {
 	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(r)
 	}
-	if err := WriteReport(out, r); err != nil {
+	if err := bench.WriteReport(out, r); err != nil {
 		return err
 	}
 	switch {
@@ -357,14 +353,14 @@ func printResult(out io.Writer, r *Result, path string, asJSON, noSave bool) err
 // resultExit turns a failed or partial result into its ExitError, named
 // after what ("bench run"); missing explains a partial result without an
 // error of its own.
-func resultExit(r *Result, runErr error, what, missing string) error {
+func resultExit(r *bench.Result, runErr error, what, missing string) error {
 	switch r.Status {
-	case StatusFailed:
+	case bench.StatusFailed:
 		if runErr == nil {
 			runErr = errors.New("nothing was measured")
 		}
 		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("%s failed: %w", what, runErr)}
-	case StatusPartial:
+	case bench.StatusPartial:
 		why := missing
 		if runErr != nil {
 			why = runErr.Error()
@@ -393,79 +389,26 @@ func newListCmd(deps Deps) *cobra.Command {
 			for _, w := range warns {
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: skipped %s\n", w)
 			}
-			sums := make([]Summary, len(all))
+			sums := make([]bench.Summary, len(all))
 			for i, r := range all {
-				sums[i] = Summarize(r)
+				sums[i] = bench.Summarize(r)
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(ListResponse{Results: sums, Warnings: append([]Warning{}, warns...)})
+				return enc.Encode(bench.ListResponse{Results: sums, Warnings: append([]bench.Warning{}, warns...)})
 			}
 			if len(sums) == 0 {
 				fmt.Fprintf(out, "no results in %s\n", store.Dir)
 				return nil
 			}
-			return writeList(out, sums)
+			return bench.WriteList(out, sums)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	addDirFlag(cmd)
 	return cmd
-}
-
-// Widest cells of the list's free-text columns: a longer value (a
-// Hugging Face path as the model) is cut with "…" so that one result does
-// not push every other line's figures off the screen. The ID is never cut:
-// it is what show and compare take.
-const (
-	listBackendWidth = 28
-	listModelWidth   = 36
-	listDriverWidth  = 16
-)
-
-// writeList prints the list's table: one line per result; a switch
-// names both backends, a capacity result gives its answer and SLO.
-func writeList(out io.Writer, sums []Summary) error {
-	tw := tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tBACKEND\tMODEL\tDRIVER\tPREFILL tok/s\tDECODE tok/s\tCAPACITY")
-	for _, s := range sums {
-		backend, model := strings.TrimSpace(s.Backend+" "+s.BackendVersion), s.Model
-		capacity := "-"
-		switch {
-		case s.Kind == KindSwitch:
-			backend, model = "switch "+strings.ReplaceAll(s.Backend, ",", "↔"), strings.ReplaceAll(s.Model, ",", "↔")
-		case s.Capacity != nil:
-			c := s.Capacity
-			users := strconv.Itoa(c.Users)
-			if c.AtMax {
-				users = "≥ " + users
-			}
-			capacity = fmt.Sprintf("%s users [%d, %d] at %s", users, c.Low, c.High, c.SLO)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Status, truncate(orDash(backend), listBackendWidth),
-			truncate(orDash(model), listModelWidth), truncate(orDash(s.Driver), listDriverWidth),
-			fmtLengths(s.PrefillTokS), fmtLengths(s.DecodeTokS), capacity)
-	}
-	return tw.Flush()
-}
-
-// fmtLengths prints "512:2390 2048:2380".
-func fmtLengths(m map[int]float64) string {
-	if len(m) == 0 {
-		return "-"
-	}
-	keys := make([]int, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%d:%s", k, fmtNum(m[k]))
-	}
-	return strings.Join(parts, " ")
 }
 
 func newShowCmd(deps Deps) *cobra.Command {
@@ -489,7 +432,7 @@ func newShowCmd(deps Deps) *cobra.Command {
 				enc.SetIndent("", "  ")
 				return enc.Encode(r)
 			}
-			return WriteReport(cmd.OutOrStdout(), r)
+			return bench.WriteReport(cmd.OutOrStdout(), r)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the stored JSON")
@@ -500,7 +443,7 @@ func newShowCmd(deps Deps) *cobra.Command {
 func newCompareCmd(deps Deps) *cobra.Command {
 	var (
 		asJSON bool
-		co     CompareOptions
+		co     bench.CompareOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "compare A B",
@@ -538,7 +481,7 @@ change was shown, "?" that a side has fewer than --min-repeats repeats. Failed r
 			if err != nil {
 				return err
 			}
-			c, err := Compare(a, b, opts)
+			c, err := bench.Compare(a, b, opts)
 			if err != nil {
 				return fmt.Errorf("compare %s %s: %w", a.ID, b.ID, err)
 			}
@@ -551,9 +494,9 @@ change was shown, "?" that a side has fewer than --min-repeats repeats. Failed r
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().Float64Var(&co.Alpha, "alpha", DefaultAlpha, "family-wise significance level over all metrics (Holm)")
-	cmd.Flags().Float64Var(&co.MinEffectPct, "min-effect", DefaultMinEffectPct, "smallest change in percent a verdict needs (0: any significant change)")
-	cmd.Flags().IntVar(&co.MinRepeats, "min-repeats", DefaultMinRepeats, "fewest repeats on each side for a verdict")
+	cmd.Flags().Float64Var(&co.Alpha, "alpha", bench.DefaultAlpha, "family-wise significance level over all metrics (Holm)")
+	cmd.Flags().Float64Var(&co.MinEffectPct, "min-effect", bench.DefaultMinEffectPct, "smallest change in percent a verdict needs (0: any significant change)")
+	cmd.Flags().IntVar(&co.MinRepeats, "min-repeats", bench.DefaultMinRepeats, "fewest repeats on each side for a verdict")
 	addDirFlag(cmd)
 	return cmd
 }
@@ -574,7 +517,7 @@ func newBar(w io.Writer, want bool) *bar {
 	return b
 }
 
-func (b *bar) update(p Progress) {
+func (b *bar) update(p bench.Progress) {
 	if !b.on {
 		return
 	}
@@ -601,140 +544,4 @@ func (b *bar) finish() {
 		_ = b.pb.Finish()
 		_ = b.pb.Clear()
 	}
-}
-
-// WriteReport prints a result for people: fingerprint, then each phase as
-// a table (mean ± stddev over the repeats), cross-checks, roofline, errors.
-func WriteReport(w io.Writer, r *Result) error {
-	switch {
-	case r.Switch != nil:
-		return writeSwitchReport(w, r)
-	case r.Capacity != nil:
-		return writeCapacityReport(w, r)
-	}
-	writeRunHeader(w, r)
-	writeSummary(w, r)
-	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
-	if len(r.Prefill) > 0 {
-		fmt.Fprintln(w, "\nprefill (max_tokens 1, unique prefix per request)")
-		fmt.Fprintln(tw, "prompt tokens\tTTFT ms\ttok/s\tsized by\t")
-		for _, p := range r.Prefill {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t\n", p.TargetTokens, fmtStat(p.TTFTms), fmtStat(p.TokS), orDash(p.Calibration))
-		}
-		tw.Flush()
-	}
-	if len(r.Decode) > 0 {
-		fmt.Fprintln(w, "\ndecode ((out − 1) / (t_last − t_first) over the tokens produced)")
-		fmt.Fprintln(tw, "tokens\tlength\tproduced\ttok/s\tserver tok/s\tapi\t")
-		for _, d := range r.Decode {
-			srv := "-"
-			if d.ServerTokS != nil {
-				srv = fmtStat(*d.ServerTokS)
-			}
-			produced := "-"
-			if d.Produced.N > 0 {
-				produced = fmt.Sprintf("%.0f", d.Produced.Mean)
-				if d.Short > 0 {
-					produced += fmt.Sprintf(" (min %.0f)", slices.Min(d.Produced.Samples))
-				}
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t\n", d.Tokens, orDash(d.Length), produced, fmtStat(d.TokS), srv, d.API)
-		}
-		tw.Flush()
-	}
-	writeServing(w, r)
-	if len(r.CrossChecks) > 0 {
-		fmt.Fprintln(w, "\ncross-checks (client vs server)")
-		for _, c := range r.CrossChecks {
-			fmt.Fprintf(w, "  %s: %s vs %s %s (%+.2f %%)", c.Name, fmtNum(c.Client), fmtNum(c.Server), c.Unit, c.DisagreementPct)
-			if c.Note != "" {
-				fmt.Fprintf(w, "  [%s]", c.Note)
-			}
-			fmt.Fprintln(w)
-		}
-	}
-	if rl := r.Roofline; rl != nil {
-		fmt.Fprintf(w, "\nroofline: %.0f GB/s, %.1fB params × %.3g bits, KV %.0f B/token\n", rl.BandwidthGBs, rl.ParamsB, rl.WeightBits, rl.KVBytesPerToken)
-		for _, p := range rl.Decode {
-			fmt.Fprintf(w, "  decode %d: %s of a %.1f tok/s ceiling (%.0f %%)\n", p.Tokens, fmtNum(p.TokS), p.CeilingTokS, p.PctOfCeiling)
-		}
-	}
-	writeErrorsNotes(w, r)
-	return nil
-}
-
-// writeErrorsNotes prints a result's errors (with their counts) and notes.
-func writeErrorsNotes(w io.Writer, r *Result) {
-	if len(r.Errors) > 0 {
-		fmt.Fprintln(w, "\nerrors")
-		for _, e := range r.Errors {
-			fmt.Fprintf(w, "  [%s] %s", e.Phase, e.Message)
-			if e.Count > 1 {
-				fmt.Fprintf(w, " (×%d)", e.Count)
-			}
-			fmt.Fprintln(w)
-		}
-	}
-	if len(r.Notes) > 0 {
-		fmt.Fprintln(w, "\nnotes")
-		for _, n := range r.Notes {
-			fmt.Fprintf(w, "  %s\n", n)
-		}
-	}
-}
-
-// writeRunHeader prints a result's first lines: ID, status, start and
-// duration, then the fingerprint; fields the result lacks are left out
-// rather than printed as blanks.
-func writeRunHeader(w io.Writer, r *Result) {
-	f := r.Fingerprint
-	fmt.Fprintf(w, "%s  %s  (%s, %.0f s)\n", r.ID, strings.ToUpper(r.Status), r.StartedAt.Local().Format("2006-01-02 15:04:05"), r.FinishedAt.Sub(r.StartedAt).Seconds())
-	fmt.Fprintf(w, "  %s\n", joinNonEmpty(", ", "backend "+orDash(joinNonEmpty(" ", f.Backend, f.BackendVersion)), "model "+orDash(f.Model), f.URL))
-	writeGPULine(w, f)
-	if f.Profile != "" {
-		fmt.Fprintf(w, "  profile %s\n", f.Profile)
-	}
-	if len(f.Server) > 0 {
-		keys := slices.Sorted(maps.Keys(f.Server))
-		parts := make([]string, len(keys))
-		for i, k := range keys {
-			parts[i] = k + "=" + f.Server[k]
-		}
-		fmt.Fprintf(w, "  server settings: %s\n", strings.Join(parts, " "))
-	}
-	fmt.Fprintf(w, "  %s\n", joinNonEmpty("; ", plural(r.Config.Repeats, "repeat", "repeats"), gpuhostLine(f)))
-}
-
-// writeGPULine prints "  gpu NAME (N MiB), driver D, CUDA C" with only
-// the facts the fingerprint has; nothing without GPU name and driver.
-func writeGPULine(w io.Writer, f Fingerprint) {
-	if f.GPUName == "" && f.Driver == "" {
-		return
-	}
-	gpu := orDash(f.GPUName)
-	if f.GPUMemoryMiB > 0 {
-		gpu += fmt.Sprintf(" (%d MiB)", f.GPUMemoryMiB)
-	}
-	fmt.Fprintf(w, "  %s\n", joinNonEmpty(", ", "gpu "+gpu, prefixed("driver ", f.Driver), prefixed("CUDA ", f.CUDA)))
-}
-
-// gpuhostLine is "gpuhost v0.3.0 1a2b3c4 on gpu-box" with only the facts
-// the fingerprint has ("" with none).
-func gpuhostLine(f Fingerprint) string {
-	return joinNonEmpty(" ", prefixed("gpuhost ", f.GpuhostVersion), f.GpuhostCommit, prefixed("on ", f.Host))
-}
-
-// prefixed is label+v, or "" when v is empty.
-func prefixed(label, v string) string {
-	if v == "" {
-		return ""
-	}
-	return label + v
-}
-
-func pq(d DistStat) string {
-	if d.P50.N == 0 {
-		return "-"
-	}
-	return fmtNum(d.P50.Mean) + " / " + fmtNum(d.P99.Mean)
 }

@@ -1,4 +1,4 @@
-package bench
+package benchcmd
 
 import (
 	"bytes"
@@ -7,13 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"gpuhost/bench"
 	"gpuhost/bench/ollamatest"
 )
 
 // runJSON runs `gpuhost bench` with args (--json) and decodes the result.
-func runJSON(t *testing.T, args ...string) Result {
+func runJSON(t *testing.T, args ...string) bench.Result {
 	t.Helper()
 	cmd := NewCmd(Deps{GpuhostVersion: "test"})
 	var out, errOut bytes.Buffer
@@ -23,7 +23,7 @@ func runJSON(t *testing.T, args ...string) Result {
 	if err := cmd.Execute(); err != nil {
 		t.Fatalf("bench %v: %v\n%s\n%s", args, err, errOut.String(), out.String())
 	}
-	var r Result
+	var r bench.Result
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatalf("result JSON: %v\n%s", err, out.String())
 	}
@@ -41,7 +41,7 @@ func TestRealOllamaServingCrossCheck(t *testing.T) {
 	base := []string{"run", "--url", url + "/v1", "--model", model, "--no-save", "--phases", "serving",
 		"--repeats", "2", "--concurrency", "1,2", "--serving-requests", "4", "--serving-input", "64", "--serving-output", "48"}
 	r := runJSON(t, append(base, "--serving-api", "native")...)
-	if r.Status != StatusOK || len(r.Errors) != 0 || r.Config.ServingAPI != ServingNative {
+	if r.Status != bench.StatusOK || len(r.Errors) != 0 || r.Config.ServingAPI != bench.ServingNative {
 		t.Fatalf("status %s, errors %+v, config %+v", r.Status, r.Errors, r.Config)
 	}
 	for _, s := range r.Serving {
@@ -49,7 +49,7 @@ func TestRealOllamaServingCrossCheck(t *testing.T) {
 			t.Errorf("serving c=%d: %+v", s.Concurrency, s)
 		}
 	}
-	byName := map[string]Cross{}
+	byName := map[string]bench.Cross{}
 	for _, c := range r.CrossChecks {
 		t.Logf("%s: client %.2f, server %.2f %s, %+.2f %% (%s)", c.Name, c.Client, c.Server, c.Unit, c.DisagreementPct, c.Note)
 		for _, lvl := range []string{"c=1", "c=2"} {
@@ -77,7 +77,7 @@ func TestRealOllamaServingCrossCheck(t *testing.T) {
 
 	// Through /v1 the same sweep has no server figures to cross-check.
 	v1 := runJSON(t, base...)
-	if v1.Status != StatusOK || len(v1.CrossChecks) != 0 || v1.Config.ServingAPI != ServingV1 {
+	if v1.Status != bench.StatusOK || len(v1.CrossChecks) != 0 || v1.Config.ServingAPI != bench.ServingV1 {
 		t.Fatalf("v1 sweep: status %s, cross-checks %+v, config %+v", v1.Status, v1.CrossChecks, v1.Config)
 	}
 }
@@ -94,7 +94,7 @@ func TestRealOllamaParallelFingerprint(t *testing.T) {
 		url, model := ollamatest.StartEnv(t, "OLLAMA_NUM_PARALLEL="+np)
 		r := runJSON(t, "run", "--url", url+"/v1", "--model", model, "--dir", dir, "--phases", "prefill",
 			"--prefill", "64", "--repeats", "2")
-		if r.Status != StatusOK {
+		if r.Status != bench.StatusOK {
 			t.Fatalf("NUM_PARALLEL=%s: status %s, errors %+v", np, r.Status, r.Errors)
 		}
 		ids, sizes = append(ids, r.ID), append(sizes, r.Fingerprint.Server["ollama.ps.size"])
@@ -116,42 +116,5 @@ func TestRealOllamaParallelFingerprint(t *testing.T) {
 	}
 	if i, j := strings.Index(text, "setup changes"), strings.Index(text, "ollama.ps.size"); i < 0 || j < i {
 		t.Errorf("the setup changes do not come first:\n%s", text)
-	}
-}
-
-// TestServingCross: a request without the server's timing (a /v1 one)
-// pairs with nothing; the figures shown are those of the request with the
-// median disagreement, and the note gives the range over all of them.
-func TestServingCross(t *testing.T) {
-	v1 := &sample{completion: 8, evalCount: 8, tokenAt: []time.Duration{time.Millisecond}, end: 9 * time.Millisecond}
-	if _, ok := newServingPair(v1); ok {
-		t.Fatal("a /v1 sample (no server timing) paired")
-	}
-	native := func(clientE2E, serverTotal time.Duration) servingPair {
-		s := &sample{completion: 11, evalCount: 11, evalDuration: 50 * time.Millisecond, server: ollamaTimings{total: serverTotal},
-			tokenAt: []time.Duration{20 * time.Millisecond}, end: clientE2E}
-		p, ok := newServingPair(s)
-		if !ok {
-			t.Fatalf("native sample %+v did not pair", s)
-		}
-		return p
-	}
-	p := native(80*time.Millisecond, 70*time.Millisecond)
-	if p.serverTTFT != 20 || p.serverTPOT != 5 || p.clientTPOT != 6 || p.clientE2E != 80 || p.serverE2E != 70 {
-		t.Fatalf("pair %+v", p)
-	}
-	pairs := []servingPair{native(110*time.Millisecond, 100*time.Millisecond), native(101*time.Millisecond, 100*time.Millisecond),
-		native(150*time.Millisecond, 100*time.Millisecond), native(102*time.Millisecond, 100*time.Millisecond)}
-	cs := servingCross(servingLevel{c: 4}, pairs)
-	if len(cs) != 3 {
-		t.Fatalf("cross-checks %+v", cs)
-	}
-	e2e := cs[2]
-	if !strings.HasPrefix(e2e.Name, "serving c=4 E2E ") || e2e.Client != 102 || e2e.Server != 100 ||
-		!strings.Contains(e2e.Note, "+1.0 % to +50.0 % over 4 requests") {
-		t.Errorf("E2E cross-check %+v", e2e)
-	}
-	if servingCross(servingLevel{c: 1}, nil) != nil {
-		t.Error("cross-checks without pairs")
 	}
 }
