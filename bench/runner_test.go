@@ -12,9 +12,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"gpuhost/bench/benchtest"
 	"gpuhost/nvml"
 	"gpuhost/simulator"
 	"gpuhost/units"
@@ -34,19 +32,6 @@ const (
 )
 
 func relErr(got, want float64) float64 { return math.Abs(got-want) / want }
-
-// bound is an accuracy limit for tests that compare measured rates with a
-// paced server's: the stated limit with GPUHOST_BENCH_ACCURACY=1 (the
-// README's accuracy figures, measured on an idle machine), five times it in
-// the default suite, which must pass on a loaded 2-core CI machine where
-// timer wake-ups and a race-built client add a load-dependent few percent.
-// The loose bound still catches a wrong token count or a wrong clock.
-func bound(strict float64) float64 {
-	if os.Getenv("GPUHOST_BENCH_ACCURACY") == "1" {
-		return strict
-	}
-	return 5 * strict
-}
 
 // TestAccuracyVLLM checks the runner's figures against the simulator's
 // known rates at concurrency 1: decode within 1 %, prefill within 3 %. The
@@ -74,13 +59,13 @@ func TestAccuracyVLLM(t *testing.T) {
 			t.Errorf("prefill %d: calibration %s, prompt tokens %v, n %d", p.TargetTokens, p.Calibration, p.PromptTokens, p.TokS.N)
 		}
 		t.Logf("prefill %d: %.1f ± %.1f tok/s (%.2f %% off)", p.TargetTokens, p.TokS.Mean, p.TokS.Stddev, 100*relErr(p.TokS.Mean, simPrefill))
-		if e := relErr(p.TokS.Mean, simPrefill); e > bound(0.03) {
+		if e := relErr(p.TokS.Mean, simPrefill); e > benchtest.Bound(0.03) {
 			t.Errorf("prefill %d: %.1f tok/s is %.1f %% off %v", p.TargetTokens, p.TokS.Mean, 100*e, simPrefill)
 		}
 	}
 	d := r.Decode[0]
 	t.Logf("decode 128: %.2f ± %.2f tok/s (%.3f %% off)", d.TokS.Mean, d.TokS.Stddev, 100*relErr(d.TokS.Mean, simDecode))
-	if e := relErr(d.TokS.Mean, simDecode); e > bound(0.01) || d.API != "openai" {
+	if e := relErr(d.TokS.Mean, simDecode); e > benchtest.Bound(0.01) || d.API != "openai" {
 		t.Errorf("decode: %.2f tok/s is %.2f %% off %v (api %s)", d.TokS.Mean, 100*e, simDecode, d.API)
 	}
 	s := r.Serving[0]
@@ -90,8 +75,8 @@ func TestAccuracyVLLM(t *testing.T) {
 	// c=1, 32 tokens at 150 tok/s: TPOT and ITL are 1/150 s; TTFT is the
 	// 512-token prefill (205 ms), where a few ms of fixed latency under
 	// load is already several percent, hence the wider bound.
-	if relErr(s.TPOT.P50.Mean, 1000/simDecode) > bound(0.03) || relErr(s.ITL.P50.Mean, 1000/simDecode) > bound(0.05) ||
-		relErr(s.TTFT.P50.Mean, 512/simPrefill*1000) > bound(0.10) {
+	if relErr(s.TPOT.P50.Mean, 1000/simDecode) > benchtest.Bound(0.03) || relErr(s.ITL.P50.Mean, 1000/simDecode) > benchtest.Bound(0.05) ||
+		relErr(s.TTFT.P50.Mean, 512/simPrefill*1000) > benchtest.Bound(0.10) {
 		t.Errorf("serving latencies: TTFT %.1f ms, TPOT %.2f ms, ITL %.2f ms", s.TTFT.P50.Mean, s.TPOT.P50.Mean, s.ITL.P50.Mean)
 	}
 	// Cross-checks against vLLM's own metrics: the client's TTFT is the
@@ -102,7 +87,7 @@ func TestAccuracyVLLM(t *testing.T) {
 	}
 	ttft := r.CrossChecks[0]
 	t.Logf("%s: %.2f vs %.2f ms (%+.2f %%)", ttft.Name, ttft.Client, ttft.Server, ttft.DisagreementPct)
-	if ttft.Unit != "ms" || ttft.DisagreementPct < 0 || ttft.DisagreementPct > 100*bound(0.03) || ttft.Note != "" {
+	if ttft.Unit != "ms" || ttft.DisagreementPct < 0 || ttft.DisagreementPct > 100*benchtest.Bound(0.03) || ttft.Note != "" {
 		t.Errorf("TTFT cross-check %+v", ttft)
 	}
 	for _, c := range r.CrossChecks[1:] {
@@ -169,56 +154,13 @@ func TestOllamaNative(t *testing.T) {
 	if d.API != "ollama" || d.ServerTokS == nil || d.TokS.N != 2 {
 		t.Fatalf("decode %+v", d)
 	}
-	if len(r.CrossChecks) != 1 || math.Abs(r.CrossChecks[0].DisagreementPct) > 100*bound(0.01) {
+	if len(r.CrossChecks) != 1 || math.Abs(r.CrossChecks[0].DisagreementPct) > 100*benchtest.Bound(0.01) {
 		t.Fatalf("cross-check %+v", r.CrossChecks)
 	}
-	if e := relErr(d.TokS.Mean, simDecode); e > bound(0.01) {
+	if e := relErr(d.TokS.Mean, simDecode); e > benchtest.Bound(0.01) {
 		t.Errorf("decode %.2f tok/s", d.TokS.Mean)
 	}
 }
-
-// proxy puts a misbehaving layer in front of a real simulator.
-type proxy struct {
-	rewriteBody func(body []byte) []byte                        // request body
-	respond     func(n int64, w http.ResponseWriter) bool       // answer request n itself
-	wrap        func(n int64, body io.ReadCloser) io.ReadCloser // response body of request n
-	count       atomic.Int64
-}
-
-func startProxy(t *testing.T, target string, p *proxy) string {
-	t.Helper()
-	u, _ := url.Parse(target)
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.FlushInterval = -1
-	rp.ErrorLog = nil
-	rp.ModifyResponse = func(resp *http.Response) error {
-		if p.wrap != nil && resp.Request.URL.Path == "/v1/chat/completions" {
-			n, _ := resp.Request.Context().Value(reqNum{}).(int64)
-			resp.Body = p.wrap(n, resp.Body)
-		}
-		return nil
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/chat/completions" {
-			n := p.count.Add(1)
-			if p.respond != nil && p.respond(n, w) {
-				return
-			}
-			if p.rewriteBody != nil {
-				b, _ := io.ReadAll(r.Body)
-				b = p.rewriteBody(b)
-				r.Body = io.NopCloser(bytes.NewReader(b))
-				r.ContentLength = int64(len(b))
-			}
-			r = r.WithContext(context.WithValue(r.Context(), reqNum{}, n))
-		}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
-
-type reqNum struct{}
 
 // cutAfter passes n lines of a stream through, then injects extra (if any)
 // and ends it.
@@ -281,7 +223,7 @@ func TestBadInput(t *testing.T) {
 		name       string
 		url        string
 		model      string
-		proxy      *proxy
+		proxy      *benchtest.Proxy
 		wantStatus string
 		wantErr    string // in the returned error ("" = none)
 		wantRecord string // in the recorded errors
@@ -289,10 +231,10 @@ func TestBadInput(t *testing.T) {
 		{name: "endpoint down", url: closed, wantStatus: StatusFailed, wantErr: "endpoint down (connection refused)", wantRecord: "connection refused"},
 		{name: "model not loaded", url: vllm, model: "qwen3-coder", wantStatus: StatusFailed,
 			wantErr: `model "qwen3-coder" is not served`, wantRecord: "the server lists: m"},
-		{name: "server ignores ignore_eos", url: vllm, proxy: &proxy{rewriteBody: stripForce}, wantStatus: StatusPartial,
+		{name: "server ignores ignore_eos", url: vllm, proxy: &benchtest.Proxy{RewriteBody: stripForce}, wantStatus: StatusPartial,
 			wantRecord: "produced 20 of 40 tokens"},
 		{name: "HTTP 500 on some requests", url: vllm, wantStatus: StatusPartial, wantRecord: "HTTP 500: CUDA error: out of memory",
-			proxy: &proxy{respond: func(n int64, w http.ResponseWriter) bool {
+			proxy: &benchtest.Proxy{Respond: func(n int64, w http.ResponseWriter) bool {
 				if n%3 != 0 || n < 3 {
 					return false
 				}
@@ -302,14 +244,14 @@ func TestBadInput(t *testing.T) {
 				return true
 			}}},
 		{name: "stream broken off", url: vllm, wantStatus: StatusPartial, wantRecord: "stream ended without [DONE]",
-			proxy: &proxy{wrap: func(n int64, body io.ReadCloser) io.ReadCloser {
+			proxy: &benchtest.Proxy{Wrap: func(n int64, body io.ReadCloser) io.ReadCloser {
 				if n%2 == 0 {
 					return &cutReader{br: bufio.NewReader(body), c: body, left: 6}
 				}
 				return body
 			}}},
 		{name: "error inside the stream", url: vllm, wantStatus: StatusPartial, wantRecord: "server error inside the stream: engine died",
-			proxy: &proxy{wrap: func(n int64, body io.ReadCloser) io.ReadCloser {
+			proxy: &benchtest.Proxy{Wrap: func(n int64, body io.ReadCloser) io.ReadCloser {
 				if n%2 == 0 {
 					return &cutReader{br: bufio.NewReader(body), c: body, left: 4,
 						extra: []byte("data: {\"error\": {\"message\": \"engine died\"}}\n\n")}
@@ -317,14 +259,14 @@ func TestBadInput(t *testing.T) {
 				return body
 			}}},
 		{name: "no usage", url: vllm, wantStatus: StatusFailed, wantErr: "sent no usage", wantRecord: "no usage",
-			proxy: &proxy{rewriteBody: func(b []byte) []byte {
+			proxy: &benchtest.Proxy{RewriteBody: func(b []byte) []byte {
 				return bytes.Replace(b, []byte(`"include_usage":true`), []byte(`"include_usage":false`), 1)
 			}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			target := c.url
 			if c.proxy != nil {
-				target = startProxy(t, c.url, c.proxy)
+				target = benchtest.StartProxy(t, c.url, c.proxy)
 			}
 			o := quick
 			o.Target = Target{URL: target, Model: c.model}
@@ -570,13 +512,13 @@ func TestServingRequestRate(t *testing.T) {
 	sim := startSim(t, simulator.Options{Flavor: simulator.FlavorVLLM, Model: "m", PrefillTPS: 1e6, DecodeTPS: 100})
 	var inFlight, maxInFlight atomic.Int64
 	var mu sync.Mutex
-	url := startProxy(t, sim, &proxy{respond: func(int64, http.ResponseWriter) bool {
+	url := benchtest.StartProxy(t, sim, &benchtest.Proxy{Respond: func(int64, http.ResponseWriter) bool {
 		n := inFlight.Add(1)
 		mu.Lock()
 		maxInFlight.Store(max(maxInFlight.Load(), n))
 		mu.Unlock()
 		return false
-	}, wrap: func(_ int64, body io.ReadCloser) io.ReadCloser {
+	}, Wrap: func(_ int64, body io.ReadCloser) io.ReadCloser {
 		return &onClose{ReadCloser: body, f: func() { inFlight.Add(-1) }}
 	}})
 	r, err := Run(context.Background(), Options{Target: Target{URL: url}, Repeats: 1, Phases: []string{PhaseServing},

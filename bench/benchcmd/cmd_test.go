@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"gpuhost/bench"
+	"gpuhost/bench/benchtest"
 	"gpuhost/internal/testbin"
 	"gpuhost/internal/testkit"
 	"gpuhost/nvml"
@@ -140,7 +141,7 @@ func TestCmdErrors(t *testing.T) {
 func TestCmdExitStatus(t *testing.T) {
 	bin := testbin.Binary(t)
 	vllm := startSim(t, simulator.Options{Flavor: simulator.FlavorVLLM, Model: "m", PrefillTPS: 1e6, DecodeTPS: 3000})
-	flaky := startProxy(t, vllm, &proxy{respond: func(n int64, w http.ResponseWriter) bool {
+	flaky := benchtest.StartProxy(t, vllm, &benchtest.Proxy{Respond: func(n int64, w http.ResponseWriter) bool {
 		if n < 4 || n%4 != 0 {
 			return false
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"gpuhost/bench"
+	"gpuhost/bench/benchtest"
 	"gpuhost/bench/ollamatest"
 )
 
@@ -70,7 +71,7 @@ func TestRealOllamaServingCrossCheck(t *testing.T) {
 		}
 		// The client's end-to-end time contains the server's; the gap is
 		// HTTP and JSON, a few percent of a request of 48 tokens.
-		if lim := 100 * bound(0.05); math.Abs(c.DisagreementPct) > lim {
+		if lim := 100 * benchtest.Bound(0.05); math.Abs(c.DisagreementPct) > lim {
 			t.Errorf("%s: client %.2f vs Ollama %.2f ms: %+.2f %% (limit %.0f %%)", k, c.Client, c.Server, c.DisagreementPct, lim)
 		}
 	}

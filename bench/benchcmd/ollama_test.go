@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"gpuhost/bench"
+	"gpuhost/bench/benchtest"
 	"gpuhost/bench/ollamatest"
 )
 
@@ -69,7 +70,7 @@ func TestRealOllama(t *testing.T) {
 		if d.API != "ollama" || d.TokS.N != 3 || d.ServerTokS == nil || d.ServerTokS.N != 3 {
 			t.Errorf("decode %+v", d)
 		}
-		if lim := 100 * bound(0.05); math.Abs(c.DisagreementPct) > lim {
+		if lim := 100 * benchtest.Bound(0.05); math.Abs(c.DisagreementPct) > lim {
 			t.Errorf("decode %d: client and Ollama disagree by %.2f %% (limit %.0f %%)", d.Tokens, c.DisagreementPct, lim)
 		}
 	}
@@ -131,7 +132,7 @@ func TestRealOllamaEarlyStop(t *testing.T) {
 	if d.Short > 0 && !strings.Contains(strings.Join(r.Notes, "\n"), "stopped early") {
 		t.Errorf("notes %v", r.Notes)
 	}
-	if len(r.CrossChecks) != 1 || math.Abs(r.CrossChecks[0].DisagreementPct) > 100*bound(0.05) {
+	if len(r.CrossChecks) != 1 || math.Abs(r.CrossChecks[0].DisagreementPct) > 100*benchtest.Bound(0.05) {
 		t.Errorf("cross-check %+v", r.CrossChecks)
 	}
 	if r.Fingerprint.Server["ollama.param.stop"] != `"~"` {
