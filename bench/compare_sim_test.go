@@ -74,11 +74,12 @@ func verdicts(t *testing.T, as, bs []*Result, metric string) (pairs, now, old, f
 // simulator: 10 identical runs (45 pairs, 4 metrics each) may get a false
 // "better"/"worse" in at most the nominal 5 % of the pairs (Holm's
 // correction bounds the family-wise rate per pair; the count fails the
-// test when a rate of 5 % would give it less than 1 % of the time); and 5 runs with the
-// decode rate 10 % lower are found worse on decode against every one of
-// the 10 (50 pairs), with no verdict on the unchanged prefill metrics
-// beyond that same rate. The old rule's verdicts on the same pairs are
-// logged for comparison.
+// test when a rate of 5 % would give it less than 1 % of the time); and
+// 5 runs with the decode rate 10 % lower are compared with the 10 (50
+// pairs): found worse in at least 70 % of them when the machine adds
+// little scatter, with no more false verdicts on the unchanged metrics
+// than that same rate allows. The old rule's verdicts on the same pairs
+// are logged for comparison.
 func TestCompareSimulatorIdenticalRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SKIPPING 15 bench runs against the simulator in -short mode")
@@ -97,12 +98,16 @@ func TestCompareSimulatorIdenticalRuns(t *testing.T) {
 	t.Logf("decode −10 %%: found worse in %d of %d pairs; false verdicts on other metrics in %d pairs (old rule: %d); decode scatter within runs %.1f %%",
 		found, pairs, now, old, noise)
 	// The power depends on the scatter the machine adds to the simulator's
-	// 2 %: below 2.5 % a 10 % drop clears the 3 % minimum effect after
-	// Holm in ≥ 95 % of the pairs; a machine busy enough to scatter more
-	// is told, not failed (the false-verdict bounds hold at any noise).
+	// 2 %: at 5 repeats, 2 % scatter and 1 % drift between runs, a 10 %
+	// drop clears the 3 % minimum effect after Holm in about 5 of 6 pairs
+	// (TestCompareFindsDecodeDrop's model: 83 of 100; a slow run among the
+	// five misses all 10 of its pairs at once). So at most 2.5 % scatter
+	// at least 70 % must be found, as that test asks of its model; a
+	// machine busy enough to scatter more is told, not failed (the
+	// false-verdict bounds above hold at any noise).
 	switch {
-	case noise <= 2.5 && found < pairs*95/100:
-		t.Errorf("decode −10 %%: found in %d of %d pairs, want ≥ 95 %% at %.1f %% scatter", found, pairs, noise)
+	case noise <= 2.5 && found < pairs*70/100:
+		t.Errorf("decode −10 %%: found in %d of %d pairs, want ≥ 70 %% at %.1f %% scatter", found, pairs, noise)
 	case noise > 2.5:
 		t.Logf("decode scatter %.1f %% > 2.5 %% (a busy machine): the power check is left out", noise)
 	}
