@@ -16,7 +16,7 @@ import (
 // runJSON runs `gpuhost bench` with args (--json) and decodes the result.
 func runJSON(t *testing.T, args ...string) bench.Result {
 	t.Helper()
-	cmd := NewCmd(Deps{GpuhostVersion: "test"})
+	cmd := NewCmd(Deps{GpuhostVersion: "test", GpuhostCommit: "abc123"})
 	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)

@@ -1,9 +1,7 @@
 package benchcmd
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -23,20 +21,9 @@ import (
 func TestRealOllama(t *testing.T) {
 	url, model := ollamatest.Start(t)
 	dir := filepath.Join(t.TempDir(), "results")
-	cmd := NewCmd(Deps{GpuhostVersion: "test", GpuhostCommit: "abc123"})
-	var out, errOut bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&errOut)
-	cmd.SetArgs([]string{"run", "--url", url + "/v1", "--model", model, "--dir", dir, "--json",
+	r := runJSON(t, "run", "--url", url+"/v1", "--model", model, "--dir", dir,
 		"--repeats", "3", "--prefill", "64,256", "--decode", "128,384", "--concurrency", "1,2",
-		"--serving-requests", "2", "--serving-input", "64", "--serving-output", "32"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatalf("bench run: %v\n%s\n%s", err, errOut.String(), out.String())
-	}
-	var r bench.Result
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-		t.Fatalf("result JSON: %v\n%s", err, out.String())
-	}
+		"--serving-requests", "2", "--serving-input", "64", "--serving-output", "32")
 	if r.Status != bench.StatusOK || len(r.Errors) != 0 {
 		t.Fatalf("status %s, errors %+v, notes %v", r.Status, r.Errors, r.Notes)
 	}
@@ -148,19 +135,11 @@ func TestRealOllamaEarlyStop(t *testing.T) {
 func TestRealOllamaCapacity(t *testing.T) {
 	url, model := ollamatest.Start(t)
 	dir := filepath.Join(t.TempDir(), "results")
-	cmd := NewCmd(Deps{GpuhostVersion: "test", GpuhostCommit: "abc123"})
-	var out, errOut bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&errOut)
-	cmd.SetArgs([]string{"capacity", "--url", url + "/v1", "--model", model, "--dir", dir, "--json",
+	r := runJSON(t, "capacity", "--url", url+"/v1", "--model", model, "--dir", dir,
 		"--ttft-p95", "60s", "--min-tps", "1", "--max-concurrency", "4", "--repeats", "2",
-		"--serving-input", "64", "--serving-output", "16"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatalf("bench capacity: %v\n%s\n%s", err, errOut.String(), out.String())
-	}
-	var r bench.Result
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil || r.Capacity == nil {
-		t.Fatalf("result JSON: %v\n%s", err, out.String())
+		"--serving-input", "64", "--serving-output", "16")
+	if r.Capacity == nil {
+		t.Fatalf("no capacity in the result: %+v", r)
 	}
 	cb := r.Capacity
 	for _, p := range cb.Probes {
