@@ -229,6 +229,13 @@ func TestHistorySwitchMarks(t *testing.T) {
 	if w := h.Window(15 * time.Minute); len(w.Switches) != 1 || w.Switches[0].ID != "c" {
 		t.Errorf("15 min window: %+v", w.Switches)
 	}
+	// c's end event is lost (the bus dropped it): the next switch's start
+	// closes it, so it does not stay an open band for the rest of the hour.
+	h.Observe(api.Event{Kind: "switch", SwitchID: "d", Profile: "llama", Status: "started", Time: clk.Now()})
+	if w := h.Window(15 * time.Minute); len(w.Switches) != 2 || w.Switches[0].Status != "unknown" ||
+		!w.Switches[0].End.Equal(clk.Now()) || w.Switches[1].Status != "started" {
+		t.Errorf("after d started: %+v", w.Switches)
+	}
 	for i := range maxSwitches + 10 {
 		h.Observe(api.Event{Kind: "switch", SwitchID: fmt.Sprint("x", i), Status: "started", Time: clk.Now()})
 	}

@@ -59,7 +59,8 @@ type Switch struct {
 	Profile string    `json:"profile"`
 	Start   time.Time `json:"start"`
 	End     time.Time `json:"end,omitzero"`
-	// Status is "started" while it runs, then "done" or "failed".
+	// Status is "started" while it runs, then "done" or "failed";
+	// "unknown" when its end was not seen before the next switch began.
 	Status string `json:"status"`
 }
 
@@ -213,6 +214,14 @@ func (h *History) Observe(e api.Event) {
 	switch e.Status {
 	case "started":
 		if i < 0 {
+			// The Supervisor runs one switch at a time: one still open
+			// here lost its end event (a full subscriber buffer drops
+			// events), so it ended by now, how is unknown.
+			for k := range h.switches {
+				if h.switches[k].End.IsZero() {
+					h.switches[k].End, h.switches[k].Status = e.Time, "unknown"
+				}
+			}
 			h.addSwitch(Switch{ID: e.SwitchID, Profile: e.Profile, Start: e.Time, Status: "started"})
 		}
 	case "done", "failed":
