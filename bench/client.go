@@ -741,27 +741,6 @@ func parseNDJSON(r io.Reader, fn func(line []byte, at time.Time) (done bool, err
 	}
 }
 
-// ollamaContext asks Ollama's /api/ps for the context the loaded model runs
-// with; 0 when unknown.
-func (e *endpoint) ollamaContext(ctx context.Context) int {
-	var v struct {
-		Models []struct {
-			Name          string `json:"name"`
-			Model         string `json:"model"`
-			ContextLength int    `json:"context_length"`
-		} `json:"models"`
-	}
-	if e.getJSON(ctx, e.root+"/api/ps", &v) != nil {
-		return 0
-	}
-	for _, m := range v.Models {
-		if m.Name == e.model || m.Model == e.model || m.Name == e.model+":latest" {
-			return m.ContextLength
-		}
-	}
-	return 0
-}
-
 // promCounter sums every sample of one metric in a Prometheus text
 // exposition (all label sets, e.g. one per engine); ok is false when the
 // metric is absent.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -535,8 +536,9 @@ func (ru *runner) prepare(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	if flavor == FlavorOllama {
-		r.Fingerprint.addServer(ru.ep.ollamaSettings(ctx))
-		ru.maxLen = ru.ep.ollamaContext(ctx)
+		settings := ru.ep.ollamaSettings(ctx)
+		r.Fingerprint.addServer(settings)
+		ru.maxLen, _ = strconv.Atoi(settings["ollama.ps.context_length"]) // 0 when /api/ps did not say
 		if ru.maxLen == 0 {
 			ru.maxLen = units.OllamaDefaultNumCtx
 			if o.Profile != nil && o.Profile.Ollama.NumCtx > 0 {
