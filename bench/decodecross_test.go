@@ -14,18 +14,18 @@ import (
 func TestDecodeCross(t *testing.T) {
 	tests := []struct {
 		name         string
-		pairs        []decodePair
+		pairs        []crossPair
 		ok           bool
 		client, pct  float64
 		noteContains string
 	}{
 		{"none", nil, false, 0, 0, ""},
-		{"zero server figure skipped", []decodePair{{100, 0}}, false, 0, 0, ""},
-		{"one request", []decodePair{{99, 100}}, true, 99, -1, "-1.00 %"},
-		{"one descheduled request", []decodePair{{100, 100}, {101, 100}, {50, 100}}, true, 100, 0, "-50.00 %, +0.00 %, +1.00 %"},
-		{"machine slower in one request, for both", []decodePair{{200, 202}, {100, 102}, {198, 200}}, true, 198, -1, ""},
-		{"even count: the lower median", []decodePair{{98, 100}, {103, 100}, {101, 100}, {90, 100}}, true, 98, -2, ""},
-		{"NaN skipped", []decodePair{{math.NaN(), 100}, {97, 100}}, true, 97, -3, ""},
+		{"zero server figure skipped", []crossPair{{100, 0}}, false, 0, 0, ""},
+		{"one request", []crossPair{{99, 100}}, true, 99, -1, "-1.00 %"},
+		{"one descheduled request", []crossPair{{100, 100}, {101, 100}, {50, 100}}, true, 100, 0, "-50.00 %, +0.00 %, +1.00 %"},
+		{"machine slower in one request, for both", []crossPair{{200, 202}, {100, 102}, {198, 200}}, true, 198, -1, ""},
+		{"even count: the lower median", []crossPair{{98, 100}, {103, 100}, {101, 100}, {90, 100}}, true, 98, -2, ""},
+		{"NaN skipped", []crossPair{{math.NaN(), 100}, {97, 100}}, true, 97, -3, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -841,7 +841,7 @@ func (ru *runner) decodePhase(ctx context.Context) {
 	}
 	type acc struct {
 		tps, server, produced []float64
-		pairs                 []decodePair // native: the client's and the server's rate of each request
+		pairs                 []crossPair // native: the client's and the server's rate of each request
 		errs                  []string
 		short                 int // counted requests that stopped before the asked length
 	}
@@ -884,7 +884,7 @@ func (ru *runner) decodePhase(ctx context.Context) {
 				}
 				if native {
 					accs[i].server = append(accs[i].server, serverTPS)
-					accs[i].pairs = append(accs[i].pairs, decodePair{client: tps, server: serverTPS})
+					accs[i].pairs = append(accs[i].pairs, crossPair{client: tps, server: serverTPS})
 				}
 			}
 			ru.step(PhaseDecode, msg)
@@ -913,32 +913,44 @@ func (ru *runner) decodePhase(ctx context.Context) {
 	}
 }
 
-// decodePair is one decode request's rate as the client saw it and as the
-// server reported it (Ollama: eval_count / eval_duration).
-type decodePair struct{ client, server float64 }
+// crossPair is one request's figure as the client measured it and as the
+// server reported it (e.g. a decode rate and Ollama's eval_count /
+// eval_duration).
+type crossPair struct{ client, server float64 }
 
-// decodeCross compares the client's decode rate with the server's like with
-// like: each request with its own eval_duration, so that a request slowed
-// down by the machine's load moves both figures, not only the client's
-// mean. The figure shown is that of the request with the median
-// disagreement (the lower one of an even count: a real request), so one
-// request that the client was descheduled in does not move the verdict.
-func decodeCross(tokens int, pairs []decodePair) (Cross, bool) {
-	type scored struct {
-		decodePair
-		pct float64
-	}
-	var all []scored
+// scoredPair is a client/server pair with its disagreement,
+// (client − server) / server × 100.
+type scoredPair struct {
+	crossPair
+	pct float64
+}
+
+// byDisagreement scores the pairs that have a server figure and sorts them
+// by disagreement. The cross-checks show all[(len−1)/2]: the request with
+// the median disagreement (the lower one of an even count: a real
+// request), so one request the client was descheduled in does not move
+// the verdict.
+func byDisagreement(pairs []crossPair) []scoredPair {
+	var all []scoredPair
 	for _, p := range pairs {
 		if p.server <= 0 || math.IsNaN(p.client) || math.IsNaN(p.server) {
 			continue
 		}
-		all = append(all, scored{p, (p.client - p.server) / p.server * 100})
+		all = append(all, scoredPair{p, (p.client - p.server) / p.server * 100})
 	}
+	slices.SortStableFunc(all, func(a, b scoredPair) int { return cmp.Compare(a.pct, b.pct) })
+	return all
+}
+
+// decodeCross compares the client's decode rate with the server's like with
+// like: each request with its own eval_duration, so that a request slowed
+// down by the machine's load moves both figures, not only the client's
+// mean; the figure shown is byDisagreement's median.
+func decodeCross(tokens int, pairs []crossPair) (Cross, bool) {
+	all := byDisagreement(pairs)
 	if len(all) == 0 {
 		return Cross{}, false
 	}
-	slices.SortStableFunc(all, func(a, b scored) int { return cmp.Compare(a.pct, b.pct) })
 	each := make([]string, len(all))
 	for i, s := range all {
 		each[i] = fmt.Sprintf("%+.2f %%", s.pct)

@@ -24,7 +24,7 @@ func TestServingCross(t *testing.T) {
 		return p
 	}
 	p := native(80*time.Millisecond, 70*time.Millisecond)
-	if p.serverTTFT != 20 || p.serverTPOT != 5 || p.clientTPOT != 6 || p.clientE2E != 80 || p.serverE2E != 70 {
+	if p.ttft.server != 20 || p.tpot.server != 5 || p.tpot.client != 6 || p.e2e.client != 80 || p.e2e.server != 70 {
 		t.Fatalf("pair %+v", p)
 	}
 	pairs := []servingPair{native(110*time.Millisecond, 100*time.Millisecond), native(101*time.Millisecond, 100*time.Millisecond),
