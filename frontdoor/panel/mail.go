@@ -172,22 +172,14 @@ type mailRow struct {
 	CustomerURL                     string
 }
 
-// rerunView is the outcome of one "run again".
+// rerunView is the outcome of one "run again": the judged post (zero when
+// nothing was judged) and the error, if any. UID and DryRun are the form's
+// (they shadow the post's, which say the same once it was judged).
 type rerunView struct {
-	UID        uint32
-	DryRun     bool
-	Error      string
-	Class      string
-	Importance int
-	Rule       string
-	Important  bool
-	// Text is the post as Telegram gets it, without the transcript
-	// excerpt (the panel never shows a transcript); TranscriptLeftOut
-	// says one was there.
-	Text              string
-	TranscriptLeftOut bool
-	Posted            []string
-	Cost              string
+	api.MailPost
+	UID    uint32
+	DryRun bool
+	Error  string
 }
 
 // httpLink returns s when it is an absolute http(s) URL with a host, else
@@ -208,11 +200,6 @@ func mailRowOf(r api.MailPost) mailRow {
 		row.UnsubscribeText = r.UnsubscribeMailto
 	}
 	return row
-}
-
-func rerunViewOf(uid uint32, dryRun bool, r api.MailPost) *rerunView {
-	return &rerunView{UID: uid, DryRun: dryRun, Class: r.Class, Importance: r.Importance, Rule: r.Rule, Important: r.Important,
-		Text: r.Text, TranscriptLeftOut: r.TranscriptLeftOut, Posted: r.Posted, Cost: r.CostDetail}
 }
 
 // mailPage builds the page from the worker's state now.
@@ -301,15 +288,12 @@ func (p *Panel) handleMailRerun(c echo.Context) error {
 	}
 	if err != nil {
 		log.Warn("mail rerun from the panel failed", "err", err)
-		v.Rerun = &rerunView{UID: uid, DryRun: form.DryRun, Error: err.Error()}
-		if res.Key != "" { // judged, then a sink refused: show what was judged
-			v.Rerun = rerunViewOf(uid, form.DryRun, res)
-			v.Rerun.Error = err.Error()
-		}
+		// res is the judged post when a sink refused it after judging, else zero.
+		v.Rerun = &rerunView{MailPost: res, UID: uid, DryRun: form.DryRun, Error: err.Error()}
 		return p.renderMail(c, code, v)
 	}
 	log.Info("mail rerun from the panel done", "class", res.Class, "importance", res.Importance, "posted", res.Posted)
 	v = p.mailPage(ms, form) // the rerun is now among the recent results
-	v.Rerun = rerunViewOf(uid, form.DryRun, res)
+	v.Rerun = &rerunView{MailPost: res, UID: uid, DryRun: form.DryRun}
 	return p.renderMail(c, code, v)
 }
