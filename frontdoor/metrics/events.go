@@ -24,9 +24,6 @@ func (m *Metrics) handle(e api.Event) {
 	if m.lastSeq != 0 && e.Seq > m.lastSeq+1 {
 		m.eventsLost.Add(float64(e.Seq - m.lastSeq - 1))
 	}
-	if e.Seq > m.lastSeq {
-		m.lastSeq = e.Seq
-	}
 	var (
 		finished bool
 		seconds  = -1.0
@@ -49,9 +46,7 @@ func (m *Metrics) handle(e api.Event) {
 			}
 		}
 	}
-	progress := m.advanceLocked()
 	m.mu.Unlock()
-	close(progress)
 
 	switch {
 	case finished:
@@ -66,6 +61,16 @@ func (m *Metrics) handle(e api.Event) {
 	case e.Kind == "step" && e.Status == "done" && e.Step != "":
 		m.stepDur.WithLabelValues(cleanLabel(e.Step)).Observe(max(e.DurationMS, 0) / 1000)
 	}
+
+	// The event counts as handled only now, after its series changed: a
+	// waitFor that returned earlier let a scrape miss the counter.
+	m.mu.Lock()
+	if e.Seq > m.lastSeq {
+		m.lastSeq = e.Seq
+	}
+	progress := m.advanceLocked()
+	m.mu.Unlock()
+	close(progress)
 }
 
 // advanceLocked replaces the progress channel and returns the old one, for
