@@ -163,6 +163,18 @@ func (l *logCapture) requests() []map[string]any {
 	return out
 }
 
+// waitRequests polls until n access-log records exist: the proxy logs a
+// request after its response is complete, which the client sees a moment
+// earlier.
+func (l *logCapture) waitRequests(t testing.TB, n int) []map[string]any {
+	t.Helper()
+	var recs []map[string]any
+	if !testkit.Poll(10*time.Second, func() bool { recs = l.requests(); return len(recs) >= n }) {
+		t.Fatalf("%d access-log records, want %d: %v", len(recs), n, recs)
+	}
+	return recs
+}
+
 // chatBody is an opencode-style chat request: a ~30 KB tools list whose
 // schemas use JSON Schema 2020-12 keywords, tool_choice "auto", streamed
 // with usage. model "" leaves "model" out.

@@ -56,7 +56,7 @@ func TestStreamPassesThrough(t *testing.T) {
 	if o.model != "qwen3-coder" || o.status != 200 || o.prompt != s.usage.Prompt || o.completion != tokens || o.ttfb <= 0 || o.ttfb > o.dur {
 		t.Fatalf("observation %+v, want qwen3-coder 200 with usage %+v", o, s.usage)
 	}
-	recs := e.logs.requests()
+	recs := e.logs.waitRequests(t, 1)
 	if len(recs) != 1 || recs[0]["prompt_tokens"] != int64(s.usage.Prompt) || recs[0]["completion_tokens"] != int64(tokens) ||
 		recs[0]["stream"] != true || recs[0]["done"] != true {
 		t.Fatalf("access log %v", recs)
@@ -132,7 +132,7 @@ func TestHeldDuringSwitch(t *testing.T) {
 		t.Fatalf("switch: %v", err)
 	}
 	held := 0
-	for _, r := range e.logs.requests() {
+	for _, r := range e.logs.waitRequests(t, n) {
 		if _, ok := r["held_ms"]; ok && r["status"] == int64(200) {
 			held++
 		}
@@ -340,7 +340,7 @@ func TestAutoSwitch(t *testing.T) {
 		t.Fatalf("state %+v, want llama active", st)
 	}
 	switched := 0
-	for _, r := range e.logs.requests() {
+	for _, r := range e.logs.waitRequests(t, 5) {
 		if r["switched"] == true {
 			switched++
 		}

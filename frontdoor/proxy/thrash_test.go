@@ -173,7 +173,7 @@ func replay(t *testing.T, e *env, tr []traceReq) replayResult {
 	close(stop)
 	<-counted
 	res := replayResult{requests: len(tr), failures: len(failed), failed: failed, switches: switches}
-	for _, r := range e.logs.requests()[logsBefore:] {
+	for _, r := range e.logs.waitRequests(t, logsBefore+len(tr))[logsBefore:] {
 		if r["switched"] == true {
 			res.switched++
 		}
