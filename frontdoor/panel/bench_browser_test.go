@@ -65,6 +65,12 @@ func TestBrowserBench(t *testing.T) {
 	}
 	if err := chromedp.Do(tctx,
 		chromedp.Evaluate[chromedp.Void](`window.__gpuhostNoReload = true`),
+		// Streams opened from here on are counted: the run is followed on
+		// the stream the page already reads.
+		chromedp.Evaluate[chromedp.Void](`window.__gpuhostStreams = 0;
+			window.EventSource = class extends window.EventSource {
+				constructor(...a) { super(...a); window.__gpuhostStreams++; }
+			}`),
 		chromedp.Click(chromedp.CSS(`form.bench-form button`)),
 		chromedp.WaitVisible(chromedp.CSS(`#bench-live .bench-lines li`)),
 		chromedp.WaitReady(chromedp.CSS(`#bench-live[data-refreshed="true"]`)),
@@ -75,6 +81,9 @@ func TestBrowserBench(t *testing.T) {
 	noReload, err := chromedp.Run(tctx, chromedp.Evaluate[bool](`window.__gpuhostNoReload === true`))
 	if err != nil || !noReload {
 		t.Fatalf("the page reloaded during the run (marker %v, %v): the progress did not come over SSE", noReload, err)
+	}
+	if n, err := chromedp.Run(tctx, chromedp.Evaluate[int](`window.__gpuhostStreams`)); err != nil || n != 0 {
+		t.Errorf("the run opened %d more event streams (%v), want 0: one per page", n, err)
 	}
 	all, _, err := store.List()
 	if err != nil || len(all) != 1 {

@@ -316,27 +316,49 @@
     cur.replaceWith(document.adoptNode(fresh));
   }
 
-  function followBench(box, id, since) {
+  // benchStream is the Bench page's one reader of /api/events: the run it
+  // follows and the results stored by others come from the same stream (a
+  // second EventSource held a second of the browser's few connections per
+  // host). It keeps the last bench events, so a run whose first lines came
+  // before its POST answered still shows them.
+  function benchStream(since) {
+    const handlers = new Set();
+    const recent = [];
+    const es = new EventSource('/api/events?since=' + encodeURIComponent(since || '0'));
+    es.addEventListener('bench', (ev) => {
+      let e;
+      try { e = JSON.parse(ev.data); } catch (_) { return; }
+      if (!e || typeof e.message !== 'string') return;
+      recent.push(e);
+      if (recent.length > 200) recent.shift();
+      [...handlers].forEach((h) => h(e));
+    });
+    return {
+      es,
+      on(h, after) {
+        handlers.add(h);
+        const from = Number(after || 0);
+        recent.filter((e) => Number(e.seq) > from).forEach((e) => h(e));
+      },
+      off(h) { handlers.delete(h); },
+    };
+  }
+
+  function followBench(stream, box, id, since) {
     box.dataset.running = 'true';
     setBenchBusy(true);
     const prefix = 'bench ' + id + ': ';
     const lines = $('.bench-lines', box);
-    const es = new EventSource('/api/events?since=' + encodeURIComponent(since));
-    let finished = false;
-    es.addEventListener('bench', async (ev) => {
-      let e;
-      try { e = JSON.parse(ev.data); } catch (_) { return; }
-      const msg = (e && typeof e.message === 'string') ? e.message : '';
-      if (!msg.startsWith(prefix)) return;
+    const onEvent = async (e) => {
+      if (!e.message.startsWith(prefix)) return;
       box.dataset.since = String(e.seq);
-      const text = msg.slice(prefix.length);
+      const text = e.message.slice(prefix.length);
       const li = document.createElement('li');
       li.textContent = text;
       lines.append(li);
       li.scrollIntoView({ block: 'nearest' });
       if (!text.startsWith('finished, ')) return;
-      finished = true;
-      es.close();
+      stream.off(onEvent);
       box.dataset.running = 'false';
       $('.bench-state', box).textContent = 'Finished';
       setBenchBusy(false);
@@ -346,17 +368,15 @@
       } catch (err) {
         showNotice('The run finished, but the results did not load (' + err.message + '); reload the page.');
       }
-    });
-    es.onerror = () => {
-      if (!finished && es.readyState === EventSource.CLOSED) location.assign('/bench');
     };
+    stream.on(onEvent, since);
   }
 
   function setBenchBusy(busy) {
     $$('form.bench-form button').forEach((b) => { b.disabled = busy; });
   }
 
-  async function onBenchRun(ev) {
+  async function onBenchRun(ev, stream) {
     ev.preventDefault();
     const form = ev.currentTarget;
     const n = $('#notice');
@@ -383,21 +403,18 @@
     box.dataset.runId = data.id;
     box.dataset.refreshed = 'false';
     box.hidden = false;
-    followBench(box, data.id, data.since);
+    followBench(stream, box, data.id, data.since);
   }
 
   // watchStoredRuns refreshes the results table when a run that this page
   // did not start is stored: a `gpuhost bench run` uploaded to the daemon
   // ("bench <id>: uploaded, …") or a run started elsewhere that finished.
   // A run this page follows refreshes the table itself.
-  function watchStoredRuns(box) {
+  function watchStoredRuns(stream, box) {
     const stored = /^bench (\S+): (uploaded, |finished, )/;
-    const es = new EventSource('/api/events?since=' + encodeURIComponent((box && box.dataset.since) || '0'));
     let pending = null;
-    es.addEventListener('bench', (ev) => {
-      let e;
-      try { e = JSON.parse(ev.data); } catch (_) { return; }
-      const m = stored.exec((e && typeof e.message === 'string') ? e.message : '');
+    stream.on((e) => {
+      const m = stored.exec(e.message);
       if (!m || (box && box.dataset.runId === m[1])) return;
       clearTimeout(pending);
       pending = setTimeout(async () => {
@@ -412,12 +429,20 @@
   }
 
   function initBench() {
-    $$('form.bench-form').forEach((f) => f.addEventListener('submit', onBenchRun));
     const box = $('#bench-live');
+    const forms = $$('form.bench-form');
+    if (!box && forms.length === 0 && !$('#bench-results')) return;
+    const stream = benchStream(box && box.dataset.since);
+    // EventSource reconnects by itself (with Last-Event-ID); when it has
+    // given up in the middle of a run, the page reloads to show the state.
+    stream.es.onerror = () => {
+      if (stream.es.readyState === EventSource.CLOSED && box && box.dataset.running === 'true') location.assign('/bench');
+    };
+    forms.forEach((f) => f.addEventListener('submit', (ev) => onBenchRun(ev, stream)));
     if (box && box.dataset.running === 'true' && box.dataset.runId) {
-      followBench(box, box.dataset.runId, box.dataset.since);
+      followBench(stream, box, box.dataset.runId, box.dataset.since);
     }
-    if ($('#bench-results')) watchStoredRuns(box);
+    if ($('#bench-results')) watchStoredRuns(stream, box);
   }
 
   // Every page's header pill, and the dashboard's gauges, follow GET /live
