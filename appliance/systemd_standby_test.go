@@ -177,7 +177,13 @@ func residualSamplerChild(t *testing.T) {
 	rep := residualReport{ResidualMiB: map[string]uint64{}}
 	tolerance := uint64(residualToleranceMiB)
 
-	above := func(d nvml.Device, sts []api.UnitStatus, res map[string]uint64) (map[string]bool, holding) {
+	// above tells which units hold more than their residual in d. A process
+	// is unattributed when it is in neither unit by the statuses read
+	// before the snapshots (sts) nor by those read after them (later): a
+	// backend that started in between has no cgroup in the first read. A
+	// process that is gone by the time its cgroup is read (it exited after
+	// the snapshot) cannot be placed and is not counted.
+	above := func(d nvml.Device, sts, later []api.UnitStatus, res map[string]uint64) (map[string]bool, holding) {
 		h := holding{UsedMiB: map[string]uint64{}, LimitMiB: map[string]uint64{}}
 		out := map[string]bool{}
 		for i, st := range sts {
@@ -189,20 +195,27 @@ func residualSamplerChild(t *testing.T) {
 			}
 		}
 		for _, p := range d.Processes {
-			if !systemd.InUnits(p.PID, sts...) {
+			if !systemd.InUnits(p.PID, append(slices.Clone(sts), later...)...) && systemd.CgroupOf(p.PID) != "" {
 				h.UnattributedMiB += p.UsedMiB
 			}
 		}
 		return out, h
 	}
-	measure := func() (holding, error) {
+	units := func() ([]api.UnitStatus, error) {
 		var sts []api.UnitStatus
 		for _, n := range names {
 			st, err := m.Unit(ctx, n)
 			if err != nil {
-				return holding{}, err
+				return nil, err
 			}
 			sts = append(sts, st)
+		}
+		return sts, nil
+	}
+	measure := func() (holding, error) {
+		sts, err := units()
+		if err != nil {
+			return holding{}, err
 		}
 		var devs []nvml.Device
 		for range 2 {
@@ -230,8 +243,12 @@ func residualSamplerChild(t *testing.T) {
 			return holding{}, err
 		}
 		rep.ResidualMiB = res
-		a1, _ := above(devs[0], sts, res)
-		a2, h := above(devs[1], sts, res)
+		later, err := units()
+		if err != nil {
+			return holding{}, err
+		}
+		a1, _ := above(devs[0], sts, later, res)
+		a2, h := above(devs[1], sts, later, res)
 		for _, n := range names {
 			if a1[n] && a2[n] {
 				h.Above = append(h.Above, n)
