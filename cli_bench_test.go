@@ -3,7 +3,6 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/bench"
 	"gpuhost/bench/benchapi"
+	"gpuhost/bench/benchtest"
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
 )
@@ -51,7 +51,7 @@ func benchDaemonWith(t *testing.T, prep func(*appliancetest.Fixture)) (*httptest
 	})
 	svc.Register(e)
 	backend, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(f.Cfg.Profiles["coder"].Port))
-	e.Any("/v1/*", echo.WrapHandler(httputil.NewSingleHostReverseProxy(backend)))
+	e.Any("/v1/*", echo.WrapHandler(benchtest.Forward(backend)))
 	srv := httptest.NewServer(e)
 	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); svc.Close() })
 	return srv, store, f

@@ -7,6 +7,7 @@ package benchtest
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -60,13 +61,17 @@ func StartProxy(t testing.TB, target string, p *Proxy) string {
 		return nil
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := BufferBody(r); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		if r.URL.Path == "/v1/chat/completions" {
 			n := p.count.Add(1)
 			if p.Respond != nil && p.Respond(n, w) {
 				return
 			}
 			if p.RewriteBody != nil {
-				b, _ := io.ReadAll(r.Body)
+				b, _ := io.ReadAll(r.Body) // a bytes.Reader: cannot fail
 				b = p.RewriteBody(b)
 				r.Body = io.NopCloser(bytes.NewReader(b))
 				r.ContentLength = int64(len(b))
@@ -77,4 +82,38 @@ func StartProxy(t testing.TB, target string, p *Proxy) string {
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// Forward is a reverse proxy to target that streams answers as they come,
+// with each request's body read in full first (see BufferBody).
+func Forward(target *url.URL) http.Handler {
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.FlushInterval = -1
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := BufferBody(r); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	})
+}
+
+// BufferBody replaces r's body with a copy read in full. Go's HTTP/1
+// server ends a request body once the handler starts its answer, so a
+// reverse proxy still copying the body upstream when a fast backend
+// answers has that copy fail and its upstream connection closed
+// mid-answer ("use of closed network connection"): on a loaded machine
+// that cut a bench warm-up stream and failed a test.
+func BufferBody(r *http.Request) error {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	b, err := io.ReadAll(r.Body)
+	_ = r.Body.Close()
+	if err != nil {
+		return fmt.Errorf("read the request body: %w", err)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	r.ContentLength = int64(len(b))
+	return nil
 }
