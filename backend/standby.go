@@ -156,18 +156,25 @@ func (o *Ollama) Sleep(ctx context.Context, _ int) (string, error) {
 	}
 	_ = json.Unmarshal([]byte(text), &ans)
 	wait := unloadPollMin
+	var listed []string // what the last /api/ps that answered listed
+	answered := false
 	for {
 		_, names, found, err := o.loaded(ctx)
 		if err == nil && !found {
 			return fmt.Sprintf("unloaded %s (done_reason %q; gone from /api/ps after %s)", o.p.Model, ans.DoneReason,
 				time.Since(t0).Round(time.Millisecond)), nil
 		}
+		if err == nil {
+			listed, answered = names, true
+		}
 		select {
 		case <-ctx.Done():
-			if err != nil {
+			// A poll that the deadline itself cut says nothing new: what
+			// the last answer listed is the reason.
+			if err != nil && (!answered || ctx.Err() == nil || !errors.Is(err, ctx.Err())) {
 				return "", fmt.Errorf("unload %s: Ollama answered %q, then /api/ps: %w", o.p.Model, text, err)
 			}
-			return "", fmt.Errorf("unload %s: Ollama answered %q but /api/ps still lists %v: %w", o.p.Model, text, names, ctx.Err())
+			return "", fmt.Errorf("unload %s: Ollama answered %q but /api/ps still lists %v: %w", o.p.Model, text, listed, ctx.Err())
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, unloadPollMax)

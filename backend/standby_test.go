@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -102,9 +103,21 @@ func TestOllamaSleepWaitsForTheUnload(t *testing.T) {
 		mu.Unlock()
 		fmt.Fprint(w, `{"model":"tiny","created_at":"2026-01-01T00:00:00Z","response":"","done":true,"done_reason":"unload"}`)
 	})
+	hang := false // /api/ps answers once more, then never (until the client gives up)
 	mux.HandleFunc("GET /api/ps", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
+		if hang && listedFor == 0 {
+			mu.Unlock()
+			<-r.Context().Done()
+			mu.Lock()
+			return
+		}
+		if hang {
+			listedFor = 0
+			fmt.Fprint(w, `{"models":[{"name":"tiny:latest","model":"tiny:latest","size_vram":0}]}`)
+			return
+		}
 		if listedFor > 0 {
 			listedFor--
 			fmt.Fprint(w, `{"models":[{"name":"tiny:latest","model":"tiny:latest","size_vram":0}]}`)
@@ -133,13 +146,21 @@ func TestOllamaSleepWaitsForTheUnload(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "model 'nosuch' not found") || strings.Contains(err.Error(), "vLLM") {
 		t.Errorf("unload of an unknown model: %v", err)
 	}
-	// Within its context only: a model that never leaves /api/ps fails.
-	mu.Lock()
-	afterUnload = 1 << 30
-	mu.Unlock()
-	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
-	if _, err := o.Sleep(short, 0); err == nil || !strings.Contains(err.Error(), "still lists [tiny:latest]") {
-		t.Errorf("unload that never completes: %v", err)
+	// Within its context only: a model that never leaves /api/ps fails,
+	// naming what /api/ps listed, also when the deadline cuts a poll (it
+	// did on a loaded machine) or /api/ps stops answering.
+	for _, c := range []struct {
+		name string
+		hang bool
+	}{{"never leaves", false}, {"then /api/ps hangs", true}} {
+		mu.Lock()
+		afterUnload, hang = 1<<30, c.hang
+		mu.Unlock()
+		short, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := o.Sleep(short, 0)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "still lists [tiny:latest]") || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: %v", c.name, err)
+		}
 	}
 }
