@@ -226,6 +226,11 @@ func (c *Client) Ask(ctx context.Context, question string, read func(stream io.R
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
+		if ctx.Err() != nil {
+			// The caller's deadline or Ctrl-C came before the answer's
+			// headers: not an unreachable daemon.
+			return fmt.Errorf("ask at %s: gave up waiting: %w", c.BaseURL, ctx.Err())
+		}
 		return fmt.Errorf("reach gpuhost at %s: %w", c.BaseURL, err)
 	}
 	defer resp.Body.Close()

@@ -37,6 +37,8 @@ func TestClientAsk(t *testing.T) {
 		case `{"question":"html"}`:
 			w.Header().Set("Content-Type", "text/html")
 			_, _ = io.WriteString(w, "<html></html>")
+		case `{"question":"slow"}`:
+			<-r.Context().Done() // no headers before the client gives up
 		case `{"question":"hold"}`:
 			w.Header().Set("Content-Type", "text/event-stream")
 			w.(http.Flusher).Flush()
@@ -88,14 +90,18 @@ func TestClientAsk(t *testing.T) {
 			t.Fatalf("err %v", err)
 		}
 	})
-	t.Run("gave up", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		defer cancel()
-		err := c.Ask(ctx, "hold", func(r io.Reader) error { _, err := io.ReadAll(r); return err })
-		if !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "ask at "+srv.URL+": gave up waiting: ") {
-			t.Fatalf("err %v", err)
-		}
-	})
+	// Giving up is said as such whether the deadline comes while the
+	// answer streams or before its headers.
+	for _, q := range []string{"hold", "slow"} {
+		t.Run("gave up/"+q, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			err := c.Ask(ctx, q, func(r io.Reader) error { _, err := io.ReadAll(r); return err })
+			if !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "ask at "+srv.URL+": gave up waiting: ") {
+				t.Fatalf("err %v", err)
+			}
+		})
+	}
 	t.Run("unreachable", func(t *testing.T) {
 		gone := httptest.NewServer(http.NotFoundHandler())
 		url := gone.URL
