@@ -171,7 +171,8 @@ func (o *Ollama) Sleep(ctx context.Context, _ int) (string, error) {
 		case <-ctx.Done():
 			// A poll that the deadline itself cut says nothing new: what
 			// the last answer listed is the reason.
-			if err != nil && (!answered || ctx.Err() == nil || !errors.Is(err, ctx.Err())) {
+			cut := answered && errors.Is(err, ctx.Err())
+			if err != nil && !cut {
 				return "", fmt.Errorf("unload %s: Ollama answered %q, then /api/ps: %w", o.p.Model, text, err)
 			}
 			return "", fmt.Errorf("unload %s: Ollama answered %q but /api/ps still lists %v: %w", o.p.Model, text, listed, ctx.Err())
