@@ -177,13 +177,13 @@ func residualSamplerChild(t *testing.T) {
 	rep := residualReport{ResidualMiB: map[string]uint64{}}
 	tolerance := uint64(residualToleranceMiB)
 
-	// above tells which units hold more than their residual in d. A process
-	// is unattributed when it is in neither unit by the statuses read
-	// before the snapshots (sts) nor by those read after them (later): a
-	// backend that started in between has no cgroup in the first read. A
-	// process that is gone by the time its cgroup is read (it exited after
-	// the snapshot) cannot be placed and is not counted.
-	above := func(d nvml.Device, sts, later []api.UnitStatus, res map[string]uint64) (map[string]bool, holding) {
+	// above tells which units hold more than their residual in d, by the
+	// statuses sts read before the snapshots. A process is unattributed when
+	// it is in no unit of either (the statuses read before and after the
+	// snapshots): a backend that started in between has no cgroup in the
+	// first read. A process that is gone by the time its cgroup is read (it
+	// exited after the snapshot) cannot be placed and is not counted.
+	above := func(d nvml.Device, sts, either []api.UnitStatus, res map[string]uint64) (map[string]bool, holding) {
 		h := holding{UsedMiB: map[string]uint64{}, LimitMiB: map[string]uint64{}}
 		out := map[string]bool{}
 		for i, st := range sts {
@@ -195,7 +195,7 @@ func residualSamplerChild(t *testing.T) {
 			}
 		}
 		for _, p := range d.Processes {
-			if !systemd.InUnits(p.PID, append(slices.Clone(sts), later...)...) && systemd.CgroupOf(p.PID) != "" {
+			if !systemd.InUnits(p.PID, either...) && systemd.CgroupOf(p.PID) != "" {
 				h.UnattributedMiB += p.UsedMiB
 			}
 		}
@@ -247,8 +247,9 @@ func residualSamplerChild(t *testing.T) {
 		if err != nil {
 			return holding{}, err
 		}
-		a1, _ := above(devs[0], sts, later, res)
-		a2, h := above(devs[1], sts, later, res)
+		either := append(slices.Clone(sts), later...)
+		a1, _ := above(devs[0], sts, either, res)
+		a2, h := above(devs[1], sts, either, res)
 		for _, n := range names {
 			if a1[n] && a2[n] {
 				h.Above = append(h.Above, n)

@@ -61,7 +61,8 @@ func StartProxy(t testing.TB, target string, p *Proxy) string {
 		return nil
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := BufferBody(r); err != nil {
+		body, err := BufferBody(r)
+		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -71,8 +72,7 @@ func StartProxy(t testing.TB, target string, p *Proxy) string {
 				return
 			}
 			if p.RewriteBody != nil {
-				b, _ := io.ReadAll(r.Body) // a bytes.Reader: cannot fail
-				b = p.RewriteBody(b)
+				b := p.RewriteBody(body)
 				r.Body = io.NopCloser(bytes.NewReader(b))
 				r.ContentLength = int64(len(b))
 			}
@@ -90,7 +90,7 @@ func Forward(target *url.URL) http.Handler {
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.FlushInterval = -1
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := BufferBody(r); err != nil {
+		if _, err := BufferBody(r); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -98,22 +98,22 @@ func Forward(target *url.URL) http.Handler {
 	})
 }
 
-// BufferBody replaces r's body with a copy read in full. Go's HTTP/1
+// BufferBody replaces r's body with a copy read in full and returns it. Go's HTTP/1
 // server ends a request body once the handler starts its answer, so a
 // reverse proxy still copying the body upstream when a fast backend
 // answers has that copy fail and its upstream connection closed
 // mid-answer ("use of closed network connection"): on a loaded machine
 // that cut a bench warm-up stream and failed a test.
-func BufferBody(r *http.Request) error {
+func BufferBody(r *http.Request) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
-		return nil
+		return nil, nil
 	}
 	b, err := io.ReadAll(r.Body)
 	_ = r.Body.Close()
 	if err != nil {
-		return fmt.Errorf("read the request body: %w", err)
+		return nil, fmt.Errorf("read the request body: %w", err)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(b))
 	r.ContentLength = int64(len(b))
-	return nil
+	return b, nil
 }
