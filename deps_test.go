@@ -72,6 +72,16 @@ var depRules = []struct {
 		why:    "the panel shows the triage worker through api's plain types (the worker implements its Mail interface); a page must not link the mail client and chat SDKs",
 	},
 	{
+		pkgs:   []string{"gpuhost/api/...", "gpuhost/frontdoor/...", "gpuhost/mcp/...", "gpuhost/triage/...", "gpuhost/agent/...", "gpuhost/bench/...", "gpuhost/simulator/...", "gpuhost/units/...", "gpuhost/config/...", "gpuhost/backend/...", "gpuhost/internal/activity"},
+		forbid: []string{"gpuhost/nvml/driver", "github.com/NVIDIA/go-nvml/..."},
+		why:    "only the packages that open the real driver (appliance and the wiring) link go-nvml through gpuhost/nvml/driver; everyone else reads GPU facts as gpuhost/nvml's plain Snapshot",
+	},
+	{
+		pkgs:   []string{"gpuhost/triage/..."},
+		forbid: []string{"gpuhost/mcp/connectors/crm", "github.com/jackc/pgx/v5/..."},
+		why:    "the triage worker reads the CRM through the MCP tool's answer (crmwire.Result), never through the connector or its PostgreSQL driver",
+	},
+	{
 		pkgs:   []string{"gpuhost/api/...", "gpuhost/config/...", "gpuhost/internal/atomicfile", "gpuhost/internal/pairing", "gpuhost/internal/redactlog", "gpuhost/internal/testkit", "gpuhost/internal/activity"},
 		forbid: []string{"gpuhost/appliance/...", "gpuhost/systemd/...", "gpuhost/frontdoor/...", "gpuhost/mcp/...", "gpuhost/triage/...", "gpuhost/agent/...", "gpuhost/bench/...", "github.com/godbus/dbus/v5/...", "github.com/labstack/echo/v4/..."},
 		why:    "leaf packages hold what everyone shares and pull in nothing heavy",

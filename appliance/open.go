@@ -14,6 +14,7 @@ import (
 	"gpuhost/appliance/procunits"
 	"gpuhost/config"
 	"gpuhost/nvml"
+	"gpuhost/nvml/driver"
 	"gpuhost/systemd"
 )
 
@@ -38,7 +39,7 @@ func OpenGPU(cfg *config.Config) (GPU, func(), error) {
 		}
 		return s, func() { s.Close() }, err
 	}
-	n, err := nvml.Open()
+	n, err := driver.Open()
 	if err != nil {
 		err = fmt.Errorf("open NVML (gpu.backend: nvml): %w", err)
 		return unavailableGPU{err}, func() {}, err

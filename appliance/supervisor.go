@@ -22,7 +22,7 @@ import (
 )
 
 // GPU is what the Supervisor needs to know about the card: memory and the
-// processes holding it. nvml.NVML and nvml.Sim satisfy it.
+// processes holding it. driver.NVML and nvml.Sim satisfy it.
 type GPU interface {
 	Snapshot(ctx context.Context) (nvml.Snapshot, error)
 }
