@@ -89,7 +89,7 @@ func localDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger) (*wi
 		close(done)
 	}
 	doctor := func(ctx context.Context, profile string) api.DoctorReport {
-		return (&appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile}).Run(ctx)
+		return (&appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile, Gate: sup}).Run(ctx)
 	}
 	d := &wiring.MCPDaemon{Sup: sup, DoctorFn: doctor, Bench: bench.NewStore(cfg.StateDir, nil)}
 	return d, func() {
