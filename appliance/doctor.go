@@ -117,7 +117,7 @@ func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 		} else {
 			checks = append(checks, unitChecks(d.Cfg, bs, sf.Units)...)
 			checks = append(checks, d.standbyChecks(ctx, bs, sf, dev, haveGPU)...)
-			checks = append(checks, wantedCheck(d.Cfg, bs, sf.Units))
+			checks = append(checks, d.wantedCheck(bs, sf.Units))
 			if haveGPU {
 				checks = append(checks, foreignProcessCheck(dev, bs))
 			}

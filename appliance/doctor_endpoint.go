@@ -72,6 +72,18 @@ func (d *Doctor) endpointChecks(ctx context.Context, bs []backendState, sf stand
 	return out
 }
 
+// wantedCheck is state.last_wanted; while a switch runs the units are
+// between two states, so it names the switch instead.
+func (d *Doctor) wantedCheck(bs []backendState, asleep map[string]standbyEntry) api.DoctorCheck {
+	if d.Gate != nil {
+		if st := d.Gate.State(); st.Phase == api.PhaseSwitching {
+			return api.DoctorCheck{ID: "state.last_wanted", Severity: units.SeverityOK, Value: st.LastWanted,
+				Message: SwitchingMessage(st) + ": the last wanted profile is " + st.LastWanted}
+		}
+	}
+	return wantedCheck(d.Cfg, bs, asleep)
+}
+
 // activeBackend is the backend the endpoint checks ask: the daemon's
 // active profile (with a Gate), else the one running unit not recorded in
 // standby. Without one it says why, with the severity of that.

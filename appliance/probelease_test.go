@@ -196,6 +196,9 @@ func TestDoctorDuringASwitchSaysSwitching(t *testing.T) {
 	if !ok || c.Severity != units.SeverityOK || !strings.HasPrefix(c.Message, "switching to coder (step ") {
 		t.Errorf("endpoint.health during the switch = %+v", c)
 	}
+	if c, _ := checkByID(rep, "state.last_wanted", ""); c.Severity != units.SeverityOK || !strings.HasPrefix(c.Message, "switching to coder (step ") {
+		t.Errorf("state.last_wanted during the switch = %+v", c)
+	}
 	for _, c := range rep.Checks {
 		if c.Severity == units.SeverityFail && !strings.HasPrefix(c.ID, "profile.") {
 			t.Errorf("%s fails during a switch: %s", c.ID, c.Message)
