@@ -57,15 +57,26 @@ func VLLMArgs(p Profile) []string {
 	if p.Port != 0 {
 		a = append(a, "--port", strconv.Itoa(p.Port))
 	}
-	if p.StandbyEnabled() {
-		// Sleep mode is chosen at start; its endpoints come with vLLM's
-		// development endpoints, so the server listens on loopback only.
-		a = append(a, "--enable-sleep-mode")
-		if !slices.Contains(f.ExtraArgs, "--host") && !slices.ContainsFunc(f.ExtraArgs, func(s string) bool { return strings.HasPrefix(s, "--host=") }) {
-			a = append(a, "--host", "127.0.0.1")
-		}
-	}
+	a = append(a, AddedVLLMArgs(p)...)
 	return append(a, f.ExtraArgs...)
+}
+
+// AddedVLLMArgs are the words VLLMArgs adds beyond the profile's own
+// settings: with standby, --enable-sleep-mode and (unless extra_args set a
+// host) --host 127.0.0.1. The doctor's drift check counts them as wanted,
+// since gpuhost put them there itself.
+func AddedVLLMArgs(p Profile) []string {
+	if !p.StandbyEnabled() {
+		return nil
+	}
+	// Sleep mode is chosen at start; its endpoints come with vLLM's
+	// development endpoints, so the server listens on loopback only.
+	a := []string{"--enable-sleep-mode"}
+	x := p.VLLM.ExtraArgs
+	if !slices.Contains(x, "--host") && !slices.ContainsFunc(x, func(s string) bool { return strings.HasPrefix(s, "--host=") }) {
+		a = append(a, "--host", "127.0.0.1")
+	}
+	return a
 }
 
 // Simulator flag names, shared with `gpuhost simulate`. Drift ignores them in

@@ -120,7 +120,7 @@ func OpenCore(ctx context.Context, cfg *config.Config, log *slog.Logger) (c *Cor
 	}
 	sup := appliance.NewSupervisor(cfg, gpu, u, journal, log)
 	doctor := func(ctx context.Context, profile string) api.DoctorReport {
-		d := &appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile, Telegram: sup.TelegramStatus, Exclusion: sup.Exclusion}
+		d := &appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile, Telegram: sup.TelegramStatus, Exclusion: sup.Exclusion, Gate: sup}
 		if gerr != nil {
 			d.GPU, d.GPUErr = nil, gerr
 		}
@@ -150,6 +150,9 @@ func LocalStatus(ctx context.Context, cfg *config.Config) api.Status {
 func LocalDoctor(ctx context.Context, cfg *config.Config, profile string) api.DoctorReport {
 	c, closeCore := OpenCore(ctx, cfg, nil)
 	defer closeCore()
+	// One reconcile, so the doctor's probe gate knows which profile is
+	// active (it lets probes reach only that one).
+	c.Sup.Reconcile(ctx)
 	return c.Doctor(ctx, profile)
 }
 
