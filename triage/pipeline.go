@@ -139,6 +139,14 @@ func (w *Worker) readMail(m source.Mail, res *Result, problem func(msg string, a
 	}
 	res.MessageID = clean(msg.MessageID, 200)
 	res.From = formatAddr(msg.From)
+	if msg.FromCount > 1 {
+		shown := []string{res.From}
+		for _, a := range msg.FromOthers {
+			shown = append(shown, formatAddr(a))
+		}
+		res.From = clean(strings.Join(shown, ", "), 600)
+		problem(fmt.Sprintf("From lists %d addresses (%s): the first is treated as the sender, and no sender rule trusts a multi-address From", msg.FromCount, res.From))
+	}
 	res.Subject = clean(msg.Subject, 300)
 	return msg
 }
