@@ -109,7 +109,18 @@ type Bot struct {
 	notes    chan string   // notifications waiting to be sent
 	handlers sync.WaitGroup
 	ask      atomic.Pointer[askDoor] // nil: /ask answers that the agent is off
+
+	// Messages from an invalid sender id (≤ 0; real Telegram sends none)
+	// are logged at warn once per invalidLogEvery, at debug in between.
+	invalidMu     sync.Mutex
+	invalidLogged time.Time
+	invalidQuiet  int // not logged at warn since invalidLogged
 }
+
+// invalidLogEvery is the window in which messages from invalid sender ids
+// make one warn line: a fuzzer or a broken proxy sending many must not
+// flood the log with errors about something the bot only ignores.
+const invalidLogEvery = time.Minute
 
 // New reads the bot token (tc.TokenFile, else the environment variable
 // tc.TokenEnv) and prepares the bot of the telegram: section tc; it makes no network
@@ -296,6 +307,10 @@ func (b *Bot) onUpdate(ctx context.Context, tg *bot.Bot, upd *models.Update) {
 	if m == nil || m.From == nil || m.From.IsBot {
 		return
 	}
+	if m.From.ID <= 0 {
+		b.invalidSender(m.From.ID, m.Chat.ID)
+		return
+	}
 	private := false
 	switch m.Chat.Type {
 	case models.ChatTypePrivate:
@@ -355,6 +370,28 @@ func (b *Bot) onUpdate(ctx context.Context, tg *bot.Bot, upd *models.Update) {
 			b.reply(ctx, tg, m.Chat.ID, text)
 		}()
 	}
+}
+
+// invalidSender ignores a message whose sender id is not a Telegram user
+// id, logging it at warn once per invalidLogEvery (with how many were
+// ignored quietly since) and at debug otherwise.
+func (b *Bot) invalidSender(userID, chatID int64) {
+	now := b.now()
+	b.invalidMu.Lock()
+	warn := b.invalidLogged.IsZero() || now.Sub(b.invalidLogged) >= invalidLogEvery
+	quiet := b.invalidQuiet
+	if warn {
+		b.invalidLogged, b.invalidQuiet = now, 0
+	} else {
+		b.invalidQuiet++
+	}
+	b.invalidMu.Unlock()
+	if warn {
+		b.log.Warn("ignoring a message from an invalid sender id (not a Telegram user id); more in the next minute are logged at debug",
+			"user_id", userID, "chat_id", chatID, "ignored_quietly_before", quiet)
+		return
+	}
+	b.log.Debug("ignoring a message from an invalid sender id", "user_id", userID, "chat_id", chatID)
 }
 
 // pair answers a stranger in a private chat: a code, one reminder, then
