@@ -35,7 +35,7 @@ type Checkpoint struct {
 	Costs []DayCost `json:"costs,omitempty"`
 }
 
-// Inflight marks a mail whose posting has begun. Posted lists the sinks
+// Inflight marks a mail whose first paid call or posting has begun. Posted lists the sinks
 // that accepted it, recorded after each one, so that a failure at a later
 // sink never re-posts to an earlier one. Judged is the mail's judged
 // result (classification, cost, the post), kept until the post succeeds
@@ -47,6 +47,10 @@ type Inflight struct {
 	Since  time.Time `json:"since"`
 	Posted []string  `json:"posted,omitempty"`
 	Judged *Judged   `json:"judged,omitempty"`
+	// Calls are the mail's paid calls until it is judged (calllog.go):
+	// the marker is set before the first of them starts, so that a crash
+	// at any point leaves what was paid for, and what was lost, on disk.
+	Calls []CallRecord `json:"calls,omitempty"`
 }
 
 // Judged is a Result as the checkpoint keeps it: the Result (whose Post is
@@ -80,6 +84,7 @@ func (c Checkpoint) clone() Checkpoint {
 	if c.Inflight != nil {
 		in := *c.Inflight
 		in.Posted = append([]string(nil), in.Posted...)
+		in.Calls = slices.Clone(in.Calls)
 		c.Inflight = &in
 	}
 	return c

@@ -143,6 +143,11 @@ type Options struct {
 	MaxMessageBytes int64
 	// MaxAudioBytes: larger audio attachments are not transcribed (default 25 MiB).
 	MaxAudioBytes int64
+	// MaxTranscriptions and MaxAudioSeconds bound one mail's transcription
+	// (defaults 10 calls, 900 s): a mail with hundreds of tiny voice memos
+	// must not make hundreds of paid calls.
+	MaxTranscriptions int
+	MaxAudioSeconds   float64
 	// Rebaseline: on a UIDVALIDITY change continue after the mailbox's
 	// current highest UID instead of reprocessing it whole.
 	Rebaseline bool
@@ -212,6 +217,12 @@ func New(o Options) (*Worker, error) {
 	}
 	if o.MaxAudioBytes <= 0 {
 		o.MaxAudioBytes = 25 << 20
+	}
+	if o.MaxTranscriptions <= 0 {
+		o.MaxTranscriptions = 10
+	}
+	if o.MaxAudioSeconds <= 0 {
+		o.MaxAudioSeconds = 900
 	}
 	if o.Interval <= 0 {
 		o.Interval = 60 * time.Second
