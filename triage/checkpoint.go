@@ -33,6 +33,9 @@ type Checkpoint struct {
 	// restart keeps today's sum; a mail's cost is added in the same write
 	// that records its judged result, so it is counted once.
 	Costs []DayCost `json:"costs,omitempty"`
+	// Alert is the poll-failure alert's state (alert.go), nil while polls
+	// succeed and no all-clear is owed.
+	Alert *AlertState `json:"alert,omitempty"`
 }
 
 // Inflight marks a mail whose first paid call or posting has begun. Posted lists the sinks
@@ -81,6 +84,10 @@ func (j *Judged) result() *Result {
 
 func (c Checkpoint) clone() Checkpoint {
 	c.Costs = slices.Clone(c.Costs)
+	if c.Alert != nil {
+		a := c.Alert.clone()
+		c.Alert = &a
+	}
 	if c.Inflight != nil {
 		in := *c.Inflight
 		in.Posted = append([]string(nil), in.Posted...)

@@ -3,13 +3,19 @@ package triage
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"gpuhost/triage/customer"
 	"gpuhost/triage/llm"
+	"gpuhost/triage/sink"
+	"gpuhost/triage/sink/slacktest"
+	"gpuhost/triage/source/dovecottest"
 )
 
 // TestEveryFromAddressShown: a From header with several addresses shows
@@ -196,5 +202,78 @@ func TestTranscriptionBoundedPerMail(t *testing.T) {
 				t.Errorf("note %q does not say how many more were left out", p.TranscriptNote)
 			}
 		})
+	}
+}
+
+// TestAllClearAfterRestartDuringOutage: real Dovecot goes down, the alert
+// reaches Slack (through its real sink) and a second channel, the worker
+// is restarted (a new Worker from the checkpoint, as after a process
+// restart) while Dovecot is still down, then Dovecot comes back: every
+// channel that got the alert gets one all-clear, none gets the alert
+// twice, and a channel that refused the alert gets no all-clear. A
+// channel that refuses the all-clear gets it on a later poll.
+func TestAllClearAfterRestartDuringOutage(t *testing.T) {
+	srv := dovecottest.Start(t, dovecottest.Options{})
+	sf := slacktest.New(t)
+	slack := newTestSlack(t, sf)
+	rec := &recSink{name: "rec"}
+	refused := &recSink{name: "refused", failAlert: errors.New("channel archived")}
+	dir := t.TempDir()
+	newWorker := func() *Worker {
+		w, err := New(Options{Source: imapSource(srv), Classifier: &fakeClassifier{}, Sinks: []sink.Sink{slack, rec, refused},
+			StateDir: dir, Log: testLogger(t), AlertFailures: 2, RemindEvery: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Close() })
+		return w
+	}
+	ctx := context.Background()
+	w := newWorker()
+	srv.Append(t, []byte(eml("ann@customer.test", "sales@example.com", "before", "x")))
+	if n, err := w.Once(ctx); n != 1 || err != nil {
+		t.Fatalf("first poll: %d, %v", n, err)
+	}
+	srv.Kill()
+	for range 2 {
+		if _, err := w.Once(ctx); err == nil {
+			t.Fatal("a poll succeeded with Dovecot down")
+		}
+	}
+	if a := rec.Alerts(); len(a) != 1 || !strings.Contains(a[0], "not being processed") {
+		t.Fatalf("alerts before the restart: %q", a)
+	}
+	w.Close()
+	w = newWorker() // restarted during the outage
+	if st := w.State(); !st.Alerting || st.ConsecutiveFailures != 2 {
+		t.Errorf("after the restart: alerting %v, %d failures; want the streak remembered", st.Alerting, st.ConsecutiveFailures)
+	}
+	if _, err := w.Once(ctx); err == nil {
+		t.Fatal("a poll succeeded with Dovecot down")
+	}
+	srv.Restart(t)
+	rec.mu.Lock()
+	rec.failAlert = errors.New("rate limited") // the all-clear is refused once
+	rec.mu.Unlock()
+	if _, err := w.Once(ctx); err != nil {
+		t.Fatalf("poll after Dovecot came back: %v", err)
+	}
+	if c := readCheckpoint(t, w); c.Alert == nil || !slices.Equal(c.Alert.ClearPending, []string{"rec"}) {
+		t.Fatalf("checkpoint alert %+v, want the all-clear owed to rec", c.Alert)
+	}
+	rec.mu.Lock()
+	rec.failAlert = nil
+	rec.mu.Unlock()
+	if _, err := w.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	slackText := slackAlerts(sf, alertMain)
+	for name, got := range map[string][]string{"slack": slackText, "rec": rec.Alerts()} {
+		if len(got) != 2 || !strings.Contains(got[0], "not being processed") || !strings.Contains(got[1], "all clear") {
+			t.Errorf("%s got %q, want the alert then the all-clear", name, got)
+		}
+	}
+	if c := readCheckpoint(t, w); c.Alert != nil {
+		t.Errorf("checkpoint alert %+v after the all-clear was delivered, want none", c.Alert)
 	}
 }

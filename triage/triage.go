@@ -184,7 +184,7 @@ type Worker struct {
 	smu     sync.Mutex // guards what the API reads
 	recent  []Result
 	status  Status
-	alert   alertState
+	alert   AlertState // w.st.Alert once saved; guarded by smu
 	metrics *metrics
 	// hold is, by sink name, the time before which the sink's service
 	// asked not to be called again (Retry-After); guarded by smu.
@@ -269,6 +269,14 @@ func New(o Options) (*Worker, error) {
 	}
 	w.st = st
 	w.status.Checkpoint = st
+	if st.Alert != nil {
+		w.alert = st.Alert.clone()
+		w.status.LastAlert = st.Alert.LastAlert
+		if st.Alert.Alerted {
+			w.log.Warn("triage: the last run stopped while mail was not being processed; the all-clear follows the next successful poll",
+				"failed_polls", st.Alert.Failures, "since", st.Alert.FirstFail, "alerted", st.Alert.Told)
+		}
+	}
 	w.metrics.checkpoint.Set(float64(st.LastUID))
 	if st.Inflight != nil {
 		w.log.Warn("triage: the last run stopped while posting a mail; it is checked against the sinks before it is posted again",

@@ -439,10 +439,10 @@ func (w *Worker) State() Status {
 	s := w.status
 	s.Mailbox = w.name
 	s.Checkpoint = s.Checkpoint.clone()
-	s.ConsecutiveFailures = w.alert.failures
-	if w.alert.failures > 0 {
-		s.FailingSince = w.alert.firstFail
+	s.ConsecutiveFailures = w.alert.Failures
+	if w.alert.Failures > 0 {
+		s.FailingSince = w.alert.FirstFail
 	}
-	s.Alerting = w.alert.alerted
+	s.Alerting = w.alert.Alerted
 	return s
 }
