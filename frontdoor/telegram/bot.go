@@ -91,6 +91,7 @@ type Bot struct {
 	// Tunables: New sets the production values; this package's tests
 	// shorten them before Run.
 	pollTimeout time.Duration // long-poll length (getUpdates timeout + 1 s)
+	hangMargin  time.Duration // a getUpdates unanswered pollTimeout+hangMargin after it left: the API hangs
 	doctorFirst time.Duration // first periodic doctor run after start
 	doctorEvery time.Duration
 	retryMin    time.Duration // backoff of failed calls
@@ -151,7 +152,8 @@ func New(tc config.TelegramConfig, d Daemon, sup Supervisor, doctor api.DoctorFu
 		token:       token,
 		tokenSource: source,
 		apiURL:      apiURL,
-		pollTimeout: 60 * time.Second,
+		pollTimeout: defaultPollTimeout,
+		hangMargin:  defaultHangMargin,
 		doctorFirst: time.Minute,
 		doctorEvery: 5 * time.Minute,
 		retryMin:    time.Second,
@@ -269,7 +271,7 @@ func (b *Bot) httpClientOrDefault() *http.Client {
 		return b.httpClient
 	}
 	// Longer than the long poll, so a quiet poll is never a client timeout.
-	return &http.Client{Timeout: b.pollTimeout + 15*time.Second}
+	return &http.Client{Timeout: b.pollTimeout + b.hangMargin}
 }
 
 // connect calls getMe until it succeeds (backing off like the poll loop,

@@ -1,12 +1,17 @@
 package telegram
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-telegram/bot/models"
 
+	"gpuhost/api"
+	"gpuhost/appliance"
 	"gpuhost/internal/telegramtest"
+	"gpuhost/units"
 )
 
 // TestInvalidSenderIDsLoggedOncePerWindow: messages from sender ids ≤ 0
@@ -57,5 +62,59 @@ func TestInvalidSenderIDsLoggedOncePerWindow(t *testing.T) {
 	}
 	if len(h.api.SentTo(0))+len(h.api.SentTo(-1))+len(h.api.SentTo(-2)) != 0 {
 		t.Error("the bot answered an invalid sender")
+	}
+}
+
+// TestHangingBotAPIShows: a Bot API that accepts getUpdates and never
+// answers shows as backing off, naming the hang, in the bot's status,
+// /api/status (the Supervisor's status) and the doctor while the API still
+// hangs (after the long poll plus the margin; the hang here lasts until
+// the test ends it, so the order proves the bound), and a command sent
+// during the hang is answered once it ends.
+func TestHangingBotAPIShows(t *testing.T) {
+	h := startBot(t, harnessOpts{hangMargin: time.Second})
+	h.f.Sup.SetTelegramStatus(h.bot.Status)
+	h.pairUser(t, operator)
+	ctx := context.Background()
+	end := h.api.Hang()
+	defer end()
+	hungAt := time.Now()
+	var st api.TelegramStatus
+	for st = h.bot.Status(); st.State == api.TelegramPolling; st = h.bot.Status() {
+		if time.Since(hungAt) > time.Minute {
+			t.Fatalf("still %q a minute into the hang", st.State)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	took := time.Since(hungAt)
+	if st.State != api.TelegramBackingOff || !strings.Contains(st.Reason, "the Bot API hangs") {
+		t.Fatalf("status during the hang: %q %q", st.State, st.Reason)
+	}
+	if tg := h.f.Sup.Status(ctx).Telegram; tg == nil || tg.State != api.TelegramBackingOff {
+		t.Errorf("/api/status telegram = %+v, want backing_off", tg)
+	}
+	found := false
+	doctor := &appliance.Doctor{Cfg: h.f.Cfg, GPU: h.f.GPU, Units: h.f.Units, Telegram: h.f.Sup.TelegramStatus}
+	for _, c := range doctor.Run(ctx).Checks {
+		if c.ID == "telegram.bot" {
+			found = true
+			if c.Severity == units.SeverityOK || !strings.Contains(c.Message, "the Bot API hangs") {
+				t.Errorf("doctor telegram.bot = %s %q, want a finding naming the hang", c.Severity, c.Message)
+			}
+		}
+	}
+	if !found {
+		t.Error("the doctor has no telegram.bot check")
+	}
+	t.Logf("hang shown after %s (long poll %s + margin %s)", took.Round(time.Millisecond), h.bot.pollTimeout, h.bot.hangMargin)
+	// A command sent during the hang is answered once it ends.
+	h.api.Push(operator, telegramtest.Private(operator), "/gpu status")
+	end()
+	h.api.WaitMessage(t, operator.ID, "last switch")
+	for st := h.bot.Status(); st.State != api.TelegramPolling; st = h.bot.Status() {
+		if time.Since(hungAt) > 2*time.Minute {
+			t.Fatalf("after the hang: %q", st.State)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
