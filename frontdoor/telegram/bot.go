@@ -398,20 +398,25 @@ func (b *Bot) invalidSender(userID, chatID int64) {
 
 // pair answers a stranger in a private chat: a code, one reminder, then
 // silence; never anything about the machine, whatever the message says.
+// Codes the request freed for senders waiting in line go to their chats.
 func (b *Bot) pair(ctx context.Context, tg *bot.Bot, m *models.Message) {
 	out, err := b.store.Request(pairing.Sender{UserID: m.From.ID, ChatID: m.Chat.ID, Username: m.From.Username, FirstName: m.From.FirstName})
+	for _, g := range out.Grants {
+		b.log.Info("pairing code sent to a sender who waited in line for it", "user_id", g.UserID)
+		b.reply(ctx, tg, g.ChatID, pairingText(g.Code, g.ExpiresAt.Sub(b.now())))
+	}
+	if len(out.Evicted) > 0 {
+		b.log.Warn("pairing flood: the oldest live pairing code was evicted for a new sender", "evicted_user_ids", out.Evicted,
+			"live_max", pairing.MaxLivePending)
+	}
 	if err != nil {
 		if errors.Is(err, pairing.ErrRateLimited) {
 			// A flood: one line per refused sender would flood the log.
-			b.log.Debug("pairing request refused; not answering", "user_id", m.From.ID, "err", err)
+			b.log.Debug("pairing request refused for now; the sender waits in line", "user_id", m.From.ID, "err", err)
 			return
 		}
 		b.log.Error("pairing request not recorded; not answering", "user_id", m.From.ID, "err", err)
 		return
-	}
-	if out.Evicted != 0 {
-		b.log.Warn("pairing flood: the oldest live pairing code was evicted for a new sender", "evicted_user_id", out.Evicted,
-			"live_max", pairing.MaxLivePending)
 	}
 	switch out.Action {
 	case pairing.ActionNewCode:
