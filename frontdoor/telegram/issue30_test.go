@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/appliance"
+	"gpuhost/internal/pairing"
 	"gpuhost/internal/telegramtest"
 	"gpuhost/units"
 )
@@ -116,5 +118,50 @@ func TestHangingBotAPIShows(t *testing.T) {
 			t.Fatalf("after the hang: %q", st.State)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPairingUnderAFlood: with the code rate used up by strangers, the
+// operator pairs a known user with `gpuhost pair add` while the bot runs
+// (answered from the next message, no code), and a person refused a code
+// is first in line: the code the rate frees next goes to them, sent
+// unasked when the next stranger writes, not to that stranger.
+func TestPairingUnderAFlood(t *testing.T) {
+	h := startBot(t, harnessOpts{})
+	for i := range pairing.NewCodesPerMinute {
+		u := stranger(i)
+		h.api.Push(u, telegramtest.Private(u), "/start")
+	}
+	h.api.WaitFor(t, "a code for every stranger in the rate", func(sent []telegramtest.Sent) bool { return len(sent) == pairing.NewCodesPerMinute })
+	person, late, next := stranger(100), stranger(101), stranger(102)
+	h.api.Push(person, telegramtest.Private(person), "/start")
+	h.api.Push(late, telegramtest.Private(late), "/start")
+	out, err := runPair(t, h.f.Cfg.StateDir, "add", strconv.FormatInt(operator.ID, 10), "--name", "Olga")
+	if err != nil || !strings.Contains(out, "added user 111") {
+		t.Fatalf("pair add = %q, %v", out, err)
+	}
+	if _, err := runPair(t, h.f.Cfg.StateDir, "add", "--", "-5"); err == nil || !strings.Contains(err.Error(), "not a Telegram user id") {
+		t.Errorf("pair add -- -5 = %v, want a clear refusal", err)
+	}
+	h.api.Push(operator, telegramtest.Private(operator), "/gpu status")
+	h.api.WaitMessage(t, operator.ID, "last switch") // updates are handled in order
+	if got := h.api.SentTo(person.ID); len(got) != 0 {
+		t.Fatalf("the person got %q while the rate was used up", got)
+	}
+	h.clock.Add(time.Minute + time.Second)
+	h.api.Push(next, telegramtest.Private(next), "/start")
+	text := h.api.WaitMessage(t, person.ID, "gpuhost pair approve")
+	code := codeIn(text)
+	if code == "" {
+		t.Fatalf("the person got %q, want a pairing code", text)
+	}
+	if got := h.api.SentTo(next.ID); len(got) != 0 {
+		t.Errorf("the stranger who wrote when the code was freed got %q; it was the person's turn", got)
+	}
+	if out, err := runPair(t, h.f.Cfg.StateDir, "approve", code); err != nil {
+		t.Errorf("approve the person's code = %q, %v", out, err)
+	}
+	if ok, _ := h.store.Allowed(person.ID); !ok {
+		t.Error("the person is not allowlisted after the approval")
 	}
 }
