@@ -53,7 +53,7 @@ type CallUsage struct {
 func toCallUsages(us []localUsage) []CallUsage {
 	out := make([]CallUsage, 0, len(us))
 	for _, u := range us {
-		out = append(out, CallUsage{Usage: u.Usage, Local: u.Local, Watts: u.Watts, Power: u.Power})
+		out = append(out, CallUsage(u))
 	}
 	return out
 }
@@ -61,7 +61,7 @@ func toCallUsages(us []localUsage) []CallUsage {
 func fromCallUsages(us []CallUsage) []localUsage {
 	out := make([]localUsage, 0, len(us))
 	for _, u := range us {
-		out = append(out, localUsage{Usage: u.Usage, Local: u.Local, Watts: u.Watts, Power: u.Power})
+		out = append(out, localUsage(u))
 	}
 	return out
 }
