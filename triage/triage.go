@@ -278,9 +278,14 @@ func New(o Options) (*Worker, error) {
 		}
 	}
 	w.metrics.checkpoint.Set(float64(st.LastUID))
-	if st.Inflight != nil {
+	switch in := st.Inflight; {
+	case in == nil:
+	case in.Judged == nil && len(in.Calls) > 0:
+		w.log.Warn("triage: the last run stopped while judging a mail; the calls it recorded are reused, an interrupted one is made again and counted as a repeat",
+			"key", in.Key, "since", in.Since, "calls", len(in.Calls))
+	default:
 		w.log.Warn("triage: the last run stopped while posting a mail; it is checked against the sinks before it is posted again",
-			"key", st.Inflight.Key, "since", st.Inflight.Since, "posted_to", strings.Join(st.Inflight.Posted, ","))
+			"key", in.Key, "since", in.Since, "posted_to", strings.Join(in.Posted, ","))
 	}
 	return w, nil
 }
