@@ -285,6 +285,12 @@ func writeSwitchReport(w io.Writer, r *Result) error {
 		fmt.Fprintln(w, "  request path: from a /v1 request naming the target's model (auto_switch) to its first token")
 		fmt.Fprintln(w, "  mode: standby when the switch had a wake step, else cold (the target's unit was started)")
 	}
+	if len(sb.Outliers) > 0 {
+		fmt.Fprintf(w, "\noutliers (over %d× their group's median first token; the step that took the time, from the daemon's events)\n", OutlierFactor)
+		for _, o := range sb.Outliers {
+			fmt.Fprintf(w, "  %s\n", o)
+		}
+	}
 	if sb.RequestPath == RequestPathSkipped {
 		fmt.Fprintf(w, "\nrequest path skipped: %s\n", sb.RequestPathNote)
 	}
