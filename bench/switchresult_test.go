@@ -2,8 +2,8 @@ package bench
 
 import (
 	"encoding/json"
-	"fmt"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
