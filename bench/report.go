@@ -177,7 +177,11 @@ func WriteList(out io.Writer, sums []Summary) error {
 			}
 			capacity = fmt.Sprintf("%s users [%d, %d] at %s", users, c.Low, c.High, c.SLO)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Status, truncate(orDash(backend), listBackendWidth),
+		status := s.Status
+		if s.Outliers > 0 {
+			status += fmt.Sprintf(" (%d outliers)", s.Outliers)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, status, truncate(orDash(backend), listBackendWidth),
 			truncate(orDash(model), listModelWidth), truncate(orDash(s.Driver), listDriverWidth),
 			fmtLengths(s.PrefillTokS), fmtLengths(s.DecodeTokS), capacity)
 	}

@@ -184,3 +184,25 @@ func TestSwitchOutliers(t *testing.T) {
 		})
 	}
 }
+
+// TestSwitchOutliersReported: show names each outlier with its round and
+// why, list counts them on the result's line.
+func TestSwitchOutliersReported(t *testing.T) {
+	const why = "ollama.service not in standby (holds 6200 MiB in standby, above its measured residual 500 MiB (+256)); it will be stopped"
+	o := SwitchOutlier{Round: 2, From: "coder", To: "llama", Path: PathSwitch, Mode: ModeStandby, FirstTokenMS: 20300, MedianMS: 250,
+		Step: "standby", StepMS: 20010, StepMedianMS: 20, Message: why}
+	r := &Result{SchemaVersion: SchemaVersion, ID: "20260102T150405Z-switch-coder-llama", Status: StatusOK, StartedAt: time.Unix(0, 0), FinishedAt: time.Unix(60, 0),
+		Switch: &SwitchBench{A: "coder", B: "llama", Rounds: 3, Outliers: []SwitchOutlier{o}}}
+	var b strings.Builder
+	if err := WriteReport(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	want := "round 2 coder → llama switch path (standby): 20300 ms, 81.2× the median 250.0 ms; step standby took 20010 ms (median 20.00 ms): " + why
+	if !strings.Contains(b.String(), "outliers (over 3× their group's median first token") || !strings.Contains(b.String(), want) {
+		t.Errorf("report lacks the outlier %q:\n%s", want, b.String())
+	}
+	b.Reset()
+	if err := WriteList(&b, []Summary{Summarize(r)}); err != nil || !strings.Contains(b.String(), "ok (1 outliers)") {
+		t.Errorf("list: %v\n%s", err, b.String())
+	}
+}
