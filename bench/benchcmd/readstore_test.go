@@ -101,3 +101,30 @@ func TestBenchReadFallsBack(t *testing.T) {
 		t.Errorf("show of a local-only id through the daemon: %v", err)
 	}
 }
+
+// TestBenchCapacityThroughDaemon: `bench capacity` measuring the daemon's
+// /v1 stores its result in the daemon's store, as bench run and bench
+// switch do, where `bench show` finds the printed id.
+func TestBenchCapacityThroughDaemon(t *testing.T) {
+	f, url := switchDaemon(t, appliancetest.Options{Activate: "coder"})
+	state := t.TempDir()
+	deps := switchDeps(state)
+	out, errOut, err := runCmd(t, deps, "capacity", "--url", url+"/v1", "--model", "qwen3-coder", "--ttft-p95", "5s", "--min-tps", "1",
+		"--max-concurrency", "2", "--repeats", "2", "--serving-input", "16", "--serving-output", "4")
+	if err != nil {
+		t.Fatalf("bench capacity: %v\n%s\n%s", err, out, errOut)
+	}
+	m := regexp.MustCompile(`saved (\S+)/api/bench/(\S+) \(the daemon's store\)`).FindStringSubmatch(out)
+	if m == nil || m[1] != url {
+		t.Fatalf("not saved in the daemon's store:\n%s", out)
+	}
+	if r, err := bench.NewStore(f.Cfg.StateDir, nil).Load(m[2]); err != nil || r.Capacity == nil {
+		t.Fatalf("the daemon's store: %v", err)
+	}
+	if out, _, err := runCmd(t, deps, "show", m[2], "--url", url); err != nil || !strings.Contains(out, m[2]) {
+		t.Errorf("show %s: %v\n%s", m[2], err, out)
+	}
+	if all, _, _ := bench.NewStore(state, nil).List(); len(all) != 0 {
+		t.Errorf("%d results in the local folder, want 0", len(all))
+	}
+}
