@@ -62,7 +62,10 @@ func NewCmd(deps Deps) *cobra.Command {
 		Short: "Measure prefill, decode and serving speed; store, list and compare results",
 		Long: `Measure an OpenAI-compatible endpoint (default: the daemon's /v1 on the active
 profile) the way vLLM's bench serve defines the figures, with repeats, and store one
-JSON result per run under <state_dir>/bench. Compare two results with a significance
+JSON result per run in the daemon's store (<state_dir>/bench, through its API) when the
+daemon was measured, else in the local folder (--dir). list, show and compare read the
+daemon's store (--url, $GPUHOST_URL), the local folder only when no daemon answers
+(said on stderr). Compare two results with a significance
 test across repeats. "bench switch A B" measures switching between two profiles;
 "bench capacity --ttft-p95 1s --min-tps 20" finds how many concurrent users the endpoint
 serves within that SLO.
