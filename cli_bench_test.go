@@ -101,6 +101,20 @@ func TestBenchRunThroughDaemon(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(local, "gpuhost", "bench")); err == nil {
 		t.Error("a daemon run also stored under the user's state directory")
 	}
+	// list and show read the daemon's store, found by $GPUHOST_URL as
+	// every daemon command finds it: the ids printed as saved are there.
+	t.Run("list and show through $GPUHOST_URL", func(t *testing.T) {
+		t.Setenv("GPUHOST_URL", srv.URL)
+		all, _, _ := store.List()
+		out, err := runCLI(t, "bench", "list")
+		if err != nil || !strings.Contains(out, all[0].ID) || !strings.Contains(out, all[1].ID) || strings.Contains(out, "local store") {
+			t.Errorf("bench list: %v\n%s", err, out)
+		}
+		out, err = runCLI(t, "bench", "show", all[1].ID)
+		if err != nil || !strings.Contains(out, all[1].ID) {
+			t.Errorf("bench show %s: %v\n%s", all[1].ID, err, out)
+		}
+	})
 	// The upload route is guarded like every state-changing API route.
 	resp, err := http.Post(srv.URL+"/api/bench/results", "text/plain", strings.NewReader("{}"))
 	if err != nil {

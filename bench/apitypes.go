@@ -112,6 +112,9 @@ type Summary struct {
 	// Capacity is the answer of a capacity result (kind "capacity").
 	Capacity *CapacitySummary `json:"capacity,omitempty"`
 	Errors   int              `json:"errors"`
+	// Outliers counts a switch result's samples over OutlierFactor × their
+	// group's median (see SwitchBench.Outliers).
+	Outliers int `json:"outliers,omitempty"`
 }
 
 // CapacitySummary is a capacity result's answer on its list line.
@@ -149,6 +152,9 @@ func Summarize(r *Result) Summary {
 	}
 	for _, e := range r.Errors {
 		s.Errors += e.Count
+	}
+	if r.Switch != nil {
+		s.Outliers = len(r.Switch.Outliers)
 	}
 	return s
 }

@@ -177,7 +177,11 @@ func WriteList(out io.Writer, sums []Summary) error {
 			}
 			capacity = fmt.Sprintf("%s users [%d, %d] at %s", users, c.Low, c.High, c.SLO)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Status, truncate(orDash(backend), listBackendWidth),
+		status := s.Status
+		if s.Outliers > 0 {
+			status += fmt.Sprintf(" (%d outliers)", s.Outliers)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, status, truncate(orDash(backend), listBackendWidth),
 			truncate(orDash(model), listModelWidth), truncate(orDash(s.Driver), listDriverWidth),
 			fmtLengths(s.PrefillTokS), fmtLengths(s.DecodeTokS), capacity)
 	}
@@ -284,6 +288,12 @@ func writeSwitchReport(w io.Writer, r *Result) error {
 		fmt.Fprintln(w, "\n  switch path: from POST /api/switch to the first token of a /v1 request sent once it was accepted")
 		fmt.Fprintln(w, "  request path: from a /v1 request naming the target's model (auto_switch) to its first token")
 		fmt.Fprintln(w, "  mode: standby when the switch had a wake step, else cold (the target's unit was started)")
+	}
+	if len(sb.Outliers) > 0 {
+		fmt.Fprintf(w, "\noutliers (over %d× their group's median first token; the step that took the time, from the daemon's events)\n", OutlierFactor)
+		for _, o := range sb.Outliers {
+			fmt.Fprintf(w, "  %s\n", o)
+		}
 	}
 	if sb.RequestPath == RequestPathSkipped {
 		fmt.Fprintf(w, "\nrequest path skipped: %s\n", sb.RequestPathNote)

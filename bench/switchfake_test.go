@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -122,7 +123,7 @@ func (d *fakeStandbyDaemon) start(p string) (string, uint64) {
 			if s == "standby" {
 				prof = old // the old profile goes to standby
 			}
-			d.publish(api.Event{Kind: "step", SwitchID: id, Profile: prof, Step: s, Status: "done", DurationMS: 1})
+			d.publish(api.Event{Kind: "step", SwitchID: id, Profile: prof, Step: s, Status: "done", DurationMS: 1, Message: prof + ": " + s + " done"})
 			d.mu.Unlock()
 		}
 		d.mu.Lock()
@@ -145,6 +146,12 @@ func TestBenchSwitchStandby(t *testing.T) {
 	var modes []string
 	for _, s := range r.Switch.Samples {
 		modes = append(modes, s.From+">"+s.To+" "+s.Path+" "+s.Mode)
+		// Each step keeps its message from the events (an outlier's why).
+		for _, st := range s.Steps {
+			if want := st.Step + " done"; !strings.HasSuffix(st.Message, want) {
+				t.Errorf("sample %d %s step %s: message %q, want … %q", s.Round, s.To, st.Step, st.Message, want)
+			}
+		}
 	}
 	// b had never run: its first switch is cold; a was put in standby.
 	want := []string{"a>b switch cold", "b>a switch standby", "a>b request standby", "b>a request standby",

@@ -43,6 +43,8 @@ const (
 //	                   switch_ms, steps[]{step, status, ms}}
 //	groups[]          {from, to, path, mode, n, first_token_ms, switch_ms}: Stat
 //	                  (samples, mean, stddev, n) plus p50 and p95
+//	outliers[]        {round, from, to, path, mode, switch_id, first_token_ms, median_ms,
+//	                   step, step_ms, step_median_ms, message}: see SwitchOutlier
 type SwitchBench struct {
 	A        string          `json:"a"`
 	B        string          `json:"b"`
@@ -55,6 +57,9 @@ type SwitchBench struct {
 	RequestPathNote string         `json:"request_path_note,omitempty"`
 	Samples         []SwitchSample `json:"samples"`
 	Groups          []SwitchGroup  `json:"groups"`
+	// Outliers are the samples over OutlierFactor × their group's median,
+	// each with the step that took the time (absent in older results).
+	Outliers []SwitchOutlier `json:"outliers,omitempty"`
 }
 
 // Request path states.
@@ -96,6 +101,9 @@ type SwitchStep struct {
 	Step   string  `json:"step"`
 	Status string  `json:"status"`
 	MS     float64 `json:"ms"`
+	// Message is the step's own account ("… not in standby (…); it will
+	// be stopped"), which names the cause of an outlier.
+	Message string `json:"message,omitempty"`
 }
 
 // SwitchGroup summarises the samples of one direction, path and mode.
@@ -145,7 +153,7 @@ func switchSteps(evs []api.Event) []SwitchStep {
 	out := []SwitchStep{}
 	for _, e := range evs {
 		if e.Kind == "step" && (e.Status == "done" || e.Status == "failed") {
-			out = append(out, SwitchStep{Step: e.Step, Status: e.Status, MS: e.DurationMS})
+			out = append(out, SwitchStep{Step: e.Step, Status: e.Status, MS: e.DurationMS, Message: e.Message})
 		}
 	}
 	return out

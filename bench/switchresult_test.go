@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -132,5 +133,76 @@ func TestCompareSwitch(t *testing.T) {
 	run := synthetic("20260103T000000Z-coder", 1, 5, 100, 200, 2)
 	if _, err := Compare(a, run, CompareOptions{}); !errors.Is(err, ErrNotComparable) || !strings.Contains(err.Error(), "switch result") {
 		t.Errorf("switch vs run: %v", err)
+	}
+}
+
+// TestSwitchOutliers: a sample over 3× its group's median first token is
+// an outlier, named by round and direction, with the step that exceeded
+// its own median the most and that step's message; groups are judged
+// apart (a cold switch is not an outlier among standby ones), two
+// samples never make one, and a slow sample whose steps were usual says
+// the time went to the first token.
+func TestSwitchOutliers(t *testing.T) {
+	const stalled = "llama.service not in standby (llama.service holds 6200 MiB in standby, above its measured residual 500 MiB (+256)); it will be stopped"
+	wake := func(round int, ft, standbyMS float64, msg string) SwitchSample {
+		return SwitchSample{Round: round, From: "a", To: "b", Path: PathSwitch, Mode: ModeStandby, SwitchID: fmt.Sprint("s", round), FirstTokenMS: ft,
+			Steps: []SwitchStep{{Step: "standby", Status: "done", MS: standbyMS, Message: msg}, {Step: "wake", Status: "done", MS: 200}, {Step: "verify", Status: "done", MS: 5}}}
+	}
+	cold := SwitchSample{Round: 1, From: "a", To: "b", Path: PathSwitch, Mode: ModeCold, FirstTokenMS: 2600,
+		Steps: []SwitchStep{{Step: "start", Status: "done", MS: 2500}}}
+	for _, c := range []struct {
+		name    string
+		samples []SwitchSample
+		want    []string // round/step of each outlier
+		why     string
+	}{
+		{"none", []SwitchSample{wake(1, 250, 20, "ok"), wake(2, 260, 21, "ok"), wake(3, 700, 22, "ok")}, nil, ""},
+		{"two samples never", []SwitchSample{wake(1, 250, 20, "ok"), wake(2, 20300, 20000, stalled)}, nil, ""},
+		{"release timeout", []SwitchSample{cold, wake(1, 250, 20, "ok"), wake(2, 20300, 20010, stalled), wake(3, 240, 19, "ok"), wake(4, 255, 21, "ok")},
+			[]string{"2/standby"}, "step standby took 20010 ms (median 20.50 ms): " + stalled},
+		{"first token slow", []SwitchSample{wake(1, 250, 20, "ok"), wake(2, 260, 20, "ok"), wake(3, 1000, 20, "ok")},
+			[]string{"3/"}, "no step of the switch took longer than usual"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := switchOutliers(c.samples)
+			var names []string
+			for _, o := range got {
+				names = append(names, fmt.Sprintf("%d/%s", o.Round, o.Step))
+				if o.FirstTokenMS <= OutlierFactor*o.MedianMS {
+					t.Errorf("outlier %+v is not over %d× its median", o, OutlierFactor)
+				}
+				if !strings.Contains(o.String(), c.why) || !strings.HasPrefix(o.String(), fmt.Sprintf("round %d a → b switch path (standby)", o.Round)) {
+					t.Errorf("line %q lacks %q", o, c.why)
+				}
+			}
+			if !slices.Equal(names, c.want) {
+				t.Errorf("outliers %q, want %q", names, c.want)
+			}
+			if note := outlierNote(got); (note != "") != (len(c.want) > 0) {
+				t.Errorf("note %q for %d outliers", note, len(got))
+			}
+		})
+	}
+}
+
+// TestSwitchOutliersReported: show names each outlier with its round and
+// why, list counts them on the result's line.
+func TestSwitchOutliersReported(t *testing.T) {
+	const why = "ollama.service not in standby (holds 6200 MiB in standby, above its measured residual 500 MiB (+256)); it will be stopped"
+	o := SwitchOutlier{Round: 2, From: "coder", To: "llama", Path: PathSwitch, Mode: ModeStandby, FirstTokenMS: 20300, MedianMS: 250,
+		Step: "standby", StepMS: 20010, StepMedianMS: 20, Message: why}
+	r := &Result{SchemaVersion: SchemaVersion, ID: "20260102T150405Z-switch-coder-llama", Status: StatusOK, StartedAt: time.Unix(0, 0), FinishedAt: time.Unix(60, 0),
+		Switch: &SwitchBench{A: "coder", B: "llama", Rounds: 3, Outliers: []SwitchOutlier{o}}}
+	var b strings.Builder
+	if err := WriteReport(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	want := "round 2 coder → llama switch path (standby): 20300 ms, 81.2× the median 250.0 ms; step standby took 20010 ms (median 20.00 ms): " + why
+	if !strings.Contains(b.String(), "outliers (over 3× their group's median first token") || !strings.Contains(b.String(), want) {
+		t.Errorf("report lacks the outlier %q:\n%s", want, b.String())
+	}
+	b.Reset()
+	if err := WriteList(&b, []Summary{Summarize(r)}); err != nil || !strings.Contains(b.String(), "ok (1 outliers)") {
+		t.Errorf("list: %v\n%s", err, b.String())
 	}
 }

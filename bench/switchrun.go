@@ -139,6 +139,10 @@ func RunSwitch(ctx context.Context, opts SwitchOptions) (*Result, error) {
 	err := sr.run(ctx)
 	sb := r.Switch
 	sb.Groups = groupSwitchSamples(o.A, o.B, sb.Samples)
+	sb.Outliers = switchOutliers(sb.Samples)
+	if n := outlierNote(sb.Outliers); n != "" {
+		r.Notes = append(r.Notes, n)
+	}
 	switch {
 	case len(sb.Samples) == 0:
 		r.Status = StatusFailed

@@ -103,7 +103,9 @@ func runCapacityCmd(cmd *cobra.Command, deps Deps, cf *capacityFlags) error {
 	co.Options = rf.o
 	r, runErr := bench.RunCapacity(ctx, co)
 	bar.finish()
-	path, err := saveResult(store, r, runErr, rf.noSave, rf.keepFailed)
+	// Stored as bench run stores: in the daemon's store when it measured
+	// the daemon, so list, show and the panel find it there.
+	path, err := rf.save(ctx, cmd, deps, store, r, runErr)
 	if err != nil {
 		return err
 	}

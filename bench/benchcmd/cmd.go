@@ -62,7 +62,10 @@ func NewCmd(deps Deps) *cobra.Command {
 		Short: "Measure prefill, decode and serving speed; store, list and compare results",
 		Long: `Measure an OpenAI-compatible endpoint (default: the daemon's /v1 on the active
 profile) the way vLLM's bench serve defines the figures, with repeats, and store one
-JSON result per run under <state_dir>/bench. Compare two results with a significance
+JSON result per run in the daemon's store (<state_dir>/bench, through its API) when the
+daemon was measured, else in the local folder (--dir). list, show and compare read the
+daemon's store (--url, $GPUHOST_URL), the local folder only when no daemon answers
+(said on stderr). Compare two results with a significance
 test across repeats. "bench switch A B" measures switching between two profiles;
 "bench capacity --ttft-p95 1s --min-tps 20" finds how many concurrent users the endpoint
 serves within that SLO.
@@ -125,6 +128,21 @@ func storeFor(cmd *cobra.Command, env Env) (*bench.Store, error) {
 		base = filepath.Join(home, ".local", "state")
 	}
 	return bench.NewStore(filepath.Join(base, "gpuhost"), quiet), nil
+}
+
+// addReadFlags registers where list, show and compare read: the daemon
+// (--url) or a folder (--dir).
+func addReadFlags(cmd *cobra.Command) {
+	cmd.Flags().String("url", "", "daemon API base URL whose store to read (default: $GPUHOST_URL, else the config's listen, else http://127.0.0.1:8080); the local folder only when no daemon answers")
+	cmd.Flags().String("dir", "", "read this results folder instead of the daemon's store")
+}
+
+// cmdContext is the command's context, or Background outside Execute.
+func cmdContext(cmd *cobra.Command) context.Context {
+	if ctx := cmd.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
 }
 
 func addDirFlag(cmd *cobra.Command) {
@@ -377,37 +395,32 @@ func newListCmd(deps Deps) *cobra.Command {
 		Short: "List stored results, oldest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, _ := loadEnv(cmd, deps, true)
-			store, err := storeFor(cmd, env)
+			rd, err := readerFor(cmdContext(cmd), cmd, deps)
 			if err != nil {
 				return err
 			}
-			all, warns, err := store.List()
+			sums, warns, err := rd.List(cmdContext(cmd))
 			if err != nil {
 				return err
 			}
 			for _, w := range warns {
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: skipped %s\n", w)
 			}
-			sums := make([]bench.Summary, len(all))
-			for i, r := range all {
-				sums[i] = bench.Summarize(r)
-			}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(bench.ListResponse{Results: sums, Warnings: append([]bench.Warning{}, warns...)})
+				return enc.Encode(bench.ListResponse{Results: append([]bench.Summary{}, sums...), Warnings: append([]bench.Warning{}, warns...)})
 			}
 			if len(sums) == 0 {
-				fmt.Fprintf(out, "no results in %s\n", store.Dir)
+				fmt.Fprintf(out, "no results in %s\n", rd.Where())
 				return nil
 			}
 			return bench.WriteList(out, sums)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	addDirFlag(cmd)
+	addReadFlags(cmd)
 	return cmd
 }
 
@@ -418,12 +431,11 @@ func newShowCmd(deps Deps) *cobra.Command {
 		Short: "Show one stored result",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			env, _ := loadEnv(cmd, deps, true)
-			store, err := storeFor(cmd, env)
+			rd, err := readerFor(cmdContext(cmd), cmd, deps)
 			if err != nil {
 				return err
 			}
-			r, err := store.Load(args[0])
+			r, err := rd.Load(cmdContext(cmd), args[0])
 			if err != nil {
 				return err
 			}
@@ -436,7 +448,7 @@ func newShowCmd(deps Deps) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the stored JSON")
-	addDirFlag(cmd)
+	addReadFlags(cmd)
 	return cmd
 }
 
@@ -468,16 +480,15 @@ change was shown, "?" that a side has fewer than --min-repeats repeats. Failed r
 			if opts.MinEffectPct == 0 {
 				opts.MinEffectPct = -1 // explicitly none; 0 would mean the default
 			}
-			env, _ := loadEnv(cmd, deps, true)
-			store, err := storeFor(cmd, env)
+			rd, err := readerFor(cmdContext(cmd), cmd, deps)
 			if err != nil {
 				return err
 			}
-			a, err := store.Load(args[0])
+			a, err := rd.Load(cmdContext(cmd), args[0])
 			if err != nil {
 				return err
 			}
-			b, err := store.Load(args[1])
+			b, err := rd.Load(cmdContext(cmd), args[1])
 			if err != nil {
 				return err
 			}
@@ -497,7 +508,7 @@ change was shown, "?" that a side has fewer than --min-repeats repeats. Failed r
 	cmd.Flags().Float64Var(&co.Alpha, "alpha", bench.DefaultAlpha, "family-wise significance level over all metrics (Holm)")
 	cmd.Flags().Float64Var(&co.MinEffectPct, "min-effect", bench.DefaultMinEffectPct, "smallest change in percent a verdict needs (0: any significant change)")
 	cmd.Flags().IntVar(&co.MinRepeats, "min-repeats", bench.DefaultMinRepeats, "fewest repeats on each side for a verdict")
-	addDirFlag(cmd)
+	addReadFlags(cmd)
 	return cmd
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/api"
 	"gpuhost/bench"
 
 	"github.com/spf13/cobra"
@@ -33,7 +34,10 @@ measure the time to the first token of a streamed /v1 request to the target's mo
 Each sample's mode is read from the switch's events: "standby" when the switch had a wake
 step (the target was woken from standby), else "cold" (the target's unit was started). The
 report gives p50 / p95 per direction, path and mode, with the switch's own duration from its
-events; the result is stored with the other bench results, and compare tests two of them.
+events, and names the outliers (a sample over 3x its group's median, with the step that
+took the time and that step's message from the daemon's events). The result is stored
+in the daemon's store, as bench run's results are (--dir: that folder instead), so list,
+show, compare and the panel's Bench page find it; compare tests two of them.
 A is made active first (not measured) and is active again at the end.
 
 Exit status: 0 ok; 1 partial (a switch or request failed after some samples); 2 failed
@@ -101,7 +105,7 @@ func runSwitchCmd(cmd *cobra.Command, deps Deps, sf *switchFlags, args []string)
 	if errors.Is(runErr, bench.ErrUnknownProfile) {
 		return usageError(runErr)
 	}
-	path, err := saveResult(store, r, runErr, sf.noSave, sf.keepFailed)
+	path, err := sf.save(ctx, cmd, c, store, r, runErr)
 	if err != nil {
 		return err
 	}
@@ -109,4 +113,25 @@ func runSwitchCmd(cmd *cobra.Command, deps Deps, sf *switchFlags, args []string)
 		return err
 	}
 	return resultExit(r, runErr, "bench switch", "some samples are missing; see the errors above")
+}
+
+// save stores r where `bench run` stores a result measured through the
+// daemon: in the daemon's store (POST /api/bench/results), so that list,
+// show, compare and the panel's Bench page find it by the ID printed here.
+// --dir keeps it local; a daemon that refuses the upload (an older one
+// without the route) gets it stored locally, saying so.
+func (sf *switchFlags) save(ctx context.Context, cmd *cobra.Command, c *api.Client, store *bench.Store, r *bench.Result, runErr error) (string, error) {
+	if sf.noSave || (r.Status == bench.StatusFailed && !sf.keepFailed) {
+		return "", nil
+	}
+	if dir, _ := cmd.Flags().GetString("dir"); dir == "" {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), daemonProbeTimeout)
+		where, err := uploadResult(uctx, c, r)
+		cancel()
+		if err == nil {
+			return where + " (the daemon's store)", nil
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: the daemon at %s did not store the result: %v; storing it here\n", c.BaseURL, err)
+	}
+	return saveResult(store, r, runErr, sf.noSave, sf.keepFailed)
 }

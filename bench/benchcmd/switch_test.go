@@ -14,6 +14,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/bench"
+	"gpuhost/bench/benchapi"
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
 	v1proxy "gpuhost/frontdoor/proxy"
@@ -23,7 +24,9 @@ import (
 
 // switchDaemon is a real daemon for `bench switch`: a Supervisor with
 // simulator backends (profiles coder: vLLM qwen3-coder, llama: Ollama
-// llama3.1:8b), the HTTP API and the /v1 proxy on one loopback server.
+// llama3.1:8b), the HTTP API with the bench service (its store under the
+// fixture's state_dir, as serve wires it) and the /v1 proxy on one
+// loopback server.
 func switchDaemon(t *testing.T, opts appliancetest.Options) (*appliancetest.Fixture, string) {
 	t.Helper()
 	f := appliancetest.New(t, opts)
@@ -31,6 +34,13 @@ func switchDaemon(t *testing.T, opts appliancetest.Options) (*appliancetest.Fixt
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc := benchapi.NewService(benchapi.ServiceOptions{
+		Store:  bench.NewStore(f.Cfg.StateDir, f.Log),
+		Daemon: benchapi.DaemonFuncs{SwitchingFunc: func() bool { return f.Sup.State().Phase == api.PhaseSwitching }, AwaitActiveFunc: f.Sup.AwaitActive},
+		Log:    f.Log,
+	})
+	svc.Register(e)
+	t.Cleanup(svc.Close)
 	p := v1proxy.New(f.Sup, f.Cfg.Proxy, func() map[string]*units.Profile { return f.Cfg.Profiles }, f.Log)
 	p.Register(e)
 	srv := httptest.NewServer(e)
@@ -156,24 +166,31 @@ func TestBenchSwitch(t *testing.T) {
 		t.Errorf("the daemon ends %+v, want coder active", st)
 	}
 
-	// Stored with the other results, and shown, listed and compared by the
-	// other commands.
-	all, _, err := bench.NewStore(state, nil).List()
+	// Stored in the daemon's store (where bench run's results go), nothing
+	// in the local folder, and shown, listed and compared by the other
+	// commands through the daemon's API (--url, as every daemon command).
+	all, _, err := bench.NewStore(f.Cfg.StateDir, nil).List()
 	if err != nil || len(all) != 1 || all[0].ID != r.ID || len(all[0].Switch.Samples) != 4*rounds {
-		t.Fatalf("store: %v %d results", err, len(all))
+		t.Fatalf("the daemon's store: %v %d results", err, len(all))
 	}
-	out, _, err = runCmd(t, deps, "show", r.ID)
+	if local, _, _ := bench.NewStore(state, nil).List(); len(local) != 0 {
+		t.Errorf("%d results also stored in the local folder", len(local))
+	}
+	out, errOut, err = runCmd(t, deps, "show", r.ID, "--url", url)
 	for _, w := range []string{r.ID + "  OK", "coder (vllm qwen3-coder) ↔ llama (ollama llama3.1:8b)", "first token", "coder → llama  switch   cold  2",
 		"llama → coder  request  cold  2", "mode: standby when the switch had a wake step"} {
 		if err != nil || !strings.Contains(out, w) {
 			t.Errorf("show: %v; output lacks %q:\n%s", err, w, out)
 		}
 	}
-	out, _, err = runCmd(t, deps, "list")
+	if strings.Contains(errOut, "local store") {
+		t.Errorf("show read the local store with a daemon at --url: %s", errOut)
+	}
+	out, _, err = runCmd(t, deps, "list", "--url", url)
 	if err != nil || !strings.Contains(out, r.ID) || !strings.Contains(out, "switch vllm↔ollama") {
 		t.Errorf("list: %v\n%s", err, out)
 	}
-	out, _, err = runCmd(t, deps, "compare", r.ID, r.ID, "--min-repeats", "2")
+	out, _, err = runCmd(t, deps, "compare", r.ID, r.ID, "--min-repeats", "2", "--url", url)
 	if err != nil || !strings.Contains(out, "switch.coder->llama.switch_path.cold.first_token_ms (ms)") ||
 		!strings.Contains(out, "switch.llama->coder.request_path.cold.switch_ms (ms)") {
 		t.Errorf("compare: %v\n%s", err, out)
@@ -183,7 +200,7 @@ func TestBenchSwitch(t *testing.T) {
 // TestBenchSwitchAutoSwitchOff: with proxy.auto_switch off the request
 // path is skipped with a note and the switch path still measured.
 func TestBenchSwitchAutoSwitchOff(t *testing.T) {
-	_, url := switchDaemon(t, appliancetest.Options{Activate: "coder"})
+	f, url := switchDaemon(t, appliancetest.Options{Activate: "coder"})
 	state := t.TempDir()
 	out, errOut, err := runCmd(t, switchDeps(state), "switch", "coder", "llama", "--rounds", "1", "--url", url)
 	if err != nil {
@@ -197,7 +214,10 @@ func TestBenchSwitchAutoSwitchOff(t *testing.T) {
 	if strings.Contains(out, "made active before") {
 		t.Errorf("coder was active, yet a first switch was made:\n%s", out)
 	}
-	r, err := bench.NewStore(state, nil).Load("latest")
+	if !strings.Contains(out, "saved "+url+"/api/bench/") || !strings.Contains(out, "(the daemon's store)") {
+		t.Errorf("not saved in the daemon's store:\n%s", out)
+	}
+	r, err := bench.NewStore(f.Cfg.StateDir, nil).Load("latest")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,6 +81,9 @@ func TestBrowserActivity(t *testing.T) {
 		t.Fatalf("no switch mark on the charts: %v", err)
 	}
 	waitText(t, tctx, `#charts .switch-list`, "switch to llama")
+	// Its duration and steps are listed with it (the list's last item).
+	waitText(t, tctx, `#charts .switch-list > li:last-child .switch-duration`, "s")
+	waitText(t, tctx, `#charts .switch-list > li:last-child .switch-steps`, "load_model")
 	if noReload, err := chromedp.Run(tctx, chromedp.Evaluate[bool](`window.__gpuhostNoReload === true`)); err != nil || !noReload {
 		t.Errorf("the page reloaded (%v, %v): rows, pill and charts must come live", noReload, err)
 	}

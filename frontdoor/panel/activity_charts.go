@@ -52,6 +52,22 @@ type switchMark struct {
 	Profile string
 	Status  string
 	Start   string
+	// Duration is the switch's own duration ("3.2 s"; "" while it runs),
+	// Mode cold or standby.
+	Duration string
+	Mode     string
+	// Slow: over activity.SlowFactor × the median of its profile and
+	// mode; Times says by how much ("7.1× the median 2.6 s").
+	Slow  bool
+	Times string
+	Steps []stepMark
+}
+
+// stepMark is one step of a switch in the list; Long marks one over
+// activity.SlowFactor × that step's median.
+type stepMark struct {
+	Name, Duration, Message string
+	Long, Failed            bool
 }
 
 // metric describes one chart: how to read a sample, and its scale.
@@ -152,9 +168,34 @@ func markOf(sw activity.Switch, now time.Time, xOf func(time.Time) float64) swit
 	if status == "started" {
 		status = "running"
 	}
-	return switchMark{X: num(x0), W: num(w), Class: "mark mark-" + status, Profile: sw.Profile, Status: status,
-		Start: sw.Start.Local().Format("15:04:05"),
+	m := switchMark{X: num(x0), W: num(w), Class: "mark mark-" + status, Profile: sw.Profile, Status: status,
+		Start: sw.Start.Local().Format("15:04:05"), Mode: sw.Mode, Slow: sw.Slow,
 		Label: fmt.Sprintf("switch to %s (%s) at %s", sw.Profile, status, sw.Start.Local().Format("15:04:05"))}
+	if !sw.End.IsZero() && status != "unknown" {
+		d := sw.DurationMS
+		if d <= 0 {
+			d = float64(sw.End.Sub(sw.Start)) / float64(time.Millisecond)
+		}
+		m.Duration = msText(d)
+		m.Label += ", " + m.Duration
+	}
+	if sw.Slow {
+		m.Class += " mark-slow"
+		m.Times = fmt.Sprintf("%.1f× the median %s", sw.DurationMS/sw.MedianMS, msText(sw.MedianMS))
+		m.Label += " (" + m.Times + ")"
+	}
+	for _, st := range sw.Steps {
+		m.Steps = append(m.Steps, stepMark{Name: st.Name, Duration: msText(st.MS), Message: st.Message, Long: st.Long, Failed: st.Status == "failed"})
+	}
+	return m
+}
+
+// msText prints a duration in ms for people: "850 ms", "3.2 s", "20.3 s".
+func msText(ms float64) string {
+	if ms < 1000 {
+		return fmt.Sprintf("%.0f ms", ms)
+	}
+	return fmt.Sprintf("%.1f s", ms/1000)
 }
 
 // bucket averages consecutive samples so that at most n remain. A bucket's

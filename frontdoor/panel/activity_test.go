@@ -3,15 +3,19 @@ package panel
 import (
 	"context"
 	"encoding/json"
+	"html"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"gpuhost/api"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/internal/activity"
 	"gpuhost/internal/sse"
+	"gpuhost/internal/testkit"
 )
 
 // hostileModel stands for anything odd in a log entry: served names come
@@ -214,5 +218,63 @@ func TestLive(t *testing.T) {
 	}
 	if a := get(); !strings.HasPrefix(a.Pill, "llama · ") {
 		t.Errorf("/live after the switch: %+v", a)
+	}
+}
+
+// TestActivitySwitchDurations: the Activity page's switch list shows each
+// switch's duration and steps; a real switch of the daemon (the fixture's
+// Supervisor, its events on the daemon's bus) gets its duration, and of
+// four wakes published on that bus the one whose standby step waited its
+// release timeout (over 3× the median of its profile and mode) stands
+// out, with that step marked long and its message shown.
+func TestActivitySwitchDurations(t *testing.T) {
+	ev, rec := newActivityEnv(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go rec.Run(ctx)
+	if _, err := ev.f.SwitchTo(t, "llama"); err != nil {
+		t.Fatal(err)
+	}
+	const stalled = "ollama.service not in standby (holds 6200 MiB in standby, above its measured residual 500 MiB); it will be stopped"
+	for i, standbyMS := range []float64{20, 22, 21, 20010} {
+		id := "wake-" + strconv.Itoa(i)
+		msg := "ok"
+		if standbyMS > 1000 {
+			msg = stalled
+		}
+		ev.f.Sup.Publish(api.Event{Kind: "switch", SwitchID: id, Profile: "coder", Status: "started"})
+		ev.f.Sup.Publish(api.Event{Kind: "step", SwitchID: id, Profile: "llama", Step: "standby", Status: "done", DurationMS: standbyMS, Message: msg})
+		ev.f.Sup.Publish(api.Event{Kind: "step", SwitchID: id, Profile: "coder", Step: "wake", Status: "done", DurationMS: 200})
+		ev.f.Sup.Publish(api.Event{Kind: "switch", SwitchID: id, Profile: "coder", Status: "done", DurationMS: standbyMS + 200})
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		sws := rec.Window(time.Hour).Switches
+		return len(sws) > 0 && sws[len(sws)-1].ID == "wake-3" && sws[len(sws)-1].Status == "done"
+	}, "the history did not see the wakes")
+	c := ev.client(t)
+	_, body := do(t, c, http.MethodGet, ev.srv.URL+"/activity/charts?window=1h", nil, nil)
+	page := html.UnescapeString(body)
+	items := regexp.MustCompile(`(?s)<li data-status="[a-z]+"(?: class="switch-slow" data-slow="true")?>.*?</ol></li>`).FindAllString(page, -1)
+	// The fixture's activation of coder, the switch to llama, the 4 wakes.
+	if len(items) != 6 {
+		t.Fatalf("%d switch items, want 6:\n%s", len(items), page)
+	}
+	items = items[1:]
+	real := items[0]
+	if !strings.Contains(real, "switch to <strong>llama</strong>") || !regexp.MustCompile(`<span class="switch-duration">[0-9.]+ (ms|s)</span>`).MatchString(real) ||
+		!strings.Contains(real, "load_model") || strings.Contains(real, "switch-slow") {
+		t.Errorf("the real switch lacks its duration or steps:\n%s", real)
+	}
+	for i, it := range items[1:] {
+		slow := strings.Contains(it, `class="switch-slow"`)
+		if slow != (i == 3) {
+			t.Errorf("wake %d: slow %v:\n%s", i, slow, it)
+		}
+	}
+	stall := items[4]
+	for _, w := range []string{`<span class="switch-duration">20.2 s</span>`, "slow: 91.2× the median 222 ms", `<li class="step-long"`, "standby 20.0 s <strong>long</strong> <span class=\"step-msg\">" + stalled, "wake 200 ms</li>"} {
+		if !strings.Contains(stall, w) {
+			t.Errorf("the stalled wake lacks %q:\n%s", w, stall)
+		}
 	}
 }

@@ -34,6 +34,10 @@ type benchView struct {
 	// Switches are the `bench switch` results, newest first: one table row
 	// per direction, path and mode.
 	Switches []switchRow
+	// Outliers are the switch samples over bench.OutlierFactor × their
+	// group's median, with the step that took the time, newest result
+	// first.
+	Outliers []outlierRow
 	Lengths  struct{ Prefill, Decode []int }
 	Warnings []bench.Warning
 	Running  *bench.RunStatus
@@ -43,6 +47,12 @@ type benchView struct {
 	Since  uint64
 	Notice *noticeView
 	Error  string
+}
+
+// outlierRow is one outlier of a switch result.
+type outlierRow struct {
+	ID string
+	bench.SwitchOutlier
 }
 
 // switchRow is one group of a switch result on the Bench page.
@@ -96,6 +106,9 @@ func (p *Panel) renderBench(c echo.Context, code int, notice *noticeView) error 
 	for i := len(results) - 1; i >= 0; i-- { // newest first
 		if results[i].Switch != nil {
 			v.Switches = append(v.Switches, switchRows(results[i])...)
+			for _, o := range results[i].Switch.Outliers {
+				v.Outliers = append(v.Outliers, outlierRow{ID: results[i].ID, SwitchOutlier: o})
+			}
 			continue
 		}
 		s := bench.Summarize(results[i])

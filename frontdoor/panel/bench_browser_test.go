@@ -141,6 +141,7 @@ func TestBrowserBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	saveArtifact(t, "panel-bench-live.png", shot)
+	checkBenchPhone(t, tctx, ev.srv.URL)
 	if errs := cons.errors(); len(errs) > 0 {
 		t.Errorf("browser console errors: %q", errs)
 	}

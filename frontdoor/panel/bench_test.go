@@ -2,6 +2,7 @@ package panel
 
 import (
 	"fmt"
+	"html"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -53,6 +54,9 @@ func TestBenchPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	const why = "llama.service not in standby (holds 6200 MiB in standby, above its measured residual 500 MiB (+256)); it will be stopped"
+	sw.Switch.Outliers = []bench.SwitchOutlier{{Round: 2, From: "coder", To: "llama", Path: bench.PathSwitch, Mode: bench.ModeStandby,
+		FirstTokenMS: 20300, MedianMS: 250, Step: "standby", StepMS: 20010, StepMedianMS: 20, Message: why}}
 	if _, err := store.Save(sw); err != nil {
 		t.Fatal(err)
 	}
@@ -95,8 +99,13 @@ func TestBenchPage(t *testing.T) {
 			t.Errorf("bench page lacks %q", w)
 		}
 	}
-	if n := strings.Count(body, "<code>"+sw.ID+"</code>"); n != 1 {
-		t.Errorf("the switch result shows %d times, want once (not among the tok/s runs)", n)
+	if n := strings.Count(body, "<code>"+sw.ID+"</code>"); n != 2 {
+		t.Errorf("the switch result shows %d times, want twice (its rows and its outlier; not among the tok/s runs)", n)
+	}
+	// An outlier names its round and why, from the step's message.
+	outlier := "round 2 coder → llama, switch path (standby): <strong>20300 ms</strong>, median 250 ms. <span class=\"outlier-why\">step standby took 20010 ms (median 20.00 ms): " + why
+	if !strings.Contains(html.UnescapeString(body), outlier) {
+		t.Errorf("bench page lacks the outlier %q", outlier)
 	}
 	if n := strings.Count(body, "<td>llama → coder</td>"); n != 2 {
 		t.Errorf("%d llama → coder rows, want 2 (switch and request path)", n)

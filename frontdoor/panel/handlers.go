@@ -310,7 +310,11 @@ func (p *Panel) switchRefused(c echo.Context, err error, n *noticeView) error {
 
 // doctorView is the body of the doctor page.
 type doctorView struct {
-	Report    *api.DoctorReport
+	Report *api.DoctorReport
+	// Checks are the report's checks worst first (fail, warn, ok), in the
+	// doctor's order within a severity: the one failure is the first row,
+	// not the 23rd.
+	Checks    []api.DoctorCheck
 	At        time.Time
 	Counts    map[string]int
 	DoctorOff bool
@@ -329,6 +333,7 @@ func (p *Panel) handleDoctor(c echo.Context) error {
 		for _, ch := range rep.Checks {
 			v.Counts[string(ch.Severity)]++
 		}
+		v.Checks = worstFirst(rep.Checks)
 	}
 	return p.render(c, http.StatusOK, "doctor", p.pageData(c, "doctor", "Doctor", v))
 }

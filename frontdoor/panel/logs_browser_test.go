@@ -70,7 +70,13 @@ func TestBrowserLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	saveArtifact(t, "panel-logs.png", shot)
+	// A long line without spaces (a vLLM arg dump, a path) must wrap on a
+	// phone rather than run off the card.
+	long := "long-line-" + strings.Repeat("x", 300)
+	appendLog(t, unitLog(ev.f.Cfg, ev.f.Sup.State().Unit), long)
 	checkPhoneWidth(t, tctx, ev)
+	checkDoctorPhone(t, tctx, ev.srv.URL)
+	checkLogsPhone(t, tctx, ev.srv.URL, long)
 	if errs := cons.errors(); len(errs) > 0 {
 		t.Errorf("browser console errors: %q", errs)
 	}

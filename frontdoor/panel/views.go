@@ -21,6 +21,7 @@ var funcs = template.FuncMap{
 	"ago":       ago,
 	"clock":     func(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05") },
 	"phaseLine": phaseLine,
+	"codeSpans": codeSpans,
 }
 
 func gib(mib uint64) string { return fmt.Sprintf("%.1f", float64(mib)/1024) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -279,5 +280,85 @@ func TestHistoryRun(t *testing.T) {
 	}
 	if len(w.Switches) != 2 || w.Switches[0].ID != "old" || w.Switches[1].ID != "new" {
 		t.Errorf("switches %+v", w.Switches)
+	}
+}
+
+// TestHistorySwitchJudged: each switch keeps its duration, mode and
+// steps from the events; one over 3× the median of its profile and mode
+// is slow, and its step over 3× that step's median is long (the standby
+// step that waited its release timeout); a cold switch among wakes, a
+// switch of another profile and a quick step's noise are not judged
+// against them, and nothing is judged before three of a kind finished.
+func TestHistorySwitchJudged(t *testing.T) {
+	clk := testkit.NewClock(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
+	h := NewHistory(HistoryOptions{Now: clk.Now, Keep: time.Hour})
+	const stalled = "ollama.service not in standby (holds 6200 MiB, above its measured residual); it will be stopped"
+	n := 0
+	sw := func(profile string, steps map[string]float64, msg string, order ...string) string {
+		n++
+		id := fmt.Sprint("s", n)
+		t0 := clk.Now()
+		h.Observe(api.Event{Kind: "switch", SwitchID: id, Profile: profile, Status: "started", Time: t0})
+		total := 0.0
+		for _, name := range order {
+			m := ""
+			if name == "standby" {
+				m = msg
+			}
+			h.Observe(api.Event{Kind: "step", SwitchID: id, Step: name, Status: "started", Time: t0})
+			h.Observe(api.Event{Kind: "step", SwitchID: id, Step: name, Status: "done", DurationMS: steps[name], Message: m, Time: t0})
+			total += steps[name]
+		}
+		h.Observe(api.Event{Kind: "step", SwitchID: id, Step: "standby", Status: "info", Message: "why", Time: t0})
+		h.Observe(api.Event{Kind: "switch", SwitchID: id, Profile: profile, Status: "done", DurationMS: total, Time: t0.Add(time.Duration(total) * time.Millisecond)})
+		clk.Advance(time.Minute)
+		return id
+	}
+	wake := func(standbyMS, configureMS float64, msg string) string {
+		return sw("coder", map[string]float64{"standby": standbyMS, "configure": configureMS, "wake": 200, "verify": 5}, msg, "standby", "configure", "wake", "verify")
+	}
+	cold := sw("coder", map[string]float64{"stop": 100, "start": 2500, "ready": 100}, "", "stop", "start", "ready")
+	early := wake(20, 0.1, "")
+	judge := func() map[string]Switch {
+		m := map[string]Switch{}
+		for _, s := range h.Window(time.Hour).Switches {
+			m[s.ID] = s
+		}
+		return m
+	}
+	if s := judge()[early]; s.Mode != ModeStandby || s.DurationMS != 225.1 || s.MedianMS != 0 || s.Slow || len(s.Steps) != 4 {
+		t.Errorf("a lone wake: %+v", s)
+	}
+	wake(22, 0.1, "")
+	noisy := wake(21, 0.9, "") // configure 9× its median, but a tiny part of the switch
+	slow := wake(20010, 0.1, stalled)
+	other := sw("llama", map[string]float64{"standby": 20000, "wake": 300}, "", "standby", "wake")
+	got := judge()
+	s := got[slow]
+	if !s.Slow || s.MedianMS != 227 || s.Mode != ModeStandby {
+		t.Errorf("the stalled wake: slow %v median %v mode %s, want slow against 227 (the median of 225.1, 226.9, 227.1, 20235.1)", s.Slow, s.MedianMS, s.Mode)
+	}
+	var long []string
+	for _, st := range s.Steps {
+		if st.Long {
+			long = append(long, st.Name+": "+st.Message)
+		}
+	}
+	if !slices.Equal(long, []string{"standby: " + stalled}) {
+		t.Errorf("long steps of the stalled wake: %q", long)
+	}
+	for _, id := range []string{cold, early, noisy, other} {
+		s := got[id]
+		if s.Slow {
+			t.Errorf("switch %s (%s %s, %v ms) marked slow", id, s.Profile, s.Mode, s.DurationMS)
+		}
+		for _, st := range s.Steps {
+			if st.Long {
+				t.Errorf("switch %s: step %+v marked long", id, st)
+			}
+		}
+	}
+	if got[cold].Mode != ModeCold || got[other].MedianMS != 0 {
+		t.Errorf("cold %+v other %+v", got[cold], got[other])
 	}
 }

@@ -62,6 +62,30 @@ type Switch struct {
 	// Status is "started" while it runs, then "done" or "failed";
 	// "unknown" when its end was not seen before the next switch began.
 	Status string `json:"status"`
+	// DurationMS is the switch's own duration from its end event (0
+	// while it runs).
+	DurationMS float64 `json:"duration_ms,omitempty"`
+	// Mode is "standby" when the target was woken (a "wake" step), else
+	// "cold"; a switch is compared with others of its profile and mode.
+	Mode  string `json:"mode"`
+	Steps []Step `json:"steps"`
+	// MedianMS is the median duration of the finished switches kept to
+	// the same profile in the same mode (0 with fewer than three), and
+	// Slow says this one took more than SlowFactor times it.
+	MedianMS float64 `json:"median_ms,omitempty"`
+	Slow     bool    `json:"slow,omitempty"`
+}
+
+// Step is one finished step of a switch, from its done or failed event.
+type Step struct {
+	Name    string  `json:"name"`
+	Status  string  `json:"status"`
+	MS      float64 `json:"ms"`
+	Message string  `json:"message,omitempty"`
+	// Long marks a step that took more than SlowFactor times the median
+	// of the same step in the switches kept to the same profile and mode
+	// (e.g. a standby step that waited its release timeout).
+	Long bool `json:"long,omitempty"`
 }
 
 // Window is the history of one time span, oldest first.
@@ -203,13 +227,19 @@ func (h *History) Sample(ctx context.Context) Sample {
 // (Kind "switch"); other events are ignored. An end whose start was not
 // seen (it left the event buffer) is marked from its duration.
 func (h *History) Observe(e api.Event) {
-	if e.Kind != "switch" || e.SwitchID == "" {
+	if (e.Kind != "switch" && e.Kind != "step") || e.SwitchID == "" {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	i := len(h.switches) - 1
 	for ; i >= 0 && h.switches[i].ID != e.SwitchID; i-- {
+	}
+	if e.Kind == "step" {
+		if i >= 0 {
+			h.switches[i].observeStep(e)
+		}
+		return
 	}
 	switch e.Status {
 	case "started":
@@ -222,15 +252,19 @@ func (h *History) Observe(e api.Event) {
 					h.switches[k].End, h.switches[k].Status = e.Time, "unknown"
 				}
 			}
-			h.addSwitch(Switch{ID: e.SwitchID, Profile: e.Profile, Start: e.Time, Status: "started"})
+			h.addSwitch(Switch{ID: e.SwitchID, Profile: e.Profile, Start: e.Time, Status: "started", Mode: ModeCold, Steps: []Step{}})
 		}
 	case "done", "failed":
 		if i < 0 {
 			start := e.Time.Add(-time.Duration(e.DurationMS * float64(time.Millisecond)))
-			h.addSwitch(Switch{ID: e.SwitchID, Profile: e.Profile, Start: start})
+			h.addSwitch(Switch{ID: e.SwitchID, Profile: e.Profile, Start: start, Mode: ModeCold, Steps: []Step{}})
 			i = len(h.switches) - 1
 		}
 		h.switches[i].End, h.switches[i].Status = e.Time, e.Status
+		h.switches[i].DurationMS = e.DurationMS
+		if e.DurationMS <= 0 {
+			h.switches[i].DurationMS = float64(e.Time.Sub(h.switches[i].Start)) / float64(time.Millisecond)
+		}
 		if e.Profile != "" {
 			h.switches[i].Profile = e.Profile
 		}
@@ -274,7 +308,8 @@ func (h *History) Window(d time.Duration) Window {
 			}
 		}
 	}
-	for _, sw := range h.switches {
+	judged := judgeSwitches(h.switches)
+	for _, sw := range judged {
 		if (sw.End.IsZero() || !sw.End.Before(w.From)) && !sw.Start.After(to) {
 			w.Switches = append(w.Switches, sw)
 		}
