@@ -20,7 +20,7 @@ import (
 	"gpuhost/bench"
 	"gpuhost/bench/benchcmd"
 	"gpuhost/config"
-	"gpuhost/internal/wiring"
+	"gpuhost/internal/daemon"
 	"gpuhost/nvml"
 	"gpuhost/simulator"
 	"gpuhost/triage/demo"
@@ -49,7 +49,7 @@ func newServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return wiring.Serve(cmd.Context(), cfg, log, wiring.Options{Version: version})
+			return daemon.Serve(cmd.Context(), cfg, log, daemon.Options{Version: version})
 		},
 	}
 }
@@ -90,7 +90,7 @@ func newDemoCmd() *cobra.Command {
 				return fmt.Errorf("seed the demo mailbox: %w", err)
 			}
 			out := cmd.OutOrStdout()
-			return wiring.Serve(cmd.Context(), cfg, log, wiring.Options{Version: version, Ready: func(addr string) {
+			return daemon.Serve(cmd.Context(), cfg, log, daemon.Options{Version: version, Ready: func(addr string) {
 				base := "http://" + addr
 				fmt.Fprintf(out, `
 gpuhost demo — simulated RTX 4090 (24 GB), simulator backends, state in %s
@@ -161,7 +161,7 @@ func fetchStatus(ctx context.Context, cmd *cobra.Command) (api.Status, error) {
 	if t.Cfg == nil {
 		return st, fmt.Errorf("%w; no config for a local reading either", err)
 	}
-	return wiring.LocalStatus(ctx, t.Cfg), nil
+	return daemon.LocalStatus(ctx, t.Cfg), nil
 }
 
 func printStatus(w io.Writer, st api.Status) {
@@ -297,7 +297,7 @@ func newDoctorCmd() *cobra.Command {
 						return fmt.Errorf("--profile %q: no such profile (profiles: %s)", profile, strings.Join(cfg.ProfileNames(), ", "))
 					}
 				}
-				rep = wiring.LocalDoctor(ctx, cfg, profile)
+				rep = daemon.LocalDoctor(ctx, cfg, profile)
 			}
 			if asJSON {
 				if err := writeJSON(cmd.OutOrStdout(), rep); err != nil {

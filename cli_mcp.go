@@ -2,7 +2,7 @@ package main
 
 import (
 	"gpuhost/config"
-	"gpuhost/internal/wiring"
+	"gpuhost/internal/daemon"
 	"os"
 	"path/filepath"
 
@@ -40,7 +40,7 @@ func mcpSetup(cmd *cobra.Command) (mcp.Setup, error) {
 	if err != nil {
 		return mcp.Setup{}, err
 	}
-	d, closeFn := wiring.LocalMCPDaemon(cmd.Context(), cfg, nil, false)
+	d, closeFn := daemon.LocalMCPDaemon(cmd.Context(), cfg, nil, false)
 	return mcp.Setup{Connectors: cfg.MCP.Connectors, ConnectorsDir: cfg.MCP.ConnectorsDir, Daemon: d, Close: closeFn}, nil
 }
 
@@ -64,6 +64,6 @@ func mcpDemoSetup(cmd *cobra.Command) (mcp.Setup, error) {
 	if err != nil {
 		return mcp.Setup{}, err
 	}
-	d, closeFn := wiring.LocalMCPDaemon(cmd.Context(), cfg, log, true)
+	d, closeFn := daemon.LocalMCPDaemon(cmd.Context(), cfg, log, true)
 	return mcp.Setup{Connectors: mcp.DemoConfig(), Daemon: d, Close: func() { closeFn(); os.RemoveAll(filepath.Clean(state)) }}, nil
 }

@@ -17,7 +17,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/appliance"
 	"gpuhost/config"
-	"gpuhost/internal/wiring"
+	"gpuhost/internal/daemon"
 	"gpuhost/mcp"
 	"gpuhost/triage"
 )
@@ -200,7 +200,7 @@ func openTriage(cmd *cobra.Command, cfg *config.Config) (*triage.Worker, func(),
 	if !cfg.Triage.Enabled {
 		return nil, nil, fmt.Errorf("%s: triage.enabled is false; configure the triage: section first", cfg.Path())
 	}
-	src := wiring.TriageSources{Log: log.With("component", "triage"), ActiveModel: daemonActiveModel(cfg)}
+	src := daemon.TriageSources{Log: log.With("component", "triage"), ActiveModel: daemonActiveModel(cfg)}
 	closeGPU := func() {}
 	if cfg.Triage.Model.BaseURL == "" {
 		// Local model: its energy is priced from the GPU's power draw.
@@ -220,7 +220,7 @@ func openTriage(cmd *cobra.Command, cfg *config.Config) (*triage.Worker, func(),
 		}
 		src.MCP = ms
 	}
-	w, closeW, err := wiring.OpenTriage(cmd.Context(), cfg, src)
+	w, closeW, err := daemon.OpenTriage(cmd.Context(), cfg, src)
 	if err != nil {
 		closeGPU()
 		return nil, nil, err

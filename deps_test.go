@@ -185,7 +185,7 @@ func keys(m map[string]bool) []string {
 }
 
 // TestOneWiringPlace: the daemon's core and the services' dependencies are
-// built in internal/wiring only, so `serve`, `demo`, `mcp --demo` and the
+// built in internal/daemon only, so `serve`, `demo`, `mcp --demo` and the
 // triage commands cannot drift apart (the core used to be built twice).
 func TestOneWiringPlace(t *testing.T) {
 	builders := []string{"appliance.NewSupervisor(", "triage.FromConfig(", "appliance.OpenUnits("}
@@ -194,7 +194,7 @@ func TestOneWiringPlace(t *testing.T) {
 		t.Skipf("git ls-files: %v", err)
 	}
 	for _, f := range strings.Fields(string(out)) {
-		if strings.HasSuffix(f, "_test.go") || strings.HasPrefix(f, "internal/wiring/") || strings.Contains(f, "test/") {
+		if strings.HasSuffix(f, "_test.go") || strings.HasPrefix(f, "internal/daemon/") || strings.Contains(f, "test/") {
 			continue
 		}
 		src, err := os.ReadFile(f)
@@ -203,7 +203,7 @@ func TestOneWiringPlace(t *testing.T) {
 		}
 		for _, b := range builders {
 			if strings.Contains(string(src), b) {
-				t.Errorf("%s calls %s: build the daemon's parts in internal/wiring (OpenCore, OpenTriage) and call that", f, strings.TrimSuffix(b, "("))
+				t.Errorf("%s calls %s: build the daemon's parts in internal/daemon (OpenCore, OpenTriage) and call that", f, strings.TrimSuffix(b, "("))
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package wiring
+package daemon
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/daemon"
+	sd "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/labstack/echo/v4"
 	"golang.org/x/net/netutil"
 
@@ -25,6 +25,7 @@ import (
 	"gpuhost/frontdoor/proxy"
 	"gpuhost/frontdoor/telegram"
 	"gpuhost/internal/activity"
+	"gpuhost/internal/wiring"
 	"gpuhost/nvml"
 	"gpuhost/units"
 )
@@ -282,7 +283,7 @@ func (c *Core) run(ctx, runCtx context.Context, ln net.Listener, ready func(addr
 	case <-ctx.Done():
 	case serveErr = <-errc:
 	}
-	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+	_, _ = sd.SdNotify(false, sd.SdNotifyStopping)
 	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutCtx)
@@ -312,12 +313,12 @@ func notifySystemd(ctx context.Context, sup *appliance.Supervisor, log *slog.Log
 		}
 		return api.StatusLine(sup.State(), snapPtr)
 	}
-	if sent, err := daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS="+status()); err != nil {
+	if sent, err := sd.SdNotify(false, sd.SdNotifyReady+"\nSTATUS="+status()); err != nil {
 		log.Warn("sd_notify READY failed", "err", err)
 	} else if !sent {
 		return // not under systemd Type=notify
 	}
-	interval, _ := daemon.SdWatchdogEnabled(false)
+	interval, _ := sd.SdWatchdogEnabled(false)
 	var wd <-chan time.Time
 	if interval > 0 {
 		t := time.NewTicker(interval / 2)
@@ -333,11 +334,11 @@ func notifySystemd(ctx context.Context, sup *appliance.Supervisor, log *slog.Log
 		case <-ctx.Done():
 			return
 		case <-wd:
-			_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
+			_, _ = sd.SdNotify(false, sd.SdNotifyWatchdog)
 		case <-evs:
-			_, _ = daemon.SdNotify(false, "STATUS="+status())
+			_, _ = sd.SdNotify(false, "STATUS="+status())
 		case <-refresh.C:
-			_, _ = daemon.SdNotify(false, "STATUS="+status())
+			_, _ = sd.SdNotify(false, "STATUS="+status())
 		}
 	}
 }
@@ -349,3 +350,25 @@ type benchPanel struct {
 }
 
 func (b benchPanel) List() ([]*bench.Result, []bench.Warning, error) { return b.store.List() }
+
+// LocalMCPDaemon builds the core over this box's GPU and units for `gpuhost
+// mcp` run without a daemon. With run it also runs the Supervisor (the
+// demo: its default profile starts); without, it only reads (one
+// reconcile).
+func LocalMCPDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger, run bool) (*wiring.MCPDaemon, func()) {
+	c, closeCore := OpenCore(ctx, cfg, log)
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	if run {
+		go func() { _ = c.Sup.Run(runCtx); close(done) }()
+	} else {
+		c.Sup.Reconcile(ctx)
+		close(done)
+	}
+	d := &wiring.MCPDaemon{Sup: c.Sup, DoctorFn: c.Doctor, Bench: bench.NewStore(cfg.StateDir, nil)}
+	return d, func() {
+		cancel()
+		<-done
+		closeCore()
+	}
+}

@@ -1,4 +1,4 @@
-package wiring
+package daemon
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"gpuhost/config"
 	"gpuhost/frontdoor/metrics"
 	"gpuhost/internal/loopback"
+	"gpuhost/internal/wiring"
 	"gpuhost/mcp"
 	"gpuhost/mcp/declarative"
 	"gpuhost/triage"
@@ -241,7 +242,7 @@ func (c *Core) startMCP(ctx context.Context, bstore *bench.Store) *mcp.Server {
 	}
 	ms, err := mcp.NewServer(mcp.ServerOptions{
 		Config: cfg.MCP.Connectors, Extra: extra, Log: mlog, Version: c.version,
-		Daemon: &MCPDaemon{Sup: c.Sup, DoctorFn: c.Doctor, Bench: bstore},
+		Daemon: &wiring.MCPDaemon{Sup: c.Sup, DoctorFn: c.Doctor, Bench: bstore},
 	})
 	if err != nil {
 		mlog.Error("MCP server not started; the daemon carries on", "err", err)
