@@ -528,7 +528,7 @@ func (s *Supervisor) standbyViolation(ctx context.Context, unit string, e standb
 	s.mu.Unlock()
 	// The bus logs the event (once, with its detail).
 	s.bus.publish(api.Event{Kind: "exclusion", Status: "failed", Profile: e.Profile, Message: msg,
-		Detail: map[string]any{"unit": unit, "used_mib": used, "residual_mib": residual}})
+		Detail: map[string]any{"unit": unit, "used_mib": used, "residual_mib": residual, "drift": "standby_awake"}})
 	if !fixed {
 		s.Reconcile(ctx)
 	}

@@ -75,6 +75,7 @@ type Supervisor struct {
 	residuals map[string]uint64
 	// exclusion counts standby backends found above their residual.
 	exclusion exclusionStats
+	wake      wakeState // verified wake's references and failures (wakecheck.go)
 
 	telegram telegramSlot // the bot's status, for Status (SetTelegramStatus)
 
@@ -685,8 +686,8 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 			r.cleanup(l.unit)
 			r.s.clearStandby(l.unit)
 			l.running, l.wake = false, false
-		} else {
-			l.loader = nil // Ollama's wake is its load
+		} else if l.afterWake(ctx) { // verified wake (wakecheck.go); else cold
+			return nil
 		}
 	}
 	if !l.running {
@@ -708,7 +709,10 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 			return err
 		}
 	}
-	return l.upStep(ctx, "verify", l.verify)
+	if err := l.upStep(ctx, "verify", l.verify); err != nil || l.running {
+		return err
+	}
+	return l.upStep(ctx, "wake_check", l.coldCheck)
 }
 
 // plan reads systemd to find what is in the way of p: every active backend
