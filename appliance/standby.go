@@ -372,14 +372,22 @@ func (s *Supervisor) waitResidual(ctx context.Context, p *units.Profile, st api.
 // wakeTarget wakes the target's backend from standby.
 func (l *leg) wakeTarget(ctx context.Context) (string, map[string]any, error) {
 	s := l.r.s
-	e, _ := s.standbyOf(l.unit)
+	e, recorded := s.standbyOf(l.unit)
+	level := e.level()
+	if !recorded && l.p.Backend == units.VLLM {
+		// Put to sleep behind gpuhost's back: at the level vLLM's gauge
+		// says, else level 2, whose wake (weights reloaded) is right after
+		// either.
+		e.Mode = s.handSleepMode(ctx, l.be)
+		level = e.level()
+	}
 	sl, ok := l.be.(backend.Sleeper)
 	if !ok {
 		return "", nil, fmt.Errorf("the %s engine has no standby", l.p.Backend)
 	}
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.ReadyTimeout.D())
 	defer cancel()
-	msg, err := sl.Wake(wctx, e.level())
+	msg, err := sl.Wake(wctx, level)
 	if err != nil {
 		return "", map[string]any{"mode": string(e.Mode)}, err
 	}
@@ -563,4 +571,20 @@ func (s *Supervisor) Exclusion() (violations uint64, last time.Time, lastMsg str
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.exclusion.Violations, s.exclusion.Last, s.exclusion.LastMsg
+}
+
+// handSleepMode is the standby mode of a vLLM put to sleep behind
+// gpuhost's back: level 1 when its vllm:engine_sleep_state says so, else
+// level 2 (right to wake from after either).
+func (s *Supervisor) handSleepMode(ctx context.Context, be backend.Backend) units.Standby {
+	v, ok := be.(*backend.VLLM)
+	if !ok {
+		return units.StandbySleep2
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if lvl, err := v.SleepLevel(cctx); err == nil && lvl == 1 {
+		return units.StandbySleep1
+	}
+	return units.StandbySleep2
 }
