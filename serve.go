@@ -101,7 +101,7 @@ func openCore(ctx context.Context, cfg *config.Config, log *slog.Logger) (c *cor
 	}
 	sup := appliance.NewSupervisor(cfg, gpu, u, journal, log)
 	doctor := func(ctx context.Context, profile string) api.DoctorReport {
-		d := &appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile, Telegram: sup.TelegramStatus, Exclusion: sup.Exclusion}
+		d := &appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile, Telegram: sup.TelegramStatus, Exclusion: sup.Exclusion, Watcher: sup}
 		if gerr != nil {
 			d.GPU, d.GPUErr = nil, gerr
 		}

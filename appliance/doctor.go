@@ -38,6 +38,7 @@ type Doctor struct {
 	// Exclusion reports the daemon's standby watcher (Supervisor.Exclusion)
 	// for the standby.exclusion check; nil: no check (the CLI's doctor).
 	Exclusion func() (violations uint64, last time.Time, lastMsg string)
+	Watcher   Watcher // verified wakes and drift (doctor_wake.go); nil: no checks
 }
 
 // Run executes the checks.
@@ -117,6 +118,7 @@ func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 			checks = append(checks, telegramCheck(st, time.Now()))
 		}
 	}
+	checks = append(checks, d.watchChecks()...)
 	rep := api.DoctorReport{Checks: checks, Worst: string(units.SeverityOK), TookMS: float64(time.Since(t0).Microseconds()) / 1000}
 	for _, c := range checks {
 		switch c.Severity {

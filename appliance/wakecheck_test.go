@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"gpuhost/api"
+	"gpuhost/units"
 )
 
 // wakeFaultYAML is standbyYAML with the vLLM simulator's wake fault set
@@ -114,6 +115,10 @@ func TestVerifiedWakeFaults(t *testing.T) {
 			}
 			if n, d := f.holders(t); n != 1 {
 				t.Errorf("%d holders after recovery: %s", n, d)
+			}
+			rep := (&Doctor{Cfg: f.cfg, GPU: f.gpu, Units: f.sup.units, Watcher: f.sup}).Run(context.Background())
+			if c, _ := checkByID(rep, "standby.wake_verify", ""); c.Severity != units.SeverityWarn || !strings.Contains(c.Message, tt.reason) {
+				t.Errorf("doctor standby.wake_verify = %s: %s", c.Severity, c.Message)
 			}
 			// The recovered backend is right: its own check passed, and a
 			// new one against the reference passes too.

@@ -11,6 +11,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/internal/testkit"
+	"gpuhost/units"
 )
 
 // watchSampler samples the Supervisor's state and the number of backends
@@ -272,6 +273,10 @@ func TestWatcherRestoresAnActiveBackendPutToSleep(t *testing.T) {
 			}
 			if by, _, _, unresolved := f.sup.Drift(); by[driftAsleep] != 1 || unresolved != "" {
 				t.Errorf("Drift = %v, unresolved %q", by, unresolved)
+			}
+			rep := (&Doctor{Cfg: f.cfg, GPU: f.gpu, Units: f.sup.units, Watcher: f.sup}).Run(context.Background())
+			if c, _ := checkByID(rep, "backend.drift", ""); c.Severity != units.SeverityWarn || !strings.Contains(c.Message, "asleep=1") {
+				t.Errorf("doctor backend.drift = %s: %s", c.Severity, c.Message)
 			}
 		})
 	}
