@@ -281,3 +281,31 @@ func TestWatcherRestoresAnActiveBackendPutToSleep(t *testing.T) {
 		})
 	}
 }
+
+// TestWatcherUnloadsAHandLoadedOllama: a hand /api/generate loads the
+// model into the Ollama in standby while the vLLM serves; the watcher
+// unloads it again.
+func TestWatcherUnloadsAHandLoadedOllama(t *testing.T) {
+	f := newProcFixtureYAML(t, standbyYAML(t))
+	awaitReconciled(t, f.sup)
+	for _, p := range []string{"llama", "coder"} {
+		if evs, err := f.switchTo(t, p); err != nil {
+			t.Fatalf("switch to %s: %v\n%s", p, err, describe(evs))
+		}
+	}
+	since := f.sup.LastSeq()
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/api/generate", f.cfg.Profiles["llama"].Port), "application/json",
+		strings.NewReader(`{"model":"llama3.1:8b","prompt":"hi","stream":false}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	e := awaitEvent(t, f.sup, since, func(e api.Event) bool { return e.Kind == "exclusion" })
+	if !strings.Contains(e.Message, "put back into standby") {
+		t.Errorf("exclusion: %q", e.Message)
+	}
+	testkit.Poll(10*time.Second, func() bool { return f.holdersNow() == 1 })
+	if n, d := f.holders(t); n != 1 {
+		t.Errorf("%d holders: %s", n, d)
+	}
+}
