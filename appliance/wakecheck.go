@@ -32,9 +32,9 @@ import (
 )
 
 const (
-	// wakeCheckTokens is the known prompt's answer length: three decode
+	// wakeCheckTokens is the known prompt's answer length: two decode
 	// intervals for the rate, few enough to cost a fraction of a wake.
-	wakeCheckTokens = 4
+	wakeCheckTokens = 3
 	// wakeRateTolerance: a woken backend must decode at least this share
 	// of the rate measured at its last cold start. The fault it is for
 	// halves the rate (0.5); a busy host delays a token now and then, and
@@ -48,7 +48,7 @@ const (
 	// 20–30 ms late and caught.
 	wakeRateSlack = 10 * time.Millisecond
 	// wakeCheckPrompt is the known prompt.
-	wakeCheckPrompt = "Count from one to ten in words, separated by spaces."
+	wakeCheckPrompt = "Count to ten."
 	// wakeCheckTool is the tool of the round trip; its name is in the
 	// prompt, which is how a model is asked to call it.
 	wakeCheckTool = "gpuhost_wake_check"
