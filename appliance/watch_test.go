@@ -309,3 +309,51 @@ func TestWatcherUnloadsAHandLoadedOllama(t *testing.T) {
 		t.Errorf("%d holders: %s", n, d)
 	}
 }
+
+// TestWatcherUnloadsAForeignOllamaModel: a hand /api/generate with another
+// model into the active Ollama is found: the other model is unloaded and,
+// when loading it pushed the profile's model out, the profile's is loaded
+// again by a verified restore; the profile ends active with its model.
+func TestWatcherUnloadsAForeignOllamaModel(t *testing.T) {
+	base := standbyYAML(t)
+	f := newProcFixtureYAML(t, func(bin, state string) string {
+		return strings.Replace(base(bin, state), "simulate, ollama,", "simulate, ollama, --model, qwen2.5:0.5b,", 1)
+	})
+	awaitReconciled(t, f.sup)
+	if evs, err := f.switchTo(t, "llama"); err != nil {
+		t.Fatalf("switch to llama: %v\n%s", err, describe(evs))
+	}
+	since := f.sup.LastSeq()
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/api/generate", f.cfg.Profiles["llama"].Port), "application/json",
+		strings.NewReader(`{"model":"qwen2.5:0.5b","prompt":"hi","stream":false}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("hand load of another model: %s", resp.Status)
+	}
+	e := awaitEvent(t, f.sup, since, func(e api.Event) bool { return e.Kind == "drift" })
+	t.Logf("drift: %s %q", e.Status, e.Message)
+	ok := testkit.Poll(30*time.Second, func() bool {
+		st := f.sup.State()
+		if st.Phase != api.PhaseActive || st.Step != "" || st.Profile != "llama" {
+			return false
+		}
+		o := f.sup.engines["ollama"](*f.cfg.Profiles["llama"], f.sup.client, fmt.Sprintf("http://127.0.0.1:%d", f.cfg.Profiles["llama"].Port))
+		others, err := o.(interface {
+			Foreign(context.Context) ([]string, error)
+		}).Foreign(context.Background())
+		return err == nil && len(others) == 0 && !f.sup.engineSleeping(context.Background(), f.cfg.Profiles["llama"])
+	})
+	if !ok {
+		_, evs, cancel := f.sup.Subscribe(since)
+		cancel()
+		t.Fatalf("llama not back to its own model alone: %+v%s", f.sup.State(), describe(evs))
+	}
+	by, _, _, unresolved := f.sup.Drift()
+	t.Logf("drift by kind: %v", by)
+	if by[driftForeignModel]+by[driftAsleep] == 0 || unresolved != "" {
+		t.Errorf("Drift = %v, unresolved %q", by, unresolved)
+	}
+}
