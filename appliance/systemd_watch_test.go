@@ -87,7 +87,7 @@ func TestSystemdStandbyHandActions(t *testing.T) {
 	vbase := fmt.Sprintf("http://127.0.0.1:%d", coder.Port)
 	obase := fmt.Sprintf("http://127.0.0.1:%d", llama.Port)
 	actions := []struct {
-		name, serving string // the profile that must stay (or become again) active
+		name, serving string   // the profile that must stay (or become again) active
 		switchFirst   []string // switch to these first
 		do            func()
 		kinds         []string // watcher event kinds that end the episode; none: wait a while, expect none
