@@ -372,7 +372,10 @@ failed call once, answer from the results, labelled "[simulated model]"),
 --schema-fault prose|invalid|prose-once (structured output misbehaves),
 --tool-call-fault content|xml|bad-arguments (tool calls come back as text in
 content, or with arguments that are not JSON) and
---transcription-fault error (/v1/audio/transcriptions answers 500), for tests.
+--transcription-fault error (/v1/audio/transcriptions answers 500), and
+--wake-fault hang|output|slow|residual (vllm: a woken engine hangs, answers
+other words or decodes at half speed; or each sleep after the first keeps
+4 GiB above the residual), for tests.
 For vllm every vLLM serve flag is accepted too (--gpu-memory-utilization,
 --max-num-seqs, --served-model-name, …), so a profile's argv runs unchanged.
 For ollama the address also comes from OLLAMA_HOST.`,

@@ -43,6 +43,9 @@ type Doctor struct {
 	// no daemon): the active backend is the running unit that standby.json
 	// does not record in standby.
 	Gate ProbeGate
+	// Watcher reports verified wakes and drift (doctor_wake.go); nil: no
+	// such checks.
+	Watcher Watcher
 }
 
 // ProbeGate is what the doctor needs of the Supervisor so that its probes
@@ -129,6 +132,7 @@ func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 			checks = append(checks, telegramCheck(st, time.Now()))
 		}
 	}
+	checks = append(checks, d.watchChecks()...)
 	rep := api.DoctorReport{Checks: checks, Worst: string(units.SeverityOK), TookMS: float64(time.Since(t0).Microseconds()) / 1000}
 	for _, c := range checks {
 		switch c.Severity {

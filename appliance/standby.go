@@ -235,6 +235,9 @@ func (l *leg) standbyOld(ctx context.Context) (string, map[string]any, error) {
 	for _, b := range l.toStandby {
 		msg, mode, err := l.r.s.sendToStandby(ctx, l.r, b)
 		if err != nil {
+			if errors.Is(err, errResidualHigh) {
+				l.r.s.wakeFailed(l.r, l.r.s.cfg.Profiles[b.profile], wakeReasonResidual, err.Error(), false)
+			}
 			l.toStop = append(l.toStop, b)
 			msgs = append(msgs, fmt.Sprintf("%s not in standby (%v); it will be stopped", b.unit, err))
 			continue
@@ -298,6 +301,19 @@ func (s *Supervisor) unitHeldMiB(ctx context.Context, st api.UnitStatus) uint64 
 	return unitUsedMiB(d, st)
 }
 
+// errResidualHigh: a backend in standby holds more than its measured
+// residual.
+var errResidualHigh = errors.New("residual above the recorded one")
+
+// A standby reading that has not changed for residualSettledReadings polls
+// and residualSettledFor since the sleep returned is where the backend
+// stays: above its residual, it fails at once instead of at the release
+// timeout.
+const (
+	residualSettledReadings = 5
+	residualSettledFor      = 2 * time.Second
+)
+
 // waitResidual waits until the unit's processes hold at most the profile's
 // measured residual. The first time there is none: it waits until the
 // memory has come down from heldMiB (0: from anything) and stays put for
@@ -307,6 +323,7 @@ func (s *Supervisor) waitResidual(ctx context.Context, p *units.Profile, st api.
 	pl := newPoller(releasePollCap)
 	var prev uint64
 	stable := 0
+	t0 := time.Now()
 	for {
 		snap, serr := s.snapshot(ctx)
 		if serr != nil && errors.Is(serr, nvml.ErrUnavailable) {
@@ -318,16 +335,21 @@ func (s *Supervisor) waitResidual(ctx context.Context, p *units.Profile, st api.
 				return 0, false, errors.New("no GPU device reported: cannot verify the standby residual")
 			}
 			used = unitUsedMiB(d, st)
+			if used == prev {
+				stable++
+			} else {
+				stable = 0
+			}
 			switch {
 			case ok && used <= known+residualToleranceMiB:
 				return used, false, nil
+			case ok && stable >= residualSettledReadings && time.Since(t0) >= residualSettledFor:
+				// Settled above the residual: waiting out the release
+				// timeout would only hold the switch (a residual that grew
+				// with an engine release, or a sleep that kept more).
+				return used, false, fmt.Errorf("%w: %s holds %d MiB in standby, settled above its measured residual %d MiB (+%d)",
+					errResidualHigh, st.Name, used, known, residualToleranceMiB)
 			case !ok && (used < heldMiB || heldMiB == 0):
-				if used == prev {
-					stable++
-				} else {
-					stable = 0
-				}
-				prev = used
 				if stable >= 2 {
 					s.mu.Lock()
 					s.residuals[p.Name] = used
@@ -336,10 +358,11 @@ func (s *Supervisor) waitResidual(ctx context.Context, p *units.Profile, st api.
 					return used, true, nil
 				}
 			}
+			prev = used
 		}
 		if werr := pl.wait(ctx); werr != nil {
 			if ok {
-				return used, false, fmt.Errorf("%s holds %d MiB in standby, above its measured residual %d MiB (+%d)", st.Name, used, known, residualToleranceMiB)
+				return used, false, fmt.Errorf("%w: %s holds %d MiB in standby, above its measured residual %d MiB (+%d)", errResidualHigh, st.Name, used, known, residualToleranceMiB)
 			}
 			return used, false, fmt.Errorf("%s did not settle in standby: %d MiB held, was %d", st.Name, used, heldMiB)
 		}
@@ -349,14 +372,22 @@ func (s *Supervisor) waitResidual(ctx context.Context, p *units.Profile, st api.
 // wakeTarget wakes the target's backend from standby.
 func (l *leg) wakeTarget(ctx context.Context) (string, map[string]any, error) {
 	s := l.r.s
-	e, _ := s.standbyOf(l.unit)
+	e, recorded := s.standbyOf(l.unit)
+	level := e.level()
+	if !recorded && l.p.Backend == units.VLLM {
+		// Put to sleep behind gpuhost's back: at the level vLLM's gauge
+		// says, else level 2, whose wake (weights reloaded) is right after
+		// either.
+		e.Mode = s.handSleepMode(ctx, l.be)
+		level = e.level()
+	}
 	sl, ok := l.be.(backend.Sleeper)
 	if !ok {
 		return "", nil, fmt.Errorf("the %s engine has no standby", l.p.Backend)
 	}
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.ReadyTimeout.D())
 	defer cancel()
-	msg, err := sl.Wake(wctx, e.level())
+	msg, err := sl.Wake(wctx, level)
 	if err != nil {
 		return "", map[string]any{"mode": string(e.Mode)}, err
 	}
@@ -528,7 +559,7 @@ func (s *Supervisor) standbyViolation(ctx context.Context, unit string, e standb
 	s.mu.Unlock()
 	// The bus logs the event (once, with its detail).
 	s.bus.publish(api.Event{Kind: "exclusion", Status: "failed", Profile: e.Profile, Message: msg,
-		Detail: map[string]any{"unit": unit, "used_mib": used, "residual_mib": residual}})
+		Detail: map[string]any{"unit": unit, "used_mib": used, "residual_mib": residual, "drift": "standby_awake"}})
 	if !fixed {
 		s.Reconcile(ctx)
 	}
@@ -540,4 +571,20 @@ func (s *Supervisor) Exclusion() (violations uint64, last time.Time, lastMsg str
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.exclusion.Violations, s.exclusion.Last, s.exclusion.LastMsg
+}
+
+// handSleepMode is the standby mode of a vLLM put to sleep behind
+// gpuhost's back: level 1 when its vllm:engine_sleep_state says so, else
+// level 2 (right to wake from after either).
+func (s *Supervisor) handSleepMode(ctx context.Context, be backend.Backend) units.Standby {
+	v, ok := be.(*backend.VLLM)
+	if !ok {
+		return units.StandbySleep2
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if lvl, err := v.SleepLevel(cctx); err == nil && lvl == 1 {
+		return units.StandbySleep1
+	}
+	return units.StandbySleep2
 }

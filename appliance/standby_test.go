@@ -82,7 +82,7 @@ func TestStandbyRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("switch to llama: %v\n%s", err, describe(evs))
 	}
-	if got := strings.Join(stepsOf(evs), " "); got != "standby vram_release configure start ready load_model verify" {
+	if got := strings.Join(stepsOf(evs), " "); got != "standby vram_release configure start ready load_model verify wake_check" {
 		t.Errorf("coder → llama steps = %q", got)
 	}
 	var why string
@@ -110,7 +110,7 @@ func TestStandbyRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("switch back to coder: %v\n%s", err, describe(evs))
 	}
-	if got := strings.Join(stepsOf(evs), " "); got != "standby wake ready verify" {
+	if got := strings.Join(stepsOf(evs), " "); got != "standby wake ready verify wake_check" {
 		t.Errorf("llama → coder steps = %q, want a wake and no start", got)
 	}
 	st = f.sup.State()
@@ -126,7 +126,7 @@ func TestStandbyRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("switch to llama again: %v\n%s", err, describe(evs))
 	}
-	if got := strings.Join(stepsOf(evs), " "); got != "standby wake ready verify" {
+	if got := strings.Join(stepsOf(evs), " "); got != "standby wake ready verify wake_check" {
 		t.Errorf("coder → llama (warm) steps = %q", got)
 	}
 	if n, d := f.holders(t); n != 1 {

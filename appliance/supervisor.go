@@ -75,6 +75,8 @@ type Supervisor struct {
 	residuals map[string]uint64
 	// exclusion counts standby backends found above their residual.
 	exclusion exclusionStats
+	wake      wakeState  // verified wake's references and failures (wakecheck.go)
+	drift     driftStats // the watcher's findings (watch.go)
 
 	telegram telegramSlot // the bot's status, for Status (SetTelegramStatus)
 	probes   probeSet     // the probe leases out now (probelease.go)
@@ -208,6 +210,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		case <-watch.C:
 			if !s.isSwitching() {
 				s.enforceStandby(ctx)
+				s.watchBackends(ctx)
 			}
 		case <-ctx.Done():
 			s.wg.Wait()
@@ -224,6 +227,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 				Detail: map[string]any{"unit": ev.Unit, "active_state": ev.ActiveState, "sub_state": ev.SubState}})
 			if !s.isSwitching() {
 				s.Reconcile(ctx)
+				s.watchBackends(ctx)
 			}
 		}
 	}
@@ -380,6 +384,13 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 				next.Step = a.status.ActiveState
 			}
 		default:
+			if a, ok := stillServing(prev, active); ok {
+				// A second unit came up beside the active one: it keeps
+				// serving while the watcher decides on the other (watch.go).
+				next.Phase = api.PhaseActive
+				next.Profile, next.Backend, next.Unit = a.profile, a.backend, a.unit
+				break
+			}
 			next.Phase = api.PhaseFailed
 			next.Error = fmt.Sprintf("two backends active at once: %s (%s) and %s (%s)",
 				active[0].unit, active[0].status.ActiveState, active[1].unit, active[1].status.ActiveState)
@@ -432,6 +443,13 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts api.Switch
 		}
 		return "", nil, be
 	}
+	id, done := s.startSwitch(p, opts)
+	return id, done, nil
+}
+
+// startSwitch runs a switch to p in the background; switchMu is held, and
+// the switch releases it when it ends.
+func (s *Supervisor) startSwitch(p *units.Profile, opts api.SwitchOptions) (string, <-chan error) {
 	r := &switchRun{s: s, id: newID(), target: p, opts: opts, started: time.Now()}
 	s.mu.Lock()
 	r.prev = s.state.Profile
@@ -441,11 +459,11 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts api.Switch
 	s.current = r
 	s.gen++
 	s.revokeProbesLocked()
-	s.state.Phase, s.state.Target, s.state.SwitchID, s.state.Step, s.state.Error = api.PhaseSwitching, profile, r.id, "starting", ""
+	s.state.Phase, s.state.Target, s.state.SwitchID, s.state.Step, s.state.Error = api.PhaseSwitching, p.Name, r.id, "starting", ""
 	s.state.Since = time.Now()
-	s.state.LastWanted = profile
+	s.state.LastWanted = p.Name
 	s.mu.Unlock()
-	if err := s.writeLastWanted(profile); err != nil {
+	if err := s.writeLastWanted(p.Name); err != nil {
 		s.log.Error("persist last wanted profile", "err", err)
 	}
 	done := make(chan error, 1)
@@ -470,7 +488,7 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts api.Switch
 		s.Reconcile(s.baseCtx)
 		done <- err
 	}()
-	return r.id, done, nil
+	return r.id, done
 }
 
 // finishingWait bounds how long Switch waits for a switch that has reached
@@ -688,8 +706,8 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 			r.cleanup(l.unit)
 			r.s.clearStandby(l.unit)
 			l.running, l.wake = false, false
-		} else {
-			l.loader = nil // Ollama's wake is its load
+		} else if l.afterWake(ctx) { // verified wake (wakecheck.go); else cold
+			return nil
 		}
 	}
 	if !l.running {
@@ -711,7 +729,10 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 			return err
 		}
 	}
-	return l.upStep(ctx, "verify", l.verify)
+	if err := l.upStep(ctx, "verify", l.verify); err != nil || l.running {
+		return err
+	}
+	return l.upStep(ctx, "wake_check", l.coldCheck)
 }
 
 // plan reads systemd to find what is in the way of p: every active backend
@@ -737,7 +758,8 @@ func (r *switchRun) plan(ctx context.Context, p *units.Profile) (*leg, error) {
 		_, asleep := s.standbyOf(b.unit)
 		if b.unit == l.unit && b.profile == p.Name && b.status.ActiveState != "deactivating" {
 			l.running = true
-			l.wake = asleep
+			// Asleep without gpuhost's record (a hand /sleep): woken too.
+			l.wake = asleep || (p.StandbyEnabled() && s.engineSleeping(ctx, p))
 			continue
 		}
 		if b.unit != l.unit {

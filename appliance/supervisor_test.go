@@ -133,7 +133,7 @@ func TestSwitchReleasesAndReallocatesVRAM(t *testing.T) {
 			order = append(order, e.Step)
 		}
 	}
-	if got := strings.Join(order, ","); got != "stop,vram_release,configure,start,ready,load_model,verify" {
+	if got := strings.Join(order, ","); got != "stop,vram_release,configure,start,ready,load_model,verify,wake_check" {
 		t.Errorf("step order = %s", got)
 	}
 	if used := f.usedMiB(t); used < 6200 || used > 7000 {

@@ -198,6 +198,32 @@ func (o *Ollama) Sleeping(ctx context.Context) (bool, error) {
 	return !found && err == nil, err
 }
 
+// Foreign lists the models Ollama has loaded other than the profile's
+// (someone loaded one behind gpuhost's back: it holds GPU memory the
+// profile was sized without).
+func (o *Ollama) Foreign(ctx context.Context) ([]string, error) {
+	_, names, _, err := o.loaded(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range names {
+		if !SameOllamaModel(n, o.p.Model) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// UnloadOther unloads one model that is not the profile's, the way Sleep
+// unloads the profile's own (keep_alive 0); it does not wait for /api/ps.
+func (o *Ollama) UnloadOther(ctx context.Context, model string) error {
+	if _, err := post(ctx, o.client, o.base+"/api/generate", map[string]any{"model": model, "keep_alive": 0, "stream": false}); err != nil {
+		return fmt.Errorf("unload %s: %w", model, err)
+	}
+	return nil
+}
+
 var (
 	_ Sleeper = (*VLLM)(nil)
 	_ Sleeper = (*Ollama)(nil)

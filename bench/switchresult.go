@@ -139,13 +139,18 @@ func NewLatencyStat(samples []float64) LatencyStat {
 // a step named "wake" brought the target up from standby; any other
 // (the target's unit was started) is cold. Rollback steps
 // ("rollback.wake") do not count: they bring back the previous profile.
+// A wake whose check failed is followed by a start: that switch is cold.
 func SwitchMode(evs []api.Event) string {
+	mode := ModeCold
 	for _, e := range evs {
-		if e.Kind == "step" && e.Step == "wake" {
-			return ModeStandby
+		switch {
+		case e.Kind == "step" && e.Step == "wake":
+			mode = ModeStandby
+		case e.Kind == "step" && e.Step == "start":
+			return ModeCold
 		}
 	}
-	return ModeCold
+	return mode
 }
 
 // switchSteps lists the finished steps of a switch in order.

@@ -33,7 +33,8 @@ func TestSwitchMode(t *testing.T) {
 	}{
 		{"cold vLLM", []string{"stop", "vram_release", "configure", "start", "ready", "verify"}, ModeCold},
 		{"cold Ollama", []string{"stop", "vram_release", "configure", "start", "ready", "load_model", "verify"}, ModeCold},
-		{"standby", []string{"standby", "wake", "ready", "verify"}, ModeStandby},
+		{"standby", []string{"standby", "wake", "ready", "verify", "wake_check"}, ModeStandby},
+		{"wake that failed its check, then cold", []string{"standby", "wake", "ready", "verify", "vram_release", "configure", "start", "ready", "verify", "wake_check"}, ModeCold},
 		{"rollback woke the old one", []string{"stop", "start", "rollback.wake"}, ModeCold},
 	} {
 		evs := switchEvents("s1", "b", c.steps...)

@@ -40,6 +40,9 @@ func validateFaults(o Options) error {
 	default:
 		return fmt.Errorf("simulator options: transcription fault %q: want %q or none", o.TranscriptionFault, TranscriptionFaultError)
 	}
+	if err := validateWakeFault(o.WakeFault); err != nil {
+		return err
+	}
 	return validateToolCallFault(o.ToolCallFault)
 }
 

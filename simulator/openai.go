@@ -326,12 +326,13 @@ type oaiReply struct {
 	text                    strings.Builder
 	args                    []strings.Builder // per-call arguments emitted
 	stream                  *streamWriter
+	garbled                 bool // the output wake fault is armed
 }
 
 // runOpenAI generates and writes the response, streamed or whole.
 func (s *server) runOpenAI(w http.ResponseWriter, r *http.Request, j *openAIJob) {
 	vllm := s.opts.Flavor == FlavorVLLM
-	rp := &oaiReply{j: j, vllm: vllm}
+	rp := &oaiReply{j: j, vllm: vllm, garbled: s.activeWakeFault() == WakeFaultOutput}
 	rp.id = randomID(pickS(j.chat, "chatcmpl-", "cmpl-"))
 	rp.object = pickS(j.chat, "chat.completion", "text_completion")
 	rp.created = time.Now().Unix()
@@ -394,6 +395,9 @@ func (rp *oaiReply) emit(i int) error {
 		tok = j.textToks[i]
 	} else {
 		tok = replyToken(i)
+	}
+	if rp.garbled {
+		tok = garble(tok)
 	}
 	rp.text.WriteString(tok)
 	if rp.stream == nil {

@@ -167,6 +167,10 @@ type Options struct {
 	// TranscriptionFault "error" makes /v1/audio/transcriptions answer 500
 	// (`--transcription-fault`); "" transcribes.
 	TranscriptionFault string
+	// WakeFault makes a woken vLLM engine misbehave for tests
+	// (`--wake-fault`, wakefault.go): "hang", "output", "slow" after a
+	// wake_up, "residual" at every sleep after the first; "" is healthy.
+	WakeFault string
 	// StopDelay is how long the server keeps running (listening, holding
 	// its simulated VRAM) after its context ends, like a backend that takes
 	// seconds to stop (`--stop-delay`); default 0.

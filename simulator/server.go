@@ -72,7 +72,18 @@ func (s *server) generate(ctx context.Context, job genJob, emit func(i int) erro
 	}
 	ctx, done := s.engine.bind(ctx)
 	defer done()
-	res, err := s.generateJob(ctx, job, emit)
+	var res genResult
+	var err error
+	switch s.activeWakeFault() {
+	case WakeFaultHang:
+		err = hangUntilDone(ctx)
+	case WakeFaultSlow:
+		slow := *s
+		slow.pace.decodeTPS /= 2
+		res, err = slow.generateJob(ctx, job, emit)
+	default:
+		res, err = s.generateJob(ctx, job, emit)
+	}
 	if err != nil && errors.Is(context.Cause(ctx), errSleepAbort) {
 		err = errSleepAbort
 	}

@@ -83,6 +83,12 @@ type vllmEngine struct {
 	// under it.
 	awake context.Context
 	abort context.CancelFunc
+	// woken is set by the first wake_up that wakes the engine (the wake
+	// faults arm then); sleeps counts the sleeps (the residual fault
+	// starts at the second); fault is Options.WakeFault.
+	woken  bool
+	sleeps int
+	fault  string
 }
 
 func newVLLMEngine(ctx context.Context, o Options) *vllmEngine {
@@ -90,7 +96,7 @@ func newVLLMEngine(ctx context.Context, o Options) *vllmEngine {
 	e := &vllmEngine{
 		log: o.Logger, simDir: o.SimDir, pid: os.Getpid(), name: "vllm " + o.Model, enabled: o.EnableSleepMode,
 		residual: res, weights: w, kv: uint64(o.VRAMMiB) - res - w, h2dGBps: o.H2DGBps, reloadGBps: o.ReloadGBps, ctx: ctx,
-		weightsMapped: true, kvMapped: true, weightsValid: true, metricAwake: true,
+		weightsMapped: true, kvMapped: true, weightsValid: true, metricAwake: true, fault: o.WakeFault,
 	}
 	e.awake, e.abort = context.WithCancel(context.Background())
 	return e
@@ -99,6 +105,9 @@ func newVLLMEngine(ctx context.Context, o Options) *vllmEngine {
 // vramLocked is the VRAM the engine holds now, in MiB.
 func (e *vllmEngine) vramLocked() uint64 {
 	mib := e.residual
+	if e.fault == WakeFaultResidual && e.sleeps > 1 && !e.weightsMapped {
+		mib += wakeFaultResidualMiB
+	}
 	if e.weightsMapped {
 		mib += e.weights
 	}
@@ -164,6 +173,7 @@ func (e *vllmEngine) sleep(level int) error {
 		return nil
 	}
 	before := e.vramLocked()
+	e.sleeps++
 	e.fallingAsleep = true
 	e.abort()
 	if level == sleepLevelOffload {
@@ -237,6 +247,7 @@ func (e *vllmEngine) wake(tags []string) error {
 	}
 	if !e.sleepingLocked() {
 		e.awake, e.abort = context.WithCancel(context.Background())
+		e.woken = true
 	}
 	e.log.Info(fmt.Sprintf("It took %.6f seconds to wake up tags %v.", time.Since(start).Seconds(), woken),
 		"is_sleeping", e.sleepingLocked(), "weights_valid", e.weightsValid)

@@ -123,9 +123,9 @@ func TestBenchSwitch(t *testing.T) {
 				t.Errorf("sample %+v: step %+v", s, st)
 			}
 		}
-		wantSteps := []string{"stop", "vram_release", "configure", "start", "ready", "verify"}
+		wantSteps := []string{"stop", "vram_release", "configure", "start", "ready", "verify", "wake_check"}
 		if s.To == "llama" {
-			wantSteps = []string{"stop", "vram_release", "configure", "start", "ready", "load_model", "verify"}
+			wantSteps = []string{"stop", "vram_release", "configure", "start", "ready", "load_model", "verify", "wake_check"}
 		}
 		if !slices.Equal(steps, wantSteps) {
 			t.Errorf("sample %d %s→%s %s: steps %q, want %q", s.Round, s.From, s.To, s.Path, steps, wantSteps)

@@ -58,6 +58,10 @@ func (m *Metrics) handle(e api.Event) {
 		// What the doctor checks (drift, endpoint health, exclusivity)
 		// changes with the backend: refresh it, rate-limited.
 		m.requestDoctor()
+	case e.Kind == "wake_check" && e.Status == "failed":
+		m.wakeFails.WithLabelValues(cleanLabel(detailString(e, "reason"))).Inc()
+	case e.Kind == "drift" || e.Kind == "exclusion":
+		m.drift.WithLabelValues(cleanLabel(detailString(e, "drift"))).Inc()
 	case e.Kind == "step" && e.Status == "done" && e.Step != "":
 		m.stepDur.WithLabelValues(cleanLabel(e.Step)).Observe(max(e.DurationMS, 0) / 1000)
 	}
@@ -99,4 +103,12 @@ func (m *Metrics) waitFor(ctx context.Context, cond func() bool) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// detailString is e.Detail[key] when it is a string, else "unknown".
+func detailString(e api.Event, key string) string {
+	if v, ok := e.Detail[key].(string); ok && v != "" {
+		return v
+	}
+	return "unknown"
 }

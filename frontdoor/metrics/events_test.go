@@ -105,3 +105,34 @@ func TestHandleCountsLostEvents(t *testing.T) {
 		t.Errorf("events lost = %v, want 5 (3, 4, 7, 8, 9)", lost)
 	}
 }
+
+// TestWakeFailureAndDriftCounters: failed wake checks count by their
+// reason, watcher findings (drift, exclusion) by their kind; other events
+// of those kinds count nothing.
+func TestWakeFailureAndDriftCounters(t *testing.T) {
+	m := New(nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	evs := []api.Event{
+		{Kind: "wake_check", Status: "failed", Detail: map[string]any{"reason": "output"}},
+		{Kind: "wake_check", Status: "failed", Detail: map[string]any{"reason": "output"}},
+		{Kind: "wake_check", Status: "failed", Detail: map[string]any{"reason": "rate"}},
+		{Kind: "wake_check", Status: "failed"},
+		{Kind: "step", Step: "wake_check", Status: "failed", Detail: map[string]any{"reason": "hang"}},
+		{Kind: "drift", Status: "failed", Detail: map[string]any{"drift": "asleep"}},
+		{Kind: "exclusion", Status: "failed", Detail: map[string]any{"drift": "stray_unit"}},
+		{Kind: "exclusion", Status: "failed", Detail: map[string]any{"drift": "stray_unit"}},
+	}
+	for i, e := range evs {
+		e.Seq = uint64(i + 1)
+		m.handle(e)
+	}
+	for _, c := range []struct {
+		vec   *prometheus.CounterVec
+		label string
+		want  float64
+	}{{m.wakeFails, "output", 2}, {m.wakeFails, "rate", 1}, {m.wakeFails, "unknown", 1}, {m.wakeFails, "hang", 0},
+		{m.drift, "asleep", 1}, {m.drift, "stray_unit", 2}} {
+		if got := read(t, c.vec.WithLabelValues(c.label)).GetCounter().GetValue(); got != c.want {
+			t.Errorf("%s = %v, want %v", c.label, got, c.want)
+		}
+	}
+}

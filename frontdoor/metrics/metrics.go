@@ -93,6 +93,8 @@ type Metrics struct {
 	switches    *prometheus.CounterVec
 	switchDur   *prometheus.HistogramVec
 	stepDur     *prometheus.HistogramVec
+	wakeFails   *prometheus.CounterVec
+	drift       *prometheus.CounterVec
 	eventsLost  prometheus.Counter
 	proxyReqs   *prometheus.CounterVec
 	proxyTokens *prometheus.CounterVec
@@ -157,9 +159,17 @@ func New(sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) *Metrics {
 		}, []string{"profile", "result"}),
 		stepDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gpuhost_switch_step_duration_seconds",
-			Help:    "Wall time of the switch steps that succeeded (stop, vram_release, configure, start, ready, load_model, verify; rollback.* during a rollback).",
+			Help:    "Wall time of the switch steps that succeeded (stop, vram_release, configure, start, ready, load_model, verify, wake_check; rollback.* during a rollback).",
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}, []string{"step"}),
+		wakeFails: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuhost_wake_failures_total",
+			Help: "Verified-wake checks that failed, by reason (hang, output, rate, tools, ready): after a wake the unit is restarted cold.",
+		}, []string{"reason"}),
+		drift: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuhost_backend_drift_total",
+			Help: "Backend changes made behind gpuhost's back that the watcher found, by kind (asleep, foreign_model, stray_unit, standby_awake).",
+		}, []string{"kind"}),
 		eventsLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gpuhost_metrics_events_lost_total",
 			Help: "Supervisor events the metrics missed because their subscription fell behind; switch counts may be low by as much.",
@@ -197,7 +207,7 @@ func New(sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&scrapeCollector{m: m},
-		m.switches, m.switchDur, m.stepDur, m.eventsLost,
+		m.switches, m.switchDur, m.stepDur, m.eventsLost, m.wakeFails, m.drift,
 		m.proxyReqs, m.proxyTokens, m.proxyTTFB, m.proxyDur, m.proxyHold, m.proxyTokPS,
 	)
 	return m

@@ -121,7 +121,7 @@ func OpenCore(ctx context.Context, cfg *config.Config, log *slog.Logger) (c *Cor
 	}
 	sup := appliance.NewSupervisor(cfg, gpu, u, journal, log)
 	doctor := func(ctx context.Context, profile string) api.DoctorReport {
-		d := &appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile, Telegram: sup.TelegramStatus, Exclusion: sup.Exclusion, Gate: sup}
+		d := &appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile, Telegram: sup.TelegramStatus, Exclusion: sup.Exclusion, Gate: sup, Watcher: sup}
 		if gerr != nil {
 			d.GPU, d.GPUErr = nil, gerr
 		}

@@ -1,0 +1,426 @@
+package appliance
+
+// Verified wake: health and /v1/models answering after a wake_up prove
+// little. vLLM's tracker has woken engines that hang while /health stays
+// green, answer gibberish, or decode at half speed because draft weights
+// were not reloaded. So after every wake (and every cold start) a short
+// check runs before the profile counts as active: a known prompt at
+// temperature 0 whose few tokens must equal the answer recorded at the
+// profile's first cold start, the decode rate of that answer against the
+// rate measured at the last cold start, and the tool-call round trip where
+// the profile has a tool parser and tool calls worked at the cold start.
+// A failed check after a wake restarts the unit cold.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"gpuhost/api"
+	"gpuhost/internal/atomicfile"
+	"gpuhost/internal/sse"
+	"gpuhost/units"
+)
+
+const (
+	// wakeCheckTokens is the known prompt's answer length: two decode
+	// intervals for the rate, few enough to cost a fraction of a wake.
+	wakeCheckTokens = 3
+	// wakeRateTolerance: a woken backend must decode at least this share
+	// of the rate measured at its last cold start. The fault it is for
+	// halves the rate (0.5); a busy host delays a token now and then, and
+	// a rate below the tolerance is measured twice before it counts.
+	wakeRateTolerance = 0.6
+	// wakeRateSlack: a rate below the tolerance counts only when the
+	// answer also took this much longer than the cold rate makes it take.
+	// At fast simulated rates (500 tokens/s: 6 ms for the answer) a busy
+	// host's scheduling delay alone would halve the rate; at a real or the
+	// demo's rate (100–150 tokens/s: 20–30 ms) a half-speed decode is
+	// 20–30 ms late and caught.
+	wakeRateSlack = 10 * time.Millisecond
+	// wakeCheckPrompt is the known prompt.
+	wakeCheckPrompt = "Count to ten."
+	// wakeCheckTool is the tool of the round trip; its name is in the
+	// prompt, which is how a model is asked to call it.
+	wakeCheckTool = "gpuhost_wake_check"
+)
+
+// wakeCheckTimeout bounds the whole check: a woken engine that hangs
+// generation (health green) is found when it runs out.
+var wakeCheckTimeout = 5 * time.Second
+
+// Reasons of a failed check: the label of gpuhost_wake_failures_total.
+const (
+	wakeReasonHang   = "hang"   // no answer within wakeCheckTimeout, or an error status
+	wakeReasonOutput = "output" // the known prompt's answer differs
+	wakeReasonRate   = "rate"   // decoding below wakeRateTolerance of the cold rate
+	wakeReasonTools  = "tools"  // the tool-call round trip broke
+	wakeReasonReady  = "ready"  // health or /v1/models failed after the wake
+	// wakeReasonResidual: at the sleep before, the backend settled above
+	// its measured residual; it is stopped, and its next start is cold.
+	wakeReasonResidual = "residual"
+)
+
+// wakeRef is what a cold start of a profile recorded: the reference a
+// woken backend is held to. Key names what the answer depends on (model,
+// served name, argv); a new key records afresh.
+type wakeRef struct {
+	Key        string    `json:"key"`
+	Answer     string    `json:"answer"`
+	DecodeTPS  float64   `json:"decode_tps"`
+	ToolsOK    bool      `json:"tools_ok"`
+	RecordedAt time.Time `json:"recorded_at"`
+}
+
+// wakeState holds the references (wake_check.json in the state dir) and
+// the failures counted, for the doctor.
+type wakeState struct {
+	mu       sync.Mutex
+	refs     map[string]wakeRef
+	loaded   bool
+	failures map[string]uint64 // by reason
+	last     time.Time
+	lastMsg  string
+}
+
+func (s *Supervisor) wakeRefPath() string { return filepath.Join(s.cfg.StateDir, "wake_check.json") }
+
+// wakeRefOf returns p's reference (ok false when none), reading the file
+// once.
+func (s *Supervisor) wakeRefOf(p string) (wakeRef, bool) {
+	w := &s.wake
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.loaded {
+		w.loaded, w.refs = true, map[string]wakeRef{}
+		if data, err := os.ReadFile(s.wakeRefPath()); err == nil {
+			if err := json.Unmarshal(data, &w.refs); err != nil {
+				s.log.Warn("ignoring unreadable wake check file", "file", s.wakeRefPath(), "err", err)
+				w.refs = map[string]wakeRef{}
+			}
+		} else if !errors.Is(err, os.ErrNotExist) {
+			s.log.Warn("ignoring unreadable wake check file", "file", s.wakeRefPath(), "err", err)
+		}
+	}
+	r, ok := w.refs[p]
+	return r, ok
+}
+
+func (s *Supervisor) setWakeRef(p string, r wakeRef) {
+	s.wakeRefOf(p) // loads the file first
+	w := &s.wake
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.refs[p] = r
+	data, _ := json.MarshalIndent(w.refs, "", "  ")
+	if err := atomicfile.Write(s.wakeRefPath(), append(data, '\n'), 0o644); err != nil {
+		s.log.Error("persist wake check reference", "err", err)
+	}
+}
+
+// WakeFailures reports the failed wake checks by reason and the last one,
+// for the doctor and the status.
+func (s *Supervisor) WakeFailures() (byReason map[string]uint64, last time.Time, lastMsg string) {
+	w := &s.wake
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]uint64, len(w.failures))
+	for k, v := range w.failures {
+		out[k] = v
+	}
+	return out, w.last, w.lastMsg
+}
+
+// wakeKey is what the known prompt's answer depends on.
+func (s *Supervisor) wakeKey(p *units.Profile) string {
+	bc := s.cfg.BackendFor(p.Backend)
+	return p.Model + "|" + p.ServedModelName() + "|" + strings.Join(units.BackendArgs(*p, bc.Simulated), " ")
+}
+
+// wantsToolCheck: the profile has a tool parser (vLLM with auto tool
+// choice); Ollama's tool calling depends on the model's template, which
+// the doctor checks.
+func wantsToolCheck(p *units.Profile) bool {
+	return p.Backend == units.VLLM && p.VLLM.EnableAutoToolChoice && p.VLLM.ToolCallParser != ""
+}
+
+// wakeObs is what one check saw.
+type wakeObs struct {
+	answer  string
+	tps     float64       // 0 when fewer than two tokens came
+	decode  time.Duration // first token to last
+	n       int           // tokens
+	toolsOK bool
+	tools   string // what the round trip saw
+}
+
+// observe runs the known prompt and, when asked, the tool-call round trip
+// side by side (the check costs the longer of the two, not the sum).
+func (s *Supervisor) observe(ctx context.Context, p *units.Profile, tools bool) (wakeObs, error) {
+	base := "http://127.0.0.1:" + fmt.Sprint(p.Port)
+	var obs wakeObs
+	var wg sync.WaitGroup
+	if tools {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			obs.toolsOK, obs.tools = toolRoundTrip(ctx, s.client, base, p.ServedModelName())
+		}()
+	}
+	var err error
+	obs.answer, obs.n, obs.decode, err = knownPrompt(ctx, s.client, base, p.ServedModelName())
+	if obs.n > 1 && obs.decode > 0 {
+		obs.tps = float64(obs.n-1) / obs.decode.Seconds()
+	}
+	wg.Wait()
+	return obs, err
+}
+
+// checkServes is the check itself. cold: the backend was just started, so
+// its answers become (or renew) the reference; else it was woken and is
+// held to the reference. reason is "" when the check passed.
+func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold bool) (msg, reason string, detail map[string]any) {
+	ctx, cancel := context.WithTimeout(ctx, wakeCheckTimeout)
+	defer cancel()
+	t0 := time.Now()
+	ref, known := s.wakeRefOf(p.Name)
+	known = known && ref.Key == s.wakeKey(p)
+	tools := wantsToolCheck(p) && (cold || ref.ToolsOK)
+	obs, err := s.observe(ctx, p, tools)
+	detail = map[string]any{"answer": obs.answer, "decode_tps": round1(obs.tps)}
+	defer func() { detail["check_ms"] = float64(time.Since(t0).Microseconds()) / 1000 }()
+	if err != nil {
+		return "known prompt: " + err.Error(), wakeReasonHang, detail
+	}
+	if cold {
+		return s.recordCold(p, ref, known, obs, detail), "", detail
+	}
+	if !known {
+		return "no reference recorded yet (no cold start of this profile seen): answered " + fmt.Sprintf("%q", obs.answer), "", detail
+	}
+	detail["want_answer"], detail["want_decode_tps"] = ref.Answer, round1(ref.DecodeTPS)
+	if obs.answer != ref.Answer {
+		return fmt.Sprintf("the known prompt answered %q, recorded at the cold start %q", obs.answer, ref.Answer), wakeReasonOutput, detail
+	}
+	if tools && !obs.toolsOK {
+		return "tool-call round trip: " + obs.tools, wakeReasonTools, detail
+	}
+	if slow(ref, obs) {
+		// Once more before it counts: a busy host delays a token now and then.
+		again, err := s.observe(ctx, p, false)
+		if err != nil {
+			return "known prompt (rate re-measured): " + err.Error(), wakeReasonHang, detail
+		}
+		detail["decode_tps_again"] = round1(again.tps)
+		if slow(ref, again) {
+			return fmt.Sprintf("decodes at %.1f then %.1f tokens/s, below %.0f %% of the %.1f measured at the cold start",
+				obs.tps, again.tps, wakeRateTolerance*100, ref.DecodeTPS), wakeReasonRate, detail
+		}
+	}
+	return fmt.Sprintf("answer as recorded, %.1f tokens/s (cold %.1f)%s", obs.tps, ref.DecodeTPS, toolNote(tools, obs)), "", detail
+}
+
+// recordCold makes a cold start's answers the reference: the answer only
+// when none is recorded for this key (a later cold start that answers
+// otherwise renews it and says so), the rate and the tool verdict always.
+func (s *Supervisor) recordCold(p *units.Profile, ref wakeRef, known bool, obs wakeObs, detail map[string]any) string {
+	msg := fmt.Sprintf("recorded: answer %q, %.1f tokens/s%s", obs.answer, obs.tps, toolNote(wantsToolCheck(p), obs))
+	if known && ref.Answer != obs.answer {
+		msg += fmt.Sprintf(" (the cold start before answered %q; renewed)", ref.Answer)
+		detail["previous_answer"] = ref.Answer
+	}
+	next := wakeRef{Key: s.wakeKey(p), Answer: obs.answer, DecodeTPS: obs.tps, ToolsOK: obs.toolsOK, RecordedAt: time.Now().UTC()}
+	if known && ref.Answer == obs.answer {
+		next.RecordedAt = ref.RecordedAt
+	}
+	if obs.tps == 0 && known {
+		next.DecodeTPS = ref.DecodeTPS
+	}
+	s.setWakeRef(p.Name, next)
+	return msg
+}
+
+// slow: the answer decoded below the tolerance of the cold rate, and late
+// by more than the slack.
+func slow(ref wakeRef, obs wakeObs) bool {
+	if ref.DecodeTPS <= 0 || obs.n < 2 {
+		return false
+	}
+	want := time.Duration(float64(obs.n-1) / ref.DecodeTPS * float64(time.Second))
+	return obs.tps < wakeRateTolerance*ref.DecodeTPS && obs.decode-want > wakeRateSlack
+}
+
+func toolNote(asked bool, obs wakeObs) string {
+	if !asked {
+		return ""
+	}
+	return "; tool call: " + obs.tools
+}
+
+func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
+
+// wakeFailed counts and publishes a failed check.
+func (s *Supervisor) wakeFailed(r *switchRun, p *units.Profile, reason, msg string, cold bool) {
+	w := &s.wake
+	w.mu.Lock()
+	if w.failures == nil {
+		w.failures = map[string]uint64{}
+	}
+	w.failures[reason]++
+	w.last, w.lastMsg = time.Now(), p.Name+": "+msg
+	w.mu.Unlock()
+	text := fmt.Sprintf("%s woke wrong (%s): %s; restarting it cold", p.Name, reason, msg)
+	if cold {
+		text = fmt.Sprintf("%s failed its check after a cold start (%s): %s", p.Name, reason, msg)
+	}
+	r.event(api.Event{Kind: "wake_check", Status: "failed", Profile: p.Name, Message: text,
+		Detail: map[string]any{"reason": reason, "cold": cold}})
+}
+
+// knownPrompt streams the known prompt and returns the answer and its
+// decode rate: tokens after the first over the time from the first to the
+// last (prefill and connection set-up excluded).
+func knownPrompt(ctx context.Context, client *http.Client, base, model string) (answer string, n int, decode time.Duration, err error) {
+	body, _ := json.Marshal(map[string]any{
+		"model": model, "stream": true, "temperature": 0, "seed": 0, "max_tokens": wakeCheckTokens,
+		"messages": []any{map[string]any{"role": "user", "content": wakeCheckPrompt}},
+	})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return "", 0, 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return "", 0, 0, fmt.Errorf("status %d: %s", resp.StatusCode, excerpt(errorMessage(msg), 200))
+	}
+	var text strings.Builder
+	var first, last time.Time
+	rd := sse.NewReader(io.LimitReader(resp.Body, doctorProbeMaxBody), doctorProbeMaxBody)
+	for {
+		ev, rerr := rd.Next()
+		if errors.Is(rerr, io.EOF) || string(bytes.TrimSpace(ev.Data)) == "[DONE]" {
+			break
+		}
+		if rerr != nil && !errors.Is(rerr, sse.ErrIncomplete) {
+			return text.String(), n, 0, fmt.Errorf("read the answer: %w", rerr)
+		}
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal(ev.Data, &chunk) != nil || len(chunk.Choices) == 0 || chunk.Choices[0].Delta.Content == "" {
+			continue
+		}
+		now := time.Now()
+		if n == 0 {
+			first = now
+		}
+		last = now
+		n++
+		text.WriteString(chunk.Choices[0].Delta.Content)
+	}
+	if n == 0 {
+		return "", 0, 0, errors.New("the answer has no tokens")
+	}
+	return text.String(), n, last.Sub(first), nil
+}
+
+// toolRoundTrip offers one tool without parameters and asks for it: the
+// smallest request that shows whether tool calls come back structured.
+func toolRoundTrip(ctx context.Context, client *http.Client, base, model string) (bool, string) {
+	body, _ := json.Marshal(map[string]any{
+		"model": model, "temperature": 0, "max_tokens": 64, "tool_choice": "auto",
+		"messages": []any{map[string]any{"role": "user", "content": "Call " + wakeCheckTool + "."}},
+		"tools": []any{map[string]any{"type": "function", "function": map[string]any{
+			"name": wakeCheckTool, "parameters": map[string]any{"type": "object", "properties": map[string]any{}}}}},
+	})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return false, err.Error()
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return false, "request failed: " + err.Error()
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return false, fmt.Sprintf("status %d: %s", resp.StatusCode, excerpt(errorMessage(msg), 200))
+	}
+	r, err := readWholeReply(resp.Body)
+	if err != nil {
+		return false, err.Error()
+	}
+	if len(r.names) == 0 || r.names[0] != wakeCheckTool {
+		return false, fmt.Sprintf("no structured call of %s: content %q, calls %v", wakeCheckTool, excerpt(r.content, 120), r.names)
+	}
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(r.args[0]), &obj); err != nil {
+		return false, fmt.Sprintf("arguments are not a JSON object: %q", excerpt(r.args[0], 120))
+	}
+	return true, "structured"
+}
+
+// checkStep is the wake_check step: the check, failing with its reason.
+func (l *leg) checkStep(cold bool, reason *string) stepFunc {
+	return func(ctx context.Context) (string, map[string]any, error) {
+		msg, rsn, detail := l.r.s.checkServes(ctx, l.p, cold)
+		if rsn != "" {
+			*reason = rsn
+			l.r.s.wakeFailed(l.r, l.p, rsn, msg, cold)
+			return "", detail, fmt.Errorf("%s (%s)", msg, rsn)
+		}
+		return msg, detail, nil
+	}
+}
+
+// coldCheck is the last step after a cold start: a backend that does not
+// answer the known prompt fails the switch like one that does not start.
+func (l *leg) coldCheck(ctx context.Context) (string, map[string]any, error) {
+	var reason string
+	return l.checkStep(true, &reason)(ctx)
+}
+
+// afterWake runs ready, verify and the check after a wake. false: the wake
+// did not hold; the unit has been stopped and left out of standby, and the
+// sequence goes on with a cold start.
+func (l *leg) afterWake(ctx context.Context) bool {
+	r := l.r
+	var reason string
+	err := r.step(ctx, "ready", l.waitReady)
+	if err == nil {
+		err = r.step(ctx, "verify", l.verify)
+	}
+	if err == nil {
+		err = r.step(ctx, "wake_check", l.checkStep(false, &reason))
+	}
+	if err == nil {
+		return true
+	}
+	if reason == "" {
+		r.s.wakeFailed(r, l.p, wakeReasonReady, err.Error(), false)
+	}
+	r.cleanup(l.unit)
+	r.s.clearStandby(l.unit)
+	l.running, l.wake = false, false
+	return false
+}

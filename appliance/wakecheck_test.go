@@ -1,0 +1,130 @@
+package appliance
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"gpuhost/api"
+	"gpuhost/units"
+)
+
+// wakeFaultYAML is standbyYAML with the vLLM simulator's wake fault set
+// and coder decoding at 100 tokens/s (the demo's order; at the fixture's
+// 500 a half-speed decode is within the rate check's slack).
+func wakeFaultYAML(t *testing.T, fault string) func(bin, state string) string {
+	base := standbyYAML(t)
+	return func(bin, state string) string {
+		y := base(bin, state)
+		if fault != "" {
+			y = strings.Replace(y, "simulate, vllm,", "simulate, vllm, --wake-fault, "+fault+",", 1)
+		}
+		return strings.Replace(y, "decode_tps: 500}", "decode_tps: 100}", 1)
+	}
+}
+
+// eventAt is the time of the first event of kind/step/status in evs.
+func eventAt(evs []api.Event, kind, step, status string) (api.Event, bool) {
+	for _, e := range evs {
+		if e.Kind == kind && e.Step == step && e.Status == status {
+			return e, true
+		}
+	}
+	return api.Event{}, false
+}
+
+// TestVerifiedWakeFaults: each of the simulator's wake faults is found by
+// the verified wake (or, for the residual, by the standby step) and the
+// profile recovers by a cold restart in the same switch (the residual: at
+// the next); a healthy wake passes. The time from the wake to the recovery
+// is logged.
+func TestVerifiedWakeFaults(t *testing.T) {
+	tests := []struct {
+		fault, reason string
+	}{
+		{"", ""},
+		{"hang", wakeReasonHang},
+		{"output", wakeReasonOutput},
+		{"slow", wakeReasonRate},
+		{"residual", wakeReasonResidual},
+	}
+	for _, tt := range tests {
+		t.Run("fault="+tt.fault, func(t *testing.T) {
+			f := newProcFixtureYAML(t, wakeFaultYAML(t, tt.fault))
+			awaitReconciled(t, f.sup)
+			for _, p := range []string{"coder", "llama"} {
+				if evs, err := f.switchTo(t, p); err != nil {
+					t.Fatalf("switch to %s: %v\n%s", p, err, describe(evs))
+				}
+			}
+			evs, err := f.switchTo(t, "coder")
+			if err != nil {
+				t.Fatalf("switch back to coder: %v\n%s", err, describe(evs))
+			}
+			if tt.fault == "residual" {
+				// The wake holds; the next sleep keeps 4 GiB more.
+				if evs, err = f.switchTo(t, "llama"); err != nil {
+					t.Fatalf("switch to llama: %v\n%s", err, describe(evs))
+				}
+			}
+			steps := strings.Join(stepsOf(evs), " ")
+			fail, failed := eventAt(evs, "wake_check", "", "failed")
+			switch {
+			case tt.reason == "":
+				if failed || steps != "standby wake ready verify wake_check" {
+					t.Fatalf("a healthy wake: steps %q, failure %v\n%s", steps, fail.Message, describe(evs))
+				}
+				return
+			case !failed:
+				t.Fatalf("fault %s not found: steps %q\n%s", tt.fault, steps, describe(evs))
+			case fail.Detail["reason"] != tt.reason:
+				t.Errorf("reason = %v, want %s: %s", fail.Detail["reason"], tt.reason, fail.Message)
+			}
+			if by, _, last := f.sup.WakeFailures(); by[tt.reason] != 1 || !strings.HasPrefix(last, "coder: ") {
+				t.Errorf("WakeFailures = %v, %q", by, last)
+			}
+			if tt.fault == "residual" {
+				// Stopped instead of kept in standby; back to coder is cold.
+				if st := f.sup.State(); len(st.Standby) != 0 || st.Profile != "llama" {
+					t.Fatalf("state after a sleep above the residual: %+v", st)
+				}
+				if evs, err = f.switchTo(t, "coder"); err != nil {
+					t.Fatalf("switch to coder after the residual fault: %v\n%s", err, describe(evs))
+				}
+				if got := strings.Join(stepsOf(evs), " "); got != "standby vram_release configure start ready verify wake_check" {
+					t.Errorf("coder after the residual fault: steps %q, want a cold start", got)
+				}
+				if n, d := f.holders(t); n != 1 {
+					t.Errorf("%d holders: %s", n, d)
+				}
+				return
+			}
+			want := "standby wake ready verify vram_release configure start ready verify wake_check"
+			if steps != want {
+				t.Errorf("steps = %q, want the wake then a cold start: %q", steps, want)
+			}
+			woke, _ := stepEvent(evs, "wake", "done")
+			last := evs[len(evs)-1]
+			if last.Kind != "switch" || last.Status != "done" {
+				t.Fatalf("the switch did not end active: %s", describe(evs))
+			}
+			t.Logf("fault %s: %s; wake → recovered (cold restart verified) in %s", tt.fault, fail.Message, last.Time.Sub(woke.Time).Round(time.Millisecond))
+			if st := f.sup.State(); st.Phase != api.PhaseActive || st.Profile != "coder" {
+				t.Errorf("state after recovery: %+v", st)
+			}
+			if n, d := f.holders(t); n != 1 {
+				t.Errorf("%d holders after recovery: %s", n, d)
+			}
+			rep := (&Doctor{Cfg: f.cfg, GPU: f.gpu, Units: f.sup.units, Watcher: f.sup}).Run(context.Background())
+			if c, _ := checkByID(rep, "standby.wake_verify", ""); c.Severity != units.SeverityWarn || !strings.Contains(c.Message, tt.reason) {
+				t.Errorf("doctor standby.wake_verify = %s: %s", c.Severity, c.Message)
+			}
+			// The recovered backend is right: its own check passed, and a
+			// new one against the reference passes too.
+			if msg, reason, _ := f.sup.checkServes(context.Background(), f.cfg.Profiles["coder"], false); reason != "" {
+				t.Errorf("check after recovery: %s (%s)", msg, reason)
+			}
+		})
+	}
+}
