@@ -38,6 +38,15 @@ func TestConfigReference(t *testing.T) {
 	if len(keys) < 100 {
 		t.Fatalf("walked only %d keys from Config: the walk is broken", len(keys))
 	}
+	var bare []string
+	for _, k := range keys {
+		if k.doc == "" {
+			bare = append(bare, k.path)
+		}
+	}
+	if len(bare) > 0 {
+		t.Errorf("%d keys have no doc comment on their field (or, for a section, on its type): %v", len(bare), bare)
+	}
 	table := renderReference(keys)
 	path := filepath.Join("..", "docs", "configuration.md")
 	raw, err := os.ReadFile(path)
@@ -124,6 +133,13 @@ func walkRefKeys(t reflect.Type, prefix string, docs map[string]string, out *[]r
 		for ft.Kind() == reflect.Pointer {
 			ft = ft.Elem()
 		}
+		if doc == "" && ft.Kind() != reflect.Map && ft.Kind() != reflect.Slice && isStruct(ft) {
+			doc = docs[ft.PkgPath()+"."+ft.Name()] // a section: its type's doc
+		}
+		if doc == "" && (ft.Kind() == reflect.Map || ft.Kind() == reflect.Slice) && isStruct(deref(ft.Elem())) {
+			el := deref(ft.Elem())
+			doc = docs[el.PkgPath()+"."+el.Name()]
+		}
 		switch {
 		case isStruct(ft):
 			*out = append(*out, refKey{path, "section", doc})
@@ -181,6 +197,15 @@ func kindName(t reflect.Type) string {
 	}
 }
 
+// firstSentence returns the first sentence of a doc comment, on one line.
+func firstSentence(doc string) string {
+	doc = strings.Join(strings.Fields(doc), " ")
+	if i := strings.Index(doc, ". "); i >= 0 {
+		return doc[:i+1]
+	}
+	return doc
+}
+
 // fieldDocs reads the doc and line comments of every struct field in the
 // Go files of dirs, keyed "importpath.Type.Field", joined to one line.
 func fieldDocs(t *testing.T, dirs ...string) map[string]string {
@@ -205,6 +230,11 @@ func fieldDocs(t *testing.T, dirs ...string) map[string]string {
 				t.Fatal(err)
 			}
 			ast.Inspect(f, func(n ast.Node) bool {
+				if gd, ok := n.(*ast.GenDecl); ok && len(gd.Specs) == 1 && gd.Doc != nil {
+					if ts, ok := gd.Specs[0].(*ast.TypeSpec); ok {
+						out[pkgPath+"."+ts.Name.Name] = firstSentence(gd.Doc.Text())
+					}
+				}
 				ts, ok := n.(*ast.TypeSpec)
 				if !ok {
 					return true
