@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,7 +32,11 @@ func loadConfig(cmd *cobra.Command) (*config.Config, error) {
 	if path == "" {
 		path = defaultConfigPath
 	}
-	return config.Load(path)
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, configError{err}
+	}
+	return cfg, nil
 }
 
 func newServeCmd() *cobra.Command {
@@ -266,6 +271,10 @@ func newSwitchCmd() *cobra.Command {
 					"Follow it with:  gpuhost status --url %s   (or: curl -N '%s%s')\n", args[0], det.SwitchID, c.BaseURL, c.BaseURL, det.Events)
 				return exitError{130}
 			}
+			var re *api.RemoteError
+			if errors.As(err, &re) && re.Status == http.StatusNotFound {
+				return usageError{err} // no such profile: the daemon lists them
+			}
 			return err
 		},
 	}
@@ -279,7 +288,7 @@ func newDoctorCmd() *cobra.Command {
 	var profile string
 	cmd := &cobra.Command{
 		Use:   "doctor",
-		Short: "Check driver, settings, units and endpoint; exit 0 ok, 1 warnings, 2 failures",
+		Short: "Check driver, settings, units and endpoint; exit 0 ok (warnings printed), 1 a check failed",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
@@ -301,7 +310,7 @@ func newDoctorCmd() *cobra.Command {
 				cfg := t.Cfg
 				if profile != "" {
 					if _, ok := cfg.Profiles[profile]; !ok {
-						return fmt.Errorf("--profile %q: no such profile (profiles: %s)", profile, strings.Join(cfg.ProfileNames(), ", "))
+						return usageError{fmt.Errorf("--profile %q: no such profile (profiles: %s)", profile, strings.Join(cfg.ProfileNames(), ", "))}
 					}
 				}
 				d := &appliance.Doctor{Cfg: cfg, Profile: profile}
@@ -328,10 +337,7 @@ func newDoctorCmd() *cobra.Command {
 			} else {
 				printDoctor(cmd.OutOrStdout(), rep)
 			}
-			if rep.Exit != 0 {
-				return exitError{rep.Exit}
-			}
-			return nil
+			return doctorExit(rep.Exit)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -405,7 +411,7 @@ For ollama the address also comes from OLLAMA_HOST.`,
 			}
 			opts, err := simulator.ParseArgs(args[0], args[1:], os.Getenv)
 			if err != nil {
-				return err
+				return usageError{err}
 			}
 			log, err := newLogger(cmd)
 			if err != nil {

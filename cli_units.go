@@ -106,7 +106,7 @@ func newUnitsCmd() *cobra.Command {
 			}
 			cfg, err := config.Load(path)
 			if err != nil {
-				return err
+				return configError{err}
 			}
 			files, err := renderUnits(cfg, binary, path, adopt)
 			if err != nil {
@@ -177,7 +177,10 @@ func configForUnits(cmd *cobra.Command, example bool) (*config.Config, string, e
 		}
 	}
 	cfg, err := config.Load(path)
-	return cfg, path, err
+	if err != nil {
+		return nil, path, configError{err}
+	}
+	return cfg, path, nil
 }
 
 func writeUnitFiles(dir string, files []unitFile) error {

@@ -55,17 +55,17 @@ func gpuhost(t *testing.T, args ...string) (string, int) {
 	return string(out), code
 }
 
-func TestBadConfigNamesKeyAndExits2(t *testing.T) {
+func TestBadConfigNamesKeyAndExits78(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	if err := os.WriteFile(bad, []byte("profiles:\n  a:\n    backend: vllm\n    model: m\n    port: 8000\n    vllm:\n      max_num_seq: 4\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, code := gpuhost(t, "serve", "--config", bad)
-	if code != 2 || !strings.Contains(out, bad) || !strings.Contains(out, "profiles.a.vllm.max_num_seq") {
+	if code != exitConfig || !strings.Contains(out, bad) || !strings.Contains(out, "profiles.a.vllm.max_num_seq") {
 		t.Errorf("exit %d, output %q", code, out)
 	}
 	out, code = gpuhost(t, "doctor", "--config", filepath.Join(t.TempDir(), "none.yaml"))
-	if code != 2 || !strings.Contains(out, "none.yaml") {
+	if code != exitConfig || !strings.Contains(out, "none.yaml") {
 		t.Errorf("missing config: exit %d, %q", code, out)
 	}
 }
@@ -217,12 +217,12 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	out, code = gpuhost(t, "switch", "nope", "--url", url)
-	if code != 2 || !strings.Contains(out, "gemma3-27b, llama3-8b, qwen3-coder") {
+	if code != exitUsage || !strings.Contains(out, "gemma3-27b, llama3-8b, qwen3-coder") {
 		t.Errorf("unknown profile: exit %d %s", code, out)
 	}
 	out, code = gpuhost(t, "doctor", "--url", url, "--json")
 	var rep api.DoctorReport
-	if json.Unmarshal([]byte(out), &rep) != nil || code != rep.Exit {
+	if json.Unmarshal([]byte(out), &rep) != nil || code != exitCodeOf(doctorExit(rep.Exit)) {
 		t.Errorf("doctor: exit %d, report %s", code, out)
 	}
 
