@@ -172,6 +172,9 @@ func configForUnits(cmd *cobra.Command, example bool) (*config.Config, string, e
 	if path == "" {
 		path = config.DefaultPath
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			// Say so: the units shown are the example's, not this box's.
+			fmt.Fprintf(cmd.ErrOrStderr(), "gpuhost: no config at %s: rendering the embedded example config "+
+				"(config/gpuhost.example.yaml; --config FILE renders yours, --example says this on purpose)\n", path)
 			cfg, err := config.Parse("example config", config.Example)
 			return cfg, path, err
 		}

@@ -271,7 +271,7 @@ profiles:
 		t.Fatal(err)
 	}
 	cmd := exec.Command(binPath, "serve", "--config", path)
-	var logs strings.Builder
+	var logs testkit.SyncBuffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -304,6 +304,16 @@ profiles:
 	}
 	if cmd.ProcessState != nil {
 		t.Error("daemon exited")
+	}
+	// After a few failed attempts the log says what it means and how to run
+	// without systemd, and the daemon goes on retrying.
+	hint := "systemd is not reachable at " + dir + "/no-such-systemd/private"
+	testkit.Eventually(t, 60*time.Second, func() bool { return strings.Contains(logs.String(), hint) }, "the systemd-unreachable hint in the log")
+	if l := logs.String(); !strings.Contains(l, "keeps retrying") || !strings.Contains(l, "gpuhost demo") {
+		t.Errorf("the hint does not say it keeps retrying and how to run without systemd:\n%s", l)
+	}
+	if _, err := c.Status(context.Background()); err != nil {
+		t.Errorf("daemon died after the hint: %v", err)
 	}
 }
 
