@@ -93,6 +93,7 @@ func scriptedTurn(req *oaiChatRequest, offer bool) (scriptedReply, bool) {
 			return scriptedReply{}, false
 		}
 		q, _ := contentText(req.Messages[n-1].Content)
+		q = unquoteWhole(q)
 		if calls := chooseCalls(q, req.Tools); len(calls) > 0 {
 			return scriptedReply{calls: calls}, true
 		}
@@ -400,6 +401,24 @@ func chooseCalls(q string, tools []oaiTool) []forcedToolCall {
 		out = append(out, forcedToolCall{Name: t.Function.Name, Arguments: questionArguments(t, q), Finish: "tool_calls"})
 	}
 	return out
+}
+
+// unquoteWhole strips quotes around the whole message: a client may quote
+// the user's text (opencode does with `opencode run "…"`), and the whole
+// question is not a quoted command to run.
+func unquoteWhole(q string) string {
+	s := strings.TrimSpace(q)
+	open, size := utf8.DecodeRuneInString(s)
+	end, endSize := utf8.DecodeLastRuneInString(s)
+	closing := map[rune]rune{'"': '"', '\'': '\'', '`': '`', '“': '”', '‘': '’'}[open]
+	if len(s) < size+endSize || closing == 0 || end != closing {
+		return q
+	}
+	inner := s[size : len(s)-endSize]
+	if strings.ContainsRune(inner, open) || strings.ContainsRune(inner, closing) {
+		return q // more than one quoted part: keep them
+	}
+	return inner
 }
 
 // noToolAnswer is the prose reply to a question that names no tool the

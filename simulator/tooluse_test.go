@@ -123,6 +123,17 @@ func TestChooseCallsShellTool(t *testing.T) {
 			t.Errorf("%q: calls %+v, want bash with command %q and a description", tt.q, got, tt.command)
 		}
 	}
+	for q, want := range map[string]string{
+		`"what is 6*7? use bash to compute it"`: "what is 6*7? use bash to compute it",
+		`run the bash command "echo hi"`:        `run the bash command "echo hi"`,
+		`"a" and "b"`:                           `"a" and "b"`,
+		`""`:                                    "",
+		`"`:                                     `"`,
+	} {
+		if got := unquoteWhole(q); got != want {
+			t.Errorf("unquoteWhole(%q) = %q, want %q", q, got, want)
+		}
+	}
 	if a := noToolAnswer("what is the meaning of life?", bash); !strings.HasPrefix(a, scriptedPrefix) || !strings.Contains(a, "bash") {
 		t.Errorf("prose answer %q", a)
 	}
@@ -497,4 +508,19 @@ func TestFixLookalike(t *testing.T) {
 			t.Errorf("fixLookalike(%q, %q) = %q, %v; want %q, %v", tc.arg, tc.cands, got, ok, tc.want, tc.ok)
 		}
 	}
+}
+
+// FuzzCommandFromQuestion: any question text gives no panic, and a command
+// only from a quoted part or from arithmetic (never the question itself).
+func FuzzCommandFromQuestion(f *testing.F) {
+	for _, s := range []string{"what is 6*7? use bash to compute it", `"echo hi"`, `“x”`, `"`, "", "1+1", "−2×3÷4"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		u := unquoteWhole(q)
+		c := commandFromQuestion(u)
+		if c != "" && !strings.HasPrefix(c, "awk 'BEGIN { print ") && quotedRe.FindStringSubmatch(u) == nil {
+			t.Errorf("command %q from %q without a quoted part", c, q)
+		}
+	})
 }
