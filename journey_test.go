@@ -48,6 +48,12 @@ func TestJourneys(t *testing.T) {
 // journeyDemos holds each script's demo console, by work directory.
 var journeyDemos sync.Map
 
+// journeyDemoSlot lets one journey's demo run at a time: testscript runs
+// the scripts in parallel, and two demos starting at the same instant both
+// find the profiles' default ports free (the demo moves only ports that
+// are taken when it looks).
+var journeyDemoSlot = make(chan struct{}, 1)
+
 // startDemoCmd is `startdemo`: `gpuhost demo` on a free port with its state
 // under $WORK, stopped with Ctrl-C when the script ends; it waits until
 // the default profile is active and exports GPUHOST_URL, as the banner
@@ -56,6 +62,8 @@ func startDemoCmd(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 0 {
 		ts.Fatalf("usage: startdemo")
 	}
+	journeyDemoSlot <- struct{}{}
+	ts.Defer(func() { <-journeyDemoSlot }) // runs after the demo's stop below
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	ts.Check(err)
 	addr := l.Addr().String()
