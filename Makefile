@@ -30,6 +30,11 @@ all: build
 
 ## build: bin/gpuhost without cgo (no C compiler; simulated GPU only, NVML reports unavailable)
 build:
+	@echo ">> go toolchain $(GOTOOLCHAIN): fetched from the Go module proxy on first use (once; a minute or more)"
+	@$(GO) version
+	@echo ">> modules: go mod download (from the module proxy on first use, then cached)"
+	@$(GO) mod download
+	@echo ">> building $(BIN) without cgo (a cold build compiles every dependency: a few minutes on 2 cores)"
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) .
 
 ## build-gpu: bin/gpuhost with cgo for a real NVIDIA driver (needs gcc); what install and scripts/gpu-smoke.sh use
@@ -51,6 +56,7 @@ deb:
 
 ## demo: the main job on the embedded default (simulated GPU and backends; no GPU, root, systemd or C compiler)
 demo: build
+	@echo ">> starting the demo: ./$(BIN) demo"
 	./$(BIN) demo
 
 ## test: vet and staticcheck, gofmt check, the Prometheus rule tests, and the whole suite with the race detector (needs gcc); ends with the skipped tests and why

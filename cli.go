@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,7 +33,11 @@ func loadConfig(cmd *cobra.Command) (*config.Config, error) {
 	if path == "" {
 		path = defaultConfigPath
 	}
-	return config.Load(path)
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, configError{err}
+	}
+	return cfg, nil
 }
 
 func newServeCmd() *cobra.Command {
@@ -61,6 +66,13 @@ func newDemoCmd() *cobra.Command {
 		Short: "Run gpuhost on the embedded default: simulated GPU and backends, no root, no systemd",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if path, _ := cmd.Flags().GetString("config"); path != "" {
+				// The demo is the embedded config with simulated backends; a
+				// file would be silently ignored (and a typo in it never
+				// reported), so it is refused instead.
+				return usageError{fmt.Errorf("demo runs only its embedded config (simulated GPU and backends); --config %s is not read: run your config with `%s serve --config %s`, or check it with `%s doctor --config %s`",
+					path, selfCommand(), path, selfCommand(), path)}
+			}
 			log, err := newLogger(cmd)
 			if err != nil {
 				return err
@@ -101,18 +113,20 @@ gpuhost demo — simulated RTX 4090 (24 GB), simulator backends, state in %s
   web panel    %s/  (Ask: the agent's live tool-call timeline)
   mail triage  %s/api/triage  (sample mailbox %s; posts are printed below)
 
-Try, in another terminal (every command finds the demo through GPUHOST_URL):
-  export GPUHOST_URL=%s
-  gpuhost status
-  gpuhost switch llama3-8b      # watch VRAM being released and re-allocated
-  gpuhost ask "what is the GPU status?"   # the agent loop (simulated model)
-  gpuhost mcp tools             # the MCP tools this daemon serves at /mcp
-  gpuhost opencode-config --write   # add this box to ~/.config/opencode/opencode.json
-  curl -s %s/api/status | python3 -m json.tool
+Try, in another terminal in this folder (every command finds the demo through GPUHOST_URL):
+  export GPUHOST_URL=%[8]s
+  %[9]s status
+  %[9]s switch llama3-8b      # watch VRAM being released and re-allocated
+  %[9]s switch qwen3-coder    # back: the sleeping vLLM is woken, not started
+  %[9]s ask "what is the GPU status?"   # the agent loop (simulated model)
+  %[9]s mcp tools             # the MCP tools this daemon serves at /mcp
+  %[9]s doctor
+  %[9]s opencode-config --write   # add this box to ~/.config/opencode/opencode.json
+  curl -s %[8]s/api/status | python3 -m json.tool
 
 Stop with Ctrl-C.
 
-`, stateDir, base, base, base, base, base, cfg.Triage.Source.Maildir, base, base)
+`, stateDir, base, base, base, base, base, cfg.Triage.Source.Maildir, base, selfCommand())
 			}})
 		},
 	}
@@ -256,8 +270,12 @@ func newSwitchCmd() *cobra.Command {
 			if errors.As(err, &det) {
 				// Ctrl-C stops following, not the switch: the daemon owns it.
 				fmt.Fprintf(cmd.ErrOrStderr(), "\nstopped following; the switch to %s goes on in the daemon (switch %s).\n"+
-					"Follow it with:  gpuhost status --url %s   (or: curl -N '%s%s')\n", args[0], det.SwitchID, c.BaseURL, c.BaseURL, det.Events)
+					"Follow it with:  %s status --url %s   (or: curl -N '%s%s')\n", args[0], det.SwitchID, selfCommand(), c.BaseURL, c.BaseURL, det.Events)
 				return exitError{130}
+			}
+			var re *api.RemoteError
+			if errors.As(err, &re) && re.Status == http.StatusNotFound {
+				return usageError{err} // no such profile: the daemon lists them
 			}
 			return err
 		},
@@ -272,7 +290,7 @@ func newDoctorCmd() *cobra.Command {
 	var profile string
 	cmd := &cobra.Command{
 		Use:   "doctor",
-		Short: "Check driver, settings, units and endpoint; exit 0 ok, 1 warnings, 2 failures",
+		Short: "Check driver, settings, units and endpoint; exit 0 ok (warnings printed), 1 a check failed",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
@@ -294,7 +312,7 @@ func newDoctorCmd() *cobra.Command {
 				cfg := t.Cfg
 				if profile != "" {
 					if _, ok := cfg.Profiles[profile]; !ok {
-						return fmt.Errorf("--profile %q: no such profile (profiles: %s)", profile, strings.Join(cfg.ProfileNames(), ", "))
+						return usageError{fmt.Errorf("--profile %q: no such profile (profiles: %s)", profile, strings.Join(cfg.ProfileNames(), ", "))}
 					}
 				}
 				rep = daemon.LocalDoctor(ctx, cfg, profile)
@@ -306,10 +324,7 @@ func newDoctorCmd() *cobra.Command {
 			} else {
 				printDoctor(cmd.OutOrStdout(), rep)
 			}
-			if rep.Exit != 0 {
-				return exitError{rep.Exit}
-			}
-			return nil
+			return doctorExit(rep.Exit)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -386,7 +401,7 @@ For ollama the address also comes from OLLAMA_HOST.`,
 			}
 			opts, err := simulator.ParseArgs(args[0], args[1:], os.Getenv)
 			if err != nil {
-				return err
+				return usageError{err}
 			}
 			log, err := newLogger(cmd)
 			if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"gpuhost/config"
 	"gpuhost/internal/daemon"
 	"os"
@@ -17,6 +18,7 @@ func newMCPCmd() *cobra.Command {
 	return mcp.NewCmd(mcp.CmdDeps{
 		Load:        mcpSetup,
 		Demo:        mcpDemoSetup,
+		DemoTools:   mcpDemoToolsSetup,
 		Declarative: declarative.Load,
 		Logger:      newLogger, // stderr: stdout is the protocol
 		Exit:        func(code int) error { return exitError{code} },
@@ -37,11 +39,39 @@ func newMCPCmd() *cobra.Command {
 // gpu and inference connectors, opened locally like `gpuhost status`.
 func mcpSetup(cmd *cobra.Command) (mcp.Setup, error) {
 	cfg, err := loadConfig(cmd)
+	if err != nil && configMissing(cmd, err) {
+		sub := ""
+		if cmd.Name() != "mcp" {
+			sub = " " + cmd.Name()
+		}
+		return mcp.Setup{}, configError{fmt.Errorf("%w\n(without a config, `%s mcp%s --demo` uses the demo's connectors: calc, weather, the simulated GPU)", err, selfCommand(), sub)}
+	}
 	if err != nil {
 		return mcp.Setup{}, err
 	}
 	d, closeFn := daemon.LocalMCPDaemon(cmd.Context(), cfg, nil, false)
 	return mcp.Setup{Connectors: cfg.MCP.Connectors, ConnectorsDir: cfg.MCP.ConnectorsDir, Daemon: d, Close: closeFn}, nil
+}
+
+// mcpDemoToolsSetup is the demo configuration for listing its tools: the
+// connectors and a Supervisor that reads the (simulated) box once but
+// starts nothing, so `mcp tools --demo` answers at once and quietly.
+func mcpDemoToolsSetup(cmd *cobra.Command) (mcp.Setup, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return mcp.Setup{}, err
+	}
+	state, err := os.MkdirTemp("", "gpuhost-mcp-tools-")
+	if err != nil {
+		return mcp.Setup{}, err
+	}
+	cfg, err := config.Demo(self, state, "127.0.0.1:0")
+	if err != nil {
+		os.RemoveAll(state)
+		return mcp.Setup{}, err
+	}
+	d, closeFn := daemon.LocalMCPDaemon(cmd.Context(), cfg, nil, false)
+	return mcp.Setup{Connectors: mcp.DemoConfig(), Daemon: d, Close: func() { closeFn(); os.RemoveAll(filepath.Clean(state)) }}, nil
 }
 
 // mcpDemoSetup serves the demo configuration: simulated GPU and backends

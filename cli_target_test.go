@@ -133,7 +133,7 @@ func demoCLIWithoutConfig(t *testing.T, url string) {
 	}
 	out, errOut, code = gpuhostEnv(t, env, "doctor", "--json")
 	var rep api.DoctorReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != rep.Exit || len(rep.Checks) == 0 {
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitCodeOf(doctorExit(rep.Exit)) || len(rep.Checks) == 0 {
 		t.Errorf("doctor via $GPUHOST_URL: exit %d, %v\n%s%s", code, err, out, errOut)
 	}
 	// The daemon's own tools over /mcp, no second supervisor, no config.
@@ -231,7 +231,7 @@ func demoCLIWithoutConfig(t *testing.T, url string) {
 	}
 	// A daemon that is not there: the error names where the URL came from.
 	_, errOut, code = gpuhostEnv(t, bad, "status")
-	if code != 2 || !strings.Contains(errOut, "reach gpuhost at http://127.0.0.1:1 (from $GPUHOST_URL)") {
+	if code != exitUnavailable || !strings.Contains(errOut, "reach gpuhost at http://127.0.0.1:1 (from $GPUHOST_URL)") {
 		t.Errorf("status without a daemon: exit %d %s", code, errOut)
 	}
 	demoTriageWithoutConfig(t, url, env, bad)

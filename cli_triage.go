@@ -190,7 +190,7 @@ func readEML(path string) ([]byte, error) {
 }
 
 // openTriage builds the worker from the config the way `gpuhost serve`
-// does (wiring.OpenTriage), with this process's own MCP server (crm), GPU
+// does (daemon.OpenTriage), with this process's own MCP server (crm), GPU
 // power reading and a view of the daemon's active model.
 func openTriage(cmd *cobra.Command, cfg *config.Config) (*triage.Worker, func(), error) {
 	log, err := newLogger(cmd)

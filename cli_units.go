@@ -106,7 +106,7 @@ func newUnitsCmd() *cobra.Command {
 			}
 			cfg, err := config.Load(path)
 			if err != nil {
-				return err
+				return configError{err}
 			}
 			files, err := renderUnits(cfg, binary, path, adopt)
 			if err != nil {
@@ -172,12 +172,18 @@ func configForUnits(cmd *cobra.Command, example bool) (*config.Config, string, e
 	if path == "" {
 		path = config.DefaultPath
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			// Say so: the units shown are the example's, not this box's.
+			fmt.Fprintf(cmd.ErrOrStderr(), "gpuhost: no config at %s: rendering the embedded example config "+
+				"(config/gpuhost.example.yaml; --config FILE renders yours, --example says this on purpose)\n", path)
 			cfg, err := config.Parse("example config", config.Example)
 			return cfg, path, err
 		}
 	}
 	cfg, err := config.Load(path)
-	return cfg, path, err
+	if err != nil {
+		return nil, path, configError{err}
+	}
+	return cfg, path, nil
 }
 
 func writeUnitFiles(dir string, files []unitFile) error {

@@ -97,6 +97,7 @@ var godbusAllowed = map[string]bool{
 	"gpuhost/appliance/appliancetest": true,
 	"gpuhost/appliance/procunits":     true,
 	"gpuhost/internal/wiring":         true,
+	"gpuhost/internal/daemon":         true,
 	"gpuhost/systemd":                 true,
 	"gpuhost/systemd/systemdtest":     true,
 }

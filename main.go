@@ -22,8 +22,8 @@ import (
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
-// exitError carries a specific exit status (doctor: 1 warnings, 2 failures)
-// out of a cobra command without printing anything more.
+// exitError carries a specific exit status (exitcodes.go) out of a cobra
+// command without printing anything more.
 type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
@@ -32,19 +32,13 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := newRootCmd().ExecuteContext(ctx)
 	stop()
-	var ee exitError
-	var be *benchcmd.ExitError // bench's documented statuses, with a message
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		os.Exit(ee.code)
-	case errors.As(err, &be):
-		fmt.Fprintln(os.Stderr, "gpuhost:", err)
-		os.Exit(be.ExitCode())
-	default:
-		fmt.Fprintln(os.Stderr, "gpuhost:", err)
-		os.Exit(2)
+	if err == nil {
+		return
 	}
+	if !errors.As(err, new(exitError)) { // an exitError has said what it had to
+		fmt.Fprintln(os.Stderr, "gpuhost:", err)
+	}
+	os.Exit(exitCodeOf(err))
 }
 
 func newRootCmd() *cobra.Command {
@@ -60,7 +54,7 @@ func newRootCmd() *cobra.Command {
 		newServeCmd(), newDemoCmd(), newStatusCmd(), newSwitchCmd(), newDoctorCmd(),
 		newUnitsCmd(), newSimulateCmd(), newVersionCmd(), newOpencodeConfigCmd(),
 		benchcmd.NewCmd(benchcmd.Deps{GpuhostVersion: version, Env: benchEnv, Daemon: apiClient}),
-		newMCPCmd(), newAskCmd(), newTriageCmd(),
+		newMCPCmd(), newAskCmd(), newTriageCmd(), newExitCodesTopic(),
 		// Pairing is approved on the machine, never in the chat.
 		telegram.NewPairCmd(func(cmd *cobra.Command) (string, error) {
 			cfg, err := loadConfig(cmd)
@@ -70,6 +64,7 @@ func newRootCmd() *cobra.Command {
 			return cfg.StateDir, nil
 		}),
 	)
+	markUsageErrors(root)
 	return root
 }
 

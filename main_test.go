@@ -55,17 +55,17 @@ func gpuhost(t *testing.T, args ...string) (string, int) {
 	return string(out), code
 }
 
-func TestBadConfigNamesKeyAndExits2(t *testing.T) {
+func TestBadConfigNamesKeyAndExits78(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	if err := os.WriteFile(bad, []byte("profiles:\n  a:\n    backend: vllm\n    model: m\n    port: 8000\n    vllm:\n      max_num_seq: 4\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, code := gpuhost(t, "serve", "--config", bad)
-	if code != 2 || !strings.Contains(out, bad) || !strings.Contains(out, "profiles.a.vllm.max_num_seq") {
+	if code != exitConfig || !strings.Contains(out, bad) || !strings.Contains(out, "profiles.a.vllm.max_num_seq") {
 		t.Errorf("exit %d, output %q", code, out)
 	}
 	out, code = gpuhost(t, "doctor", "--config", filepath.Join(t.TempDir(), "none.yaml"))
-	if code != 2 || !strings.Contains(out, "none.yaml") {
+	if code != exitConfig || !strings.Contains(out, "none.yaml") {
 		t.Errorf("missing config: exit %d, %q", code, out)
 	}
 }
@@ -217,12 +217,12 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	out, code = gpuhost(t, "switch", "nope", "--url", url)
-	if code != 2 || !strings.Contains(out, "gemma3-27b, llama3-8b, qwen3-coder") {
+	if code != exitUsage || !strings.Contains(out, "gemma3-27b, llama3-8b, qwen3-coder") {
 		t.Errorf("unknown profile: exit %d %s", code, out)
 	}
 	out, code = gpuhost(t, "doctor", "--url", url, "--json")
 	var rep api.DoctorReport
-	if json.Unmarshal([]byte(out), &rep) != nil || code != rep.Exit {
+	if json.Unmarshal([]byte(out), &rep) != nil || code != exitCodeOf(doctorExit(rep.Exit)) {
 		t.Errorf("doctor: exit %d, report %s", code, out)
 	}
 
@@ -271,7 +271,7 @@ profiles:
 		t.Fatal(err)
 	}
 	cmd := exec.Command(binPath, "serve", "--config", path)
-	var logs strings.Builder
+	var logs testkit.SyncBuffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -304,6 +304,16 @@ profiles:
 	}
 	if cmd.ProcessState != nil {
 		t.Error("daemon exited")
+	}
+	// After a few failed attempts the log says what it means and how to run
+	// without systemd, and the daemon goes on retrying.
+	hint := "systemd is not reachable at " + dir + "/no-such-systemd/private"
+	testkit.Eventually(t, 60*time.Second, func() bool { return strings.Contains(logs.String(), hint) }, "the systemd-unreachable hint in the log")
+	if l := logs.String(); !strings.Contains(l, "keeps retrying") || !strings.Contains(l, "gpuhost demo") {
+		t.Errorf("the hint does not say it keeps retrying and how to run without systemd:\n%s", l)
+	}
+	if _, err := c.Status(context.Background()); err != nil {
+		t.Errorf("daemon died after the hint: %v", err)
 	}
 }
 

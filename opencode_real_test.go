@@ -111,39 +111,48 @@ func startDemo(t *testing.T) (url, state string, console func() string) {
 // (42xyz) is not in the prompt: only a command that ran can produce it.
 const opencodePrompt = `run the bash command "echo $((6*7))xyz"`
 
+// readmeOpencodePrompt is the prompt the README suggests for opencode: prose
+// that asks for bash. The scripted model turns its arithmetic into a
+// command that prints the value (never the prose itself into a shell).
+const readmeOpencodePrompt = "what is 6*7? use bash to compute it"
+
 // TestOpencodeRealClient: the real opencode, configured only by
-// `gpuhost opencode-config --write` in an isolated home, runs one prompt
-// non-interactively against the demo: the simulated model calls opencode's
-// bash tool, opencode runs it and sends the result back through /v1, and the
-// model answers from it. The daemon's side shows the round trip: its
-// backend's log has a request that carried the bash tool's result.
+// `gpuhost opencode-config --write` in an isolated home, runs prompts
+// non-interactively against the demo — the README's prompt both as an
+// argument and on stdin, and a quoted command — : the simulated model
+// calls opencode's bash tool, opencode runs it and sends the result back
+// through /v1, and the model answers from it. The daemon's side shows the
+// round trip: its backend's log has a request that carried the bash
+// tool's result.
 func TestOpencodeRealClient(t *testing.T) {
 	bin := opencodeBinary(t)
+	if readme, err := os.ReadFile("README.md"); err != nil || !strings.Contains(string(readme), readmeOpencodePrompt) {
+		t.Errorf("README.md does not suggest the prompt %q that this test runs (%v)", readmeOpencodePrompt, err)
+	}
 	url, state, console := startDemo(t)
-	home, work := t.TempDir(), t.TempDir()
+	home := t.TempDir()
 	out, errOut, code := gpuhostEnv(t, []string{envDaemonURL + "=" + url, "HOME=" + home, "XDG_CONFIG_HOME="}, "opencode-config", "--write")
 	if code != 0 {
 		t.Fatalf("opencode-config --write: exit %d\n%s%s", code, out, errOut)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "run", "--model", "gpuhost/qwen3-coder", "--format", "json")
-	cmd.Dir = work
-	cmd.Stdin = strings.NewReader(opencodePrompt) // opencode quotes a message given as an argument
-	cmd.Env = opencodeEnv(home)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	t.Logf("%s run --model gpuhost/qwen3-coder --format json <<< %q: %v\n%s", bin, opencodePrompt, err, stdout.String())
-	if err != nil {
-		t.Fatalf("opencode run: %v (ctx %v)\nstderr:\n%s\ndemo:\n%s", err, ctx.Err(), stderr.String(), console())
-	}
-	tool, answer := opencodeEvents(t, stdout.Bytes())
-	if tool.Tool != "bash" || tool.State.Status != "completed" || tool.State.Input.Command != "echo $((6*7))xyz" || !strings.Contains(tool.State.Output, "42xyz") {
-		t.Errorf("opencode's tool call: %+v", tool)
-	}
-	if !strings.Contains(answer, "[simulated model] Based on bash: 42xyz") {
-		t.Errorf("the model's answer %q does not quote the tool result", answer)
+	for _, tt := range []struct {
+		name, prompt    string
+		asArg           bool
+		command, output string
+	}{
+		{"README prompt as an argument", readmeOpencodePrompt, true, `awk 'BEGIN { print 6*7 }'`, "42"},
+		{"README prompt on stdin", readmeOpencodePrompt, false, `awk 'BEGIN { print 6*7 }'`, "42"},
+		{"quoted command on stdin", opencodePrompt, false, "echo $((6*7))xyz", "42xyz"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tool, answer := runOpencode(t, bin, home, tt.prompt, tt.asArg, console)
+			if tool.Tool != "bash" || tool.State.Status != "completed" || tool.State.Input.Command != tt.command || !strings.Contains(tool.State.Output, tt.output) {
+				t.Errorf("opencode's tool call: %+v, want bash running %q", tool, tt.command)
+			}
+			if !strings.Contains(answer, "[simulated model] Based on bash: "+tt.output) {
+				t.Errorf("the model's answer %q does not quote the tool result", answer)
+			}
+		})
 	}
 	// The daemon's side: the backend behind /v1 got the question (a bash
 	// call) and then a request carrying bash's result, which it answered.
@@ -154,9 +163,35 @@ func TestOpencodeRealClient(t *testing.T) {
 			t.Errorf("the backend's log has no line with %q:\n%s", w, unitLog)
 		}
 	}
-	if n := strings.Count(console(), `msg="v1 request" component=proxy method=POST path=/v1/chat/completions model=qwen3-coder status=200`); n < 2 {
-		t.Errorf("the proxy logged %d chat requests, want at least the call and the answer:\n%s", n, console())
+	if n := strings.Count(console(), `msg="v1 request" component=proxy method=POST path=/v1/chat/completions model=qwen3-coder status=200`); n < 6 {
+		t.Errorf("the proxy logged %d chat requests, want at least the call and the answer of each run:\n%s", n, console())
 	}
+}
+
+// runOpencode runs `opencode run` once with prompt as its argument or on
+// stdin, and returns its last tool call and its answer.
+func runOpencode(t *testing.T, bin, home, prompt string, asArg bool, console func() string) (opencodeTool, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	args := []string{"run", "--model", "gpuhost/qwen3-coder", "--format", "json"}
+	if asArg {
+		args = append(args, prompt)
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = t.TempDir()
+	if !asArg {
+		cmd.Stdin = strings.NewReader(prompt)
+	}
+	cmd.Env = opencodeEnv(home)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("%s %q (stdin %v): %v\n%s", bin, args, !asArg, err, stdout.String())
+	if err != nil {
+		t.Fatalf("opencode run: %v (ctx %v)\nstderr:\n%s\ndemo:\n%s", err, ctx.Err(), stderr.String(), console())
+	}
+	return opencodeEvents(t, stdout.Bytes())
 }
 
 // opencodeEnv is opencode's whole environment, nothing of the caller's:

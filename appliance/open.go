@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -173,6 +174,7 @@ func (r *reconnectingUnits) Subscribe(ctx context.Context, names ...string) (<-c
 	out := make(chan systemd.UnitEvent, 64)
 	go func() {
 		defer close(out)
+		failures := 0
 		for ctx.Err() == nil {
 			m, err := r.conn(ctx)
 			var in <-chan systemd.UnitEvent
@@ -180,7 +182,8 @@ func (r *reconnectingUnits) Subscribe(ctx context.Context, names ...string) (<-c
 				in, err = m.Subscribe(ctx, names...)
 			}
 			if err != nil {
-				slog.Warn("systemd unreachable; retrying", "socket", r.cfg.Systemd.Socket, "err", err)
+				failures++
+				logUnreachable(r.cfg.Systemd.Socket, failures, err)
 				select {
 				case <-ctx.Done():
 					return
@@ -195,6 +198,7 @@ func (r *reconnectingUnits) Subscribe(ctx context.Context, names ...string) (<-c
 					return
 				}
 			}
+			failures = 0
 			// The subscription ended without ctx ending: the bus went away.
 			r.forget(m)
 			// Tell the Supervisor to re-read, since events may have been lost.
@@ -213,5 +217,30 @@ func (r *reconnectingUnits) Close() {
 	if r.m != nil {
 		r.m.Close()
 		r.m = nil
+	}
+}
+
+// unreachableHintAfter is how many failed attempts to reach systemd pass
+// before the log says what that means and how to run without it.
+const unreachableHintAfter = 3
+
+// logUnreachable logs a failed attempt to reach systemd: the first few
+// each, then once what to do (the daemon keeps retrying: systemd may
+// still be starting), then one line a minute instead of every 2 s.
+func logUnreachable(socket string, failures int, err error) {
+	switch {
+	case failures < unreachableHintAfter:
+		slog.Warn("systemd unreachable; retrying", "socket", socket, "attempt", failures, "err", err)
+	case failures == unreachableHintAfter:
+		where := "the system bus (is this a systemd machine, and is D-Bus running?)"
+		if socket != "" {
+			where = socket + " (systemd.socket in the config)"
+		}
+		slog.Error("systemd is not reachable at "+where+" after "+strconv.Itoa(failures)+" attempts; "+
+			"gpuhost keeps retrying every 2s and cannot switch until it answers. "+
+			"Without systemd, `gpuhost demo` runs the backends as its own processes (simulated GPU and backends)",
+			"socket", socket, "err", err)
+	case failures%30 == 0:
+		slog.Warn("systemd still unreachable; retrying", "socket", socket, "attempt", failures, "err", err)
 	}
 }

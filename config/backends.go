@@ -15,9 +15,9 @@ type BackendsConfig struct {
 
 // BackendConfig is one backend unit: rendered by gpuhost or adopted.
 type BackendConfig struct {
-	Unit  string   `yaml:"unit"`
-	Adopt bool     `yaml:"adopt"`
-	Exec  []string `yaml:"exec"`
+	Unit  string   `yaml:"unit"`  // The systemd unit (default gpuhost-vllm.service / gpuhost-ollama.service).
+	Adopt bool     `yaml:"adopt"` // Manage an existing unit: install only a drop-in adding Conflicts=, never the operator's file.
+	Exec  []string `yaml:"exec"`  // The program and leading arguments the unit runs (the profile's arguments follow).
 	// Simulated marks Exec as `gpuhost simulate …`: the profile's sim options
 	// are appended to the arguments.
 	Simulated bool `yaml:"simulated"`

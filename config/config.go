@@ -36,17 +36,17 @@ var Example []byte
 // Config is the whole gpuhost.yaml. Every field has a yaml key; unknown keys
 // are load errors so that a typo never silently falls back to a default.
 type Config struct {
-	Listen      string `yaml:"listen"`
-	StateDir    string `yaml:"state_dir"`
-	APITokenEnv string `yaml:"api_token_env"`
+	Listen      string `yaml:"listen"`        // API address (default 127.0.0.1:8080); anything but loopback needs a bearer token.
+	StateDir    string `yaml:"state_dir"`     // Last wanted profile, per-unit environment files, standby residuals, bench results (default /var/lib/gpuhost).
+	APITokenEnv string `yaml:"api_token_env"` // The environment variable holding the API token (default GPUHOST_API_TOKEN).
 	// APITokenFile is read at start; it wins over APITokenEnv when both are set.
 	APITokenFile   string                    `yaml:"api_token_file"`
 	GPU            GPUConfig                 `yaml:"gpu"`
 	Systemd        SystemdConfig             `yaml:"systemd"`
 	Backends       BackendsConfig            `yaml:"backends"`
 	Switch         SwitchConfig              `yaml:"switch"`
-	DefaultProfile string                    `yaml:"default_profile"`
-	Policy         *units.Policy             `yaml:"policy"`
+	DefaultProfile string                    `yaml:"default_profile"` // The profile a fresh box (no state.json) and the demo switch to.
+	Policy         *units.Policy             `yaml:"policy"`          // The utilisation and max_num_seqs ceilings the doctor checks (default: measured on the reference RTX 4090).
 	Profiles       map[string]*units.Profile `yaml:"profiles"`
 	Proxy          ProxyConfig               `yaml:"proxy"`
 	Panel          PanelConfig               `yaml:"panel"`

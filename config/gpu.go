@@ -8,14 +8,14 @@ import (
 // GPUConfig selects the GPU facts source and the VRAM-release rules.
 type GPUConfig struct {
 	Backend string `yaml:"backend"` // nvml | sim
-	SimDir  string `yaml:"sim_dir"`
+	SimDir  string `yaml:"sim_dir"` // The simulated GPU's shared claims (gpu.backend sim; default state_dir/simgpu).
 	// IdleBaselineMiB is the used memory with no backend running; 0 means
 	// "measure it at start-up when no backend runs".
 	IdleBaselineMiB uint64 `yaml:"idle_baseline_mib"`
 	// ReleaseToleranceMiB is how far above the baseline used memory may stay
 	// and still count as released (drivers keep a little for contexts).
 	ReleaseToleranceMiB uint64   `yaml:"release_tolerance_mib"`
-	ReleaseTimeout      Duration `yaml:"release_timeout"`
+	ReleaseTimeout      Duration `yaml:"release_timeout"` // How long a switch waits for the old backend's VRAM to be released (default 60s).
 	// StandbyWatchInterval is how often the Supervisor checks that every
 	// backend in standby holds no more than its measured residual.
 	StandbyWatchInterval Duration `yaml:"standby_watch_interval"`

@@ -11,7 +11,7 @@ type MCPConfig struct {
 	// ConnectorsDir holds declarative connectors (*.yaml), read at start
 	// and on SIGHUP.
 	ConnectorsDir string               `yaml:"connectors_dir"`
-	Connectors    map[string]yaml.Node `yaml:"connectors"`
+	Connectors    map[string]yaml.Node `yaml:"connectors"` // One section per enabled connector, decoded by the connector (docs/mcp.md).
 }
 
 // mcpDefaults fills in the mcp: section.

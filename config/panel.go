@@ -2,7 +2,7 @@ package config
 
 // PanelConfig controls the web panel.
 type PanelConfig struct {
-	Disabled bool `yaml:"disabled"`
+	Disabled bool `yaml:"disabled"` // Turns off the web panel.
 	// ActivityRequests is how many /v1 requests the Activity page's log
 	// keeps in memory (0: 500). The history beside it is fixed: one sample
 	// every 2 s for an hour.

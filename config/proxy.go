@@ -4,14 +4,14 @@ import "time"
 
 // ProxyConfig tunes the OpenAI-compatible /v1 endpoint.
 type ProxyConfig struct {
-	Disabled bool `yaml:"disabled"`
+	Disabled bool `yaml:"disabled"` // Turns off the /v1 proxy.
 	// AutoSwitch lets a request for another profile's model trigger a
 	// switch (and be held until it is done); off, such a request gets 404.
 	AutoSwitch bool `yaml:"auto_switch"`
 	// HoldTimeout is how long a request is held during a switch before it
 	// gets 503 with Retry-After.
 	HoldTimeout  Duration `yaml:"hold_timeout"`
-	MaxBodyBytes int64    `yaml:"max_body_bytes"`
+	MaxBodyBytes int64    `yaml:"max_body_bytes"` // The largest /v1 request body (default 32 MiB).
 	// BodyMemoryBytes is the memory all request bodies the proxy holds at
 	// once may take (bodies are read whole to route them and to hold them
 	// during a switch); beyond it a request gets 503 with Retry-After.

@@ -4,8 +4,8 @@ import "time"
 
 // SwitchConfig tunes the switch state machine.
 type SwitchConfig struct {
-	ReadyTimeout Duration `yaml:"ready_timeout"`
-	StopTimeout  Duration `yaml:"stop_timeout"`
+	ReadyTimeout Duration `yaml:"ready_timeout"` // How long a started backend may take to answer health (default 15m).
+	StopTimeout  Duration `yaml:"stop_timeout"`  // How long a backend may take to stop (default 90s).
 	// Rollback to the previous profile when the new one fails to start.
 	Rollback *bool `yaml:"rollback"`
 	// RestoreOnBoot switches to the last wanted profile when the daemon

@@ -7,7 +7,7 @@ type SystemdConfig struct {
 	// Socket empty means the system bus; otherwise a private systemd socket
 	// such as /run/systemd/private (used by the tests' private systemd).
 	Socket  string `yaml:"socket"`
-	UnitDir string `yaml:"unit_dir"`
+	UnitDir string `yaml:"unit_dir"` // Where `gpuhost units install` writes units and drop-ins (default /etc/systemd/system).
 	// Runner "systemd" (default) or "process" (the demo's in-process runner).
 	Runner string `yaml:"runner"`
 }

@@ -11,12 +11,12 @@ import (
 // TelegramConfig controls the Telegram bot. The token is read at start from
 // TokenFile or the environment variable TokenEnv, never from this file.
 type TelegramConfig struct {
-	Enabled   bool   `yaml:"enabled"`
-	TokenEnv  string `yaml:"token_env"`
-	TokenFile string `yaml:"token_file"`
+	Enabled   bool   `yaml:"enabled"`    // Runs the bot.
+	TokenEnv  string `yaml:"token_env"`  // The environment variable holding the bot token (default GPUHOST_TELEGRAM_TOKEN).
+	TokenFile string `yaml:"token_file"` // A file holding the bot token; wins over token_env.
 	// APIURL is the Bot API server (tests point it at a fake).
 	APIURL      string `yaml:"api_url"`
-	AllowGroups bool   `yaml:"allow_groups"`
+	AllowGroups bool   `yaml:"allow_groups"` // Answer in group chats too (ignored otherwise).
 }
 
 // telegramDefaults fills in the telegram: section.

@@ -12,7 +12,7 @@ import (
 // TriageConfig is the `triage:` section: the mail triage worker hosted by
 // `gpuhost serve` when enabled, and run on its own by `gpuhost triage`.
 type TriageConfig struct {
-	Enabled bool `yaml:"enabled"`
+	Enabled bool `yaml:"enabled"` // Runs the triage worker inside serve.
 	// Interval between polls (default 60s); IMAP IDLE wakes it earlier.
 	Interval Duration           `yaml:"interval"`
 	Source   TriageSourceConfig `yaml:"source"`
@@ -54,11 +54,11 @@ type TriageSourceConfig struct {
 	// IMAP: Addr host:port; Security tls | starttls | plain (plain only to
 	// a loopback address).
 	Addr         string `yaml:"addr"`
-	Security     string `yaml:"security"`
-	Username     string `yaml:"username"`
-	PasswordEnv  string `yaml:"password_env"`
-	PasswordFile string `yaml:"password_file"`
-	Mailbox      string `yaml:"mailbox"` // default INBOX
+	Security     string `yaml:"security"`      // Tls (default), starttls, or plain (loopback only).
+	Username     string `yaml:"username"`      // The IMAP login.
+	PasswordEnv  string `yaml:"password_env"`  // The environment variable holding the IMAP password.
+	PasswordFile string `yaml:"password_file"` // A file holding the IMAP password.
+	Mailbox      string `yaml:"mailbox"`       // default INBOX
 	// InsecureSkipVerify only for a self-signed server you trust.
 	InsecureSkipVerify bool     `yaml:"insecure_skip_verify"`
 	Timeout            Duration `yaml:"timeout"` // per IMAP command (default 30s)
@@ -74,12 +74,12 @@ type TriageModelConfig struct {
 
 // TriageTranscriptionConfig is an OpenAI-compatible /v1/audio/transcriptions.
 type TriageTranscriptionConfig struct {
-	Disabled  bool     `yaml:"disabled"`
-	BaseURL   string   `yaml:"base_url"` // default: the classification endpoint
-	Model     string   `yaml:"model"`    // default whisper-1
-	APIKeyEnv string   `yaml:"api_key_env"`
-	MaxBytes  int64    `yaml:"max_bytes"` // default 24 MiB (the form stays under OpenAI's 25 MiB)
-	Timeout   Duration `yaml:"timeout"`   // default 300s
+	Disabled  bool     `yaml:"disabled"`    // Skip transcription of audio attachments.
+	BaseURL   string   `yaml:"base_url"`    // default: the classification endpoint
+	Model     string   `yaml:"model"`       // default whisper-1
+	APIKeyEnv string   `yaml:"api_key_env"` // The environment variable with the transcription endpoint's key.
+	MaxBytes  int64    `yaml:"max_bytes"`   // default 24 MiB (the form stays under OpenAI's 25 MiB)
+	Timeout   Duration `yaml:"timeout"`     // default 300s
 	// MaxPerMail bounds the transcription calls of one mail (default 10);
 	// MaxSecondsPerMail the audio seconds transcribed for one mail
 	// (default 900: 15 minutes). Once either is reached the mail's other
@@ -112,8 +112,8 @@ type TriageRulesConfig struct {
 // TriageCRMConfig: external senders are looked up through the MCP crm
 // connector's read-only search template.
 type TriageCRMConfig struct {
-	Enabled bool   `yaml:"enabled"`
-	Tool    string `yaml:"tool"` // default crm_search_users
+	Enabled bool   `yaml:"enabled"` // Look up external senders in the CRM.
+	Tool    string `yaml:"tool"`    // default crm_search_users
 	// ProfileURL is the customer link; {id} is replaced by the user id.
 	ProfileURL string `yaml:"profile_url"`
 	// Match is how Tool compares its query: "like" (default; the
@@ -124,16 +124,16 @@ type TriageCRMConfig struct {
 
 // TriageSlackConfig posts with chat.postMessage.
 type TriageSlackConfig struct {
-	Enabled          bool   `yaml:"enabled"`
-	TokenEnv         string `yaml:"token_env"` // default SLACK_BOT_TOKEN
-	APIURL           string `yaml:"api_url"`   // tests point it at a fake
-	Channel          string `yaml:"channel"`
-	ImportantChannel string `yaml:"important_channel"`
+	Enabled          bool   `yaml:"enabled"`           // Post to Slack.
+	TokenEnv         string `yaml:"token_env"`         // default SLACK_BOT_TOKEN
+	APIURL           string `yaml:"api_url"`           // tests point it at a fake
+	Channel          string `yaml:"channel"`           // The channel every post goes to.
+	ImportantChannel string `yaml:"important_channel"` // A second channel for posts at or above important_threshold.
 }
 
 // TriageTelegramConfig posts through the daemon's bot to allowlisted chats.
 type TriageTelegramConfig struct {
-	Enabled bool `yaml:"enabled"`
+	Enabled bool `yaml:"enabled"` // Post through the daemon's Telegram bot.
 	// ImportantOnly sends only mails at or above the threshold.
 	ImportantOnly bool `yaml:"important_only"`
 }
@@ -151,15 +151,15 @@ type TriageCostsConfig struct {
 
 // ModelPrice is a price per million tokens.
 type ModelPrice struct {
-	PromptPerMillion     float64 `yaml:"prompt_per_million"`
-	CompletionPerMillion float64 `yaml:"completion_per_million"`
+	PromptPerMillion     float64 `yaml:"prompt_per_million"`     // Price of a million prompt tokens.
+	CompletionPerMillion float64 `yaml:"completion_per_million"` // Price of a million completion tokens.
 }
 
 // TriageAlertingConfig: alert after FailuresBeforeAlert consecutive poll
 // failures (default 3), remind every RemindEvery (default 6h).
 type TriageAlertingConfig struct {
-	FailuresBeforeAlert int      `yaml:"failures_before_alert"`
-	RemindEvery         Duration `yaml:"remind_every"`
+	FailuresBeforeAlert int      `yaml:"failures_before_alert"` // Failed polls in a row before an alert (default 3).
+	RemindEvery         Duration `yaml:"remind_every"`          // The reminder interval while the failure lasts (default 6h).
 }
 
 // DefaultTriage is the triage: section with every default filled in, for a

@@ -48,6 +48,10 @@ type CmdDeps struct {
 	Load func(cmd *cobra.Command) (Setup, error)
 	// Demo returns the demo configuration for --demo (nil: no --demo).
 	Demo func(cmd *cobra.Command) (Setup, error)
+	// DemoTools is Demo for `mcp tools --demo`, which only lists tools:
+	// the demo's connectors without starting its simulated backends (nil:
+	// Demo is used).
+	DemoTools func(cmd *cobra.Command) (Setup, error)
 	// Declarative reads the connectors in a connectors dir, with one error
 	// per file it could not use (logged; the other files still serve).
 	// nil: the directory is ignored with a warning. declarative.Load fits.
@@ -80,6 +84,8 @@ func NewCmd(deps CmdDeps) *cobra.Command {
 type cmdSetup struct {
 	deps CmdDeps
 	demo bool
+	// listing: the command only lists tools (DemoTools serves --demo).
+	listing bool
 }
 
 // server loads the configuration (the demo's with --demo), the declarative
@@ -97,6 +103,9 @@ func (st *cmdSetup) server(cmd *cobra.Command, level slog.Level) (*Server, func(
 			return nil, nil, nil, errors.New("--demo is not available in this build")
 		}
 		load = deps.Demo
+		if st.listing {
+			load = deps.DemoTools
+		}
 	}
 	if load == nil {
 		return nil, nil, nil, errors.New("mcp: no config loader wired")
@@ -178,6 +187,9 @@ func newToolsCmd(st *cmdSetup) *cobra.Command {
 					return err
 				}
 				return printRemoteTools(cmd.OutOrStdout(), ts, asJSON)
+			}
+			if st.demo && deps.DemoTools != nil {
+				st.listing = true
 			}
 			s, closeFn, _, err := st.server(cmd, slog.LevelWarn)
 			if err != nil {

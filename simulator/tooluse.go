@@ -21,8 +21,9 @@ import (
 //
 //   - tools offered, tool_choice auto (or absent), last message the user's:
 //     call the tool the question names (name parts and description words
-//     that occur in it, scored), else a tool named like "gpu … status", else
-//     the first tool. When the question joins two different tools' names
+//     that occur in it, scored); a question that names none, or a shell
+//     tool when the question holds no quoted command or arithmetic to run,
+//     gets a prose answer saying so, never a guessed call. When the question joins two different tools' names
 //     with "and", call both in one reply (indices 0 and 1, as vLLM streams
 //     parallel calls). Arguments come from the schema: required properties,
 //     an enum's first value (or the one the question mentions), strings from
@@ -59,6 +60,10 @@ func (s *server) logScripted(r scriptedReply) {
 	for i, c := range r.calls {
 		calls[i] = c.Name
 	}
+	if len(r.results) == 0 && len(r.calls) == 0 {
+		s.log.Info("scripted prose answer: the question names no tool it can call")
+		return
+	}
 	if len(r.results) == 0 {
 		s.log.Info("scripted tool calls", "calls", strings.Join(calls, ","))
 		return
@@ -88,7 +93,11 @@ func scriptedTurn(req *oaiChatRequest, offer bool) (scriptedReply, bool) {
 			return scriptedReply{}, false
 		}
 		q, _ := contentText(req.Messages[n-1].Content)
-		return scriptedReply{calls: chooseCalls(q, req.Tools)}, true
+		q = unquoteWhole(q)
+		if calls := chooseCalls(q, req.Tools); len(calls) > 0 {
+			return scriptedReply{calls: calls}, true
+		}
+		return scriptedReply{text: noToolAnswer(q, req.Tools)}, true
 	case "tool":
 		return afterToolResults(req, offer), true
 	}
@@ -328,7 +337,9 @@ func toolScore(qwords []string, t oaiTool) (name, desc int) {
 }
 
 // bestTool returns the index of the best-scoring tool for q and its name
-// score, or -1 when nothing matches.
+// score, or -1 when the question names no tool: no part of a tool's name
+// (nor arithmetic for a calculator) and fewer than minDescWords words of
+// one description. Prose that names no tool gets a prose answer.
 func bestTool(q string, tools []oaiTool) (int, int) {
 	qw := words(q)
 	math := mathRe.MatchString(q)
@@ -338,12 +349,20 @@ func bestTool(q string, tools []oaiTool) (int, int) {
 		if math && hasExpressionParam(t) {
 			n += 3 // arithmetic in the question names a calculator
 		}
+		if n == 0 && d < minDescWords {
+			continue
+		}
 		if total := n + d; total > bestTotal || (total == bestTotal && total > 0 && n > bestName) {
 			best, bestName, bestTotal = i, n, total
 		}
 	}
 	return best, bestName
 }
+
+// minDescWords is how many words of a tool's description a question must
+// share to name the tool without naming it ("which processes hold
+// memory?" names gpu_processes; "what is 6*7?" names no tool).
+const minDescWords = 2
 
 // andSplit cuts a question where "and" (or "&") joins two requests.
 var andSplit = regexp.MustCompile(`(?i)\s*(?:,\s*)?\b(?:and|plus|as well as)\b\s*|\s*&\s*`)
@@ -369,16 +388,88 @@ func chooseCalls(q string, tools []oaiTool) []forcedToolCall {
 	if picked == nil {
 		i, _ := bestTool(q, tools)
 		if i < 0 {
-			i = fallbackTool(tools)
+			return nil // no tool named: answered in prose
 		}
 		picked = []int{i}
 	}
 	out := make([]forcedToolCall, 0, len(picked))
 	for _, i := range picked {
 		t := tools[i]
+		if !argumentsMappable(t, q) {
+			continue // e.g. a shell tool, but nothing in q to run
+		}
 		out = append(out, forcedToolCall{Name: t.Function.Name, Arguments: questionArguments(t, q), Finish: "tool_calls"})
 	}
 	return out
+}
+
+// unquoteWhole strips quotes around the whole message: a client may quote
+// the user's text (opencode does with `opencode run "…"`), and the whole
+// question is not a quoted command to run.
+func unquoteWhole(q string) string {
+	s := strings.TrimSpace(q)
+	open, size := utf8.DecodeRuneInString(s)
+	end, endSize := utf8.DecodeLastRuneInString(s)
+	closing := map[rune]rune{'"': '"', '\'': '\'', '`': '`', '“': '”', '‘': '’'}[open]
+	if len(s) < size+endSize || closing == 0 || end != closing {
+		return q
+	}
+	inner := s[size : len(s)-endSize]
+	if strings.ContainsRune(inner, open) || strings.ContainsRune(inner, closing) {
+		return q // more than one quoted part: keep them
+	}
+	return inner
+}
+
+// noToolAnswer is the prose reply to a question that names no tool the
+// scripted model can call with arguments from the question.
+func noToolAnswer(q string, tools []oaiTool) string {
+	names := make([]string, 0, len(tools))
+	for _, t := range tools {
+		names = append(names, t.Function.Name)
+	}
+	return scriptedPrefix + "I am the demo's scripted model: I call a tool when the question names one I can fill from it " +
+		"(a quoted command, an arithmetic expression, a name), and answer from its result. " +
+		"Nothing in " + strconv.Quote(quote(q)) + " maps to one of the tools offered (" + strings.Join(names, ", ") + ")."
+}
+
+// isCommandName reports a parameter that a shell runs (opencode's bash
+// tool has "command"): filled only from a quoted command or arithmetic.
+func isCommandName(name string) bool {
+	ln := strings.ToLower(name)
+	return strings.Contains(ln, "command") || ln == "cmd" || ln == "script"
+}
+
+// argumentsMappable reports that every required command-like parameter
+// of t gets a command from q; a shell is never handed prose to run.
+func argumentsMappable(t oaiTool, q string) bool {
+	s := parseObjectSchema(t.Function.Parameters)
+	for _, r := range s.Required {
+		if isCommandName(r) && commandFromQuestion(q) == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// commandFromQuestion is the shell command q asks for: a quoted part as
+// written, else its arithmetic as an awk program that prints the value
+// ("what is 6*7? use bash" → awk 'BEGIN { print 6*7 }'), else "".
+func commandFromQuestion(q string) string {
+	if m := quotedRe.FindStringSubmatch(q); m != nil {
+		return strings.TrimSpace(m[1])
+	}
+	best := ""
+	for _, m := range mathRe.FindAllString(q, -1) {
+		if len(m) > len(best) {
+			best = m
+		}
+	}
+	if best = strings.TrimSpace(best); best == "" {
+		return ""
+	}
+	best = strings.NewReplacer("×", "*", "÷", "/", "−", "-", "**", "^").Replace(best)
+	return "awk 'BEGIN { print " + best + " }'"
 }
 
 // hasExpressionParam reports a string parameter named like an expression.
@@ -394,17 +485,6 @@ func hasExpressionParam(t oaiTool) bool {
 func isExpressionName(name string) bool {
 	ln := strings.ToLower(name)
 	return strings.Contains(ln, "expr") || strings.Contains(ln, "formula") || strings.Contains(ln, "math")
-}
-
-// fallbackTool is the GPU status tool when there is one, else the first.
-func fallbackTool(tools []oaiTool) int {
-	for i, t := range tools {
-		n := strings.ToLower(t.Function.Name)
-		if strings.Contains(n, "gpu") && strings.Contains(n, "status") {
-			return i
-		}
-	}
-	return 0
 }
 
 // propSchema is the part of a property's schema the scripted mode reads.
@@ -556,6 +636,9 @@ func valueFromQuestion(name string, p propSchema, q string, t oaiTool) any {
 // expression-like parameter, or a word of the question that is not the
 // tool's own name: a capitalised one (a proper noun) first.
 func stringFromQuestion(name, q string, t oaiTool) string {
+	if isCommandName(name) {
+		return commandFromQuestion(q)
+	}
 	if m := quotedRe.FindStringSubmatch(q); m != nil {
 		return strings.TrimSpace(m[1])
 	}

@@ -61,7 +61,9 @@ func TestChooseCalls(t *testing.T) {
 		{"Run the doctor", []call{{"inference_doctor", `{}`}}},
 		{"Weather at the office for 3 days?", []call{{"weather_forecast", `{"days":3,"place":"office"}`}}},
 		{"Weather forecast for 30 days", []call{{"weather_forecast", `{"days":1,"place":"home"}`}}},
-		{"Hello there", []call{{"gpu_status", `{}`}}},
+		{"Hello there", nil},
+		{"what is 6*7?", []call{{"calc_evaluate", `{"expression":"6*7"}`}}},
+		{"Tell me a joke", nil},
 		{"Show the gpu status and the inference profiles", []call{{"gpu_status", `{}`}, {"inference_profiles", `{}`}}},
 		{"gpu status and gpu temperature", []call{{"gpu_status", `{}`}}},
 	} {
@@ -86,8 +88,54 @@ func TestChooseCalls(t *testing.T) {
 	}
 	noGPU := decodeTools(t, []any{map[string]any{"type": "function", "function": map[string]any{"name": "nas_volumes"}},
 		map[string]any{"type": "function", "function": map[string]any{"name": "shelly_power"}}})
-	if got := chooseCalls("anything at all", noGPU); len(got) != 1 || got[0].Name != "nas_volumes" {
-		t.Errorf("fallback without a GPU tool = %+v, want the first tool", got)
+	if got := chooseCalls("anything at all", noGPU); len(got) != 0 {
+		t.Errorf("a question that names no tool got calls %+v, want a prose answer", got)
+	}
+}
+
+// opencode's bash tool: the scripted model runs a quoted command as
+// written, turns arithmetic into a command that prints it, and never
+// hands prose to the shell (the demo once ran `what is 6*7?` as a command).
+func TestChooseCallsShellTool(t *testing.T) {
+	bash := decodeTools(t, []any{map[string]any{"type": "function", "function": map[string]any{
+		"name": "bash", "description": "Executes a given bash command in a persistent shell session with optional timeout.",
+		"parameters": map[string]any{"type": "object", "properties": map[string]any{
+			"command":     map[string]any{"type": "string"},
+			"timeout":     map[string]any{"type": "number"},
+			"description": map[string]any{"type": "string"},
+		}, "required": []any{"command", "description"}}}}})
+	for _, tt := range []struct{ q, command string }{
+		{"what is 6*7? use bash to compute it", `awk 'BEGIN { print 6*7 }'`},
+		{`run the bash command "echo $((6*7))xyz"`, `echo $((6*7))xyz`},
+		{"use bash to compute (17.5 × 3 − 2) / 4", `awk 'BEGIN { print (17.5 * 3 - 2) / 4 }'`},
+		{"use bash to tell me a joke", ""},
+		{"what is the meaning of life?", ""},
+	} {
+		got := chooseCalls(tt.q, bash)
+		if tt.command == "" {
+			if len(got) != 0 {
+				t.Errorf("%q: calls %+v, want a prose answer", tt.q, got)
+			}
+			continue
+		}
+		var args map[string]any
+		if len(got) != 1 || json.Unmarshal([]byte(got[0].Arguments), &args) != nil || args["command"] != tt.command || args["description"] == "" {
+			t.Errorf("%q: calls %+v, want bash with command %q and a description", tt.q, got, tt.command)
+		}
+	}
+	for q, want := range map[string]string{
+		`"what is 6*7? use bash to compute it"`: "what is 6*7? use bash to compute it",
+		`run the bash command "echo hi"`:        `run the bash command "echo hi"`,
+		`"a" and "b"`:                           `"a" and "b"`,
+		`""`:                                    "",
+		`"`:                                     `"`,
+	} {
+		if got := unquoteWhole(q); got != want {
+			t.Errorf("unquoteWhole(%q) = %q, want %q", q, got, want)
+		}
+	}
+	if a := noToolAnswer("what is the meaning of life?", bash); !strings.HasPrefix(a, scriptedPrefix) || !strings.Contains(a, "bash") {
+		t.Errorf("prose answer %q", a)
 	}
 }
 
@@ -460,4 +508,19 @@ func TestFixLookalike(t *testing.T) {
 			t.Errorf("fixLookalike(%q, %q) = %q, %v; want %q, %v", tc.arg, tc.cands, got, ok, tc.want, tc.ok)
 		}
 	}
+}
+
+// FuzzCommandFromQuestion: any question text gives no panic, and a command
+// only from a quoted part or from arithmetic (never the question itself).
+func FuzzCommandFromQuestion(f *testing.F) {
+	for _, s := range []string{"what is 6*7? use bash to compute it", `"echo hi"`, `“x”`, `"`, "", "1+1", "−2×3÷4"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		u := unquoteWhole(q)
+		c := commandFromQuestion(u)
+		if c != "" && !strings.HasPrefix(c, "awk 'BEGIN { print ") && quotedRe.FindStringSubmatch(u) == nil {
+			t.Errorf("command %q from %q without a quoted part", c, q)
+		}
+	})
 }

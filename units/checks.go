@@ -60,16 +60,16 @@ type Policy struct {
 // [MinTotalMiB, MaxTotalMiB] (MaxTotalMiB 0 = no upper bound) and, when MoE
 // is set, only for MoE (true) or dense (false) models.
 type UtilRule struct {
-	MinTotalMiB uint64  `yaml:"min_total_mib" json:"min_total_mib"`
-	MaxTotalMiB uint64  `yaml:"max_total_mib" json:"max_total_mib"`
-	MoE         *bool   `yaml:"moe" json:"moe,omitempty"`
-	Ceiling     float64 `yaml:"ceiling" json:"ceiling"`
+	MinTotalMiB uint64  `yaml:"min_total_mib" json:"min_total_mib"` // The smallest GPU (total MiB) the rule applies to.
+	MaxTotalMiB uint64  `yaml:"max_total_mib" json:"max_total_mib"` // The largest GPU (total MiB) the rule applies to; 0 = no bound.
+	MoE         *bool   `yaml:"moe" json:"moe,omitempty"`           // Only MoE (true) or only dense (false) models; unset = both.
+	Ceiling     float64 `yaml:"ceiling" json:"ceiling"`             // The highest --gpu-memory-utilization allowed.
 }
 
 // SeqRule caps --max-num-seqs on GPUs with at most MaxTotalMiB (0 = any).
 type SeqRule struct {
-	MaxTotalMiB uint64 `yaml:"max_total_mib" json:"max_total_mib"`
-	Ceiling     int    `yaml:"ceiling" json:"ceiling"`
+	MaxTotalMiB uint64 `yaml:"max_total_mib" json:"max_total_mib"` // The largest GPU (total MiB) the rule applies to; 0 = any.
+	Ceiling     int    `yaml:"ceiling" json:"ceiling"`             // The highest --max-num-seqs allowed.
 }
 
 // Card24GBMaxMiB is the upper bound of the "24 GB card" class (an RTX 4090

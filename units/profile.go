@@ -40,13 +40,13 @@ const (
 // Profile is one named, switchable model setup (from the YAML config, key `profiles.<name>`).
 type Profile struct {
 	Name       string  `yaml:"-"`
-	Backend    Backend `yaml:"backend"`
+	Backend    Backend `yaml:"backend"`     // Vllm or ollama.
 	Model      string  `yaml:"model"`       // HF repo id for vllm, tag for ollama (e.g. llama3.1:8b)
 	ServedName string  `yaml:"served_name"` // name clients use; default = Model
 	// Aliases are further model names clients may use for this profile
 	// (the /v1 proxy maps them to the served name).
 	Aliases []string `yaml:"aliases"`
-	Port    int      `yaml:"port"`
+	Port    int      `yaml:"port"` // The port the backend listens on (loopback).
 	// Standby is what a switch away does with the backend (standby.go).
 	Standby Standby     `yaml:"standby"`
 	VLLM    VLLMFlags   `yaml:"vllm"`
@@ -58,19 +58,19 @@ type Profile struct {
 // VLLMFlags are the vLLM server flags gpuhost manages. A zero value means
 // "do not pass the flag", so vLLM's own default applies.
 type VLLMFlags struct {
-	GPUMemoryUtilization float64  `yaml:"gpu_memory_utilization"` // vLLM --gpu-memory-utilization
-	MaxNumSeqs           int      `yaml:"max_num_seqs"`
-	MaxModelLen          int      `yaml:"max_model_len"`
-	EnableAutoToolChoice bool     `yaml:"enable_auto_tool_choice"`
-	ToolCallParser       string   `yaml:"tool_call_parser"`
-	Quantization         string   `yaml:"quantization"`
-	KVCacheDtype         string   `yaml:"kv_cache_dtype"`
-	ExtraArgs            []string `yaml:"extra_args"`
+	GPUMemoryUtilization float64  `yaml:"gpu_memory_utilization"`  // vLLM --gpu-memory-utilization
+	MaxNumSeqs           int      `yaml:"max_num_seqs"`            // VLLM --max-num-seqs.
+	MaxModelLen          int      `yaml:"max_model_len"`           // VLLM --max-model-len: the context the doctor checks the live server against.
+	EnableAutoToolChoice bool     `yaml:"enable_auto_tool_choice"` // VLLM --enable-auto-tool-choice (tool calls need it and a parser).
+	ToolCallParser       string   `yaml:"tool_call_parser"`        // VLLM --tool-call-parser (Qwen3-Coder needs qwen3_xml).
+	Quantization         string   `yaml:"quantization"`            // VLLM --quantization (awq_marlin or none on Ada, not awq).
+	KVCacheDtype         string   `yaml:"kv_cache_dtype"`          // VLLM --kv-cache-dtype.
+	ExtraArgs            []string `yaml:"extra_args"`              // Further vLLM arguments, passed as given.
 }
 
 // OllamaOpts are the Ollama server settings gpuhost passes as environment.
 type OllamaOpts struct {
-	NumCtx    int    `yaml:"num_ctx"`
+	NumCtx    int    `yaml:"num_ctx"`    // Ollama context length (OLLAMA_CONTEXT_LENGTH; Ollama's default 4096 when unset).
 	KeepAlive string `yaml:"keep_alive"` // default "-1" (keep loaded)
 }
 
@@ -81,24 +81,24 @@ type ModelParams struct {
 	TotalParamsB  float64 `yaml:"total_params_b"`  // billions
 	ActiveParamsB float64 `yaml:"active_params_b"` // MoE: active per token; 0 = dense
 	WeightBits    float64 `yaml:"weight_bits"`     // 4 for AWQ/INT4, 16 for bf16
-	Layers        int     `yaml:"layers"`
-	KVHeads       int     `yaml:"kv_heads"`
-	HeadDim       int     `yaml:"head_dim"`
-	KVBytes       float64 `yaml:"kv_bytes"` // per element, default 2 (bf16); 1 for fp8
+	Layers        int     `yaml:"layers"`          // Transformer layers (KV cache size).
+	KVHeads       int     `yaml:"kv_heads"`        // Key/value heads (KV cache size).
+	HeadDim       int     `yaml:"head_dim"`        // Head dimension (KV cache size).
+	KVBytes       float64 `yaml:"kv_bytes"`        // per element, default 2 (bf16); 1 for fp8
 }
 
 // SimOpts are passed to `gpuhost simulate` as flags.
 type SimOpts struct {
-	LoadTime   string  `yaml:"load_time"` // Go duration, e.g. "1.5s"
-	PrefillTPS float64 `yaml:"prefill_tps"`
-	DecodeTPS  float64 `yaml:"decode_tps"`
-	VRAMMiB    int     `yaml:"vram_mib"`
+	LoadTime   string  `yaml:"load_time"`   // Go duration, e.g. "1.5s"
+	PrefillTPS float64 `yaml:"prefill_tps"` // Simulated prefill rate, tokens/s.
+	DecodeTPS  float64 `yaml:"decode_tps"`  // Simulated decode rate, tokens/s.
+	VRAMMiB    int     `yaml:"vram_mib"`    // The simulated VRAM the backend claims while running.
 	// Sleep mode (vLLM) of the simulator: the VRAM it keeps asleep, the
 	// weights it offloads or reloads, and the bandwidths that time a wake.
 	SleepResidualMiB int     `yaml:"sleep_residual_mib"`
-	WeightsMiB       int     `yaml:"weights_mib"`
-	H2DGBps          float64 `yaml:"h2d_gbps"`
-	ReloadGBps       float64 `yaml:"reload_gbps"`
+	WeightsMiB       int     `yaml:"weights_mib"` // The weights sleep level 1 moves to host RAM.
+	H2DGBps          float64 `yaml:"h2d_gbps"`    // Host-to-device bandwidth that times a level-1 wake.
+	ReloadGBps       float64 `yaml:"reload_gbps"` // The weight reload rate that times a level-2 wake.
 }
 
 // IsMoE reports whether the parameters describe a mixture-of-experts model

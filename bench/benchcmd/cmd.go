@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -499,9 +500,14 @@ change was shown, "?" that a side has fewer than --min-repeats repeats. Failed r
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
-				return enc.Encode(c)
+				err = enc.Encode(c)
+			} else {
+				err = c.WriteText(cmd.OutOrStdout())
 			}
-			return c.WriteText(cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			return worseExit(c)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -555,4 +561,19 @@ func (b *bar) finish() {
 		_ = b.pb.Finish()
 		_ = b.pb.Clear()
 	}
+}
+
+// worseExit makes a comparison that found a metric worse end with
+// ExitPartial (1, "ran and found a problem"), so a CI step can gate on it.
+func worseExit(c bench.Comparison) error {
+	var worse []string
+	for _, r := range c.Rows {
+		if r.Verdict == "worse" {
+			worse = append(worse, r.Metric)
+		}
+	}
+	if len(worse) == 0 {
+		return nil
+	}
+	return &ExitError{Code: ExitPartial, Err: fmt.Errorf("%s is worse than %s in %s", c.B, c.A, strings.Join(worse, ", "))}
 }
