@@ -87,7 +87,8 @@ type TriageTranscriptionConfig struct {
 	// seconds are known only from each transcription's reply, so the last
 	// attachment transcribed may run past the seconds cap (by at most one
 	// attachment, itself bounded by max_bytes).
-	MaxPerMail        int `yaml:"max_per_mail"`
+	MaxPerMail int `yaml:"max_per_mail"`
+	// MaxSecondsPerMail: see MaxPerMail (default 900).
 	MaxSecondsPerMail int `yaml:"max_seconds_per_mail"`
 }
 
