@@ -475,13 +475,22 @@ func compileSchema(def mcpgo.Tool) (*jsonschema.Schema, error) {
 	return sch, nil
 }
 
-// objectArgs returns a call's arguments as an object: absent or null is
-// no arguments, anything else that is not a JSON object is an error naming
-// what was sent (a model that JSON-encodes its arguments twice sends a
-// string).
-func objectArgs(raw any) (map[string]any, error) {
+// objectArgs returns a call's arguments as an object: absent is no
+// arguments; null, like anything else that is not a JSON object, is an
+// error naming what was sent (a model that JSON-encodes its arguments twice
+// sends a string; one that has nothing to send may send null, which the
+// schema's "type": "object" does not allow either). wire is the arguments
+// as they came over the wire, when the transport kept them (mcp-go keeps
+// them in RawArguments; a decoded null is indistinguishable from absent).
+func objectArgs(raw any, wire json.RawMessage) (map[string]any, error) {
+	if isJSONNull(wire) {
+		return nil, errors.New("arguments must be a JSON object, got null (omit arguments instead)")
+	}
 	if rm, ok := raw.(json.RawMessage); ok {
 		// Transports that hand over undecoded arguments.
+		if isJSONNull(rm) {
+			return nil, errors.New("arguments must be a JSON object, got null (omit arguments instead)")
+		}
 		raw = nil
 		if len(bytes.TrimSpace(rm)) > 0 {
 			if err := json.Unmarshal(rm, &raw); err != nil {
@@ -498,6 +507,8 @@ func objectArgs(raw any) (map[string]any, error) {
 		return nil, fmt.Errorf("arguments must be a JSON object, got %s", jsonKind(v))
 	}
 }
+
+func isJSONNull(b json.RawMessage) bool { return string(bytes.TrimSpace(b)) == "null" }
 
 // jsonKind names the JSON type of a decoded value.
 func jsonKind(v any) string {
@@ -640,7 +651,7 @@ func (s *Server) wrap(conn string, t connector.Tool, sch *jsonschema.Schema) ser
 			res             *mcpgo.CallToolResult
 			outcome, errMsg string
 		)
-		args, err := objectArgs(req.Params.Arguments)
+		args, err := objectArgs(req.Params.Arguments, req.Params.RawArguments)
 		if err != nil {
 			errMsg = s.sc.Scrub(fmt.Sprintf("invalid arguments for %s: %v", name, err))
 			res, outcome = mcpgo.NewToolResultError(errMsg), "invalid_args"
