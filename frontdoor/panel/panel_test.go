@@ -3,9 +3,11 @@ package panel
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"strconv"
@@ -18,6 +20,8 @@ import (
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/config"
 	"gpuhost/units"
+
+	"github.com/labstack/echo/v4"
 )
 
 func TestPagesRender(t *testing.T) {
@@ -567,5 +571,43 @@ func TestEveryRouteNeedsASessionBeyondLoopback(t *testing.T) {
 	}
 	if st := ev.f.Sup.State(); st.Profile != "coder" || st.Phase != api.PhaseActive {
 		t.Errorf("an anonymous POST changed the state: %+v", st)
+	}
+}
+
+// The cookies are Secure over TLS and beyond loopback whatever the request
+// says; X-Forwarded-Proto counts only from a loopback peer (a TLS proxy on
+// this machine).
+func TestSecureRequest(t *testing.T) {
+	tests := []struct {
+		name   string
+		remote string
+		tls    bool
+		xfp    string
+		want   bool
+	}{
+		{"loopback plain http", "127.0.0.1:40000", false, "", false},
+		{"loopback ipv6 plain http", "[::1]:40000", false, "", false},
+		{"loopback proxy says https", "127.0.0.1:40000", false, "https", true},
+		{"loopback proxy says http", "127.0.0.1:40000", false, "http", false},
+		{"loopback over tls", "127.0.0.1:40000", true, "", true},
+		{"lan plain http", "192.168.1.20:40000", false, "", true},
+		{"lan claims http", "192.168.1.20:40000", false, "http", true},
+		{"lan ipv6", "[fd00::7]:40000", false, "", true},
+	}
+	e := echo.New()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "http://box/login", nil)
+			r.RemoteAddr = tc.remote
+			if tc.tls {
+				r.TLS = &tls.ConnectionState{}
+			}
+			if tc.xfp != "" {
+				r.Header.Set("X-Forwarded-Proto", tc.xfp)
+			}
+			if got := secureRequest(e.NewContext(r, httptest.NewRecorder())); got != tc.want {
+				t.Errorf("secureRequest = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
