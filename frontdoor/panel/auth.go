@@ -323,15 +323,19 @@ func (p *Panel) handleLogin(c echo.Context) error {
 		return p.render(c, http.StatusServiceUnavailable, "login", p.pageData(c, "login", "Log in",
 			loginView{Next: next, Error: "The API token is not readable on the server; see the daemon log."}))
 	}
-	if wait, blocked := p.logins.Blocked(c.Request().RemoteAddr); blocked {
-		c.Response().Header().Set("Retry-After", frontdoor.RetryAfterSeconds(wait))
-		return p.render(c, http.StatusTooManyRequests, "login", p.pageData(c, "login", "Log in",
-			loginView{Next: next, Error: "Too many wrong tokens from this address; try again in " + frontdoor.RetryAfterSeconds(wait) + " s."}))
-	}
+	// The token is checked first: the right one logs in also from a
+	// throttled address (see frontdoor.Throttle).
 	got := c.FormValue("token")
 	gh, wh := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
 	if subtle.ConstantTimeCompare(gh[:], wh[:]) != 1 {
+		c.Response().Header().Set("Connection", "close")
+		wait, blocked := p.logins.Blocked(c.Request().RemoteAddr)
 		p.logins.Fail(c.Request().RemoteAddr)
+		if blocked {
+			c.Response().Header().Set("Retry-After", frontdoor.RetryAfterSeconds(wait))
+			return p.render(c, http.StatusTooManyRequests, "login", p.pageData(c, "login", "Log in",
+				loginView{Next: next, Error: "Too many wrong tokens from this address; try again in " + frontdoor.RetryAfterSeconds(wait) + " s."}))
+		}
 		return p.render(c, http.StatusUnauthorized, "login", p.pageData(c, "login", "Log in",
 			loginView{Next: next, Error: "Wrong token."}))
 	}

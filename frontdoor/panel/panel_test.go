@@ -611,3 +611,35 @@ func TestSecureRequest(t *testing.T) {
 		})
 	}
 }
+
+// A throttled address still logs in with the right token (before: 429 for
+// the rest of the minute, so a guesser on the same address locked the
+// owner out); wrong tokens from it get 429 and close the connection.
+func TestLoginThrottleLetsTheRightTokenThrough(t *testing.T) {
+	ev := newEnv(t, envOptions{public: true})
+	c := ev.client(t)
+	base := ev.srv.URL
+	_, page := do(t, c, "GET", base+"/login", nil, nil)
+	tok := csrfOf(t, page)
+	throttled := false
+	for i := 0; i < 50 && !throttled; i++ {
+		resp, _ := do(t, c, "POST", base+"/login", url.Values{"csrf": {tok}, "token": {"guess-" + strconv.Itoa(i)}}, nil)
+		switch resp.StatusCode {
+		case http.StatusTooManyRequests:
+			throttled = resp.Header.Get("Retry-After") != ""
+		case http.StatusUnauthorized:
+		default:
+			t.Fatalf("wrong token #%d: %d", i, resp.StatusCode)
+		}
+		if !resp.Close {
+			t.Fatalf("wrong token #%d: the connection stays open (want Connection: close)", i)
+		}
+	}
+	if !throttled {
+		t.Fatal("50 wrong tokens were never throttled")
+	}
+	resp, _ := do(t, c, "POST", base+"/login", url.Values{"csrf": {tok}, "token": {ev.token}, "next": {"/profiles"}}, nil)
+	if resp.StatusCode != http.StatusSeeOther || cookieNamed(resp, sessionCookie) == nil {
+		t.Fatalf("right token from a throttled address: %d, want 303 with a session", resp.StatusCode)
+	}
+}
