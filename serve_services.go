@@ -195,7 +195,7 @@ func (c *core) startMCP(ctx context.Context, bstore *bench.Store) *mcp.Server {
 		mlog.Error("declarative connector skipped", "err", e)
 	}
 	ms, err := mcp.NewServer(mcp.ServerOptions{
-		Config: cfg.MCP.Connectors, Extra: extra, Log: mlog, Version: version,
+		Config: cfg.MCP.Connectors, Extra: extra, Log: mlog, Version: version, MaxSessions: cfg.MCP.MaxSessions,
 		Daemon: &wiring.MCPDaemon{Sup: c.sup, DoctorFn: c.doctor, Bench: bstore},
 	})
 	if err != nil {

@@ -309,6 +309,7 @@ func (c *Config) validate() []string {
 	c.triageValidate(add)
 	c.agentValidate(add)
 	c.httpValidate(add)
+	c.mcpValidate(add)
 	c.panelValidate(add)
 	return ps
 }

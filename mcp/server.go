@@ -63,6 +63,9 @@ type ServerOptions struct {
 	CallTimeout time.Duration
 	// Version is reported to clients in the initialize result.
 	Version string
+	// MaxSessions caps the streamable HTTP sessions kept at once
+	// (mcp.max_sessions; default DefaultMaxSessions).
+	MaxSessions int
 }
 
 // ToolInfo is a registered tool and the connector it came from.
@@ -834,14 +837,22 @@ const MountPath = "/mcp"
 // HTTPHandler serves streamable HTTP at MountPath. mcp-go's DNS-rebinding
 // protection stays on: on a loopback connection, a Host header that is not
 // localhost gets 403.
+// Sessions are capped at ServerOptions.MaxSessions, the least recently
+// used evicted first (see sessionCap).
 func (s *Server) HTTPHandler() http.Handler {
-	return server.NewStreamableHTTPServer(s.mcp,
+	sc := newSessionCap(s.opts.MaxSessions)
+	h := server.NewStreamableHTTPServer(s.mcp,
 		server.WithEndpointPath(MountPath),
 		server.WithStreamableHTTPLogger(s.log),
+		server.WithSessionIdManager(sc),
 		// Clients that vanish without DELETE must not leak session state
 		// in a daemon that runs for months.
 		server.WithSessionIdleTTL(SessionIdleTTL),
 	)
+	sc.mu.Lock()
+	sc.drop = dropVia(h)
+	sc.mu.Unlock()
+	return h
 }
 
 // Register mounts HTTPHandler on the daemon's echo server. It inherits
