@@ -165,6 +165,7 @@ func runTriage(ctx context.Context, cfg *config.Config, sup *appliance.Superviso
 func (c *core) startBench() (bsvc *benchapi.Service, bstore *bench.Store) {
 	sup := c.sup
 	bstore = bench.NewStore(c.cfg.StateDir, c.log.With("component", "bench"))
+	bstore.MaxResults, bstore.MaxBytes = c.cfg.Bench.MaxResults, c.cfg.Bench.MaxBytes
 	bsvc = benchapi.NewService(benchapi.ServiceOptions{
 		Store: bstore,
 		Daemon: benchapi.DaemonFuncs{
