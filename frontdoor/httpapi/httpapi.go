@@ -65,6 +65,9 @@ func New(sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) (*echo.Echo, e
 		MaxBodyBytes:      cfg.HTTP.MaxBodyBytes,
 		LimitedPrefixes:   []string{"/api", "/mcp"},
 		BodyReadTimeout:   cfg.HTTP.BodyReadTimeout.D(),
+		// The panel's activity stream is mounted on this echo too.
+		StreamPaths:         []string{"/api/events", "/activity/events"},
+		MaxStreamsPerClient: cfg.HTTP.MaxStreamsPerClient,
 	}).Middleware)
 	if !cfg.IsLoopback() {
 		if err := checkToken(cfg); err != nil {
