@@ -34,10 +34,9 @@ const sessionPrefix = "mcp-session-"
 type sessionCap struct {
 	max int
 
-	mu      sync.Mutex
-	lru     *list.List // of string ids; front = most recently used
-	byID    map[string]*list.Element
-	evicted int
+	mu   sync.Mutex
+	lru  *list.List // of string ids; front = most recently used
+	byID map[string]*list.Element
 
 	// drop removes an evicted session's state from the transport; set
 	// once the handler exists.
@@ -63,7 +62,6 @@ func (c *sessionCap) Generate() string {
 		v := c.lru.Remove(c.lru.Back()).(string)
 		delete(c.byID, v)
 		victims = append(victims, v)
-		c.evicted++
 	}
 	c.byID[id] = c.lru.PushFront(id)
 	drop := c.drop
@@ -101,13 +99,6 @@ func (c *sessionCap) Terminate(id string) (isNotAllowed bool, err error) {
 		delete(c.byID, id)
 	}
 	return false, nil
-}
-
-// stats reports the live sessions and how many were evicted so far.
-func (c *sessionCap) stats() (live, evicted int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.lru.Len(), c.evicted
 }
 
 // dropVia returns a drop function that sends h the DELETE a client would
