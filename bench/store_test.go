@@ -214,3 +214,109 @@ func TestSwitchSchemaV1Golden(t *testing.T) {
 		t.Errorf("%d metrics, want 8", len(names))
 	}
 }
+
+// TestStoreRetention: after each Save the oldest results (by the time in
+// their ID) beyond bench.max_results files or bench.max_bytes go; the
+// result just saved stays even when its ID is the oldest (before: no
+// bound; 50 uploads of ~4 MB took 201 MB on disk).
+func TestStoreRetention(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
+	ids := func(s *Store) []string {
+		all, warns, err := s.List()
+		if err != nil || len(warns) > 0 {
+			t.Fatalf("list: %v %v", err, warns)
+		}
+		var out []string
+		for _, r := range all {
+			out = append(out, strings.TrimPrefix(r.ID, "20260102T1504"))
+		}
+		return out
+	}
+	t.Run("count", func(t *testing.T) {
+		s := &Store{Dir: t.TempDir(), Log: slog.New(slog.DiscardHandler), MaxResults: 3}
+		for i := range 5 {
+			at := t0.Add(time.Duration(i) * time.Second)
+			if _, err := s.Save(testResult(NewID(at, "coder"), at)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := strings.Join(ids(s), " "); got != "07Z-coder 08Z-coder 09Z-coder" {
+			t.Errorf("kept %q, want the 3 newest", got)
+		}
+		// A result with an old ID (an upload measured long ago) is kept;
+		// the oldest of the others goes.
+		old := t0.Add(-time.Hour)
+		if _, err := s.Save(testResult(NewID(old, "old"), old)); err != nil {
+			t.Fatal(err)
+		}
+		all, _, _ := s.List()
+		if len(all) != 3 || all[0].ID != NewID(old, "old") || all[1].ID != NewID(t0.Add(3*time.Second), "coder") {
+			t.Errorf("kept %d results, want the just-saved old one and the two newest", len(all))
+		}
+	})
+	t.Run("bytes", func(t *testing.T) {
+		s := &Store{Dir: t.TempDir(), Log: slog.New(slog.DiscardHandler)}
+		r := testResult(NewID(t0, "big"), t0)
+		r.Notes = []string{strings.Repeat("n", 10_000)}
+		if _, err := s.Save(r); err != nil {
+			t.Fatal(err)
+		}
+		info, err := os.Stat(s.path(r.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.MaxBytes = 3*info.Size() + info.Size()/2 // room for three
+		for i := 1; i < 6; i++ {
+			at := t0.Add(time.Duration(i) * time.Second)
+			r := testResult(NewID(at, "big"), at)
+			r.Notes = []string{strings.Repeat("n", 10_000)}
+			if _, err := s.Save(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := strings.Join(ids(s), " "); got != "08Z-big 09Z-big 10Z-big" {
+			t.Errorf("kept %q, want the 3 newest", got)
+		}
+	})
+}
+
+// TestStoreListParsesOnce: List reads a file again only when its size or
+// modification time changed (before: every List parsed every file whole);
+// a deleted file leaves the list.
+func TestStoreListParsesOnce(t *testing.T) {
+	s := &Store{Dir: t.TempDir(), Log: slog.New(slog.DiscardHandler)}
+	t0 := time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
+	r := testResult(NewID(t0, "coder"), t0)
+	path, err := s.Save(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all, _, _ := s.List(); len(all) != 1 {
+		t.Fatalf("list: %d results", len(all))
+	}
+	// Same size, same mtime, different bytes: not read again.
+	info, _ := os.Stat(path)
+	data, _ := os.ReadFile(path)
+	if err := os.WriteFile(path, bytes.Repeat([]byte("x"), len(data)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, info.ModTime(), info.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if all, warns, _ := s.List(); len(all) != 1 || len(warns) != 0 {
+		t.Fatalf("unchanged file read again: %d results, warnings %v", len(all), warns)
+	}
+	// A changed mtime: read again (and now it is corrupt).
+	if err := os.Chtimes(path, info.ModTime().Add(time.Second), info.ModTime().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if all, warns, _ := s.List(); len(all) != 0 || len(warns) != 1 {
+		t.Fatalf("changed file not read again: %d results, warnings %v", len(all), warns)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if all, warns, _ := s.List(); len(all) != 0 || len(warns) != 0 || len(s.cache) != 0 {
+		t.Fatalf("deleted file still listed: %d results, %d warnings, %d cached", len(all), len(warns), len(s.cache))
+	}
+}

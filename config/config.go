@@ -53,6 +53,7 @@ type Config struct {
 	Telegram       TelegramConfig            `yaml:"telegram"`
 	Metrics        MetricsConfig             `yaml:"metrics"`
 	MCP            MCPConfig                 `yaml:"mcp"`
+	Bench          BenchConfig               `yaml:"bench"`
 	Triage         TriageConfig              `yaml:"triage"`
 	Agent          AgentConfig               `yaml:"agent"`
 	HTTP           HTTPConfig                `yaml:"http"`
@@ -273,6 +274,7 @@ func (c *Config) applyDefaults() {
 	c.proxyDefaults()
 	c.httpDefaults()
 	c.mcpDefaults()
+	c.benchDefaults()
 	c.telegramDefaults()
 	c.profilesDefaults()
 }
@@ -309,6 +311,8 @@ func (c *Config) validate() []string {
 	c.triageValidate(add)
 	c.agentValidate(add)
 	c.httpValidate(add)
+	c.mcpValidate(add)
+	c.benchValidate(add)
 	c.panelValidate(add)
 	return ps
 }

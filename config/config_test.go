@@ -81,6 +81,10 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"negative drain", minimal + "proxy:\n  drain_timeout: -1s\n", []string{"proxy.drain_timeout (line", "negative"}},
 		{"bad residency", minimal + "proxy:\n  min_residency: often\n", []string{"proxy.min_residency (line", "invalid duration"}},
 		{"drain beyond the hold", minimal + "proxy:\n  hold_timeout: 20s\n  drain_timeout: 1m\n", []string{"proxy.drain_timeout (line", "1m0s is longer than proxy.hold_timeout (20s)"}},
+		{"bench results", minimal + "bench:\n  max_results: -5\n", []string{"bench.max_results (line", "-5 is too small"}},
+		{"bench bytes", minimal + "bench:\n  max_bytes: 1000\n", []string{"bench.max_bytes (line", "1000 is too small"}},
+		{"streams per client", minimal + "http:\n  max_streams_per_client: 5000\n", []string{"http.max_streams_per_client (line", "5000 is outside 1..http.max_connections (1024)"}},
+		{"mcp sessions", minimal + "mcp:\n  max_sessions: -1\n", []string{"mcp.max_sessions (line", "-1 is outside 1..1048576"}},
 		{"residency beyond the hold", minimal + "proxy:\n  hold_timeout: 20s\n  min_residency: 30s\n", []string{"proxy.min_residency (line", "30s is longer than proxy.hold_timeout (20s)"}},
 	}
 	for _, tt := range tests {
@@ -129,6 +133,12 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if d, r := cfg.Proxy.DrainTimeout.D(), cfg.Proxy.MinResidency.D(); d != DefaultDrainTimeout || r != DefaultMinResidency {
 		t.Errorf("proxy drain_timeout %s, min_residency %s; want the defaults", d, r)
+	}
+	if cfg.Bench.MaxResults != DefaultBenchMaxResults || cfg.Bench.MaxBytes != DefaultBenchMaxBytes {
+		t.Errorf("bench %+v, want the defaults", cfg.Bench)
+	}
+	if cfg.MCP.MaxSessions != DefaultMCPMaxSessions {
+		t.Errorf("mcp.max_sessions %d, want %d", cfg.MCP.MaxSessions, DefaultMCPMaxSessions)
 	}
 }
 

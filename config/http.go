@@ -29,6 +29,10 @@ type HTTPConfig struct {
 	// AuthFailuresPerMinute is how many wrong bearer tokens or panel
 	// passwords one client address may send per minute before it gets 429.
 	AuthFailuresPerMinute int `yaml:"auth_failures_per_minute"`
+	// MaxStreamsPerClient is how many event streams (/api/events,
+	// /activity/events) one client address may hold open at once; further
+	// ones get 429. A panel tab holds one or two.
+	MaxStreamsPerClient int `yaml:"max_streams_per_client"`
 }
 
 // MinTokenLength is the shortest bearer token accepted beyond loopback.
@@ -54,6 +58,9 @@ func (c *Config) httpDefaults() {
 	if h.AuthFailuresPerMinute == 0 {
 		h.AuthFailuresPerMinute = 10
 	}
+	if h.MaxStreamsPerClient == 0 {
+		h.MaxStreamsPerClient = min(16, h.MaxConnections)
+	}
 	if c.Proxy.BodyMemoryBytes == 0 {
 		c.Proxy.BodyMemoryBytes = 256 << 20
 	}
@@ -78,6 +85,9 @@ func (c *Config) httpValidate(add func(key, format string, args ...any)) {
 	}
 	if h.MaxBodyBytes < 1024 {
 		add("http.max_body_bytes", "%d is too small (at least 1024)", h.MaxBodyBytes)
+	}
+	if h.MaxStreamsPerClient < 1 || h.MaxStreamsPerClient > h.MaxConnections {
+		add("http.max_streams_per_client", "%d is outside 1..http.max_connections (%d)", h.MaxStreamsPerClient, h.MaxConnections)
 	}
 	if h.AuthFailuresPerMinute < 0 {
 		add("http.auth_failures_per_minute", "%d is negative", h.AuthFailuresPerMinute)

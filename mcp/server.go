@@ -63,6 +63,9 @@ type ServerOptions struct {
 	CallTimeout time.Duration
 	// Version is reported to clients in the initialize result.
 	Version string
+	// MaxSessions caps the streamable HTTP sessions kept at once
+	// (mcp.max_sessions; default DefaultMaxSessions).
+	MaxSessions int
 }
 
 // ToolInfo is a registered tool and the connector it came from.
@@ -475,13 +478,22 @@ func compileSchema(def mcpgo.Tool) (*jsonschema.Schema, error) {
 	return sch, nil
 }
 
-// objectArgs returns a call's arguments as an object: absent or null is
-// no arguments, anything else that is not a JSON object is an error naming
-// what was sent (a model that JSON-encodes its arguments twice sends a
-// string).
-func objectArgs(raw any) (map[string]any, error) {
+// objectArgs returns a call's arguments as an object: absent is no
+// arguments; null, like anything else that is not a JSON object, is an
+// error naming what was sent (a model that JSON-encodes its arguments twice
+// sends a string; one that has nothing to send may send null, which the
+// schema's "type": "object" does not allow either). wire is the arguments
+// as they came over the wire, when the transport kept them (mcp-go keeps
+// them in RawArguments; a decoded null is indistinguishable from absent).
+func objectArgs(raw any, wire json.RawMessage) (map[string]any, error) {
+	if isJSONNull(wire) {
+		return nil, errors.New("arguments must be a JSON object, got null (omit arguments instead)")
+	}
 	if rm, ok := raw.(json.RawMessage); ok {
 		// Transports that hand over undecoded arguments.
+		if isJSONNull(rm) {
+			return nil, errors.New("arguments must be a JSON object, got null (omit arguments instead)")
+		}
 		raw = nil
 		if len(bytes.TrimSpace(rm)) > 0 {
 			if err := json.Unmarshal(rm, &raw); err != nil {
@@ -498,6 +510,8 @@ func objectArgs(raw any) (map[string]any, error) {
 		return nil, fmt.Errorf("arguments must be a JSON object, got %s", jsonKind(v))
 	}
 }
+
+func isJSONNull(b json.RawMessage) bool { return string(bytes.TrimSpace(b)) == "null" }
 
 // jsonKind names the JSON type of a decoded value.
 func jsonKind(v any) string {
@@ -640,7 +654,7 @@ func (s *Server) wrap(conn string, t connector.Tool, sch *jsonschema.Schema) ser
 			res             *mcpgo.CallToolResult
 			outcome, errMsg string
 		)
-		args, err := objectArgs(req.Params.Arguments)
+		args, err := objectArgs(req.Params.Arguments, req.Params.RawArguments)
 		if err != nil {
 			errMsg = s.sc.Scrub(fmt.Sprintf("invalid arguments for %s: %v", name, err))
 			res, outcome = mcpgo.NewToolResultError(errMsg), "invalid_args"
@@ -823,14 +837,22 @@ const MountPath = "/mcp"
 // HTTPHandler serves streamable HTTP at MountPath. mcp-go's DNS-rebinding
 // protection stays on: on a loopback connection, a Host header that is not
 // localhost gets 403.
+// Sessions are capped at ServerOptions.MaxSessions, the least recently
+// used evicted first (see sessionCap).
 func (s *Server) HTTPHandler() http.Handler {
-	return server.NewStreamableHTTPServer(s.mcp,
+	sc := newSessionCap(s.opts.MaxSessions)
+	h := server.NewStreamableHTTPServer(s.mcp,
 		server.WithEndpointPath(MountPath),
 		server.WithStreamableHTTPLogger(s.log),
+		server.WithSessionIdManager(sc),
 		// Clients that vanish without DELETE must not leak session state
 		// in a daemon that runs for months.
 		server.WithSessionIdleTTL(SessionIdleTTL),
 	)
+	sc.mu.Lock()
+	sc.drop = dropVia(h)
+	sc.mu.Unlock()
+	return h
 }
 
 // Register mounts HTTPHandler on the daemon's echo server. It inherits

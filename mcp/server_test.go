@@ -347,6 +347,7 @@ func TestCalls(t *testing.T) {
 		{"arguments as an array", "t_sum", []any{1, 2}, true, []string{"arguments must be a JSON object, got array"}},
 		{"arguments as a number", "t_list", 7, true, []string{"arguments must be a JSON object, got number"}},
 		{"arguments as a boolean", "t_list", true, true, []string{"arguments must be a JSON object, got boolean"}},
+		{"arguments null", "t_list", json.RawMessage("null"), true, []string{"invalid arguments for t_list: arguments must be a JSON object, got null"}},
 		{"empty object", "t_list", map[string]any{}, false, []string{"1", "2"}},
 		{"pattern property", "t_labels", map[string]any{"name": "a", "label_env": "prod"}, false, []string{"2 args"}},
 		{"not a pattern property", "t_labels", map[string]any{"label_ENV": "prod"}, true, []string{`unknown argument "label_ENV"`}},

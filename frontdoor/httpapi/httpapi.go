@@ -65,6 +65,9 @@ func New(sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) (*echo.Echo, e
 		MaxBodyBytes:      cfg.HTTP.MaxBodyBytes,
 		LimitedPrefixes:   []string{"/api", "/mcp"},
 		BodyReadTimeout:   cfg.HTTP.BodyReadTimeout.D(),
+		// The panel's activity stream is mounted on this echo too.
+		StreamPaths:         []string{"/api/events", "/activity/events"},
+		MaxStreamsPerClient: cfg.HTTP.MaxStreamsPerClient,
 	}).Middleware)
 	if !cfg.IsLoopback() {
 		if err := checkToken(cfg); err != nil {
@@ -135,32 +138,40 @@ func checkToken(cfg *config.Config) error {
 }
 
 // bearerAuth demands the bearer token on every request a front door has not
-// vouched for. Clients that keep sending wrong tokens are throttled.
+// vouched for. The token is checked first: the right one always passes, also
+// from an address that is throttled (a guesser on the same address, e.g.
+// another local user, must not lock the owner out). Clients that keep
+// sending wrong tokens get 429 instead of 401 past the limit. A refused
+// connection is closed after the answer, so clients without the token
+// cannot sit on connection slots.
 func bearerAuth(cfg *config.Config, th *frontdoor.Throttle) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if frontdoor.Authenticated(c) {
 				return next(c)
 			}
-			remote := c.Request().RemoteAddr
-			if wait, blocked := th.Blocked(remote); blocked {
-				c.Response().Header().Set("Retry-After", frontdoor.RetryAfterSeconds(wait))
-				return c.JSON(http.StatusTooManyRequests, api.APIError{Error: "too many requests",
-					Detail: fmt.Sprintf("too many wrong bearer tokens from this address; retry in %s s", frontdoor.RetryAfterSeconds(wait))})
-			}
 			want, err := cfg.APIToken()
 			if err != nil || want == "" {
 				return c.JSON(http.StatusServiceUnavailable, api.APIError{Error: "no token", Detail: "the API token is not readable on the server"})
 			}
-			got, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
-				if ok || c.Request().Header.Get("Authorization") != "" {
-					th.Fail(remote) // a missing header is a client without config, not a guess
-				}
-				c.Response().Header().Set("WWW-Authenticate", `Bearer realm="gpuhost"`)
-				return c.JSON(http.StatusUnauthorized, api.APIError{Error: "unauthorized", Detail: "missing or wrong bearer token"})
+			header := c.Request().Header.Get("Authorization")
+			got, ok := strings.CutPrefix(header, "Bearer ")
+			if ok && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
+				return next(c)
 			}
-			return next(c)
+			c.Response().Header().Set("Connection", "close")
+			remote := c.Request().RemoteAddr
+			wait, blocked := th.Blocked(remote)
+			if header != "" {
+				th.Fail(remote) // a missing header is a client without config, not a guess
+			}
+			if blocked {
+				c.Response().Header().Set("Retry-After", frontdoor.RetryAfterSeconds(wait))
+				return c.JSON(http.StatusTooManyRequests, api.APIError{Error: "too many requests",
+					Detail: fmt.Sprintf("too many wrong bearer tokens from this address; retry in %s s", frontdoor.RetryAfterSeconds(wait))})
+			}
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="gpuhost"`)
+			return c.JSON(http.StatusUnauthorized, api.APIError{Error: "unauthorized", Detail: "missing or wrong bearer token"})
 		}
 	}
 }

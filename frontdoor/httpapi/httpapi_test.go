@@ -203,7 +203,9 @@ func TestAPIRefusesShortTokenBeyondLoopback(t *testing.T) {
 // TestAPIThrottlesWrongTokens: past http.auth_failures_per_minute wrong
 // tokens, a client gets 429 with Retry-After (before: every guess was
 // answered, 3,355 per second), one log line names the client and never the
-// token; a client that sends no token at all is not counted.
+// token; a client that sends no token at all is not counted; the right
+// token still passes from the throttled address; refusals close the
+// connection.
 func TestAPIThrottlesWrongTokens(t *testing.T) {
 	f := appliancetest.New(t, appliancetest.Options{VLLMLoad: "10ms"})
 	f.Cfg.Listen = "0.0.0.0:0"
@@ -230,8 +232,8 @@ func TestAPIThrottlesWrongTokens(t *testing.T) {
 		return resp
 	}
 	for i := 0; i < 20; i++ {
-		if resp := get(""); resp.StatusCode != 401 {
-			t.Fatalf("no token #%d: %d, want 401 (not throttled)", i, resp.StatusCode)
+		if resp := get(""); resp.StatusCode != 401 || !resp.Close {
+			t.Fatalf("no token #%d: %d close=%v, want 401 (not throttled) with Connection: close", i, resp.StatusCode, resp.Close)
 		}
 	}
 	for i := 0; i < 5; i++ {
@@ -244,6 +246,18 @@ func TestAPIThrottlesWrongTokens(t *testing.T) {
 		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
 			t.Fatalf("guess past the limit: %d Retry-After %q, want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 		}
+	}
+	// The right token still passes from the throttled address (before: 429
+	// for the rest of the window), and the wrong ones stay refused.
+	if resp := get("Bearer " + good); resp.StatusCode != http.StatusOK {
+		t.Fatalf("right token from a throttled address: %d, want 200", resp.StatusCode)
+	}
+	if resp := get("Bearer guess-after"); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("wrong token after the right one: %d, want 429 (a right token does not reset the count)", resp.StatusCode)
+	}
+	// A refused client does not keep its connection (nor a slot).
+	if resp := get("Bearer guess-close"); !resp.Close {
+		t.Error("a refused request's connection stays open (want Connection: close)")
 	}
 	if strings.Contains(logs.String(), "guess") || strings.Contains(logs.String(), good) {
 		t.Errorf("a token reached the log:\n%s", logs.String())

@@ -18,6 +18,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"gpuhost/internal/frontdoor"
+	"gpuhost/internal/loopback"
 )
 
 // Cookie names. Both are HttpOnly and SameSite=Strict; neither is readable
@@ -167,10 +168,19 @@ func (p *Panel) sessionFrom(c echo.Context) string {
 	return ck.Value
 }
 
-// secureRequest reports whether the browser talks HTTPS to us (directly, or
-// through a reverse proxy on a private address that says so).
+// secureRequest decides the cookies' Secure flag: set whenever the request
+// came over TLS, and whenever the peer is beyond loopback (the token and the
+// session must not travel in clear over a network; a browser on plain http
+// from another machine keeps no session, so the panel beyond loopback needs
+// https in front of it). X-Forwarded-Proto is trusted only from a loopback
+// peer, i.e. a TLS-terminating proxy on this machine; from any other peer
+// it changes nothing, since the flag is set anyway.
 func secureRequest(c echo.Context) bool {
-	return c.IsTLS() || c.Scheme() == "https"
+	r := c.Request()
+	if r.TLS != nil || !loopback.IsHost(stripPort(r.RemoteAddr)) {
+		return true
+	}
+	return strings.EqualFold(strings.TrimSpace(r.Header.Get(echo.HeaderXForwardedProto)), "https")
 }
 
 func (p *Panel) setCookie(c echo.Context, name, value string, maxAge int) {
@@ -313,15 +323,19 @@ func (p *Panel) handleLogin(c echo.Context) error {
 		return p.render(c, http.StatusServiceUnavailable, "login", p.pageData(c, "login", "Log in",
 			loginView{Next: next, Error: "The API token is not readable on the server; see the daemon log."}))
 	}
-	if wait, blocked := p.logins.Blocked(c.Request().RemoteAddr); blocked {
-		c.Response().Header().Set("Retry-After", frontdoor.RetryAfterSeconds(wait))
-		return p.render(c, http.StatusTooManyRequests, "login", p.pageData(c, "login", "Log in",
-			loginView{Next: next, Error: "Too many wrong tokens from this address; try again in " + frontdoor.RetryAfterSeconds(wait) + " s."}))
-	}
+	// The token is checked first: the right one logs in also from a
+	// throttled address (see frontdoor.Throttle).
 	got := c.FormValue("token")
 	gh, wh := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
 	if subtle.ConstantTimeCompare(gh[:], wh[:]) != 1 {
+		c.Response().Header().Set("Connection", "close")
+		wait, blocked := p.logins.Blocked(c.Request().RemoteAddr)
 		p.logins.Fail(c.Request().RemoteAddr)
+		if blocked {
+			c.Response().Header().Set("Retry-After", frontdoor.RetryAfterSeconds(wait))
+			return p.render(c, http.StatusTooManyRequests, "login", p.pageData(c, "login", "Log in",
+				loginView{Next: next, Error: "Too many wrong tokens from this address; try again in " + frontdoor.RetryAfterSeconds(wait) + " s."}))
+		}
 		return p.render(c, http.StatusUnauthorized, "login", p.pageData(c, "login", "Log in",
 			loginView{Next: next, Error: "Wrong token."}))
 	}

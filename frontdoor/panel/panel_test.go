@@ -3,9 +3,11 @@ package panel
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"strconv"
@@ -18,6 +20,8 @@ import (
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/config"
 	"gpuhost/units"
+
+	"github.com/labstack/echo/v4"
 )
 
 func TestPagesRender(t *testing.T) {
@@ -567,5 +571,75 @@ func TestEveryRouteNeedsASessionBeyondLoopback(t *testing.T) {
 	}
 	if st := ev.f.Sup.State(); st.Profile != "coder" || st.Phase != api.PhaseActive {
 		t.Errorf("an anonymous POST changed the state: %+v", st)
+	}
+}
+
+// The cookies are Secure over TLS and beyond loopback whatever the request
+// says; X-Forwarded-Proto counts only from a loopback peer (a TLS proxy on
+// this machine).
+func TestSecureRequest(t *testing.T) {
+	tests := []struct {
+		name   string
+		remote string
+		tls    bool
+		xfp    string
+		want   bool
+	}{
+		{"loopback plain http", "127.0.0.1:40000", false, "", false},
+		{"loopback ipv6 plain http", "[::1]:40000", false, "", false},
+		{"loopback proxy says https", "127.0.0.1:40000", false, "https", true},
+		{"loopback proxy says http", "127.0.0.1:40000", false, "http", false},
+		{"loopback over tls", "127.0.0.1:40000", true, "", true},
+		{"lan plain http", "192.168.1.20:40000", false, "", true},
+		{"lan claims http", "192.168.1.20:40000", false, "http", true},
+		{"lan ipv6", "[fd00::7]:40000", false, "", true},
+	}
+	e := echo.New()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "http://box/login", nil)
+			r.RemoteAddr = tc.remote
+			if tc.tls {
+				r.TLS = &tls.ConnectionState{}
+			}
+			if tc.xfp != "" {
+				r.Header.Set("X-Forwarded-Proto", tc.xfp)
+			}
+			if got := secureRequest(e.NewContext(r, httptest.NewRecorder())); got != tc.want {
+				t.Errorf("secureRequest = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A throttled address still logs in with the right token (before: 429 for
+// the rest of the minute, so a guesser on the same address locked the
+// owner out); wrong tokens from it get 429 and close the connection.
+func TestLoginThrottleLetsTheRightTokenThrough(t *testing.T) {
+	ev := newEnv(t, envOptions{public: true})
+	c := ev.client(t)
+	base := ev.srv.URL
+	_, page := do(t, c, "GET", base+"/login", nil, nil)
+	tok := csrfOf(t, page)
+	throttled := false
+	for i := 0; i < 50 && !throttled; i++ {
+		resp, _ := do(t, c, "POST", base+"/login", url.Values{"csrf": {tok}, "token": {"guess-" + strconv.Itoa(i)}}, nil)
+		switch resp.StatusCode {
+		case http.StatusTooManyRequests:
+			throttled = resp.Header.Get("Retry-After") != ""
+		case http.StatusUnauthorized:
+		default:
+			t.Fatalf("wrong token #%d: %d", i, resp.StatusCode)
+		}
+		if !resp.Close {
+			t.Fatalf("wrong token #%d: the connection stays open (want Connection: close)", i)
+		}
+	}
+	if !throttled {
+		t.Fatal("50 wrong tokens were never throttled")
+	}
+	resp, _ := do(t, c, "POST", base+"/login", url.Values{"csrf": {tok}, "token": {ev.token}, "next": {"/profiles"}}, nil)
+	if resp.StatusCode != http.StatusSeeOther || cookieNamed(resp, sessionCookie) == nil {
+		t.Fatalf("right token from a throttled address: %d, want 303 with a session", resp.StatusCode)
 	}
 }

@@ -86,7 +86,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -599,35 +598,24 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) (body []byte, r
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return nil, 0, nil
 	}
-	br := &budgetReader{r: io.LimitReader(r.Body, limit+1), b: p.mem}
-	if r.ContentLength > 0 {
-		if !p.mem.take(r.ContentLength) {
-			p.rejected.WithLabelValues("body_memory").Inc()
-			w.Header().Set("Connection", "close")
-			return nil, 0, overBudget(p.cfg.BodyMemoryBytes)
-		}
-		br.prepaid, br.reserved = r.ContentLength, r.ContentLength
-	}
-	// Grow with what actually arrives: a client announcing 32 MiB and
-	// sending nothing must not make the daemon allocate 32 MiB. (MinRead
-	// spare: ReadFrom needs room to see EOF without growing.)
-	buf := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength, 0), 1<<20)+bytes.MinRead))
-	_, err := buf.ReadFrom(br)
+	// An announced length is reserved before a byte is read; an
+	// unannounced one grows with what actually arrives.
+	buf, reserved, err := readBudgeted(r.Body, p.mem, r.ContentLength, limit)
 	switch {
 	case errors.Is(err, errOverBudget):
 		p.rejected.WithLabelValues("body_memory").Inc()
 		w.Header().Set("Connection", "close")
-		return nil, br.reserved, overBudget(p.cfg.BodyMemoryBytes)
-	case err == nil && int64(buf.Len()) > limit:
+		return nil, reserved, overBudget(p.cfg.BodyMemoryBytes)
+	case err == nil && int64(len(buf)) > limit:
 		w.Header().Set("Connection", "close")
-		return nil, br.reserved, tooBig()
+		return nil, reserved, tooBig()
 	case err != nil && r.Context().Err() != nil:
-		return nil, br.reserved, &apiErr{status: statusClientClosed, msg: "the client went away while sending the body"}
+		return nil, reserved, &apiErr{status: statusClientClosed, msg: "the client went away while sending the body"}
 	case err != nil:
-		return nil, br.reserved, &apiErr{status: http.StatusBadRequest, typ: "invalid_request_error", code: "body_read_failed",
+		return nil, reserved, &apiErr{status: http.StatusBadRequest, typ: "invalid_request_error", code: "body_read_failed",
 			msg: "reading the request body: " + err.Error()}
 	}
-	return buf.Bytes(), br.reserved, nil
+	return buf, reserved, nil
 }
 
 // hasJSONBody decides whether a body is routed on its "model": a JSON media

@@ -211,6 +211,7 @@ func runTriage(ctx context.Context, cfg *config.Config, sup *appliance.Superviso
 func (c *Core) startBench() (bsvc *benchapi.Service, bstore *bench.Store) {
 	sup := c.Sup
 	bstore = bench.NewStore(c.cfg.StateDir, c.log.With("component", "bench"))
+	bstore.MaxResults, bstore.MaxBytes = c.cfg.Bench.MaxResults, c.cfg.Bench.MaxBytes
 	bsvc = benchapi.NewService(benchapi.ServiceOptions{
 		Store: bstore,
 		Daemon: benchapi.DaemonFuncs{
@@ -241,7 +242,7 @@ func (c *Core) startMCP(ctx context.Context, bstore *bench.Store) *mcp.Server {
 		mlog.Error("declarative connector skipped", "err", e)
 	}
 	ms, err := mcp.NewServer(mcp.ServerOptions{
-		Config: cfg.MCP.Connectors, Extra: extra, Log: mlog, Version: c.version,
+		Config: cfg.MCP.Connectors, Extra: extra, Log: mlog, Version: c.version, MaxSessions: cfg.MCP.MaxSessions,
 		Daemon: &wiring.MCPDaemon{Sup: c.Sup, DoctorFn: c.Doctor, Bench: bstore},
 	})
 	if err != nil {

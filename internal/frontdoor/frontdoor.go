@@ -20,6 +20,8 @@
 //     path.
 //   - Body size on /api and /mcp, and a read deadline for request bodies
 //     (not for responses: a stream may run for minutes).
+//   - Event streams (SSE) per client address, so that one client cannot
+//     hold every connection slot with them.
 //
 // Failed authentication (bearer tokens, panel logins) is throttled per
 // client by Throttle.
@@ -63,6 +65,10 @@ type Options struct {
 	LimitedPrefixes []string
 	// BodyReadTimeout bounds the time to receive a request body.
 	BodyReadTimeout time.Duration
+	// StreamPaths are the GET routes that answer with a long-lived event
+	// stream; each client address may hold MaxStreamsPerClient of them.
+	StreamPaths         []string
+	MaxStreamsPerClient int
 }
 
 // Guard holds the compiled rules.
@@ -71,11 +77,13 @@ type Guard struct {
 	hosts     map[string]bool
 	anyIP     bool
 	formPaths map[string]bool
+	streams   *streams
 }
 
 // New compiles the options.
 func New(opts Options) *Guard {
-	g := &Guard{opts: opts, hosts: map[string]bool{}, formPaths: map[string]bool{}}
+	g := &Guard{opts: opts, hosts: map[string]bool{}, formPaths: map[string]bool{},
+		streams: newStreams(opts.MaxStreamsPerClient, opts.StreamPaths)}
 	host, _, err := net.SplitHostPort(opts.Listen)
 	if err != nil {
 		host = opts.Listen
@@ -151,7 +159,7 @@ func (g *Guard) Middleware(next echo.HandlerFunc) echo.HandlerFunc {
 				r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
 			}
 		}
-		return next(c)
+		return g.streams.guard(c, next)
 	}
 }
 

@@ -9,11 +9,16 @@ import (
 )
 
 // Throttle counts failed authentications (wrong bearer tokens, wrong panel
-// passwords) per client address in fixed windows. A client that reaches the
-// limit within a window is refused (429 with Retry-After) until the window
-// ends, before its next attempt is even checked, so guessing a token costs
-// a window per few tries. The first refusal of each window is logged once
-// with the client's address; the attempted secret is never seen here.
+// passwords) per client address in fixed windows. A client past the limit
+// within a window gets 429 with Retry-After instead of 401 for each further
+// wrong guess, until the window ends. Callers check the credential before
+// asking Blocked: the right credential always passes, so a guesser sharing
+// the owner's address (NAT, or another user on this machine over loopback)
+// cannot lock the owner out. What stops guessing is the token's length
+// (config.MinTokenLength characters beyond loopback: out of reach online);
+// the throttle bounds the log (the first refusal of each window is logged
+// once with the client's address; the attempted secret is never seen here)
+// and tells a misconfigured client to stop.
 type Throttle struct {
 	what   string // "bearer token", "panel login": for the log line
 	limit  int
