@@ -23,7 +23,7 @@ const (
 //	serve MODEL [--gpu-memory-utilization U] [--max-num-seqs N] [--max-model-len N]
 //	  [--enable-auto-tool-choice] [--tool-call-parser P] [--quantization Q]
 //	  [--kv-cache-dtype D] --served-model-name SERVED [--port PORT]
-//	  [--enable-sleep-mode --host 127.0.0.1] EXTRA...
+//	  [--enable-sleep-mode] --host 127.0.0.1 EXTRA...
 //
 // Zero and empty fields are omitted so vLLM's own default applies; floats use
 // the shortest exact decimal form so ParseVLLMArgv reads back the same value.
@@ -59,11 +59,16 @@ func VLLMArgs(p Profile) []string {
 	}
 	if p.StandbyEnabled() {
 		// Sleep mode is chosen at start; its endpoints come with vLLM's
-		// development endpoints, so the server listens on loopback only.
+		// development endpoints (VLLM_SERVER_DEV_MODE).
 		a = append(a, "--enable-sleep-mode")
-		if !slices.Contains(f.ExtraArgs, "--host") && !slices.ContainsFunc(f.ExtraArgs, func(s string) bool { return strings.HasPrefix(s, "--host=") }) {
-			a = append(a, "--host", "127.0.0.1")
-		}
+	}
+	// Always loopback: without --host vLLM binds every interface, with no
+	// auth, CORS * and (with standby) its sleep endpoints. Under systemd the
+	// unit's private network namespace adds the real fence (RenderBackendUnit);
+	// this line is what is left under the demo's process runner. A --host in
+	// extra_args is refused by Validate unless it is a loopback address.
+	if !slices.Contains(f.ExtraArgs, "--host") && !slices.ContainsFunc(f.ExtraArgs, func(s string) bool { return strings.HasPrefix(s, "--host=") }) {
+		a = append(a, "--host", "127.0.0.1")
 	}
 	return append(a, f.ExtraArgs...)
 }
