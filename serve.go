@@ -132,6 +132,7 @@ func listen(cfg *config.Config) (net.Listener, error) {
 func (c *core) startProxy(ctx context.Context) (px *proxy.Proxy, m *metrics.Metrics) {
 	cfg, log := c.cfg, c.log
 	px = proxy.New(c.sup, cfg.Proxy, func() map[string]*units.Profile { return cfg.Profiles }, log.With("component", "proxy"))
+	px.DialBackends(c.backendDialer())
 	if !cfg.Metrics.Disabled {
 		m = metrics.New(c.sup, c.doctor, log.With("component", "metrics"))
 		go m.Run(ctx)
@@ -193,7 +194,8 @@ func (c *core) startTelegram(ctx context.Context, asker *agent.Limiter) {
 		return
 	}
 	log := c.log
-	d := telegram.Daemon{StateDir: c.cfg.StateDir, Profiles: c.cfg.Profiles, AskEvery: c.cfg.Agent.TelegramEvery.D()}
+	d := telegram.Daemon{StateDir: c.cfg.StateDir, Profiles: c.cfg.Profiles, AskEvery: c.cfg.Agent.TelegramEvery.D(),
+		DialBackend: c.backendDialer().DialContext}
 	tb, err := telegram.New(c.cfg.Telegram, d, c.sup, c.doctor, log.With("component", "telegram"))
 	if err != nil {
 		log.Error("telegram bot not started; the daemon carries on", "err", err)

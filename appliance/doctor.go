@@ -314,7 +314,7 @@ func (d *Doctor) endpointCheck(ctx context.Context, bs []backendState) (api.Doct
 		return c, nil, nil
 	}
 	c.Profile = p.Name
-	sup := &Supervisor{cfg: d.Cfg, gpu: d.GPU, units: d.Units, client: backend.NewClient(), engines: backend.Engines()}
+	sup := &Supervisor{cfg: d.Cfg, gpu: d.GPU, units: d.Units, client: backendClient(d.Cfg), engines: backend.Engines()}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if msg, _, err := sup.verify(cctx, p); err != nil {
