@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -18,18 +19,30 @@ import (
 	"gpuhost/units"
 )
 
+// attack is one request of an attack page: a no-cors POST (no preflight;
+// the page cannot read the answer, but its effect happens) or, with CORS,
+// any method and a JSON body, which a backend that allows the page's
+// origin (the real Ollama allows every http://127.0.0.1:* origin) answers.
+type attack struct {
+	Method, URL string
+	CORS        bool
+}
+
 // attackPage is a web page that tries to change the backends' state the
-// way any site could: no-cors POSTs, which need no preflight and whose
-// answers the page cannot read but whose effects happen. It writes
-// "done" and each request's outcome (fulfilled: the backend was reached;
-// rejected: a network error) into the title.
-func attackPage(targets []string) string {
-	quoted := make([]string, len(targets))
-	for i, u := range targets {
-		quoted[i] = fmt.Sprintf("%q", u)
+// way any site could. The body names the real-Ollama test's model; Ollama
+// and vLLM parse it as JSON whatever the Content-Type. The page writes
+// "done" and each request's outcome (fulfilled: the backend answered;
+// rejected: a network or CORS error) into its title.
+func attackPage(attacks []attack) string {
+	js, err := json.Marshal(attacks)
+	if err != nil {
+		panic(err) // plain strings and a bool always marshal
 	}
 	return `<!doctype html><title>running</title><script>
-Promise.allSettled([` + strings.Join(quoted, ",") + `].map(u => fetch(u, {method: "POST", mode: "no-cors", body: "{}"})))
+const body = '{"model":"tiny","name":"tiny"}';
+Promise.allSettled(` + string(js) + `.map(a => fetch(a.URL, a.CORS
+    ? {method: a.Method, mode: "cors", body: body, headers: {"Content-Type": "application/json"}}
+    : {method: a.Method, mode: "no-cors", body: body})))
   .then(rs => { document.title = "done " + rs.map(r => r.status).join(","); });
 </script>`
 }
@@ -66,7 +79,7 @@ func TestBrowserCannotDriveBackends(t *testing.T) {
 	e.switchTo(t, "coder")
 	coder := e.cfg.Profiles["coder"]
 	base := fmt.Sprintf("http://127.0.0.1:%d", coder.Port)
-	page := attackPage([]string{base + "/sleep?level=1", base + "/collective_rpc", base + "/reset_prefix_cache"})
+	page := attackPage([]attack{{"POST", base + "/sleep?level=1", false}, {"POST", base + "/collective_rpc", false}, {"POST", base + "/reset_prefix_cache", false}})
 
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
