@@ -169,7 +169,7 @@ func (c *core) startPanel(asker *agent.Limiter, bp benchPanel, act *activity.Rec
 	}
 	d := panel.Daemon{Listen: cfg.Listen, APIToken: cfg.APIToken, APITokenEnv: cfg.APITokenEnv,
 		AuthFailuresPerMinute: cfg.HTTP.AuthFailuresPerMinute, Profiles: cfg.Profiles,
-		Journal: panel.JournalFunc(c.journal)}
+		Journal: panel.JournalFunc(c.journal), DialBackend: c.backendDialer().DialContext}
 	for _, bu := range cfg.BackendUnits() {
 		d.Units = append(d.Units, bu.Name)
 	}
