@@ -17,7 +17,6 @@ import (
 	"gpuhost/internal/testkit/browser"
 )
 
-
 // artifactDir is where the browser test keeps its screenshots:
 // $GPUHOST_ARTIFACTS when set (CI uploads it), else testdata/artifacts in
 // this package (ignored by git).
