@@ -18,6 +18,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/config"
+	"gpuhost/internal/loopback"
 	"gpuhost/internal/testkit"
 	"gpuhost/systemd"
 	"gpuhost/systemd/systemdtest"
@@ -562,4 +563,16 @@ func (e *e2e) backendOnlyThroughGpuhost(t *testing.T, profile string) {
 	if st.State.Profile != profile {
 		t.Errorf("state after the probes: %+v", st.State)
 	}
+}
+
+// backendHTTP is a client of the backends as the daemon inside reaches
+// them: the same loopback.Dialer, with each backend's socket reached from
+// the host through the private systemd's root (/proc/<PID>/root/run/...).
+func (e *e2e) backendHTTP(timeout time.Duration) *http.Client {
+	sockets := map[int]string{}
+	for port, path := range e.cfg.BackendSockets() {
+		sockets[port] = e.sd.HostPath(path)
+	}
+	d := &loopback.Dialer{Sockets: sockets}
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{Proxy: nil, DialContext: d.DialContext}}
 }

@@ -118,7 +118,9 @@ func ListeningOnIn(pid, port int) ([]Socket, error) {
 	}
 	theirs, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/net")
 	if err != nil {
-		return nil, fmt.Errorf("network namespace of PID %d: %w", pid, err)
+		// Gone (or not ours to read): no namespace of its own to look
+		// into, so the listeners are those this process sees.
+		return ListeningOn(port)
 	}
 	if theirs == self {
 		return ListeningOn(port)
