@@ -20,6 +20,7 @@ import (
 	"gpuhost/bench"
 	"gpuhost/bench/benchcmd"
 	"gpuhost/config"
+	"gpuhost/internal/wiring"
 	"gpuhost/nvml"
 	"gpuhost/simulator"
 	"gpuhost/triage/demo"
@@ -48,7 +49,7 @@ func newServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return serve(cmd.Context(), cfg, log, nil)
+			return wiring.Serve(cmd.Context(), cfg, log, wiring.Options{Version: version})
 		},
 	}
 }
@@ -89,7 +90,7 @@ func newDemoCmd() *cobra.Command {
 				return fmt.Errorf("seed the demo mailbox: %w", err)
 			}
 			out := cmd.OutOrStdout()
-			return serve(cmd.Context(), cfg, log, func(addr string) {
+			return wiring.Serve(cmd.Context(), cfg, log, wiring.Options{Version: version, Ready: func(addr string) {
 				base := "http://" + addr
 				fmt.Fprintf(out, `
 gpuhost demo — simulated RTX 4090 (24 GB), simulator backends, state in %s
@@ -112,7 +113,7 @@ Try, in another terminal (every command finds the demo through GPUHOST_URL):
 Stop with Ctrl-C.
 
 `, stateDir, base, base, base, base, base, cfg.Triage.Source.Maildir, base, base)
-			})
+			}})
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "address to serve the API on")
@@ -160,15 +161,7 @@ func fetchStatus(ctx context.Context, cmd *cobra.Command) (api.Status, error) {
 	if t.Cfg == nil {
 		return st, fmt.Errorf("%w; no config for a local reading either", err)
 	}
-	cfg := t.Cfg
-	gpu, closeGPU, _ := appliance.OpenGPU(cfg)
-	defer closeGPU()
-	u, _, closeUnits, _ := appliance.OpenUnits(ctx, cfg)
-	defer closeUnits()
-	sup := appliance.NewSupervisor(cfg, gpu, u, nil, nil)
-	defer sup.Close()
-	sup.Reconcile(ctx)
-	return sup.Status(ctx), nil
+	return wiring.LocalStatus(ctx, t.Cfg), nil
 }
 
 func printStatus(w io.Writer, st api.Status) {
@@ -304,22 +297,7 @@ func newDoctorCmd() *cobra.Command {
 						return fmt.Errorf("--profile %q: no such profile (profiles: %s)", profile, strings.Join(cfg.ProfileNames(), ", "))
 					}
 				}
-				d := &appliance.Doctor{Cfg: cfg, Profile: profile}
-				gpu, closeGPU, gerr := appliance.OpenGPU(cfg)
-				defer closeGPU()
-				if gerr != nil {
-					d.GPUErr = gerr
-				} else {
-					d.GPU = gpu
-				}
-				u, _, closeUnits, uerr := appliance.OpenUnits(ctx, cfg)
-				defer closeUnits()
-				if uerr != nil {
-					d.UnitsErr = uerr
-				} else {
-					d.Units = u
-				}
-				rep = d.Run(ctx)
+				rep = wiring.LocalDoctor(ctx, cfg, profile)
 			}
 			if asJSON {
 				if err := writeJSON(cmd.OutOrStdout(), rep); err != nil {

@@ -1,18 +1,13 @@
 package main
 
 import (
-	"context"
-	"gpuhost/api"
 	"gpuhost/config"
 	"gpuhost/internal/wiring"
-	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
-	"gpuhost/appliance"
-	"gpuhost/bench"
 	"gpuhost/mcp"
 	_ "gpuhost/mcp/connectors/all" // every compiled connector registers itself
 	"gpuhost/mcp/declarative"
@@ -45,7 +40,7 @@ func mcpSetup(cmd *cobra.Command) (mcp.Setup, error) {
 	if err != nil {
 		return mcp.Setup{}, err
 	}
-	d, closeFn := localDaemon(cmd.Context(), cfg, nil)
+	d, closeFn := wiring.LocalMCPDaemon(cmd.Context(), cfg, nil, false)
 	return mcp.Setup{Connectors: cfg.MCP.Connectors, ConnectorsDir: cfg.MCP.ConnectorsDir, Daemon: d, Close: closeFn}, nil
 }
 
@@ -69,34 +64,6 @@ func mcpDemoSetup(cmd *cobra.Command) (mcp.Setup, error) {
 	if err != nil {
 		return mcp.Setup{}, err
 	}
-	d, closeFn := localDaemon(cmd.Context(), cfg, log)
+	d, closeFn := wiring.LocalMCPDaemon(cmd.Context(), cfg, log, true)
 	return mcp.Setup{Connectors: mcp.DemoConfig(), Daemon: d, Close: func() { closeFn(); os.RemoveAll(filepath.Clean(state)) }}, nil
-}
-
-// localDaemon builds a Supervisor over this box's GPU and units. With a
-// logger it also runs it (the demo: backends start); without, it only
-// reads.
-func localDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger) (*wiring.MCPDaemon, func()) {
-	gpu, closeGPU, _ := appliance.OpenGPU(cfg)
-	u, journal, closeUnits, _ := appliance.OpenUnits(ctx, cfg)
-	sup := appliance.NewSupervisor(cfg, gpu, u, journal, log)
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	if log != nil {
-		go func() { _ = sup.Run(runCtx); close(done) }()
-	} else {
-		sup.Reconcile(ctx)
-		close(done)
-	}
-	doctor := func(ctx context.Context, profile string) api.DoctorReport {
-		return (&appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile}).Run(ctx)
-	}
-	d := &wiring.MCPDaemon{Sup: sup, DoctorFn: doctor, Bench: bench.NewStore(cfg.StateDir, nil)}
-	return d, func() {
-		cancel()
-		<-done
-		sup.Close()
-		closeUnits()
-		closeGPU()
-	}
 }

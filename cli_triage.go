@@ -17,6 +17,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/appliance"
 	"gpuhost/config"
+	"gpuhost/internal/wiring"
 	"gpuhost/mcp"
 	"gpuhost/triage"
 )
@@ -189,8 +190,8 @@ func readEML(path string) ([]byte, error) {
 }
 
 // openTriage builds the worker from the config the way `gpuhost serve`
-// does, with this process's own MCP client (crm), GPU power reading and a
-// view of the daemon's active model.
+// does (wiring.OpenTriage), with this process's own MCP server (crm), GPU
+// power reading and a view of the daemon's active model.
 func openTriage(cmd *cobra.Command, cfg *config.Config) (*triage.Worker, func(), error) {
 	log, err := newLogger(cmd)
 	if err != nil {
@@ -199,56 +200,32 @@ func openTriage(cmd *cobra.Command, cfg *config.Config) (*triage.Worker, func(),
 	if !cfg.Triage.Enabled {
 		return nil, nil, fmt.Errorf("%s: triage.enabled is false; configure the triage: section first", cfg.Path())
 	}
-	ctx := cmd.Context()
-	var closers []func()
-	closeAll := func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-	}
-	deps := triage.Deps{Log: log.With("component", "triage"), ActiveModel: daemonActiveModel(cfg)}
+	src := wiring.TriageSources{Log: log.With("component", "triage"), ActiveModel: daemonActiveModel(cfg)}
+	closeGPU := func() {}
 	if cfg.Triage.Model.BaseURL == "" {
 		// Local model: its energy is priced from the GPU's power draw.
-		gpu, closeGPU, gerr := appliance.OpenGPU(cfg)
-		closers = append(closers, closeGPU)
+		gpu, closeFn, gerr := appliance.OpenGPU(cfg)
+		closeGPU = closeFn
 		if gerr != nil {
 			log.Warn("triage: no GPU power reading; local model calls are priced without energy", "err", gerr)
 		} else {
-			deps.Power = func(ctx context.Context) (float64, bool) {
-				snap, err := gpu.Snapshot(ctx)
-				if err != nil {
-					return 0, false
-				}
-				d, ok := snap.Device0()
-				return d.PowerW, ok && d.PowerW > 0
-			}
+			src.Snapshot = gpu.Snapshot
 		}
 	}
 	if cfg.Triage.CRM.Enabled {
 		ms, err := mcp.NewServer(mcp.ServerOptions{Config: cfg.MCP.Connectors, Log: log.With("component", "mcp"), Version: version})
 		if err != nil {
-			closeAll()
+			closeGPU()
 			return nil, nil, fmt.Errorf("triage.crm needs the MCP crm connector: %w", err)
 		}
-		c, err := ms.InProcessClient(ctx)
-		if err != nil {
-			closeAll()
-			return nil, nil, fmt.Errorf("triage.crm: %w", err)
-		}
-		closers = append(closers, func() { _ = c.Close() })
-		deps.MCP = c
+		src.MCP = ms
 	}
-	w, err := triage.FromConfig(ctx, cfg.Triage, triageDaemon(cfg), deps)
+	w, closeW, err := wiring.OpenTriage(cmd.Context(), cfg, src)
 	if err != nil {
-		closeAll()
+		closeGPU()
 		return nil, nil, err
 	}
-	closers = append(closers, func() {
-		if err := w.Close(); err != nil {
-			log.Warn("triage: closing the mail source", "err", err)
-		}
-	})
-	return w, closeAll, nil
+	return w, func() { closeW(); closeGPU() }, nil
 }
 
 // daemonActiveModel asks the running daemon which profile is active, so a

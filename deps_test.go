@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path"
 	"sort"
@@ -70,6 +71,16 @@ var depRules = []struct {
 		pkgs:   []string{"gpuhost/frontdoor/..."},
 		forbid: []string{"gpuhost/triage/...", "github.com/emersion/go-imap/v2/...", "github.com/slack-go/slack/..."},
 		why:    "the panel shows the triage worker through api's plain types (the worker implements its Mail interface); a page must not link the mail client and chat SDKs",
+	},
+	{
+		pkgs:   []string{"gpuhost/api/...", "gpuhost/frontdoor/...", "gpuhost/mcp/...", "gpuhost/triage/...", "gpuhost/agent/...", "gpuhost/bench/...", "gpuhost/simulator/...", "gpuhost/units/...", "gpuhost/config/...", "gpuhost/backend/...", "gpuhost/internal/activity"},
+		forbid: []string{"gpuhost/nvml/driver", "github.com/NVIDIA/go-nvml/..."},
+		why:    "only the packages that open the real driver (appliance and the wiring) link go-nvml through gpuhost/nvml/driver; everyone else reads GPU facts as gpuhost/nvml's plain Snapshot",
+	},
+	{
+		pkgs:   []string{"gpuhost/triage/..."},
+		forbid: []string{"gpuhost/mcp/connectors/crm", "github.com/jackc/pgx/v5/..."},
+		why:    "the triage worker reads the CRM through the MCP tool's answer (crmwire.Result), never through the connector or its PostgreSQL driver",
 	},
 	{
 		pkgs:   []string{"gpuhost/api/...", "gpuhost/config/...", "gpuhost/internal/atomicfile", "gpuhost/internal/pairing", "gpuhost/internal/redactlog", "gpuhost/internal/testkit", "gpuhost/internal/activity"},
@@ -171,4 +182,29 @@ func keys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// TestOneWiringPlace: the daemon's core and the services' dependencies are
+// built in internal/wiring only, so `serve`, `demo`, `mcp --demo` and the
+// triage commands cannot drift apart (the core used to be built twice).
+func TestOneWiringPlace(t *testing.T) {
+	builders := []string{"appliance.NewSupervisor(", "triage.FromConfig(", "appliance.OpenUnits("}
+	out, err := exec.Command("git", "ls-files", "*.go").Output()
+	if err != nil {
+		t.Skipf("git ls-files: %v", err)
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if strings.HasSuffix(f, "_test.go") || strings.HasPrefix(f, "internal/wiring/") || strings.Contains(f, "test/") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range builders {
+			if strings.Contains(string(src), b) {
+				t.Errorf("%s calls %s: build the daemon's parts in internal/wiring (OpenCore, OpenTriage) and call that", f, strings.TrimSuffix(b, "("))
+			}
+		}
+	}
 }

@@ -51,6 +51,9 @@ type MailDay struct {
 	Mails                       int
 	Total, Model, Audio, Energy string
 	EnergyWh                    float64
+	// Calls are the model and transcription calls of the day's mails;
+	// Repeats those made again because a crash lost their reply.
+	Calls, Repeats int
 }
 
 // MailPost is one judged mail as the page shows it. URLs come as the mail

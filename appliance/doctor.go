@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"gpuhost/api"
-	"gpuhost/backend"
 	"gpuhost/config"
 	"gpuhost/nvml"
 	"gpuhost/systemd"
@@ -38,6 +37,19 @@ type Doctor struct {
 	// Exclusion reports the daemon's standby watcher (Supervisor.Exclusion)
 	// for the standby.exclusion check; nil: no check (the CLI's doctor).
 	Exclusion func() (violations uint64, last time.Time, lastMsg string)
+	// Gate is the daemon's Supervisor: the endpoint checks run on its
+	// active profile under a probe lease (probelease.go) and say
+	// "switching to …" while a switch runs. nil (the CLI's local doctor,
+	// no daemon): the active backend is the running unit that standby.json
+	// does not record in standby.
+	Gate ProbeGate
+}
+
+// ProbeGate is what the doctor needs of the Supervisor so that its probes
+// never collide with a switch.
+type ProbeGate interface {
+	State() api.State
+	LeaseProbe(ctx context.Context, profile string) (context.Context, func(), error)
 }
 
 // Run executes the checks.
@@ -104,12 +116,12 @@ func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 			add(api.DoctorCheck{ID: "units.systemd", Severity: units.SeverityFail, Message: err.Error(), Fix: "check `systemctl status`"})
 		} else {
 			checks = append(checks, unitChecks(d.Cfg, bs, sf.Units)...)
-			checks = append(checks, d.standbyChecks(bs, sf, dev, haveGPU)...)
-			checks = append(checks, wantedCheck(d.Cfg, bs))
+			checks = append(checks, d.standbyChecks(ctx, bs, sf, dev, haveGPU)...)
+			checks = append(checks, d.wantedCheck(bs, sf.Units))
 			if haveGPU {
 				checks = append(checks, foreignProcessCheck(dev, bs))
 			}
-			checks = append(checks, d.endpointChecks(ctx, bs)...)
+			checks = append(checks, d.endpointChecks(ctx, bs, sf)...)
 		}
 	}
 	if d.Telegram != nil && d.Profile == "" {
@@ -185,16 +197,15 @@ func unitChecks(cfg *config.Config, bs []backendState, asleep map[string]standby
 		}
 		out = append(out, c)
 	}
-	// At most one backend active.
+	// At most one backend active; one in standby does not count.
 	var active, sleeping []string
-	for _, b := range bs {
-		if e, ok := asleep[b.unit]; ok && b.status.Active() && b.profile == e.Profile {
-			sleeping = append(sleeping, fmt.Sprintf("%s (%s, %s)", b.unit, e.Profile, e.Mode))
-			continue
-		}
-		if b.status.Active() {
-			active = append(active, fmt.Sprintf("%s (%s)", b.unit, b.status.ActiveState))
-		}
+	serving, asleepBs := servingBackends(bs, asleep)
+	for _, b := range asleepBs {
+		e := asleep[b.unit]
+		sleeping = append(sleeping, fmt.Sprintf("%s (%s, %s)", b.unit, e.Profile, e.Mode))
+	}
+	for _, b := range serving {
+		active = append(active, fmt.Sprintf("%s (%s)", b.unit, b.status.ActiveState))
 	}
 	ex := api.DoctorCheck{ID: "units.exclusive", Value: fmt.Sprint(len(active))}
 	if len(active) > 1 {
@@ -219,7 +230,7 @@ func unitChecks(cfg *config.Config, bs []backendState, asleep map[string]standby
 		case !ok:
 			dc.Severity = units.SeverityWarn
 			dc.Message = fmt.Sprintf("%s runs profile %q which is not in the config", b.unit, b.profile)
-			dc.Fix = "switch to a configured profile"
+			dc.Fix = "switch to a configured profile: `gpuhost switch PROFILE`"
 		case err != nil:
 			dc.Severity, dc.Message = units.SeverityWarn, fmt.Sprintf("cannot read the command line of %s (pid %d): %v", b.unit, b.status.MainPID, err)
 		default:
@@ -228,9 +239,12 @@ func unitChecks(cfg *config.Config, bs []backendState, asleep map[string]standby
 				dc.Severity, dc.Message = units.SeverityWarn, fmt.Sprintf("cannot parse the command line of %s: %v", b.unit, perr)
 				break
 			}
-			diffs := units.Drift(*p, live)
+			// What gpuhost adds itself is wanted, not drift.
+			want := *p
+			want.VLLM.ExtraArgs = append(units.AddedVLLMArgs(*p), p.VLLM.ExtraArgs...)
+			diffs := units.Drift(want, live)
 			if len(diffs) == 0 {
-				dc.Severity, dc.Message = units.SeverityOK, fmt.Sprintf("%s (pid %d) runs with the flags of profile %s", b.unit, b.status.MainPID, p.Name)
+				dc.Severity, dc.Message = units.SeverityOK, fmt.Sprintf("%s (pid %d) runs with the flags of profile %s%s", b.unit, b.status.MainPID, p.Name, ignoredDriftText(p))
 				break
 			}
 			var ds []string
@@ -238,8 +252,9 @@ func unitChecks(cfg *config.Config, bs []backendState, asleep map[string]standby
 				ds = append(ds, fmt.Sprintf("%s: want %s, live %s", df.Flag, df.Want, df.Live))
 			}
 			dc.Severity = units.SeverityWarn
-			dc.Message = fmt.Sprintf("%s runs with flags that differ from profile %s: %s", b.unit, p.Name, strings.Join(ds, "; "))
-			dc.Fix = "`gpuhost switch " + p.Name + "` restarts it with the profile's flags"
+			dc.Message = fmt.Sprintf("%s runs with flags that differ from profile %s: %s%s", b.unit, p.Name, strings.Join(ds, "; "), ignoredDriftText(p))
+			_, inStandby := asleep[b.unit]
+			dc.Fix = "the flags change only when it starts again: " + restartHint(cfg, b.unit, inStandby)
 		}
 		out = append(out, dc)
 	}
@@ -283,48 +298,6 @@ func foreignProcessCheck(dev nvml.Device, bs []backendState) api.DoctorCheck {
 		c.Message = ownProcessesMessage(len(dev.Processes))
 	}
 	return c
-}
-
-// endpointChecks is endpoint.health and, when the active backend serves,
-// the checks of what an agent needs (doctor_agent.go).
-func (d *Doctor) endpointChecks(ctx context.Context, bs []backendState) []api.DoctorCheck {
-	c, act, p := d.endpointCheck(ctx, bs)
-	if c.Severity != units.SeverityOK || act == nil || p == nil {
-		return []api.DoctorCheck{c}
-	}
-	return append([]api.DoctorCheck{c}, d.agentChecks(ctx, *act, p)...)
-}
-
-func (d *Doctor) endpointCheck(ctx context.Context, bs []backendState) (api.DoctorCheck, *backendState, *units.Profile) {
-	c := api.DoctorCheck{ID: "endpoint.health"}
-	var act *backendState
-	for i := range bs {
-		if bs[i].status.ActiveState == "active" {
-			act = &bs[i]
-		}
-	}
-	if act == nil {
-		c.Severity, c.Message = units.SeverityOK, "no backend active; nothing to check"
-		return c, nil, nil
-	}
-	p, ok := d.Cfg.Profiles[act.profile]
-	if !ok {
-		c.Severity = units.SeverityWarn
-		c.Message = fmt.Sprintf("%s is active with unknown profile %q", act.unit, act.profile)
-		return c, nil, nil
-	}
-	c.Profile = p.Name
-	sup := &Supervisor{cfg: d.Cfg, gpu: d.GPU, units: d.Units, client: backendClient(d.Cfg), engines: backend.Engines()}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if msg, _, err := sup.verify(cctx, p); err != nil {
-		c.Severity = units.SeverityFail
-		c.Message = fmt.Sprintf("%s (profile %s) is not serving correctly: %v", act.unit, p.Name, err)
-		c.Fix = "see `journalctl -u " + act.unit + "`; `gpuhost switch " + p.Name + "` restarts it"
-	} else {
-		c.Severity, c.Message = units.SeverityOK, msg
-	}
-	return c, act, p
 }
 
 // cmdlineWithRetry reads a process's command line, retrying briefly: right

@@ -69,6 +69,11 @@ func toolProbeKey(act backendState, p *units.Profile, ts toolSetting) string {
 	return fmt.Sprintf("%s|%d|%s|%s|%s|%s|%v|%s", act.unit, act.status.MainPID, p.Name, p.ServedModelName(), p.Model, ts.source, ts.auto, ts.parser)
 }
 
+// toolProbeHook, when set (tests only), runs just before the tool-call
+// probe's first request: a barrier that lets a test start a switch while a
+// probe is under way, the race probe leases exist for.
+var toolProbeHook func(ctx context.Context)
+
 // toolSetting is how the running backend is set up for tool calls.
 type toolSetting struct {
 	auto   bool   // vLLM --enable-auto-tool-choice (Ollama: always)
@@ -128,6 +133,9 @@ func toolCallsCheck(ctx context.Context, client *http.Client, base string, act b
 		if hit {
 			return cached
 		}
+	}
+	if toolProbeHook != nil {
+		toolProbeHook(ctx)
 	}
 	sevW, whole, answeredW := probeToolCall(ctx, client, base, p.ServedModelName(), false)
 	sevS, streamed, answeredS := probeToolCall(ctx, client, base, p.ServedModelName(), true)

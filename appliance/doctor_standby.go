@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"time"
 
 	"gpuhost/api"
+	"gpuhost/backend"
 	"gpuhost/config"
 	"gpuhost/nvml"
 	"gpuhost/units"
@@ -64,29 +64,52 @@ func (d *Doctor) hostRAMCheck(ctx context.Context, p *units.Profile) []api.Docto
 	return []api.DoctorCheck{c}
 }
 
-// standbyChecks: every backend in standby at or below its residual, and
-// (in the daemon) no standby backend found above it within the last hour.
-func (d *Doctor) standbyChecks(bs []backendState, sf standbyFile, dev nvml.Device, haveGPU bool) []api.DoctorCheck {
+// servingBackends splits the running backend units into those that serve
+// (or start) and those in standby as recorded (the same profile still runs
+// in the unit). units.exclusive, state.last_wanted and the endpoint checks
+// all count with it, so they agree.
+func servingBackends(bs []backendState, asleep map[string]standbyEntry) (serving, inStandby []backendState) {
+	for _, b := range bs {
+		if !b.status.Active() {
+			continue
+		}
+		if e, ok := asleep[b.unit]; ok && b.profile == e.Profile {
+			inStandby = append(inStandby, b)
+			continue
+		}
+		serving = append(serving, b)
+	}
+	return serving, inStandby
+}
+
+// standbyChecks gives every backend in standby its own checks (asleep as
+// recorded, at or below its residual, the residual plausible) and, in the
+// daemon, says whether the watcher found one above its residual lately.
+// During a switch a backend may be on its way into or out of standby, so
+// the per-backend checks wait for its end.
+func (d *Doctor) standbyChecks(ctx context.Context, bs []backendState, sf standbyFile, dev nvml.Device, haveGPU bool) []api.DoctorCheck {
 	var out []api.DoctorCheck
-	if haveGPU && len(sf.Units) > 0 {
-		c := api.DoctorCheck{ID: "standby.residual", Severity: units.SeverityOK}
-		var msgs []string
-		for _, b := range bs {
-			e, ok := sf.Units[b.unit]
-			if !ok || !b.status.Active() {
-				continue
-			}
-			used, res := unitUsedMiB(dev, b.status), sf.ResidualMiB[e.Profile]
-			msgs = append(msgs, fmt.Sprintf("%s (%s, %s) holds %d MiB, residual %d", b.unit, e.Profile, e.Mode, used, res))
-			if used > res+residualToleranceMiB {
-				c.Severity = units.SeverityFail
-				c.Fix = "the daemon puts it back into standby within gpu.standby_watch_interval; if this persists, `gpuhost switch` to it or stop it"
-			}
+	_, asleep := servingBackends(bs, sf.Units)
+	var st api.State
+	if d.Gate != nil {
+		st = d.Gate.State()
+	}
+	for _, b := range asleep {
+		e := sf.Units[b.unit]
+		if d.Profile != "" && e.Profile != d.Profile {
+			continue
 		}
-		c.Message = strings.Join(msgs, "; ")
-		if c.Message != "" {
-			out = append(out, c)
+		if st.Phase == api.PhaseSwitching {
+			out = append(out, api.DoctorCheck{ID: "standby.asleep", Profile: e.Profile, Severity: units.SeverityOK,
+				Message: SwitchingMessage(st) + ": " + b.unit + "'s standby is checked once it ends"})
+			continue
 		}
+		out = append(out, d.asleepCheck(ctx, b, e))
+		res, known := sf.ResidualMiB[e.Profile]
+		if haveGPU {
+			out = append(out, residualCheck(d.Cfg, b, e, unitUsedMiB(dev, b.status), res, known))
+		}
+		out = append(out, d.plausibleCheck(b, e, res, known, dev, haveGPU))
 	}
 	if d.Exclusion != nil {
 		n, last, msg := d.Exclusion()
@@ -102,4 +125,109 @@ func (d *Doctor) standbyChecks(bs []backendState, sf standbyFile, dev nvml.Devic
 		out = append(out, c)
 	}
 	return out
+}
+
+// asleepCheck asks the engine whether the backend is in standby as
+// recorded: vLLM's /is_sleeping, Ollama's /api/ps without the model. Both
+// only read; neither wakes it.
+func (d *Doctor) asleepCheck(ctx context.Context, b backendState, e standbyEntry) api.DoctorCheck {
+	c := api.DoctorCheck{ID: "standby.asleep", Profile: e.Profile, Value: string(e.Mode)}
+	p := d.Cfg.Profiles[e.Profile]
+	sup := &Supervisor{cfg: d.Cfg, client: backendClient(d.Cfg), engines: backend.Engines(), log: discardLog}
+	be, err := sup.engineOf(p)
+	sl, ok := be.(backend.Sleeper)
+	if err != nil || !ok {
+		c.Severity, c.Message = units.SeverityWarn, fmt.Sprintf("%s is recorded in standby (%s) but its engine has no standby to ask", b.unit, e.Mode)
+		return c
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	what := "asleep"
+	if e.Mode == units.StandbyUnload {
+		what = "unloaded"
+	}
+	since := ""
+	if !e.Since.IsZero() {
+		since = fmt.Sprintf(" since %s", e.Since.UTC().Format(time.RFC3339))
+	}
+	switch sleeping, err := sl.Sleeping(cctx); {
+	case err != nil:
+		c.Severity = units.SeverityWarn
+		c.Message = fmt.Sprintf("%s (%s) is recorded in standby (%s) but does not say whether it is %s: %v", b.unit, e.Profile, e.Mode, what, err)
+		c.Fix = logHint(d.Cfg, b.unit)
+	case !sleeping:
+		c.Severity = units.SeverityFail
+		c.Message = fmt.Sprintf("%s (%s) is recorded in standby (%s) but is not %s: something woke it behind gpuhost", b.unit, e.Profile, e.Mode, what)
+		c.Fix = "the daemon puts it back into standby within gpu.standby_watch_interval; if this persists, find who talks to its port, or " + restartHint(d.Cfg, b.unit, true)
+	default:
+		c.Severity = units.SeverityOK
+		c.Message = fmt.Sprintf("%s (%s) is %s as recorded (%s%s)", b.unit, e.Profile, what, e.Mode, since)
+	}
+	return c
+}
+
+// residualCheck: the backend holds at most its measured residual (+ the
+// measurement tolerance).
+func residualCheck(cfg *config.Config, b backendState, e standbyEntry, used, res uint64, known bool) api.DoctorCheck {
+	c := api.DoctorCheck{ID: "standby.residual", Profile: e.Profile, Value: fmt.Sprint(used), Severity: units.SeverityOK}
+	switch {
+	case !known:
+		c.Severity = units.SeverityWarn
+		c.Message = fmt.Sprintf("%s (%s, %s) holds %d MiB; no residual measured for %s", b.unit, e.Profile, e.Mode, used, e.Profile)
+		c.Fix = "the residual is measured at the profile's first sleep; switching to it and away measures it again"
+	case used > res+residualToleranceMiB:
+		c.Severity = units.SeverityFail
+		c.Message = fmt.Sprintf("%s (%s, %s) holds %d MiB, above its residual %d MiB (+%d)", b.unit, e.Profile, e.Mode, used, res, residualToleranceMiB)
+		c.Fix = "the daemon puts it back into standby within gpu.standby_watch_interval; if this persists, `gpuhost switch` to it or " + restartHint(cfg, b.unit, true)
+	default:
+		c.Message = fmt.Sprintf("%s (%s, %s) holds %d MiB, at or below its residual %d MiB", b.unit, e.Profile, e.Mode, used, res)
+	}
+	return c
+}
+
+// plausibleResidual is the most a backend may keep in standby before its
+// measured residual itself is suspect: an idle `ollama serve` keeps no
+// runner on the GPU, and a vLLM asleep keeps its CUDA context and
+// allocator pools, not its weights (vLLM 32714: a release whose residual
+// went from ~1.1 GB to 16 GB). The limit is half the profile's weights
+// when known, else a quarter of the card; 0 when neither is known.
+func plausibleResidual(cfg *config.Config, p *units.Profile, mode units.Standby, totalMiB uint64) (uint64, string) {
+	if mode == units.StandbyUnload {
+		return 1024, "an idle Ollama keeps no model on the GPU"
+	}
+	s := &Supervisor{cfg: cfg, log: discardLog}
+	if w, _ := s.weightsMiB(p, 0); w > 0 {
+		return w / 2, fmt.Sprintf("half of the profile's ~%d MiB of weights", w)
+	}
+	if totalMiB > 0 {
+		return totalMiB / 4, fmt.Sprintf("a quarter of the card's %d MiB", totalMiB)
+	}
+	return 0, ""
+}
+
+// plausibleCheck says whether the recorded residual is one a sleeping
+// backend can have: the residual check above trusts it, so a residual
+// measured while something else was wrong would hide a backend that
+// never really slept.
+func (d *Doctor) plausibleCheck(b backendState, e standbyEntry, res uint64, known bool, dev nvml.Device, haveGPU bool) api.DoctorCheck {
+	c := api.DoctorCheck{ID: "standby.residual_plausible", Profile: e.Profile, Value: fmt.Sprint(res), Severity: units.SeverityOK}
+	var total uint64
+	if haveGPU {
+		total = dev.MemoryTotalMiB
+	}
+	limit, why := plausibleResidual(d.Cfg, d.Cfg.Profiles[e.Profile], e.Mode, total)
+	switch {
+	case !known:
+		c.Value = ""
+		c.Message = fmt.Sprintf("no residual recorded for %s yet", e.Profile)
+	case limit == 0:
+		c.Message = fmt.Sprintf("residual %d MiB (no limit known: neither model_params nor the card's size)", res)
+	case res > limit:
+		c.Severity = units.SeverityWarn
+		c.Message = fmt.Sprintf("the recorded residual of %s, %d MiB, is above %d MiB (%s): %s may not really sleep", e.Profile, res, limit, why, b.unit)
+		c.Fix = "remove its entry under residual_mib in " + (&Supervisor{cfg: d.Cfg}).standbyPath() + " so the next sleep measures it again, and check the engine's release notes for sleep-mode regressions"
+	default:
+		c.Message = fmt.Sprintf("residual %d MiB, within %d MiB (%s)", res, limit, why)
+	}
+	return c
 }

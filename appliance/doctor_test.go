@@ -159,8 +159,21 @@ func TestDoctorChecksPassAndFail(t *testing.T) {
 	if c, _ := checkByID(rep, "units.exclusive", ""); c.Severity != units.SeverityFail || !strings.Contains(c.Message, "more than one backend") {
 		t.Errorf("units.exclusive with two active: %+v", c)
 	}
-	if c, _ := checkByID(rep, "endpoint.health", "llama"); c.Severity != units.SeverityFail || !strings.Contains(c.Message, "is not serving correctly") {
+	// Which of the two serves is not known: neither is probed.
+	if c, _ := checkByID(rep, "endpoint.health", ""); c.Severity != units.SeverityWarn || !strings.Contains(c.Message, "none probed") {
+		t.Errorf("endpoint.health with two active: %+v", c)
+	}
+	if err := loose.Stop(ctx, f.cfg.Backends.VLLM.Unit); err != nil {
+		t.Fatal(err)
+	}
+	rep = run(&Doctor{Cfg: f.cfg, GPU: f.gpu, Units: loose})
+	c, _ = checkByID(rep, "endpoint.health", "llama")
+	if c.Severity != units.SeverityFail || !strings.Contains(c.Message, "is not serving correctly") {
 		t.Errorf("endpoint.health with the model not loaded: %+v", c)
+	}
+	// The demo's process runner has no journal: the hint names its log file.
+	if logFile := f.cfg.StateDir + "/logs/gpuhost-ollama.log"; !strings.Contains(c.Fix, logFile) || strings.Contains(c.Fix, "journalctl") {
+		t.Errorf("endpoint.health fix = %q, want the log file %s", c.Fix, logFile)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"gpuhost/appliance/procunits"
 	"gpuhost/config"
 	"gpuhost/nvml"
+	"gpuhost/nvml/driver"
 	"gpuhost/systemd"
 )
 
@@ -38,7 +39,7 @@ func OpenGPU(cfg *config.Config) (GPU, func(), error) {
 		}
 		return s, func() { s.Close() }, err
 	}
-	n, err := nvml.Open()
+	n, err := driver.Open()
 	if err != nil {
 		err = fmt.Errorf("open NVML (gpu.backend: nvml): %w", err)
 		return unavailableGPU{err}, func() {}, err
@@ -64,12 +65,20 @@ func OpenUnits(ctx context.Context, cfg *config.Config) (Units, JournalFunc, fun
 	return ru, systemd.JournalTail, ru.Close, nil
 }
 
+// processLogDir is where the process runner writes each unit's output.
+func processLogDir(cfg *config.Config) string { return cfg.StateDir + "/logs" }
+
+// processLogPath is the process runner's log file of unit.
+func processLogPath(cfg *config.Config, unit string) string {
+	return procunits.LogPath(processLogDir(cfg), unit)
+}
+
 func processSpecs(cfg *config.Config) []procunits.Spec {
 	var specs []procunits.Spec
 	for _, bu := range cfg.BackendUnits() {
 		specs = append(specs, procunits.Spec{
 			Name: bu.Name, Exec: bu.Exec, EnvFile: bu.EnvFile, Conflicts: bu.Conflicts,
-			StopTimeout: cfg.Switch.StopTimeout.D(), LogDir: cfg.StateDir + "/logs",
+			StopTimeout: cfg.Switch.StopTimeout.D(), LogDir: processLogDir(cfg),
 		})
 	}
 	return specs

@@ -125,16 +125,13 @@ func WantedDrift(st api.State) string {
 
 // wantedCheck is the doctor's view of WantedDrift, from the state file and
 // the units as systemd reports them.
-func wantedCheck(cfg *config.Config, bs []backendState) api.DoctorCheck {
+// A backend in standby (asleep) is not running for this check, as for
+// units.exclusive: both count the same servingBackends.
+func wantedCheck(cfg *config.Config, bs []backendState, asleep map[string]standbyEntry) api.DoctorCheck {
 	s := &Supervisor{cfg: cfg, log: slog.Default()}
 	st := api.State{Phase: api.PhaseIdle, LastWanted: s.readLastWanted()}
 	c := api.DoctorCheck{ID: "state.last_wanted", Severity: units.SeverityOK, Value: st.LastWanted}
-	var active []backendState
-	for _, b := range bs {
-		if b.status.Active() {
-			active = append(active, b)
-		}
-	}
+	active, _ := servingBackends(bs, asleep)
 	switch len(active) {
 	case 0:
 	case 1:

@@ -149,7 +149,7 @@ func TestRestartCompletesLastWanted(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if c := wantedCheck(rig.cfg, bs); c.Severity != units.SeverityWarn || !strings.Contains(c.Message, "llama") {
+				if c := wantedCheck(rig.cfg, bs, nil); c.Severity != units.SeverityWarn || !strings.Contains(c.Message, "llama") {
 					t.Errorf("doctor check = %+v, want a warning naming llama", c)
 				}
 				return

@@ -22,7 +22,7 @@ import (
 )
 
 // GPU is what the Supervisor needs to know about the card: memory and the
-// processes holding it. nvml.NVML and nvml.Sim satisfy it.
+// processes holding it. driver.NVML and nvml.Sim satisfy it.
 type GPU interface {
 	Snapshot(ctx context.Context) (nvml.Snapshot, error)
 }
@@ -77,6 +77,7 @@ type Supervisor struct {
 	exclusion exclusionStats
 
 	telegram telegramSlot // the bot's status, for Status (SetTelegramStatus)
+	probes   probeSet     // the probe leases out now (probelease.go)
 
 	// ready closes once Run has reconciled from systemd and started the
 	// restore switch, if any (see Ready).
@@ -439,6 +440,7 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts api.Switch
 	}
 	s.current = r
 	s.gen++
+	s.revokeProbesLocked()
 	s.state.Phase, s.state.Target, s.state.SwitchID, s.state.Step, s.state.Error = api.PhaseSwitching, profile, r.id, "starting", ""
 	s.state.Since = time.Now()
 	s.state.LastWanted = profile
@@ -450,6 +452,7 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts api.Switch
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		s.awaitRevokedProbes()
 		err := r.run(s.baseCtx)
 		s.mu.Lock()
 		s.current = nil

@@ -74,6 +74,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"triage priority mailbox", minimal + "triage:\n  rules: {priority_mailboxes: [support]}\n", []string{"triage.rules.priority_mailboxes[0]", `"support"`}},
 		{"triage profile url", minimal + "triage:\n  crm: {enabled: true, profile_url: 'https://crm/x'}\n", []string{"triage.crm.profile_url", "{id}"}},
 		{"triage crm match", minimal + "triage:\n  crm: {enabled: true, match: regex}\n", []string{"triage.crm.match", `"regex"`}},
+		{"triage transcription count", minimal + "triage:\n  transcription: {max_per_mail: -1}\n", []string{"triage.transcription.max_per_mail", "negative"}},
+		{"triage transcription seconds", minimal + "triage:\n  transcription: {max_seconds_per_mail: -5}\n", []string{"triage.transcription.max_seconds_per_mail", "negative"}},
 		{"agent steps", minimal + "agent:\n  max_steps: 99\n", []string{"agent.max_steps", "1..50"}},
 		{"activity log size", minimal + "panel:\n  activity_requests: -3\n", []string{"panel.activity_requests (line", "0..100000"}},
 		{"negative drain", minimal + "proxy:\n  drain_timeout: -1s\n", []string{"proxy.drain_timeout (line", "negative"}},
@@ -121,6 +123,9 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if got := cfg.EnvFilePath("gpuhost-vllm.service"); got != "/var/lib/gpuhost/backends/gpuhost-vllm.env" {
 		t.Errorf("env file path %q", got)
+	}
+	if tr := cfg.Triage.Transcription; tr.MaxPerMail != 10 || tr.MaxSecondsPerMail != 900 {
+		t.Errorf("triage.transcription max_per_mail %d, max_seconds_per_mail %d; want 10 and 900", tr.MaxPerMail, tr.MaxSecondsPerMail)
 	}
 	if d, r := cfg.Proxy.DrainTimeout.D(), cfg.Proxy.MinResidency.D(); d != DefaultDrainTimeout || r != DefaultMinResidency {
 		t.Errorf("proxy drain_timeout %s, min_residency %s; want the defaults", d, r)

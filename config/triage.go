@@ -80,6 +80,15 @@ type TriageTranscriptionConfig struct {
 	APIKeyEnv string   `yaml:"api_key_env"`
 	MaxBytes  int64    `yaml:"max_bytes"` // default 24 MiB (the form stays under OpenAI's 25 MiB)
 	Timeout   Duration `yaml:"timeout"`   // default 300s
+	// MaxPerMail bounds the transcription calls of one mail (default 10);
+	// MaxSecondsPerMail the audio seconds transcribed for one mail
+	// (default 900: 15 minutes). Once either is reached the mail's other
+	// audio attachments are not transcribed, and the post names them. The
+	// seconds are known only from each transcription's reply, so the last
+	// attachment transcribed may run past the seconds cap (by at most one
+	// attachment, itself bounded by max_bytes).
+	MaxPerMail        int `yaml:"max_per_mail"`
+	MaxSecondsPerMail int `yaml:"max_seconds_per_mail"`
 }
 
 // TriageRulesConfig are the deterministic importance overrides.
@@ -189,6 +198,12 @@ func (c *Config) triageDefaults() {
 	if t.Transcription.Timeout == 0 {
 		t.Transcription.Timeout = Duration(300 * time.Second)
 	}
+	if t.Transcription.MaxPerMail == 0 {
+		t.Transcription.MaxPerMail = 10
+	}
+	if t.Transcription.MaxSecondsPerMail == 0 {
+		t.Transcription.MaxSecondsPerMail = 900
+	}
 	if t.CRM.Tool == "" {
 		t.CRM.Tool = "crm_search_users"
 	}
@@ -243,6 +258,12 @@ func (c *Config) triageValidate(add func(key, format string, args ...any)) {
 	}
 	if t.Transcription.MaxBytes < 0 {
 		add("triage.transcription.max_bytes", "must not be negative")
+	}
+	if t.Transcription.MaxPerMail < 0 {
+		add("triage.transcription.max_per_mail", "%d is negative (0 means the default, 10)", t.Transcription.MaxPerMail)
+	}
+	if t.Transcription.MaxSecondsPerMail < 0 {
+		add("triage.transcription.max_seconds_per_mail", "%d is negative (0 means the default, 900)", t.Transcription.MaxSecondsPerMail)
 	}
 	if t.FirstRun != "new" && t.FirstRun != "all" {
 		add("triage.first_run", "%q is not new or all", t.FirstRun)

@@ -129,21 +129,9 @@ func Bandwidth(maxMemClockMHz, busWidthBits int) float64 {
 	return float64(maxMemClockMHz) * 2 * float64(busWidthBits) / 8 / 1000
 }
 
-// cudaVersionString turns NVML's CUDA driver version integer (1000 × major +
-// 10 × minor, e.g. 13000 or 12040) into "13.0" or "12.4".
-func cudaVersionString(v int) string {
-	if v <= 0 {
-		return ""
-	}
-	return fmt.Sprintf("%d.%d", v/1000, (v%1000)/10)
-}
-
-// bytesToMiB converts a byte count to whole MiB, rounding down like nvidia-smi.
-func bytesToMiB(b uint64) uint64 { return b / (1 << 20) }
-
-// procComm returns the command name of pid from /proc/<pid>/comm, or "" when
+// ProcessName returns the command name of pid from /proc/<pid>/comm, or "" when
 // the process is gone or not visible (another PID namespace, hidepid).
-func procComm(pid int) string {
+func ProcessName(pid int) string {
 	if pid <= 0 {
 		return ""
 	}

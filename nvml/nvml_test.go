@@ -105,15 +105,6 @@ func TestBandwidth(t *testing.T) {
 	}
 }
 
-func TestCUDAVersionString(t *testing.T) {
-	tests := map[int]string{13000: "13.0", 12040: "12.4", 12090: "12.9", 11080: "11.8", 13010: "13.1", 0: "", -5: ""}
-	for in, want := range tests {
-		if got := cudaVersionString(in); got != want {
-			t.Errorf("cudaVersionString(%d) = %q; want %q", in, got, want)
-		}
-	}
-}
-
 func TestDevice0(t *testing.T) {
 	if d, ok := (Snapshot{}).Device0(); ok || !reflect.DeepEqual(d, Device{}) {
 		t.Fatalf("empty snapshot Device0() = %+v, %v; want zero, false", d, ok)
@@ -179,7 +170,7 @@ func checkKeys(t *testing.T, what string, m map[string]json.RawMessage, want ...
 	}
 }
 
-func TestProcComm(t *testing.T) {
+func TestProcessName(t *testing.T) {
 	child := startSleeper(t)
 	tests := []struct {
 		name string
@@ -193,31 +184,16 @@ func TestProcComm(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := procComm(tt.pid); got != tt.want {
-				t.Fatalf("procComm(%d) = %q; want %q", tt.pid, got, tt.want)
+			if got := ProcessName(tt.pid); got != tt.want {
+				t.Fatalf("ProcessName(%d) = %q; want %q", tt.pid, got, tt.want)
 			}
 		})
 	}
 }
 
 // startSleeper starts a real `sleep` child that the test can claim memory
-// for; it is killed and reaped at the end of the test unless the test did.
-func startSleeper(t *testing.T) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command("sleep", "300")
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start sleep: %v", err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	// /proc/<pid>/comm says "sleep" only once exec has happened.
-	testkit.Eventually(t, 10*time.Second, func() bool { return procComm(cmd.Process.Pid) == "sleep" }, "child to exec sleep")
-	return cmd
-}
+// for; see testkit.StartSleeper.
+func startSleeper(t *testing.T) *exec.Cmd { return testkit.StartSleeper(t) }
 
 // isZombie reports whether pid has exited but is not yet reaped.
 func isZombie(pid int) bool {

@@ -120,7 +120,7 @@ func (s *Sim) Snapshot(ctx context.Context) (Snapshot, error) {
 		claimed = satAdd(claimed, c.MiB)
 		name := c.Name
 		if name == "" {
-			name = procComm(c.PID)
+			name = ProcessName(c.PID)
 		}
 		procs = append(procs, Process{PID: c.PID, UsedMiB: c.MiB, Name: name})
 	}

@@ -21,10 +21,6 @@ var (
 		Snapshot(context.Context) (Snapshot, error)
 		Close() error
 	} = (*Sim)(nil)
-	_ interface {
-		Snapshot(context.Context) (Snapshot, error)
-		Close() error
-	} = (*NVML)(nil)
 )
 
 func simSnap(t *testing.T, s *Sim) Device {

@@ -3,40 +3,86 @@ package triage
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"slices"
 	"time"
 )
 
-// alertState follows consecutive failed polls (issue item 9): quiet for the
-// first AlertFailures-1, then one alert, a reminder every RemindEvery while
-// it keeps failing, and one all-clear when a poll succeeds again.
-type alertState struct {
-	failures  int
-	firstFail time.Time
-	alerted   bool
-	lastAlert time.Time
+// AlertState follows consecutive failed polls (issue item 9): quiet for
+// the first AlertFailures-1, then one alert, a reminder every RemindEvery
+// while it keeps failing, and one all-clear when a poll succeeds again. It
+// rides in the checkpoint, so that a restart during an outage neither
+// repeats the alert nor forgets to give the all-clear.
+type AlertState struct {
+	Failures  int       `json:"failures"`
+	FirstFail time.Time `json:"first_fail,omitzero"`
+	Alerted   bool      `json:"alerted,omitempty"`
+	LastAlert time.Time `json:"last_alert,omitzero"`
+	// Told are the sinks that carried the alert or a reminder: each of
+	// them, and only they, get the all-clear.
+	Told []string `json:"told,omitempty"`
+	// ClearPending are the sinks still owed ClearText, the all-clear of
+	// an ended streak (one refused it): tried again after every
+	// successful poll.
+	ClearPending []string `json:"clear_pending,omitempty"`
+	ClearText    string   `json:"clear_text,omitempty"`
+}
+
+func (a AlertState) clone() AlertState {
+	a.Told = slices.Clone(a.Told)
+	a.ClearPending = slices.Clone(a.ClearPending)
+	return a
+}
+
+// storedAlert is a as the checkpoint keeps it: nil when there is nothing
+// to remember.
+func storedAlert(a AlertState) *AlertState {
+	if reflect.DeepEqual(a, AlertState{}) {
+		return nil
+	}
+	c := a.clone()
+	return &c
+}
+
+// saveAlert writes the alert state with the checkpoint when it changed.
+// A failed write is logged: the alerting goes on from memory. Callers hold
+// w.mu.
+func (w *Worker) saveAlert() {
+	w.smu.Lock()
+	a := storedAlert(w.alert)
+	w.smu.Unlock()
+	if reflect.DeepEqual(a, w.st.Alert) {
+		return
+	}
+	st := w.st.clone()
+	st.Alert = a
+	if err := w.save(st); err != nil {
+		w.log.Error("triage: could not write the alert state to the checkpoint; a restart may not give the all-clear", "err", err)
+	}
 }
 
 func (w *Worker) pollFailed(ctx context.Context, now time.Time, err error) {
+	defer w.saveAlert()
 	w.metrics.pollFailures.Inc()
 	w.smu.Lock()
 	w.status.LastPoll = now
 	w.status.LastError = err.Error()
 	a := &w.alert
-	a.failures++
-	if a.failures == 1 {
-		a.firstFail = now
+	a.Failures++
+	if a.Failures == 1 {
+		a.FirstFail = now
 	}
 	var text string
 	switch {
-	case a.failures < w.o.AlertFailures:
-	case !a.alerted:
+	case a.Failures < w.o.AlertFailures:
+	case !a.Alerted:
 		text = fmt.Sprintf("triage: mail from %s is not being processed — %d polls in a row failed since %s. Last error: %v",
-			w.name, a.failures, a.firstFail.UTC().Format(time.RFC3339), err)
-	case now.Sub(a.lastAlert) >= w.o.RemindEvery:
+			w.name, a.Failures, a.FirstFail.UTC().Format(time.RFC3339), err)
+	case now.Sub(a.LastAlert) >= w.o.RemindEvery:
 		text = fmt.Sprintf("triage: reminder — mail from %s is still not being processed (%d failed polls since %s). Last error: %v",
-			w.name, a.failures, a.firstFail.UTC().Format(time.RFC3339), err)
+			w.name, a.Failures, a.FirstFail.UTC().Format(time.RFC3339), err)
 	}
-	failures := a.failures
+	failures := a.Failures
 	w.metrics.consecutive.Set(float64(failures))
 	w.smu.Unlock()
 	if text == "" {
@@ -45,36 +91,57 @@ func (w *Worker) pollFailed(ctx context.Context, now time.Time, err error) {
 	w.log.Error(text, "failures", failures)
 	// The alert counts as raised when some sink carried it (or there is
 	// none that could): otherwise it is tried again on the next failure.
-	if w.alertAll(ctx, text) {
+	told, tried := w.alertSinks(ctx, text, nil)
+	if tried == 0 || len(told) > 0 {
 		w.smu.Lock()
-		w.alert.alerted = true
-		w.alert.lastAlert = now
+		a.Alerted = true
+		a.LastAlert = now
+		for _, name := range told {
+			if !slices.Contains(a.Told, name) {
+				a.Told = append(a.Told, name)
+			}
+		}
+		// This streak's all-clear will reach them; an older one's is moot.
+		a.ClearPending, a.ClearText = nil, ""
 		w.status.LastAlert = now
 		w.smu.Unlock()
 	}
 }
 
 func (w *Worker) pollOK(ctx context.Context, now time.Time) {
+	defer w.saveAlert()
 	w.smu.Lock()
 	w.status.LastPoll, w.status.LastPollOK, w.status.LastError = now, now, ""
-	a := w.alert
-	w.alert = alertState{}
+	a := w.alert.clone()
+	w.alert = AlertState{ClearPending: a.ClearPending, ClearText: a.ClearText}
 	w.metrics.consecutive.Set(0)
 	w.smu.Unlock()
-	if !a.alerted {
-		if a.failures > 0 {
-			w.log.Info("triage: polling works again", "failed_polls", a.failures)
-		}
+	switch {
+	case a.Alerted:
+		text := fmt.Sprintf("triage: all clear — mail from %s is processed again after %d failed polls over %s.",
+			w.name, a.Failures, now.Sub(a.FirstFail).Round(time.Second))
+		w.log.Info(text, "failures", a.Failures, "sinks", a.Told)
+		w.smu.Lock()
+		w.alert.ClearPending, w.alert.ClearText = a.Told, text
+		// Recorded whether or not every sink takes it: the streak is over
+		// either way; a sink that refuses it is tried again.
+		w.status.LastAllClear = now
+		w.smu.Unlock()
+	case a.Failures > 0:
+		w.log.Info("triage: polling works again", "failed_polls", a.Failures)
+	}
+	w.smu.Lock()
+	pending, text := slices.Clone(w.alert.ClearPending), w.alert.ClearText
+	w.smu.Unlock()
+	if len(pending) == 0 {
 		return
 	}
-	text := fmt.Sprintf("triage: all clear — mail from %s is processed again after %d failed polls over %s.",
-		w.name, a.failures, now.Sub(a.firstFail).Round(time.Second))
-	w.log.Info(text, "failures", a.failures)
-	// Recorded whether or not a sink took it (alertAll logs a refusal):
-	// the streak is over either way, and the alert state says so.
-	w.alertAll(ctx, text)
+	told, _ := w.alertSinks(ctx, text, pending)
 	w.smu.Lock()
-	w.status.LastAllClear = now
+	w.alert.ClearPending = slices.DeleteFunc(w.alert.ClearPending, func(n string) bool { return slices.Contains(told, n) })
+	if len(w.alert.ClearPending) == 0 {
+		w.alert.ClearPending, w.alert.ClearText = nil, ""
+	}
 	w.smu.Unlock()
 }
 
@@ -82,10 +149,17 @@ func (w *Worker) pollOK(ctx context.Context, now time.Time) {
 // the alert reached someone (or there was no sink that could carry it, in
 // which case the log line is all there is).
 func (w *Worker) alertAll(ctx context.Context, text string) bool {
-	tried, ok := 0, 0
+	told, tried := w.alertSinks(ctx, text, nil)
+	return tried == 0 || len(told) > 0
+}
+
+// alertSinks sends text to the Alerter sinks (only those named in only,
+// when it is not nil) and returns the names of those that took it and how
+// many were tried.
+func (w *Worker) alertSinks(ctx context.Context, text string, only []string) (told []string, tried int) {
 	for _, s := range w.o.Sinks {
 		a, isAlerter := s.(Alerter)
-		if !isAlerter {
+		if !isAlerter || (only != nil && !slices.Contains(only, s.Name())) {
 			continue
 		}
 		tried++
@@ -96,10 +170,10 @@ func (w *Worker) alertAll(ctx context.Context, text string) bool {
 			w.log.Error("triage: could not send the alert", "sink", s.Name(), "err", err)
 			continue
 		}
-		ok++
+		told = append(told, s.Name())
 	}
-	if tried == 0 {
+	if tried == 0 && only == nil {
 		w.log.Warn("triage: no sink carries alerts; the log line above is the alert")
 	}
-	return tried == 0 || ok > 0
+	return told, tried
 }

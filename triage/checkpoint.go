@@ -33,9 +33,12 @@ type Checkpoint struct {
 	// restart keeps today's sum; a mail's cost is added in the same write
 	// that records its judged result, so it is counted once.
 	Costs []DayCost `json:"costs,omitempty"`
+	// Alert is the poll-failure alert's state (alert.go), nil while polls
+	// succeed and no all-clear is owed.
+	Alert *AlertState `json:"alert,omitempty"`
 }
 
-// Inflight marks a mail whose posting has begun. Posted lists the sinks
+// Inflight marks a mail whose first paid call or posting has begun. Posted lists the sinks
 // that accepted it, recorded after each one, so that a failure at a later
 // sink never re-posts to an earlier one. Judged is the mail's judged
 // result (classification, cost, the post), kept until the post succeeds
@@ -47,6 +50,10 @@ type Inflight struct {
 	Since  time.Time `json:"since"`
 	Posted []string  `json:"posted,omitempty"`
 	Judged *Judged   `json:"judged,omitempty"`
+	// Calls are the mail's paid calls until it is judged (calllog.go):
+	// the marker is set before the first of them starts, so that a crash
+	// at any point leaves what was paid for, and what was lost, on disk.
+	Calls []CallRecord `json:"calls,omitempty"`
 }
 
 // Judged is a Result as the checkpoint keeps it: the Result (whose Post is
@@ -77,9 +84,14 @@ func (j *Judged) result() *Result {
 
 func (c Checkpoint) clone() Checkpoint {
 	c.Costs = slices.Clone(c.Costs)
+	if c.Alert != nil {
+		a := c.Alert.clone()
+		c.Alert = &a
+	}
 	if c.Inflight != nil {
 		in := *c.Inflight
 		in.Posted = append([]string(nil), in.Posted...)
+		in.Calls = slices.Clone(in.Calls)
 		c.Inflight = &in
 	}
 	return c

@@ -31,6 +31,11 @@ type Cost struct {
 	Unpriced []string `json:"unpriced,omitempty"`
 	// NoPower is set when a local call could not be measured (no NVML).
 	NoPower bool `json:"no_power,omitempty"`
+	// Calls is how many model and transcription calls the mail took;
+	// Repeats how many more were made because a crash lost a call's
+	// reply (their tokens are unknown: not in the amounts above).
+	Calls   int `json:"calls"`
+	Repeats int `json:"repeats,omitempty"`
 }
 
 // Footer is the one-line cost shown in the post, e.g.
@@ -92,7 +97,7 @@ type localUsage struct {
 // price turns the mail's model calls into a Cost.
 func (w *Worker) price(calls []localUsage) Cost {
 	p := w.o.Prices
-	c := Cost{Currency: p.Currency}
+	c := Cost{Currency: p.Currency, Calls: len(calls)}
 	unpriced := map[string]bool{}
 	for _, u := range calls {
 		switch u.Kind {

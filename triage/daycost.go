@@ -32,6 +32,11 @@ type DayCost struct {
 	Energy         float64 `json:"energy"`
 	Total          float64 `json:"total"`
 	EnergyWh       float64 `json:"energy_wh,omitempty"`
+	// Calls are the model and transcription calls of the day's mails;
+	// Repeats the calls made again because a crash lost their reply
+	// (calllog.go), so Calls + Repeats is what the endpoints were asked.
+	Calls   int `json:"calls"`
+	Repeats int `json:"repeats,omitempty"`
 }
 
 // dayOf is the tally's day of t.
@@ -56,6 +61,7 @@ func addDayCost(days []DayCost, at time.Time, c Cost) []DayCost {
 	}
 	d := &out[i]
 	d.Mails++
+	d.Calls += c.Calls
 	d.Classification += c.Classification
 	d.Transcription += c.Transcription
 	d.Energy += c.Energy
@@ -66,6 +72,15 @@ func addDayCost(days []DayCost, at time.Time, c Cost) []DayCost {
 	if over := len(out) - maxCostEntries; over > 0 {
 		out = slices.Delete(out, 0, over)
 	}
+	return out
+}
+
+// addDayRepeat returns days with one repeated call counted on at's day.
+func addDayRepeat(days []DayCost, at time.Time, currency string) []DayCost {
+	out := addDayCost(days, at, Cost{Currency: currency})
+	i := slices.IndexFunc(out, func(d DayCost) bool { return d.Day == dayOf(at) && d.Currency == currency })
+	out[i].Mails-- // addDayCost counted a mail; a repeat is no mail
+	out[i].Repeats++
 	return out
 }
 

@@ -4,17 +4,26 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"gpuhost/internal/testbin"
 	"gpuhost/internal/testkit"
+	"gpuhost/simulator"
+	"gpuhost/simulator/simtest"
 	"gpuhost/triage/sink"
 	"gpuhost/triage/sink/slacktest"
 	"gpuhost/triage/source"
@@ -91,19 +100,29 @@ func TestDovecotNewMailOnceInOrder(t *testing.T) {
 
 // TestDovecotCrashKill is the issue's crash test: a worker process
 // (`gpuhost triage run`) is SIGKILLed at random points while it processes
-// 200 mails from a real Dovecot, classifies them on the simulator and posts
-// them to a fake Slack in this process, and is restarted until all are
-// done. Every mail must reach Slack exactly once, the in-flight check must
-// have been used, and the checkpoint must end at the last UID.
+// 300 mails from a real Dovecot, classifies them on the simulator (through
+// a proxy here that counts the model calls) and posts them to a fake Slack
+// in this process, and is restarted until all are done. Every mail must
+// reach Slack exactly once, the in-flight check must have been used, the
+// checkpoint must end at the last UID, and the spend must match the tally:
+// the model was asked once per mail plus at most the calls the tally names
+// as repeats (a kill while a call ran), never more.
 func TestDovecotCrashKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test: runs Dovecot, the simulator and a worker process")
 	}
-	const mails = 200
+	const mails = 300
 	start := time.Now()
 	srv := dovecottest.Start(t, dovecottest.Options{})
 	bin := testbin.Binary(t)
-	simURL := startSim(t, "", "")
+	// Decoding at 3,000 tok/s makes each call last some ms, so that kills
+	// land while calls run as well as between them.
+	simBase := simtest.Start(t, simulator.Options{
+		Flavor: simulator.FlavorVLLM, Model: simModel,
+		LoadTime: time.Nanosecond, PrefillTPS: 2e6, DecodeTPS: 3000, MaxNumSeqs: 64,
+	})
+	var modelCalls atomic.Int64
+	simURL := countingProxy(t, simBase, &modelCalls) + "/v1"
 	fake := slacktest.New(t)
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
@@ -172,7 +191,7 @@ triage:
 		kills, inflightKills, restarts int
 		logs                           bytes.Buffer
 	)
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(6 * time.Minute)
 	for round := 0; ; round++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("not done after %d rounds (checkpoint %+v)\n%s", round, read(), tail(logs.String(), 4000))
@@ -193,12 +212,21 @@ triage:
 		deliver(20)
 		final := round >= 30 && appended == mails // enough killing: let it finish
 		if !final {
-			// Odd rounds kill at a random time; even rounds as soon as the
-			// checkpoint shows a mail in flight (plus a random few ms), so
-			// the window the Slack check closes is hit for sure.
+			// A third of the rounds kill at a random time; a third as soon
+			// as the checkpoint shows a model call started (plus a random
+			// few ms: during the call or just after it, the window where
+			// a reply could be lost or paid twice); a third as soon as it
+			// shows a judged mail in flight, the window the Slack check
+			// closes.
 			var killAt <-chan time.Time
-			if round%2 == 1 {
+			if round%3 == 1 {
 				killAt = time.After(time.Duration(50+rng.IntN(400)) * time.Millisecond)
+			}
+			inWindow := func(in *Inflight) bool {
+				if round%3 == 0 {
+					return in.Judged == nil && len(in.Calls) > 0
+				}
+				return in.Judged != nil
 			}
 			tick := time.NewTicker(time.Millisecond)
 		wait:
@@ -214,7 +242,7 @@ triage:
 						continue
 					}
 					c, err := loadCheckpoint(ckpt)
-					if err == nil && c.Inflight != nil && !c.Updated.Equal(before.Updated) {
+					if err == nil && c.Inflight != nil && !c.Updated.Equal(before.Updated) && inWindow(c.Inflight) {
 						// This process marked a mail in flight.
 						time.Sleep(time.Duration(rng.IntN(4)) * time.Millisecond)
 						break wait
@@ -287,8 +315,44 @@ triage:
 	if fake.HistoryCalls() == 0 {
 		t.Errorf("%d kills left a mail in flight but Slack's history was never read", inflightKills)
 	}
-	t.Logf("crash test: %d mails, %d kills (%d with a mail in flight), %d restarts, %d Slack history calls, %d duplicates, %d missing, %s",
-		mails, kills, inflightKills, restarts, fake.HistoryCalls(), duplicates, missing, time.Since(start).Round(time.Millisecond))
+	var tally DayCost
+	for _, d := range c.Costs {
+		tally.Mails += d.Mails
+		tally.Calls += d.Calls
+		tally.Repeats += d.Repeats
+	}
+	asked := int(modelCalls.Load())
+	// Each mail is classified in one call (the simulator's replies are
+	// valid). A repeat is counted when a restart finds a call started and
+	// not finished: the kill came after the record was written, and the
+	// request may or may not have left before it.
+	if tally.Mails != mails || tally.Calls != mails {
+		t.Errorf("tally: %d mails, %d calls; want %d of each (each mail classified once)", tally.Mails, tally.Calls, mails)
+	}
+	if asked < tally.Calls || asked > tally.Calls+tally.Repeats {
+		t.Errorf("the model was asked %d times; the tally says %d calls + %d repeats (spend must lie within)", asked, tally.Calls, tally.Repeats)
+	}
+	t.Logf("crash test: %d mails, %d kills (%d with a mail in flight), %d restarts, %d Slack history calls, %d duplicates, %d missing; model asked %d times, tally %d mails, %d calls, %d repeats; %s",
+		mails, kills, inflightKills, restarts, fake.HistoryCalls(), duplicates, missing, asked, tally.Mails, tally.Calls, tally.Repeats, time.Since(start).Round(time.Millisecond))
+}
+
+// countingProxy forwards to base and counts the chat completions asked.
+func countingProxy(t *testing.T, base string, n *atomic.Int64) string {
+	t.Helper()
+	target, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ErrorLog = log.New(io.Discard, "", 0) // a killed worker's call ends as "context canceled"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/chat/completions") {
+			n.Add(1)
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
 
 func tail(s string, n int) string {

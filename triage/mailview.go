@@ -34,7 +34,8 @@ func MailStatusOf(st Status) api.MailStatus {
 	for _, d := range cp.Costs {
 		money := func(v float64) string { return FormatMoney(v, d.Currency) }
 		out.Days = append(out.Days, api.MailDay{Day: d.Day, Mails: d.Mails, Total: money(d.Total),
-			Model: money(d.Classification), Audio: money(d.Transcription), Energy: money(d.Energy), EnergyWh: d.EnergyWh})
+			Model: money(d.Classification), Audio: money(d.Transcription), Energy: money(d.Energy), EnergyWh: d.EnergyWh,
+			Calls: d.Calls, Repeats: d.Repeats})
 	}
 	return out
 }

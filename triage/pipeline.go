@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -84,8 +85,10 @@ func (e *retryError) Unwrap() error { return e.err }
 // An error means the mail could not be judged now (the model endpoint is
 // unreachable, ctx ended) and must be retried; everything about the mail
 // itself — broken MIME, an invalid model reply, a failed transcription or
-// CRM lookup — is carried in the Result instead.
-func (w *Worker) process(ctx context.Context, m source.Mail, key string) (*Result, error) {
+// CRM lookup — is carried in the Result instead. cl records each paid call
+// before its result is used, and hands back the calls an earlier run
+// finished (nil for a hand run).
+func (w *Worker) process(ctx context.Context, m source.Mail, key string, cl *callLog) (*Result, error) {
 	start := time.Now()
 	log := w.log.With("key", key)
 	res := &Result{Key: key, UID: m.UID, At: w.o.Clock.Now()}
@@ -97,14 +100,14 @@ func (w *Worker) process(ctx context.Context, m source.Mail, key string) (*Resul
 
 	// Voice memos first: their text counts like the body.
 	var calls []localUsage
-	transcript, note, tcalls, err := w.transcribe(ctx, log, msg, res)
+	transcript, note, tcalls, err := w.transcribe(ctx, log, msg, res, cl)
 	if err != nil {
 		return nil, err
 	}
 	calls = append(calls, tcalls...)
 	res.TranscriptNote = note
 
-	ccalls, err := w.classify(ctx, log, key, msg, transcript, res)
+	ccalls, err := w.classify(ctx, log, key, msg, transcript, res, cl)
 	if err != nil {
 		return nil, err
 	}
@@ -119,6 +122,9 @@ func (w *Worker) process(ctx context.Context, m source.Mail, key string) (*Resul
 	}
 
 	w.finish(log, res, calls, transcript, start)
+	if cl != nil {
+		res.Cost.Repeats = cl.repeats
+	}
 	return res, nil
 }
 
@@ -139,6 +145,14 @@ func (w *Worker) readMail(m source.Mail, res *Result, problem func(msg string, a
 	}
 	res.MessageID = clean(msg.MessageID, 200)
 	res.From = formatAddr(msg.From)
+	if msg.FromCount > 1 {
+		shown := []string{res.From}
+		for _, a := range msg.FromOthers {
+			shown = append(shown, formatAddr(a))
+		}
+		res.From = clean(strings.Join(shown, ", "), 600)
+		problem(fmt.Sprintf("From lists %d addresses (%s): the first is treated as the sender, and no sender rule trusts a multi-address From", msg.FromCount, res.From))
+	}
 	res.Subject = clean(msg.Subject, 300)
 	return msg
 }
@@ -148,27 +162,24 @@ func (w *Worker) readMail(m source.Mail, res *Result, problem func(msg string, a
 // unclassified at the important threshold. An error (the endpoint failed,
 // ctx ended) leaves the mail for the next poll. calls are the model
 // requests made, for the cost.
-func (w *Worker) classify(ctx context.Context, log *slog.Logger, key string, msg *mail.Message, transcript string, res *Result) (calls []localUsage, err error) {
-	in := llm.Input{
-		From:       msg.From.Addr,
-		To:         addrsOf(msg.To),
-		Subject:    msg.Subject,
-		Body:       truncateBytes(msg.BodyText(), maxBodyBytes),
-		Transcript: truncateBytes(transcript, maxTranscriptBytes),
-	}
+func (w *Worker) classify(ctx context.Context, log *slog.Logger, key string, msg *mail.Message, transcript string, res *Result, cl *callLog) (calls []localUsage, err error) {
 	var (
-		cls    llm.Classification
-		usages []llm.Usage
-		cerr   error
+		cls  llm.Classification
+		cerr error
 	)
-	watts, measured := w.measure(ctx, w.o.ClassifierLocal, func() {
-		cls, usages, cerr = w.o.Classifier.Classify(ctx, in)
-	})
-	for _, u := range usages {
-		if u.Kind == "" {
-			u.Kind = "classification"
+	if rec := cl.done(callClassification, ""); rec != nil {
+		log.Info("triage: reusing the classification an earlier run paid for", "calls", len(rec.Usages))
+		calls = fromCallUsages(rec.Usages)
+		if rec.Classification != nil {
+			cls = *rec.Classification
+		} else {
+			cerr = &llm.UnclassifiedError{Reason: rec.Unclassified}
 		}
-		calls = append(calls, localUsage{Usage: u, Local: w.o.ClassifierLocal, Watts: watts, Power: measured})
+	} else {
+		var rerr error
+		if calls, cls, cerr, rerr = w.callClassifier(ctx, msg, transcript, cl); rerr != nil {
+			return nil, rerr
+		}
 	}
 	var unc *llm.UnclassifiedError
 	switch {
@@ -193,6 +204,49 @@ func (w *Worker) classify(ctx context.Context, log *slog.Logger, key string, msg
 		res.Reasoning = clean(cls.Reasoning, 1000)
 	}
 	return calls, nil
+}
+
+// callClassifier makes the classification call, recorded in cl before it
+// starts and, with its result and cost, before the result is used. cerr is
+// the classifier's error; rerr a failure to record the call (the mail is
+// retried).
+func (w *Worker) callClassifier(ctx context.Context, msg *mail.Message, transcript string, cl *callLog) (calls []localUsage, cls llm.Classification, cerr, rerr error) {
+	in := llm.Input{
+		From:       msg.From.Addr,
+		To:         addrsOf(msg.To),
+		Subject:    msg.Subject,
+		Body:       truncateBytes(msg.BodyText(), maxBodyBytes),
+		Transcript: truncateBytes(transcript, maxTranscriptBytes),
+	}
+	if err := cl.start(callClassification, ""); err != nil {
+		return nil, cls, nil, err
+	}
+	var usages []llm.Usage
+	watts, measured := w.measure(ctx, w.o.ClassifierLocal, func() {
+		cls, usages, cerr = w.o.Classifier.Classify(ctx, in)
+	})
+	for _, u := range usages {
+		if u.Kind == "" {
+			u.Kind = "classification"
+		}
+		calls = append(calls, localUsage{Usage: u, Local: w.o.ClassifierLocal, Watts: watts, Power: measured})
+	}
+	rec := CallRecord{Kind: callClassification}
+	var unc *llm.UnclassifiedError
+	switch {
+	case errors.As(cerr, &unc):
+		rec.Unclassified = unc.Reason
+	case cerr != nil:
+		// No reply to reuse: a later run makes the call afresh.
+		cl.abandon(callClassification, "")
+		return nil, cls, cerr, nil
+	default:
+		rec.Classification = &cls
+	}
+	if err := cl.finish(rec, calls); err != nil {
+		return nil, cls, nil, err
+	}
+	return calls, cls, cerr, nil
 }
 
 // applyRules lets the configured rules override the model's importance
@@ -280,10 +334,12 @@ func parseMail(raw []byte, maxAttachment int64) (msg *mail.Message, err error) {
 	return msg, err
 }
 
-// transcribe runs every audio attachment through the transcriber. Only ctx
-// ending is an error; every other failure becomes the note in the post.
-func (w *Worker) transcribe(ctx context.Context, log *slog.Logger, msg *mail.Message, res *Result) (text, note string, calls []localUsage, err error) {
-	var texts, notes []string
+// transcribe runs the mail's audio attachments through the transcriber,
+// at most MaxTranscriptions of them and until MaxAudioSeconds are reached;
+// the note names the ones left out. Only ctx ending (or a call that could
+// not be recorded) is an error; every other failure becomes the note.
+func (w *Worker) transcribe(ctx context.Context, log *slog.Logger, msg *mail.Message, res *Result, cl *callLog) (text, note string, calls []localUsage, err error) {
+	var texts, notes, skipped []string
 	// Audio the parser did not keep (over its limit) is not in Audio();
 	// the post still has to say why there is no transcript.
 	for _, a := range msg.Attachments {
@@ -294,10 +350,8 @@ func (w *Worker) transcribe(ctx context.Context, log *slog.Logger, msg *mail.Mes
 		}
 	}
 	audio := msg.Audio()
-	if len(audio) == 0 {
-		return "", strings.Join(notes, "; "), nil, nil
-	}
-	for _, a := range audio {
+	made, seconds := 0, 0.0
+	for i, a := range audio {
 		name := displayName(a)
 		switch {
 		case w.o.Transcriber == nil:
@@ -308,38 +362,88 @@ func (w *Worker) transcribe(ctx context.Context, log *slog.Logger, msg *mail.Mes
 			notes = append(notes, n)
 			log.Warn("triage: "+n, "attachment", name)
 			continue
-		}
-		var (
-			tr  llm.Transcript
-			u   llm.Usage
-			ter error
-		)
-		watts, measured := w.measure(ctx, w.o.TranscriberLocal, func() {
-			tr, u, ter = w.o.Transcriber.Transcribe(ctx, a.Filename, a.Data)
-		})
-		if ter != nil {
-			if ctx.Err() != nil {
-				return "", "", nil, ctx.Err()
-			}
-			notes = append(notes, fmt.Sprintf("%s: transcription failed: %v", name, ter))
-			log.Warn("triage: transcription failed; the mail goes on without it", "attachment", name, "err", ter)
+		case made >= w.o.MaxTranscriptions || seconds >= w.o.MaxAudioSeconds:
+			skipped = append(skipped, name)
 			continue
 		}
-		if u.Kind == "" {
-			u.Kind = "transcription"
+		made++
+		u, tr, failed, err := w.transcribeOne(ctx, log, a, name, strconv.Itoa(i)+":"+name, cl)
+		if err != nil {
+			return "", "", nil, err
 		}
-		if u.AudioSeconds == 0 {
-			u.AudioSeconds = tr.Seconds
+		if failed != "" {
+			notes = append(notes, failed)
+			continue
 		}
-		calls = append(calls, localUsage{Usage: u, Local: w.o.TranscriberLocal, Watts: watts, Power: measured})
+		calls = append(calls, u)
+		seconds += u.AudioSeconds
 		res.Transcribed = append(res.Transcribed, name)
 		if len(audio) > 1 {
-			texts = append(texts, "["+name+"] "+tr.Text)
+			texts = append(texts, "["+name+"] "+tr)
 		} else {
-			texts = append(texts, tr.Text)
+			texts = append(texts, tr)
 		}
 	}
+	if len(skipped) > 0 {
+		n := fmt.Sprintf("%d audio attachment(s) not transcribed, over the per-mail limit of %d transcriptions or %.0f s of audio (%d made, %.0f s): %s",
+			len(skipped), w.o.MaxTranscriptions, w.o.MaxAudioSeconds, made, seconds, nameList(skipped, 10))
+		notes = append(notes, n)
+		log.Warn("triage: "+n, "skipped", len(skipped))
+	}
 	return strings.Join(texts, "\n"), strings.Join(notes, "; "), calls, nil
+}
+
+// nameList joins the first max names and says how many more there are.
+func nameList(names []string, max int) string {
+	if len(names) <= max {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:max], ", ") + fmt.Sprintf(" and %d more", len(names)-max)
+}
+
+// transcribeOne transcribes one attachment, or reuses the transcript an
+// earlier run recorded for it (part names it in cl). failed is the note of
+// a transcription that failed; err only a failure to record the call or
+// ctx ending.
+func (w *Worker) transcribeOne(ctx context.Context, log *slog.Logger, a mail.Attachment, name, part string, cl *callLog) (u localUsage, text, failed string, err error) {
+	if rec := cl.done(callTranscription, part); rec != nil {
+		log.Info("triage: reusing the transcript an earlier run paid for", "attachment", name)
+		if rec.Failed != "" || len(rec.Usages) == 0 {
+			return u, "", rec.Failed, nil
+		}
+		return fromCallUsages(rec.Usages)[0], rec.Transcript, "", nil
+	}
+	if err := cl.start(callTranscription, part); err != nil {
+		return u, "", "", err
+	}
+	var (
+		tr  llm.Transcript
+		lu  llm.Usage
+		ter error
+	)
+	watts, measured := w.measure(ctx, w.o.TranscriberLocal, func() {
+		tr, lu, ter = w.o.Transcriber.Transcribe(ctx, a.Filename, a.Data)
+	})
+	if ter != nil {
+		if ctx.Err() != nil {
+			cl.abandon(callTranscription, part)
+			return u, "", "", ctx.Err()
+		}
+		failed = fmt.Sprintf("%s: transcription failed: %v", name, ter)
+		log.Warn("triage: transcription failed; the mail goes on without it", "attachment", name, "err", ter)
+		return u, "", failed, cl.finish(CallRecord{Kind: callTranscription, Part: part, Failed: failed}, nil)
+	}
+	if lu.Kind == "" {
+		lu.Kind = "transcription"
+	}
+	if lu.AudioSeconds == 0 {
+		lu.AudioSeconds = tr.Seconds
+	}
+	u = localUsage{Usage: lu, Local: w.o.TranscriberLocal, Watts: watts, Power: measured}
+	if err := cl.finish(CallRecord{Kind: callTranscription, Part: part, Transcript: tr.Text}, []localUsage{u}); err != nil {
+		return u, "", "", err
+	}
+	return u, tr.Text, "", nil
 }
 
 func displayName(a mail.Attachment) string {

@@ -143,6 +143,11 @@ type Options struct {
 	MaxMessageBytes int64
 	// MaxAudioBytes: larger audio attachments are not transcribed (default 25 MiB).
 	MaxAudioBytes int64
+	// MaxTranscriptions and MaxAudioSeconds bound one mail's transcription
+	// (defaults 10 calls, 900 s): a mail with hundreds of tiny voice memos
+	// must not make hundreds of paid calls.
+	MaxTranscriptions int
+	MaxAudioSeconds   float64
 	// Rebaseline: on a UIDVALIDITY change continue after the mailbox's
 	// current highest UID instead of reprocessing it whole.
 	Rebaseline bool
@@ -179,7 +184,7 @@ type Worker struct {
 	smu     sync.Mutex // guards what the API reads
 	recent  []Result
 	status  Status
-	alert   alertState
+	alert   AlertState // w.st.Alert once saved; guarded by smu
 	metrics *metrics
 	// hold is, by sink name, the time before which the sink's service
 	// asked not to be called again (Retry-After); guarded by smu.
@@ -212,6 +217,12 @@ func New(o Options) (*Worker, error) {
 	}
 	if o.MaxAudioBytes <= 0 {
 		o.MaxAudioBytes = 25 << 20
+	}
+	if o.MaxTranscriptions <= 0 {
+		o.MaxTranscriptions = 10
+	}
+	if o.MaxAudioSeconds <= 0 {
+		o.MaxAudioSeconds = 900
 	}
 	if o.Interval <= 0 {
 		o.Interval = 60 * time.Second
@@ -258,10 +269,23 @@ func New(o Options) (*Worker, error) {
 	}
 	w.st = st
 	w.status.Checkpoint = st
+	if st.Alert != nil {
+		w.alert = st.Alert.clone()
+		w.status.LastAlert = st.Alert.LastAlert
+		if st.Alert.Alerted {
+			w.log.Warn("triage: the last run stopped while mail was not being processed; the all-clear follows the next successful poll",
+				"failed_polls", st.Alert.Failures, "since", st.Alert.FirstFail, "alerted", st.Alert.Told)
+		}
+	}
 	w.metrics.checkpoint.Set(float64(st.LastUID))
-	if st.Inflight != nil {
+	switch in := st.Inflight; {
+	case in == nil:
+	case in.Judged == nil && len(in.Calls) > 0:
+		w.log.Warn("triage: the last run stopped while judging a mail; the calls it recorded are reused, an interrupted one is made again and counted as a repeat",
+			"key", in.Key, "since", in.Since, "calls", len(in.Calls))
+	default:
 		w.log.Warn("triage: the last run stopped while posting a mail; it is checked against the sinks before it is posted again",
-			"key", st.Inflight.Key, "since", st.Inflight.Since, "posted_to", strings.Join(st.Inflight.Posted, ","))
+			"key", in.Key, "since", in.Since, "posted_to", strings.Join(in.Posted, ","))
 	}
 	return w, nil
 }

@@ -223,14 +223,19 @@ func (w *Worker) uidValidityChanged(ctx context.Context, batch source.Batch) err
 }
 
 // handle processes one mail and posts it, with the checkpoint protocol:
-// inflight marker (with the judged result) before the first post, each
-// accepting sink recorded, then last_uid and the cleared marker in one
-// write. A mail whose marker already holds its judged result is not
-// processed again: it is classified and its cost counted once.
+// inflight marker before the first paid call, each call recorded before
+// its result is used (calllog.go), the judged result before the first
+// post, each accepting sink recorded, then last_uid and the cleared marker
+// in one write. A mail whose marker already holds its judged result is not
+// processed again, and one whose marker holds finished calls reuses them:
+// it is classified and its cost counted once.
 func (w *Worker) handle(ctx context.Context, uidValidity uint32, m source.Mail) error {
 	key := Key(w.name, uidValidity, m.UID)
 	st := w.st.clone()
 	resumed := st.Inflight != nil && st.Inflight.Key == key
+	// A marker with a judged result (or an old one without call records)
+	// may have reached some sinks; one with only calls has not.
+	posting := resumed && (st.Inflight.Judged != nil || len(st.Inflight.Calls) == 0)
 	var res *Result
 	if resumed && st.Inflight.Judged != nil {
 		// An earlier poll (or run) judged this mail and paid for it; only
@@ -240,15 +245,16 @@ func (w *Worker) handle(ctx context.Context, uidValidity uint32, m source.Mail) 
 			"key", key, "class", res.Class, "judged_at", res.At)
 	} else {
 		var err error
-		res, err = w.process(ctx, m, key)
+		res, err = w.process(ctx, m, key, &callLog{w: w, key: key, uid: m.UID})
 		if err != nil {
 			return err
 		}
-		if resumed {
-			st.Inflight.Judged = newJudged(res)
-		} else {
-			st.Inflight = &Inflight{UID: m.UID, Key: key, Since: w.o.Clock.Now(), Judged: newJudged(res)}
+		st = w.st.clone() // process recorded its calls
+		if st.Inflight == nil || st.Inflight.Key != key {
+			st.Inflight = &Inflight{UID: m.UID, Key: key, Since: w.o.Clock.Now()}
 		}
+		// The judged result holds the calls' cost; their records go.
+		st.Inflight.Judged, st.Inflight.Calls = newJudged(res), nil
 		st.Costs = addDayCost(st.Costs, res.At, res.Cost)
 		if err := w.save(st); err != nil {
 			return err
@@ -256,36 +262,11 @@ func (w *Worker) handle(ctx context.Context, uidValidity uint32, m source.Mail) 
 		st = w.st.clone()
 	}
 	done := map[string]bool{}
-	if resumed {
-		// A run before this one began posting this mail.
-		for _, name := range st.Inflight.Posted {
-			done[name] = true
+	if posting {
+		// A run before this one may have begun posting this mail.
+		if err := w.checkPosted(ctx, key, st.Inflight.Posted, done, res); err != nil {
+			return err
 		}
-		for _, s := range w.o.Sinks {
-			c, ok := s.(sink.Checker)
-			if !ok || done[s.Name()] {
-				continue
-			}
-			if err := w.holdErr(s.Name()); err != nil {
-				return &retryError{what: fmt.Sprintf("check whether %s already has %s", s.Name(), key), err: err}
-			}
-			cctx, cancel := context.WithTimeout(ctx, w.o.CallTimeout)
-			posted, err := c.Posted(cctx, key)
-			cancel()
-			w.metrics.checks.WithLabelValues(s.Name(), strconv.FormatBool(posted && err == nil)).Inc()
-			if err != nil {
-				w.noteHold(s.Name(), err)
-				return &retryError{what: fmt.Sprintf("check whether %s already has %s", s.Name(), key), err: err}
-			}
-			if posted {
-				done[s.Name()] = true
-				w.log.Warn("triage: the post survived the crash; not posting it again", "key", key, "sink", s.Name())
-			}
-		}
-		for name := range done {
-			res.AlreadyPosted = append(res.AlreadyPosted, name)
-		}
-		slices.Sort(res.AlreadyPosted)
 	}
 	for i, s := range w.o.Sinks {
 		if done[s.Name()] {
@@ -320,6 +301,40 @@ func (w *Worker) handle(ctx context.Context, uidValidity uint32, m source.Mail) 
 	w.metrics.mails.WithLabelValues(res.Class).Inc()
 	w.remember(*res, true)
 	w.log.Info("triage: mail posted", "key", key, "posted", res.Posted, "already_posted", res.AlreadyPosted)
+	return nil
+}
+
+// checkPosted fills done with the sinks that already have the mail: those
+// the marker records, and those a sink.Checker says hold the post.
+func (w *Worker) checkPosted(ctx context.Context, key string, posted []string, done map[string]bool, res *Result) error {
+	for _, name := range posted {
+		done[name] = true
+	}
+	for _, s := range w.o.Sinks {
+		c, ok := s.(sink.Checker)
+		if !ok || done[s.Name()] {
+			continue
+		}
+		if err := w.holdErr(s.Name()); err != nil {
+			return &retryError{what: fmt.Sprintf("check whether %s already has %s", s.Name(), key), err: err}
+		}
+		cctx, cancel := context.WithTimeout(ctx, w.o.CallTimeout)
+		posted, err := c.Posted(cctx, key)
+		cancel()
+		w.metrics.checks.WithLabelValues(s.Name(), strconv.FormatBool(posted && err == nil)).Inc()
+		if err != nil {
+			w.noteHold(s.Name(), err)
+			return &retryError{what: fmt.Sprintf("check whether %s already has %s", s.Name(), key), err: err}
+		}
+		if posted {
+			done[s.Name()] = true
+			w.log.Warn("triage: the post survived the crash; not posting it again", "key", key, "sink", s.Name())
+		}
+	}
+	for name := range done {
+		res.AlreadyPosted = append(res.AlreadyPosted, name)
+	}
+	slices.Sort(res.AlreadyPosted)
 	return nil
 }
 
@@ -374,7 +389,7 @@ func (w *Worker) ProcessRaw(ctx context.Context, raw []byte, dryRun bool) (Resul
 // manual keys carry a "manual/" prefix so that the Slack check after a
 // crash never mistakes a hand-sent post for the automatic one.
 func (w *Worker) manual(ctx context.Context, m source.Mail, key string, dryRun bool) (Result, error) {
-	res, err := w.process(ctx, m, key)
+	res, err := w.process(ctx, m, key, nil)
 	if err != nil {
 		return Result{}, err
 	}
@@ -424,10 +439,10 @@ func (w *Worker) State() Status {
 	s := w.status
 	s.Mailbox = w.name
 	s.Checkpoint = s.Checkpoint.clone()
-	s.ConsecutiveFailures = w.alert.failures
-	if w.alert.failures > 0 {
-		s.FailingSince = w.alert.firstFail
+	s.ConsecutiveFailures = w.alert.Failures
+	if w.alert.Failures > 0 {
+		s.FailingSince = w.alert.FirstFail
 	}
-	s.Alerting = w.alert.alerted
+	s.Alerting = w.alert.Alerted
 	return s
 }

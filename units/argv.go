@@ -57,6 +57,17 @@ func VLLMArgs(p Profile) []string {
 	if p.Port != 0 {
 		a = append(a, "--port", strconv.Itoa(p.Port))
 	}
+	a = append(a, AddedVLLMArgs(p)...)
+	return append(a, f.ExtraArgs...)
+}
+
+// AddedVLLMArgs are the words VLLMArgs adds beyond the profile's own
+// settings: with standby --enable-sleep-mode, and always (unless extra_args
+// set a loopback host, which Validate checks) --host 127.0.0.1. The
+// doctor's drift check counts them as wanted, since gpuhost put them there
+// itself.
+func AddedVLLMArgs(p Profile) []string {
+	var a []string
 	if p.StandbyEnabled() {
 		// Sleep mode is chosen at start; its endpoints come with vLLM's
 		// development endpoints (VLLM_SERVER_DEV_MODE).
@@ -65,12 +76,12 @@ func VLLMArgs(p Profile) []string {
 	// Always loopback: without --host vLLM binds every interface, with no
 	// auth, CORS * and (with standby) its sleep endpoints. Under systemd the
 	// unit's private network namespace adds the real fence (RenderBackendUnit);
-	// this line is what is left under the demo's process runner. A --host in
-	// extra_args is refused by Validate unless it is a loopback address.
-	if !slices.Contains(f.ExtraArgs, "--host") && !slices.ContainsFunc(f.ExtraArgs, func(s string) bool { return strings.HasPrefix(s, "--host=") }) {
+	// this is what is left under the demo's process runner.
+	x := p.VLLM.ExtraArgs
+	if !slices.Contains(x, "--host") && !slices.ContainsFunc(x, func(s string) bool { return strings.HasPrefix(s, "--host=") }) {
 		a = append(a, "--host", "127.0.0.1")
 	}
-	return append(a, f.ExtraArgs...)
+	return a
 }
 
 // Simulator flag names, shared with `gpuhost simulate`. Drift ignores them in

@@ -190,3 +190,38 @@ func FuzzParseEnvFile(f *testing.F) {
 		}
 	})
 }
+
+// What gpuhost adds for standby, read back from the argv it renders,
+// drifts from nothing: the doctor counts it as wanted.
+func TestAddedVLLMArgsAreNotDrift(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		standby Standby
+		extra   []string
+		want    string
+	}{
+		{"no standby", StandbyOff, nil, "--host 127.0.0.1"},
+		{"standby", StandbySleep1, nil, "--enable-sleep-mode --host 127.0.0.1"},
+		{"own host", StandbyAuto, []string{"--host=0.0.0.0"}, "--enable-sleep-mode"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := Profile{Name: "p", Backend: VLLM, Model: "m", Port: 8001, Standby: tt.standby, VLLM: VLLMFlags{ExtraArgs: tt.extra}}
+			added := AddedVLLMArgs(p)
+			if got := strings.Join(added, " "); got != tt.want {
+				t.Fatalf("AddedVLLMArgs = %q, want %q", got, tt.want)
+			}
+			live, err := ParseVLLMArgv(append([]string{"vllm"}, VLLMArgs(p)...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := p
+			want.VLLM.ExtraArgs = append(added, p.VLLM.ExtraArgs...)
+			if d := Drift(want, live); len(d) != 0 {
+				t.Errorf("drift with the added flags counted as wanted: %+v", d)
+			}
+			if d := Drift(p, live); len(added) > 0 && len(d) == 0 {
+				t.Error("without counting them, the added flags must show as drift (else the test proves nothing)")
+			}
+		})
+	}
+}

@@ -452,14 +452,7 @@ func Drift(want Profile, live VLLMSettings) []Difference {
 	cmp("--quantization", orDefault(w.Quantization, "(auto-detected)"), orDefault(l.Quantization, "(auto-detected)"))
 	cmp("--kv-cache-dtype", kv(w.KVCacheDtype), kv(l.KVCacheDtype))
 
-	// The wanted unmanaged words are those of the argv gpuhost writes, not
-	// just extra_args: --host 127.0.0.1 and --enable-sleep-mode come from
-	// VLLMArgs itself and must not read as drift.
-	wantWords := w.ExtraArgs
-	if ws, err := ParseVLLMArgv(append([]string{"vllm"}, VLLMArgs(want)...)); err == nil {
-		wantWords = ws.Unknown
-	}
-	wantExtra, liveExtra := extraFlags(wantWords, false), extraFlags(live.Unknown, true)
+	wantExtra, liveExtra := extraFlags(w.ExtraArgs, false), extraFlags(live.Unknown, true)
 	keys := make([]string, 0, len(wantExtra)+len(liveExtra))
 	for k := range wantExtra {
 		keys = append(keys, k)

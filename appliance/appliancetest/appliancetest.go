@@ -93,7 +93,7 @@ func New(t testing.TB, opts Options) *Fixture {
 	})
 	f := &Fixture{Cfg: cfg, Sup: sup, GPU: gpu, Units: u, Journal: journal, Log: log}
 	f.Doctor = func(ctx context.Context, profile string) api.DoctorReport {
-		return (&appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile}).Run(ctx)
+		return (&appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile, Gate: sup}).Run(ctx)
 	}
 	if opts.Activate != "" {
 		if _, err := f.SwitchTo(t, opts.Activate); err != nil {

@@ -319,8 +319,12 @@ func (r *Runner) Journal(ctx context.Context, name string, n int) ([]string, err
 	return lines, sc.Err()
 }
 
-func logPath(s Spec) string {
-	return strings.TrimSuffix(s.LogDir, "/") + "/" + strings.TrimSuffix(s.Name, ".service") + ".log"
+func logPath(s Spec) string { return LogPath(s.LogDir, s.Name) }
+
+// LogPath is the file in dir that receives the output of unit (the
+// runner's stand-in for its journal), for hints that say where to look.
+func LogPath(dir, unit string) string {
+	return strings.TrimSuffix(dir, "/") + "/" + strings.TrimSuffix(unit, ".service") + ".log"
 }
 
 // passEnv are the variables of the daemon's environment that a backend

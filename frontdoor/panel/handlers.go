@@ -109,6 +109,9 @@ type profileRow struct {
 	Aliases []string
 	Flags   []flag
 	Verdict verdict
+	// Standby is the mode ("sleep1", "unload", …) when the profile's
+	// backend is in standby now: it shows as such, not as down.
+	Standby string
 }
 
 // noticeView is a message above the profiles table (a refused switch).
@@ -166,11 +169,16 @@ func keyFlags(p *units.Profile) []flag {
 }
 
 func (p *Panel) profileRows(ctx context.Context, refreshDoctor bool) ([]profileRow, time.Time, bool) {
-	rep, at := p.doctorCache.get(ctx, refreshDoctor, stateKey(p.sup.State()))
+	st := p.sup.State()
+	rep, at := p.doctorCache.get(ctx, refreshDoctor, stateKey(st))
 	vs := verdicts(rep)
+	asleep := map[string]string{}
+	for _, sb := range st.Standby {
+		asleep[sb.Profile] = sb.Mode
+	}
 	var rows []profileRow
 	for _, info := range p.sup.Profiles() {
-		row := profileRow{ProfileInfo: info, Verdict: vs[info.Name]}
+		row := profileRow{ProfileInfo: info, Verdict: vs[info.Name], Standby: asleep[info.Name]}
 		if prof, ok := p.daemon.Profiles[info.Name]; ok {
 			row.Flags = keyFlags(prof)
 			row.Aliases = prof.Aliases
@@ -306,13 +314,17 @@ type doctorView struct {
 	At        time.Time
 	Counts    map[string]int
 	DoctorOff bool
+	// State is what the checks were read against: the active profile,
+	// those in standby, or the switch under way.
+	State api.State
 }
 
 func (p *Panel) handleDoctor(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), doctorWait)
 	defer cancel()
-	rep, at := p.doctorCache.get(ctx, c.QueryParam("refresh") == "1", stateKey(p.sup.State()))
-	v := doctorView{Report: rep, At: at, Counts: map[string]int{}, DoctorOff: p.doctor == nil}
+	st := p.sup.State()
+	rep, at := p.doctorCache.get(ctx, c.QueryParam("refresh") == "1", stateKey(st))
+	v := doctorView{Report: rep, At: at, Counts: map[string]int{}, DoctorOff: p.doctor == nil, State: st}
 	if rep != nil {
 		for _, ch := range rep.Checks {
 			v.Counts[string(ch.Severity)]++

@@ -106,7 +106,7 @@ func TestMailPageRealWorker(t *testing.T) {
 		`href="https://crm.ourcompany.example/customers/17"`, "Anna Berger",
 		"priority mailbox", // the rule that set the importance of mail 5
 		"&lt;script&gt;alert(&#39;subject&#39;)&lt;/script&gt; invoice", "&lt;b&gt;Mallory&lt;/b&gt;",
-		dayOfNow(), "<td>7</td>", // today's cost row counts the seven mails
+		dayOfNow(), `<td>7 <span class="muted">8 calls</span></td>`, // today's cost row: seven mails, seven classifications and one transcription
 		`<dd id="cp-last-uid">7</dd>`,
 	} {
 		if !strings.Contains(body, want) {

@@ -137,7 +137,7 @@ func newFakeMail() *fakeMail {
 	return &fakeMail{
 		state: triage.Status{
 			Mailbox:    "imaps://triage@mail.example/INBOX",
-			Checkpoint: triage.Checkpoint{UIDValidity: 1700000001, LastUID: 4711, Updated: now, Costs: []triage.DayCost{{Day: "2026-11-29", Currency: "EUR", Mails: 3, Total: 1.25}, {Day: "2026-11-30", Currency: "EUR", Mails: 2, Total: 0.0021}}},
+			Checkpoint: triage.Checkpoint{UIDValidity: 1700000001, LastUID: 4711, Updated: now, Costs: []triage.DayCost{{Day: "2026-11-29", Currency: "EUR", Mails: 3, Total: 1.25, Calls: 5, Repeats: 1}, {Day: "2026-11-30", Currency: "EUR", Mails: 2, Total: 0.0021}}},
 			LastPoll:   now, LastPollOK: now.Add(-time.Hour), LastError: "fetch from INBOX after UID 4711: dial tcp: connection <b>refused</b>",
 			ConsecutiveFailures: 4, FailingSince: now.Add(-time.Hour), Alerting: true,
 			LastAlert: now.Add(-30 * time.Minute), LastAllClear: now.Add(-48 * time.Hour), Processed: 2,
@@ -218,7 +218,7 @@ func TestMailPageShowsState(t *testing.T) {
 	for _, w := range []string{
 		"imaps://triage@mail.example/INBOX", `<dd id="cp-uidvalidity">1700000001</dd>`, `<dd id="cp-last-uid">4711</dd>`, // checkpoint
 		"4 in a row", "alerting", "dial tcp: connection &lt;b&gt;refused&lt;/b&gt;", // alert state, the error escaped
-		"2026-11-29", "1.25 EUR", "0.0021 EUR", `<tr class="today">`, // per-day cost
+		"2026-11-29", "1.25 EUR", "0.0021 EUR", `<tr class="today">`, "5 calls, 1 repeated after a crash", // per-day cost
 		"Order 4711 is late", "customer", // a post
 		`href="https://news.example/u?a=1&amp;b=2"`, "one-click", `href="https://crm.example/customers/42"`, "Ann Example",
 		"priority mailbox urgent@ourcompany.example", "(model 2)", // the rule that overrode the model

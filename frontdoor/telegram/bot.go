@@ -95,6 +95,7 @@ type Bot struct {
 	// Tunables: New sets the production values; this package's tests
 	// shorten them before Run.
 	pollTimeout time.Duration // long-poll length (getUpdates timeout + 1 s)
+	hangMargin  time.Duration // a getUpdates unanswered pollTimeout+hangMargin after it left: the API hangs
 	doctorFirst time.Duration // first periodic doctor run after start
 	doctorEvery time.Duration
 	retryMin    time.Duration // backoff of failed calls
@@ -113,7 +114,18 @@ type Bot struct {
 	notes    chan string   // notifications waiting to be sent
 	handlers sync.WaitGroup
 	ask      atomic.Pointer[askDoor] // nil: /ask answers that the agent is off
+
+	// Messages from an invalid sender id (≤ 0; real Telegram sends none)
+	// are logged at warn once per invalidLogEvery, at debug in between.
+	invalidMu     sync.Mutex
+	invalidLogged time.Time
+	invalidQuiet  int // not logged at warn since invalidLogged
 }
+
+// invalidLogEvery is the window in which messages from invalid sender ids
+// make one warn line: a fuzzer or a broken proxy sending many must not
+// flood the log with errors about something the bot only ignores.
+const invalidLogEvery = time.Minute
 
 // New reads the bot token (tc.TokenFile, else the environment variable
 // tc.TokenEnv) and prepares the bot of the telegram: section tc; it makes no network
@@ -144,7 +156,8 @@ func New(tc config.TelegramConfig, d Daemon, sup Supervisor, doctor api.DoctorFu
 		token:       token,
 		tokenSource: source,
 		apiURL:      apiURL,
-		pollTimeout: 60 * time.Second,
+		pollTimeout: defaultPollTimeout,
+		hangMargin:  defaultHangMargin,
 		doctorFirst: time.Minute,
 		doctorEvery: 5 * time.Minute,
 		retryMin:    time.Second,
@@ -262,7 +275,7 @@ func (b *Bot) httpClientOrDefault() *http.Client {
 		return b.httpClient
 	}
 	// Longer than the long poll, so a quiet poll is never a client timeout.
-	return &http.Client{Timeout: b.pollTimeout + 15*time.Second}
+	return &http.Client{Timeout: b.pollTimeout + b.hangMargin}
 }
 
 // connect calls getMe until it succeeds (backing off like the poll loop,
@@ -298,6 +311,10 @@ func (b *Bot) onLibError(err error) {
 func (b *Bot) onUpdate(ctx context.Context, tg *bot.Bot, upd *models.Update) {
 	m := upd.Message
 	if m == nil || m.From == nil || m.From.IsBot {
+		return
+	}
+	if m.From.ID <= 0 {
+		b.invalidSender(m.From.ID, m.Chat.ID)
 		return
 	}
 	private := false
@@ -361,22 +378,49 @@ func (b *Bot) onUpdate(ctx context.Context, tg *bot.Bot, upd *models.Update) {
 	}
 }
 
+// invalidSender ignores a message whose sender id is not a Telegram user
+// id, logging it at warn once per invalidLogEvery (with how many were
+// ignored quietly since) and at debug otherwise.
+func (b *Bot) invalidSender(userID, chatID int64) {
+	now := b.now()
+	b.invalidMu.Lock()
+	warn := b.invalidLogged.IsZero() || now.Sub(b.invalidLogged) >= invalidLogEvery
+	quiet := b.invalidQuiet
+	if warn {
+		b.invalidLogged, b.invalidQuiet = now, 0
+	} else {
+		b.invalidQuiet++
+	}
+	b.invalidMu.Unlock()
+	if warn {
+		b.log.Warn("ignoring a message from an invalid sender id (not a Telegram user id); more in the next minute are logged at debug",
+			"user_id", userID, "chat_id", chatID, "ignored_quietly_before", quiet)
+		return
+	}
+	b.log.Debug("ignoring a message from an invalid sender id", "user_id", userID, "chat_id", chatID)
+}
+
 // pair answers a stranger in a private chat: a code, one reminder, then
 // silence; never anything about the machine, whatever the message says.
+// Codes the request freed for senders waiting in line go to their chats.
 func (b *Bot) pair(ctx context.Context, tg *bot.Bot, m *models.Message) {
 	out, err := b.store.Request(pairing.Sender{UserID: m.From.ID, ChatID: m.Chat.ID, Username: m.From.Username, FirstName: m.From.FirstName})
+	for _, g := range out.Grants {
+		b.log.Info("pairing code sent to a sender who waited in line for it", "user_id", g.UserID)
+		b.reply(ctx, tg, g.ChatID, pairingText(g.Code, g.ExpiresAt.Sub(b.now())))
+	}
+	if len(out.Evicted) > 0 {
+		b.log.Warn("pairing flood: the oldest live pairing code was evicted for a new sender", "evicted_user_ids", out.Evicted,
+			"live_max", pairing.MaxLivePending)
+	}
 	if err != nil {
 		if errors.Is(err, pairing.ErrRateLimited) {
 			// A flood: one line per refused sender would flood the log.
-			b.log.Debug("pairing request refused; not answering", "user_id", m.From.ID, "err", err)
+			b.log.Debug("pairing request refused for now; the sender waits in line", "user_id", m.From.ID, "err", err)
 			return
 		}
 		b.log.Error("pairing request not recorded; not answering", "user_id", m.From.ID, "err", err)
 		return
-	}
-	if out.Evicted != 0 {
-		b.log.Warn("pairing flood: the oldest live pairing code was evicted for a new sender", "evicted_user_id", out.Evicted,
-			"live_max", pairing.MaxLivePending)
 	}
 	switch out.Action {
 	case pairing.ActionNewCode:

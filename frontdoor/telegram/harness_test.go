@@ -60,6 +60,9 @@ type harnessOpts struct {
 	before func(fake *telegramtest.Fake)
 	// asker, when set, enables /ask.
 	asker Asker
+	// hangMargin > 0 replaces the margin after which an unanswered long
+	// poll counts as a hanging Bot API.
+	hangMargin time.Duration
 }
 
 type harness struct {
@@ -110,6 +113,9 @@ func startBot(t *testing.T, o harnessOpts) *harness {
 	clock := &testClock{offset: o.clockOffset}
 	b.now = clock.Now
 	b.pollTimeout = 2 * time.Second
+	if o.hangMargin > 0 {
+		b.hangMargin = o.hangMargin
+	}
 	b.retryMin, b.retryMax = 10*time.Millisecond, 50*time.Millisecond
 	b.doctorFirst, b.doctorEvery = time.Hour, time.Hour
 	if o.doctorEvery > 0 {

@@ -31,7 +31,7 @@ func NewPairCmd(stateDir func(cmd *cobra.Command) (string, error)) *cobra.Comman
 		Long: "A Telegram user who is not allowlisted gets a one-time pairing code from the bot and nothing else.\n" +
 			"Approve it here, on the machine; no chat message can change who is allowed.",
 	}
-	root.AddCommand(newPairListCmd(store), newPairApproveCmd(store), newPairRevokeCmd(store), newPairPurgeCmd(store))
+	root.AddCommand(newPairListCmd(store), newPairApproveCmd(store), newPairAddCmd(store), newPairRevokeCmd(store), newPairPurgeCmd(store))
 	return root
 }
 
@@ -105,6 +105,40 @@ func newPairApproveCmd(store pairStore) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// newPairAddCmd is `gpuhost pair add USER_ID`: pairing without a code, for
+// when the operator knows the user id (the user can read it from any
+// "user info" bot, or `gpuhost pair list` shows it) and codes cannot get
+// through, e.g. during a flood of strangers. It writes the allowlist
+// atomically under the store's lock, so it is safe while the daemon runs;
+// the bot reads the allowlist on every message.
+func newPairAddCmd(store pairStore) *cobra.Command {
+	var name string
+	add := &cobra.Command{
+		Use:   "add USER_ID",
+		Short: "Allow a Telegram user by id, without a pairing code",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || id <= 0 {
+				return fmt.Errorf("add: %q is not a Telegram user id (a positive number, e.g. 123456789)", args[0])
+			}
+			s, err := store(cmd)
+			if err != nil {
+				return err
+			}
+			e, err := s.Add(id, 0, "", name)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "added user %d (%s): the running bot answers them from their next message and sends them notifications\n",
+				e.UserID, describeUser(e.Username, e.FirstName))
+			return nil
+		},
+	}
+	add.Flags().StringVar(&name, "name", "", "a name to show in `gpuhost pair list`")
+	return add
 }
 
 // newPairRevokeCmd is `gpuhost pair revoke USER_ID`.

@@ -44,6 +44,13 @@ const (
 	maxReplyWait = 30 * time.Second
 	// noteAttempts is how often a notification is tried per chat.
 	noteAttempts = 6
+	// defaultPollTimeout is the long poll's length: Telegram answers a
+	// getUpdates with no news after its timeout (this minus a second).
+	// defaultHangMargin is how much longer the bot waits for that answer
+	// before it calls the Bot API hanging: the status, the doctor and
+	// gpuhost_telegram_up show a hang at most 30 s after it began.
+	defaultPollTimeout = 25 * time.Second
+	defaultHangMargin  = 5 * time.Second
 )
 
 // Kinds of failed Bot API calls, the keys of TelegramStatus.Errors and the
@@ -243,8 +250,17 @@ func (b *Bot) getUpdates(ctx context.Context, offset int64) ([]json.RawMessage, 
 	if offset > 0 {
 		form.Set("offset", strconv.FormatInt(offset, 10))
 	}
+	// A Bot API that accepts the call and never answers must show within
+	// the long poll plus a margin, not at some client timeout.
+	limit := b.pollTimeout + b.hangMargin
+	cctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	var raw []json.RawMessage
-	if err := b.call(ctx, "getUpdates", form, &raw); err != nil {
+	if err := b.call(cctx, "getUpdates", form, &raw); err != nil {
+		if ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+			return nil, &callError{kind: errNetwork, msg: fmt.Sprintf("getUpdates: no answer within %s (a long poll of %s plus %s): the Bot API hangs",
+				limit, b.pollTimeout, b.hangMargin)}
+		}
 		return nil, err
 	}
 	return raw, nil

@@ -16,7 +16,16 @@
 // new sender would exceed that, the oldest live code is evicted (its sender
 // gets no new one until that code's TTL has passed). So a flood never locks
 // out newcomers for good, and every code stays approvable for at least
-// MaxLivePending/NewCodesPerMinute = 5 minutes whatever others send. Expired
+// MaxLivePending/NewCodesPerMinute = 5 minutes whatever others send.
+// A sender refused by the rate limit waits in a bounded line (in the
+// bot's memory: a restart empties it, and those still there write again);
+// a code that the rate frees goes to the waiting sender who tried in the
+// most distinct TryEvery windows (ties: the one waiting longest), not to
+// whoever writes in that second, and the bot sends it to them unasked
+// (Outcome.Grants). While several wait, codes are spaced evenly over the
+// minute. A person who keeps trying thus outranks a flood of one-shot
+// senders from their second try on and gets the next code freed. An operator can always pair a known
+// user id without any code (Add, `gpuhost pair add`). Expired
 // and evicted codes are kept (for a clear "expired" on approve) at most
 // KeepExpired and at most MaxKeptExpired of them, which bounds pending.json
 // well under MaxFileBytes; readers never refuse a file for its size.
@@ -34,6 +43,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode"
@@ -72,6 +82,17 @@ const (
 	MaxFileBytes = 1 << 20
 	// fileVersion is the format of both files.
 	fileVersion = 1
+	// codeSpacing is the least time between two codes while several
+	// senders wait: NewCodesPerMinute spread over the minute.
+	codeSpacing = time.Minute / NewCodesPerMinute
+	// MaxWaiting bounds the senders waiting for a code; beyond it the one
+	// with the fewest tries (then the longest quiet) is dropped. At a flood
+	// of 25 new senders a second, a person who writes again within 20 s
+	// keeps their place.
+	MaxWaiting = 500
+	// TryEvery is the window in which a waiting sender's messages count as
+	// one try: writing faster does not jump the queue.
+	TryEvery = 10 * time.Second
 	// maxNameRunes bounds stored usernames and first names (at most 64 × 4
 	// bytes, 64 × 6 JSON-escaped: an entry stays under 1 KiB).
 	maxNameRunes = 64
@@ -156,6 +177,28 @@ func (p Pending) Expired(now time.Time) bool { return !now.Before(p.ExpiresAt())
 // Live reports whether the code can be approved at now.
 func (p Pending) Live(now time.Time) bool { return !p.Evicted && !p.Expired(now) }
 
+// Waiter is a sender the rate limit refused a code, waiting for one. A
+// waiter quiet for CodeTTL has given up and is dropped.
+type Waiter struct {
+	UserID    int64     `json:"user_id"`
+	ChatID    int64     `json:"chat_id"`
+	Username  string    `json:"username,omitempty"`
+	FirstName string    `json:"first_name,omitempty"`
+	FirstTry  time.Time `json:"first_try"`
+	LastTry   time.Time `json:"last_try"`
+	// Tries counts the TryEvery windows in which the sender wrote.
+	Tries int `json:"tries"`
+}
+
+// Grant is a code handed to a waiting sender by someone else's request:
+// the bot sends it to ChatID.
+type Grant struct {
+	UserID    int64
+	ChatID    int64
+	Code      string
+	ExpiresAt time.Time
+}
+
 type pendingFile struct {
 	Version int       `json:"version"`
 	Pending []Pending `json:"pending"`
@@ -166,6 +209,9 @@ type pendingFile struct {
 type Store struct {
 	Dir string
 	Now func() time.Time
+
+	lineMu sync.Mutex
+	line   []Waiter // senders waiting for a code (Request); this process only
 }
 
 // New returns the store of a gpuhost state directory (<stateDir>/telegram).
@@ -212,14 +258,29 @@ func (s *Store) Allowed(userID int64) (bool, error) {
 
 // ReadPending reads pending.json (missing file: none pending).
 func (s *Store) ReadPending() ([]Pending, error) {
+	f, err := s.readPendingFile()
+	return f.Pending, err
+}
+
+// Waiting returns the senders waiting in this process for a code, first
+// in line first.
+func (s *Store) Waiting() []Waiter {
+	s.lineMu.Lock()
+	ws := slices.Clone(s.line)
+	s.lineMu.Unlock()
+	slices.SortStableFunc(ws, waiterOrder)
+	return ws
+}
+
+func (s *Store) readPendingFile() (pendingFile, error) {
 	data, err := readFile(s.PendingPath())
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return pendingFile{Version: fileVersion}, nil
 	}
 	if err != nil {
-		return nil, err
+		return pendingFile{}, err
 	}
-	return ParsePending(s.PendingPath(), data)
+	return parsePendingFile(s.PendingPath(), data)
 }
 
 // List returns all pending codes on file, expired ones included, oldest first.
@@ -250,78 +311,239 @@ type Outcome struct {
 	Action    Action
 	Code      string
 	ExpiresAt time.Time
-	// Evicted is the user whose live code the new one evicted (0: none).
-	Evicted int64
+	// Evicted are the users whose live codes the new ones evicted.
+	Evicted []int64
+	// Grants are codes freed by the rate and handed to waiting senders
+	// other than this one: the bot sends each to its chat.
+	Grants []Grant
 }
 
 // Request records that a sender who is not allowlisted wrote to the bot and
 // says what to answer: a new code when the sender has had none for CodeTTL,
 // a reminder of the live code once, and nothing after that (nor while the
-// sender's evicted code would still have been live). A new code is refused
-// with ErrRateLimited past NewCodesPerMinute; past MaxLivePending it evicts
-// the oldest live code.
+// sender's evicted code would still have been live). A new code goes to
+// the first waiting sender in line (waiterOrder), this one included, while
+// the rate (NewCodesPerMinute) allows; codes for others are in
+// Outcome.Grants. When this sender got none, the error is ErrRateLimited
+// and the Outcome still carries the Grants to send. Past MaxLivePending a
+// new code evicts the oldest live one.
 func (s *Store) Request(who Sender) (Outcome, error) {
 	if who.UserID <= 0 || who.ChatID == 0 {
 		return Outcome{}, fmt.Errorf("pairing request: invalid sender (user %d, chat %d)", who.UserID, who.ChatID)
 	}
-	var out Outcome
+	var (
+		out     Outcome
+		refused error
+	)
+	s.lineMu.Lock()
+	defer s.lineMu.Unlock()
 	err := s.locked(func() error {
-		ps, err := s.ReadPending()
+		f, err := s.readPendingFile()
 		if err != nil {
 			return err
 		}
 		now := s.now()
-		if i := slices.IndexFunc(ps, func(p Pending) bool { return p.UserID == who.UserID }); i >= 0 && !ps[i].Expired(now) {
-			p := &ps[i]
-			switch {
-			case p.Evicted || p.Reminded:
-				out = Outcome{Action: ActionNone, Code: p.Code, ExpiresAt: p.ExpiresAt()}
-				return nil
-			default:
-				p.Reminded = true
-				out = Outcome{Action: ActionRemind, Code: p.Code, ExpiresAt: p.ExpiresAt()}
-				return s.writePending(ps)
+		changed := false
+		if i := slices.IndexFunc(f.Pending, func(p Pending) bool { return p.UserID == who.UserID }); i >= 0 && !f.Pending[i].Expired(now) {
+			p := &f.Pending[i]
+			out = Outcome{Action: ActionNone, Code: p.Code, ExpiresAt: p.ExpiresAt()}
+			if !p.Evicted && !p.Reminded {
+				p.Reminded, changed = true, true
+				out.Action = ActionRemind
 			}
+		} else {
+			s.line = addWaiter(s.line, who, now)
 		}
-		recent := 0
-		var live []int
-		for i, p := range ps {
-			if now.Sub(p.CreatedAt) < time.Minute {
-				recent++
-			}
-			if p.Live(now) {
-				live = append(live, i)
-			}
-		}
-		if recent >= NewCodesPerMinute {
-			return fmt.Errorf("%w: %d new codes in the last minute (at most %d); not issuing one to user %d", ErrRateLimited, recent, NewCodesPerMinute, who.UserID)
-		}
-		if len(live) >= MaxLivePending {
-			oldest := live[0]
-			for _, i := range live[1:] {
-				if ps[i].CreatedAt.Before(ps[oldest].CreatedAt) {
-					oldest = i
-				}
-			}
-			ps[oldest].Evicted = true
-			out.Evicted = ps[oldest].UserID
-		}
-		code, err := newCode(ps)
+		// Every request hands out the codes the rate has freed since the
+		// last, whoever sends it.
+		issued, err := s.handOut(&f, now, who.UserID, &out)
 		if err != nil {
 			return err
 		}
-		// One entry per sender: an expired code of this sender is replaced.
-		ps = slices.DeleteFunc(ps, func(p Pending) bool { return p.UserID == who.UserID })
-		p := Pending{Code: code, UserID: who.UserID, ChatID: who.ChatID,
-			Username: CleanName(who.Username), FirstName: CleanName(who.FirstName), CreatedAt: now.UTC()}
-		ps = append(ps, p)
-		out.Action, out.Code, out.ExpiresAt = ActionNewCode, code, p.ExpiresAt()
-		return s.writePending(ps)
+		if out.Action == ActionNone && slices.ContainsFunc(s.line, func(w Waiter) bool { return w.UserID == who.UserID }) {
+			refused = fmt.Errorf("%w: at most %d new codes a minute, spread over it while several wait; user %d waits in line for one",
+				ErrRateLimited, NewCodesPerMinute, who.UserID)
+		}
+		if !changed && !issued {
+			return nil // nothing on file changes
+		}
+		return s.writePendingFile(f)
 	})
 	if err != nil {
 		return Outcome{}, err
 	}
-	return out, nil
+	return out, refused
+}
+
+// handOut issues the codes the rate allows now to the first in line: up to
+// NewCodesPerMinute in a minute, and while several wait one at a time, at
+// least codeSpacing apart, so that each goes to whoever is first in line
+// then rather than all at once to the longest waiting. A code for who is
+// out's ActionNewCode, the others out.Grants.
+func (s *Store) handOut(f *pendingFile, now time.Time, who int64, out *Outcome) (issued bool, err error) {
+	if len(s.line) == 0 {
+		return false, nil
+	}
+	recent := 0
+	var last time.Time
+	for _, p := range f.Pending {
+		if now.Sub(p.CreatedAt) < time.Minute {
+			recent++
+		}
+		if p.CreatedAt.After(last) {
+			last = p.CreatedAt
+		}
+	}
+	free := NewCodesPerMinute - recent
+	if len(s.line) > 1 {
+		free = 0
+		if recent < NewCodesPerMinute && now.Sub(last) >= codeSpacing {
+			free = 1
+		}
+	}
+	if free <= 0 {
+		return false, nil
+	}
+	a, err := s.ReadAllowlist()
+	if err != nil {
+		return false, err
+	}
+	for free > 0 && len(s.line) > 0 {
+		w := slices.MinFunc(s.line, waiterOrder)
+		s.line = slices.DeleteFunc(s.line, func(x Waiter) bool { return x.UserID == w.UserID })
+		if _, ok := a.Find(w.UserID); ok {
+			continue // paired meanwhile (gpuhost pair add): no code
+		}
+		free--
+		var p Pending
+		if f.Pending, p, err = issue(f.Pending, w, now, out); err != nil {
+			return issued, err
+		}
+		issued = true
+		if w.UserID == who {
+			out.Action, out.Code, out.ExpiresAt = ActionNewCode, p.Code, p.ExpiresAt()
+		} else {
+			out.Grants = append(out.Grants, Grant{UserID: w.UserID, ChatID: w.ChatID, Code: p.Code, ExpiresAt: p.ExpiresAt()})
+		}
+	}
+	return issued, nil
+}
+
+// issue adds a new code for w to ps, evicting the oldest live code when
+// MaxLivePending are live (noted in out.Evicted).
+func issue(ps []Pending, w Waiter, now time.Time, out *Outcome) ([]Pending, Pending, error) {
+	var live []int
+	for i, p := range ps {
+		if p.Live(now) {
+			live = append(live, i)
+		}
+	}
+	if len(live) >= MaxLivePending {
+		oldest := live[0]
+		for _, i := range live[1:] {
+			if ps[i].CreatedAt.Before(ps[oldest].CreatedAt) {
+				oldest = i
+			}
+		}
+		ps[oldest].Evicted = true
+		out.Evicted = append(out.Evicted, ps[oldest].UserID)
+	}
+	code, err := newCode(ps)
+	if err != nil {
+		return ps, Pending{}, err
+	}
+	// One entry per sender: an expired code of this sender is replaced.
+	ps = slices.DeleteFunc(ps, func(p Pending) bool { return p.UserID == w.UserID })
+	p := Pending{Code: code, UserID: w.UserID, ChatID: w.ChatID,
+		Username: w.Username, FirstName: w.FirstName, CreatedAt: now.UTC()}
+	return append(ps, p), p, nil
+}
+
+// waiterOrder is the line for codes: most tries first, then the longest
+// waiting, then the lower id (a total order, so the line is reproducible).
+func waiterOrder(a, b Waiter) int {
+	if a.Tries != b.Tries {
+		return b.Tries - a.Tries
+	}
+	if c := a.FirstTry.Compare(b.FirstTry); c != 0 {
+		return c
+	}
+	switch {
+	case a.UserID < b.UserID:
+		return -1
+	case a.UserID > b.UserID:
+		return 1
+	}
+	return 0
+}
+
+// addWaiter notes a try of who: a new waiter, or one more try when the
+// last one is TryEvery ago. Waiters quiet for CodeTTL are dropped, and the
+// line is cut to MaxWaiting, dropping the waiter with the fewest tries
+// that has been quiet longest (never who: a newcomer is not pushed out by
+// the next stranger).
+func addWaiter(ws []Waiter, who Sender, now time.Time) []Waiter {
+	ws = slices.DeleteFunc(ws, func(w Waiter) bool { return now.Sub(w.LastTry) >= CodeTTL })
+	if i := slices.IndexFunc(ws, func(w Waiter) bool { return w.UserID == who.UserID }); i >= 0 {
+		if now.Sub(ws[i].LastTry) >= TryEvery {
+			ws[i].Tries++
+			ws[i].LastTry = now.UTC()
+		}
+		ws[i].ChatID = who.ChatID
+	} else {
+		ws = append(ws, Waiter{UserID: who.UserID, ChatID: who.ChatID, Username: CleanName(who.Username), FirstName: CleanName(who.FirstName),
+			FirstTry: now.UTC(), LastTry: now.UTC(), Tries: 1})
+	}
+	for len(ws) > MaxWaiting {
+		drop := -1
+		for i, w := range ws {
+			if w.UserID == who.UserID {
+				continue
+			}
+			if drop < 0 || w.Tries < ws[drop].Tries || (w.Tries == ws[drop].Tries && w.LastTry.Before(ws[drop].LastTry)) {
+				drop = i
+			}
+		}
+		ws = slices.Delete(ws, drop, drop+1)
+	}
+	return ws
+}
+
+// Add puts a user on the allowlist without a code: the operator's way to
+// pair someone whose Telegram user id they know, which no flood of
+// strangers can block. chatID 0 means the user's private chat (its id is
+// the user id). A pending code of the user is dropped. The running bot
+// reads the allowlist on every message, so the user is answered from their
+// next message on, and a place in its line is given up when the user's
+// turn comes.
+func (s *Store) Add(userID, chatID int64, username, firstName string) (Entry, error) {
+	if userID <= 0 {
+		return Entry{}, fmt.Errorf("pair add: %d is not a Telegram user id (a positive number)", userID)
+	}
+	if chatID == 0 {
+		chatID = userID
+	}
+	var entry Entry
+	err := s.locked(func() error {
+		a, err := s.ReadAllowlist()
+		if err != nil {
+			return fmt.Errorf("%w (not changing it; fix or remove the file, then add again)", err)
+		}
+		entry = Entry{UserID: userID, ChatID: chatID, Username: CleanName(username), FirstName: CleanName(firstName), ApprovedAt: s.now().UTC()}
+		a.Users = slices.DeleteFunc(a.Users, func(e Entry) bool { return e.UserID == userID })
+		a.Users = append(a.Users, entry)
+		a.Version = fileVersion
+		if err := s.writeJSON(s.AllowlistPath(), a); err != nil {
+			return err
+		}
+		f, err := s.readPendingFile()
+		if err != nil {
+			return nil // the allowlist is what counts; a corrupt pending.json is reported where it is read
+		}
+		f.Pending = slices.DeleteFunc(f.Pending, func(p Pending) bool { return p.UserID == userID })
+		return s.writePendingFile(f)
+	})
+	return entry, err
 }
 
 // Purge removes expired and evicted codes from pending.json, or with all
@@ -332,23 +554,23 @@ func (s *Store) Request(who Sender) (Outcome, error) {
 func (s *Store) Purge(all bool) (int, error) {
 	removed := 0
 	err := s.locked(func() error {
-		ps, err := s.ReadPending()
+		f, err := s.readPendingFile()
 		if err != nil {
 			if !all {
 				return fmt.Errorf("%w (`gpuhost pair purge --all` replaces it with an empty one)", err)
 			}
 			removed = -1
-			return s.writePending(nil)
+			return s.writePendingFile(pendingFile{})
 		}
 		now := s.now()
-		n := len(ps)
+		n := len(f.Pending)
 		if all {
-			ps = nil
+			f.Pending = nil
 		} else {
-			ps = slices.DeleteFunc(ps, func(p Pending) bool { return !p.Live(now) })
+			f.Pending = slices.DeleteFunc(f.Pending, func(p Pending) bool { return !p.Live(now) })
 		}
-		removed = n - len(ps)
-		return s.writePending(ps)
+		removed = n - len(f.Pending)
+		return s.writePendingFile(f)
 	})
 	return removed, err
 }
@@ -362,10 +584,11 @@ func (s *Store) Approve(code string) (Entry, error) {
 	}
 	var entry Entry
 	err = s.locked(func() error {
-		ps, err := s.ReadPending()
+		f, err := s.readPendingFile()
 		if err != nil {
 			return err
 		}
+		ps := f.Pending
 		i := slices.IndexFunc(ps, func(p Pending) bool { return p.Code == norm })
 		if i < 0 {
 			return fmt.Errorf("%w %s: no such code in %s (see `gpuhost pair list`; codes are kept %s after expiry)", ErrUnknownCode, norm, s.PendingPath(), KeepExpired)
@@ -392,7 +615,8 @@ func (s *Store) Approve(code string) (Entry, error) {
 			return err
 		}
 		// Allowlist first: a crash here leaves only a stale pending entry.
-		return s.writePending(slices.Delete(ps, i, i+1))
+		f.Pending = slices.Delete(ps, i, i+1)
+		return s.writePendingFile(f)
 	})
 	return entry, err
 }
@@ -485,31 +709,43 @@ func ParseAllowlist(name string, data []byte) (Allowlist, error) {
 
 // ParsePending decodes and validates pending.json; name is the file.
 func ParsePending(name string, data []byte) ([]Pending, error) {
+	f, err := parsePendingFile(name, data)
+	return f.Pending, err
+}
+
+func parsePendingFile(name string, data []byte) (pendingFile, error) {
 	var f pendingFile
 	if err := decodeStrict(name, data, &f); err != nil {
-		return nil, err
+		return pendingFile{}, err
 	}
 	if f.Version != fileVersion {
-		return nil, fmt.Errorf("%s: %w %d (want %d)", name, errUnsupportedVers, f.Version, fileVersion)
+		return pendingFile{}, fmt.Errorf("%s: %w %d (want %d)", name, errUnsupportedVers, f.Version, fileVersion)
 	}
+	if err := checkPending(name, f.Pending); err != nil {
+		return pendingFile{}, err
+	}
+	return f, nil
+}
+
+func checkPending(name string, pending []Pending) error {
 	codes := map[string]bool{}
 	users := map[int64]bool{}
-	for i, p := range f.Pending {
+	for i, p := range pending {
 		if c, err := NormalizeCode(p.Code); err != nil || c != p.Code {
-			return nil, fmt.Errorf("%s: pending[%d]: %w: bad code", name, i, errCorruptFile)
+			return fmt.Errorf("%s: pending[%d]: %w: bad code", name, i, errCorruptFile)
 		}
 		if p.UserID <= 0 || p.ChatID == 0 || p.CreatedAt.IsZero() {
-			return nil, fmt.Errorf("%s: pending[%d]: %w: user_id, chat_id and created_at must be set", name, i, errCorruptFile)
+			return fmt.Errorf("%s: pending[%d]: %w: user_id, chat_id and created_at must be set", name, i, errCorruptFile)
 		}
 		if codes[p.Code] || users[p.UserID] {
-			return nil, fmt.Errorf("%s: pending[%d]: %w: code or user_id %d listed twice", name, i, errCorruptFile, p.UserID)
+			return fmt.Errorf("%s: pending[%d]: %w: code or user_id %d listed twice", name, i, errCorruptFile, p.UserID)
 		}
 		codes[p.Code], users[p.UserID] = true, true
 		if !cleanStored(p.Username) || !cleanStored(p.FirstName) {
-			return nil, fmt.Errorf("%s: pending[%d]: %w: username/first_name with control characters or too long", name, i, errCorruptFile)
+			return fmt.Errorf("%s: pending[%d]: %w: username/first_name with control characters or too long", name, i, errCorruptFile)
 		}
 	}
-	return f.Pending, nil
+	return nil
 }
 
 func cleanStored(s string) bool { return CleanName(s) == s }
@@ -597,13 +833,13 @@ func newCode(existing []Pending) (string, error) {
 	return "", errors.New("generate pairing code: no unused code after 16 tries")
 }
 
-// writePending prunes and writes pending.json. Should the file still be
+// writePendingFile prunes and writes pending.json. Should the file still be
 // over MaxFileBytes (it cannot be with the limits above; this is the
 // backstop), the oldest expired codes are dropped until it fits, and an
 // error is returned if even the live codes alone do not.
-func (s *Store) writePending(ps []Pending) error {
+func (s *Store) writePendingFile(f pendingFile) error {
 	now := s.now()
-	ps = prune(ps, now)
+	ps := prune(f.Pending, now)
 	if ps == nil {
 		ps = []Pending{}
 	}

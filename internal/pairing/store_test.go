@@ -251,18 +251,26 @@ func TestFloodIsRateLimitedAndEvictsTheOldest(t *testing.T) {
 			t.Fatalf("request %d = %+v, %v", i, out, err)
 		}
 	}
-	if _, err := req(5000); !errors.Is(err, ErrRateLimited) {
+	if _, err := req(4999); !errors.Is(err, ErrRateLimited) {
 		t.Fatalf("request beyond the rate = %v, want ErrRateLimited", err)
+	}
+	if ws := s.Waiting(); len(ws) != 1 || ws[0].UserID != 4999 {
+		t.Fatalf("waiting = %+v; want the refused sender in line", ws)
 	}
 	// Reminders are not new codes: they are still answered.
 	if out, err := req(10); err != nil || out.Action != ActionRemind {
 		t.Fatalf("reminder during the rate limit = %+v, %v", out, err)
 	}
+	// A minute on, the sender in line gets the freed code.
+	c.Advance(time.Minute)
+	if out, err := req(4999); err != nil || out.Action != ActionNewCode {
+		t.Fatalf("the waiting sender a minute on = %+v, %v; want a code", out, err)
+	}
 	// Fill the live cap at the highest rate allowed.
 	c.Advance(time.Minute)
-	for i := NewCodesPerMinute; i < MaxLivePending; i++ {
+	for i := NewCodesPerMinute; i < MaxLivePending-1; i++ {
 		c.Advance(time.Minute / NewCodesPerMinute)
-		if out, err := req(int64(10 + i)); err != nil || out.Action != ActionNewCode || out.Evicted != 0 {
+		if out, err := req(int64(10 + i)); err != nil || out.Action != ActionNewCode || len(out.Evicted) != 0 {
 			t.Fatalf("request %d = %+v, %v", i, out, err)
 		}
 	}
@@ -272,7 +280,7 @@ func TestFloodIsRateLimitedAndEvictsTheOldest(t *testing.T) {
 	// code is evicted. It had at least MaxLivePending/NewCodesPerMinute.
 	c.Advance(time.Minute / NewCodesPerMinute)
 	out, err := req(5000)
-	if err != nil || out.Action != ActionNewCode || out.Evicted != oldest.UserID {
+	if err != nil || out.Action != ActionNewCode || !slices.Equal(out.Evicted, []int64{oldest.UserID}) {
 		t.Fatalf("newcomer at the cap = %+v, %v; want a code evicting user %d", out, err, oldest.UserID)
 	}
 	if age := c.Now().Sub(oldest.CreatedAt); age < 5*time.Minute {

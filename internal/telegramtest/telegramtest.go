@@ -102,6 +102,7 @@ type Fake struct {
 	calls    map[string]int
 	callAt   map[string][]time.Time
 	failures map[string][]Failure // by method; "" for any method
+	hang     chan struct{}        // non-nil: every call waits until it is closed (Hang)
 }
 
 type queued struct {
@@ -399,7 +400,17 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fl, failed := f.nextFailure(method)
+	hang := f.hang
 	f.mu.Unlock()
+	if hang != nil {
+		// A hanging Bot API: the request is accepted and never answered
+		// (until the hang ends, then as usual).
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+			return
+		}
+	}
 	if failed {
 		switch {
 		case fl.Raw != "":
@@ -425,6 +436,26 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 		f.sendMessage(w, params)
 	default:
 		apiError(w, http.StatusNotFound, "Not Found: method not found")
+	}
+}
+
+// Hang makes every call from now on hang, as a Bot API that accepts
+// connections and never answers, until the returned func is called (the
+// calls still waiting then go on as usual). Calls already being answered
+// (a long poll in progress) are not affected.
+func (f *Fake) Hang() (end func()) {
+	ch := make(chan struct{})
+	f.mu.Lock()
+	f.hang = ch
+	f.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			f.mu.Lock()
+			f.hang = nil
+			f.mu.Unlock()
+			close(ch)
+		})
 	}
 }
 

@@ -7,7 +7,10 @@ package testkit
 import (
 	"bytes"
 	"net"
+	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -120,4 +123,28 @@ func (c *Clock) After(d time.Duration) <-chan time.Time {
 	ch := make(chan time.Time, 1)
 	ch <- c.Now()
 	return ch
+}
+
+// StartSleeper starts a real `sleep 300` child for tests that need a live
+// process of their own (GPU claims, process names); it is killed and reaped at
+// the end of the test unless the test did. It returns once /proc/<pid>/comm
+// says "sleep", i.e. once exec has happened, so the name is never the parent's.
+func StartSleeper(t testing.TB) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start sleep: %v", err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	comm := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/comm"
+	Eventually(t, 10*time.Second, func() bool {
+		b, err := os.ReadFile(comm)
+		return err == nil && strings.TrimSpace(string(b)) == "sleep"
+	}, "child to exec sleep")
+	return cmd
 }

@@ -7,6 +7,9 @@ package wiring
 import (
 	"context"
 	"fmt"
+	"log/slog"
+
+	"gpuhost/config"
 
 	"gpuhost/api"
 	"gpuhost/appliance"
@@ -58,4 +61,26 @@ func (d *MCPDaemon) BenchResults() ([]bench.Summary, error) {
 		out = append(out, bench.Summarize(r))
 	}
 	return out, nil
+}
+
+// LocalMCPDaemon builds the core over this box's GPU and units for `gpuhost
+// mcp` run without a daemon. With run it also runs the Supervisor (the
+// demo: its default profile starts); without, it only reads (one
+// reconcile).
+func LocalMCPDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger, run bool) (*MCPDaemon, func()) {
+	c, closeCore := OpenCore(ctx, cfg, log)
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	if run {
+		go func() { _ = c.Sup.Run(runCtx); close(done) }()
+	} else {
+		c.Sup.Reconcile(ctx)
+		close(done)
+	}
+	d := &MCPDaemon{Sup: c.Sup, DoctorFn: c.Doctor, Bench: bench.NewStore(cfg.StateDir, nil)}
+	return d, func() {
+		cancel()
+		<-done
+		closeCore()
+	}
 }

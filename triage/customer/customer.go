@@ -16,7 +16,7 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
-	"gpuhost/mcp/connectors/crm"
+	"gpuhost/mcp/connectors/crm/crmwire"
 )
 
 // Defaults of Lookup.
@@ -103,8 +103,8 @@ func (l *Lookup) Find(ctx context.Context, email string) (*Customer, error) {
 	default:
 		return nil, fmt.Errorf("customer lookup via %s: match %q is neither %q nor %q", tool, l.Match, MatchLike, MatchEqual)
 	}
-	if len(query) > crm.MaxStringLen {
-		return nil, fmt.Errorf("customer lookup via %s: email address of %d bytes is longer than the %d the CRM search accepts", tool, len(query), crm.MaxStringLen)
+	if len(query) > crmwire.MaxStringLen {
+		return nil, fmt.Errorf("customer lookup via %s: email address of %d bytes is longer than the %d the CRM search accepts", tool, len(query), crmwire.MaxStringLen)
 	}
 	timeout := l.Timeout
 	if timeout <= 0 {
@@ -151,7 +151,7 @@ func resultText(res *mcpgo.CallToolResult) string {
 	return b.String()
 }
 
-// pickExact decodes a crm.Result (the JSON text of a template tool) and
+// pickExact decodes a crmwire.Result (the JSON text of a template tool) and
 // returns the first row whose email equals want, ignoring case and
 // surrounding spaces. A truncated result without an exact match is an
 // error: the match may be among the rows not returned. equal says the
@@ -160,7 +160,7 @@ func resultText(res *mcpgo.CallToolResult) string {
 func pickExact(text, want string, equal bool) (*Customer, error) {
 	dec := json.NewDecoder(strings.NewReader(text))
 	dec.UseNumber()
-	var res crm.Result
+	var res crmwire.Result
 	if err := dec.Decode(&res); err != nil {
 		return nil, fmt.Errorf("the tool result is not a CRM result (JSON): %w", err)
 	}

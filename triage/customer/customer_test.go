@@ -13,6 +13,9 @@ import (
 	"gpuhost/internal/testkit"
 	"gpuhost/mcp"
 	"gpuhost/mcp/connector"
+	// The real connector registers itself; the package under test reads only
+	// its answer (crmwire), so the test links it here.
+	_ "gpuhost/mcp/connectors/crm"
 	"gpuhost/mcp/connectors/crm/pgtest"
 )
 

@@ -49,6 +49,10 @@ type Message struct {
 	// FromCount is how many addresses the From header lists (From is the
 	// first); a sender rule must not trust a multi-address From.
 	FromCount int `json:"from_count,omitempty"`
+	// FromOthers are the From header's addresses after the first, so that
+	// a post can show every sender the mail claims, not only the one the
+	// rules look at.
+	FromOthers []Address `json:"from_others,omitempty"`
 	// AuthResults are the Authentication-Results header values (RFC 8601),
 	// top (added last, by the receiving server) first, unfolded.
 	AuthResults []string `json:"-"`

@@ -262,6 +262,7 @@ func (p *parser) header(h gomail.Header) {
 		m.From = from[0]
 		m.From.Display = displayAddr(h.Get("From"), m.From.Addr)
 		m.FromCount = len(from)
+		m.FromOthers = from[1:]
 	} else if sender := p.addresses(h, "Sender"); len(sender) > 0 {
 		m.From = sender[0]
 		m.From.Display = displayAddr(h.Get("Sender"), m.From.Addr)

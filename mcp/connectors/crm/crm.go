@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"gpuhost/mcp/connector"
+	"gpuhost/mcp/connectors/crm/crmwire"
 	"math"
 	"regexp"
 	"strconv"
@@ -22,9 +23,8 @@ func init() {
 const (
 	DefaultStatementTimeout = 5 * time.Second
 	DefaultMaxRows          = 200
-	// MaxStringLen caps every string parameter (schema maxLength and a
-	// check in the handler): search terms, not documents.
-	MaxStringLen = 200
+	// MaxStringLen caps every string parameter (see crmwire).
+	MaxStringLen = crmwire.MaxStringLen
 	// maxRowsLimit and maxTimeout bound what config may ask for.
 	maxRowsLimit = 10000
 	maxTimeout   = 5 * time.Minute

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"gpuhost/mcp/connector"
+	"gpuhost/mcp/connectors/crm/crmwire"
 	"log/slog"
 	"net"
 	"strings"
@@ -17,18 +18,9 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// Result is what a template's tool returns: the rows as column → value
-// objects (dates as YYYY-MM-DD, timestamps RFC 3339, numerics as JSON
-// numbers), how many, and whether reading stopped at the row cap.
-type Result struct {
-	Template  string           `json:"template"`
-	Columns   []string         `json:"columns"`
-	Rows      []map[string]any `json:"rows"`
-	RowCount  int              `json:"row_count"`
-	Truncated bool             `json:"truncated"`
-	MaxRows   int              `json:"max_rows"`
-	Note      string           `json:"note,omitempty"`
-}
+// Result is the tool's answer; its shape lives in crmwire for readers that
+// must not link this package's PostgreSQL driver.
+type Result = crmwire.Result
 
 // database runs templates. It opens one connection per call with the DSN
 // read at that moment, so a rotated password or a fixed environment takes

@@ -1,7 +1,10 @@
-package main
+package wiring
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"gpuhost/nvml"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,7 +19,6 @@ import (
 	"gpuhost/config"
 	"gpuhost/frontdoor/metrics"
 	"gpuhost/internal/loopback"
-	"gpuhost/internal/wiring"
 	"gpuhost/mcp"
 	"gpuhost/mcp/declarative"
 	"gpuhost/triage"
@@ -94,44 +96,87 @@ func newAgent(ctx context.Context, cfg *config.Config, ms *mcp.Server, selfV1 st
 	}), agent.DefaultMaxConcurrent)
 }
 
-// startTriage builds the triage worker from the config; nil (logged) when
-// it cannot start, so the rest of the daemon carries on.
-func startTriage(ctx context.Context, cfg *config.Config, sup *appliance.Supervisor, ms *mcp.Server, selfV1 string, hc *http.Client, log *slog.Logger) *triage.Worker {
-	deps := triage.Deps{
-		Log:            log,
-		ManagedBaseURL: selfV1,
-		HTTPClient:     hc,
-		ActiveModel: func() string {
-			st := sup.State()
-			if p := cfg.Profiles[st.Profile]; p != nil && st.Phase == api.PhaseActive {
-				return p.ServedName
-			}
-			return ""
-		},
-		Power: func(ctx context.Context) (float64, bool) {
-			snap, err := sup.Snapshot(ctx)
-			if err != nil || len(snap.Devices) == 0 || snap.Devices[0].PowerW <= 0 {
-				return 0, false
-			}
-			return snap.Devices[0].PowerW, true
-		},
-	}
+// TriageSources are what the triage worker reads beyond its config: the
+// daemon's running Supervisor when it runs inside `gpuhost serve`, the
+// daemon's API and a locally opened GPU when `gpuhost triage` runs beside it.
+type TriageSources struct {
+	Log *slog.Logger
+	// ActiveModel names the model the box serves now ("" = the default
+	// profile's).
+	ActiveModel func() string
+	// Snapshot reads the GPU, for pricing a local model's energy; nil: no
+	// energy in the price.
+	Snapshot func(context.Context) (nvml.Snapshot, error)
+	// MCP is the server whose crm connector the customer lookup calls when
+	// triage.crm.enabled.
+	MCP *mcp.Server
+	// ManagedBaseURL and HTTPClient reach the daemon's own /v1 (empty: the
+	// triage config's own base URL or the default listen address).
+	ManagedBaseURL string
+	HTTPClient     *http.Client
+}
+
+// OpenTriage builds the triage worker from the config and its sources, the
+// one way `gpuhost serve` and `gpuhost triage` both do. close closes the MCP
+// client and the worker's mail source.
+func OpenTriage(ctx context.Context, cfg *config.Config, src TriageSources) (*triage.Worker, func(), error) {
+	deps := triage.Deps{Log: src.Log, ManagedBaseURL: src.ManagedBaseURL, HTTPClient: src.HTTPClient,
+		ActiveModel: src.ActiveModel, Power: powerFrom(src.Snapshot)}
+	var closeMCP func()
 	if cfg.Triage.CRM.Enabled {
-		if ms == nil {
-			log.Error("triage.crm.enabled but the MCP server is not running; customer lookup is off")
-		} else if cl, err := ms.InProcessClient(ctx); err != nil {
-			log.Error("triage customer lookup off", "err", err)
-		} else {
-			go func() { <-ctx.Done(); _ = cl.Close() }()
-			deps.MCP = cl
+		if src.MCP == nil {
+			return nil, nil, errors.New("triage.crm.enabled: the MCP server is not running (mcp.disabled or it failed to start), so the crm connector cannot be called")
 		}
+		cl, err := src.MCP.InProcessClient(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("triage.crm: MCP client for the crm connector: %w", err)
+		}
+		closeMCP = func() { _ = cl.Close() }
+		deps.MCP = cl
 	}
 	tw, err := triage.FromConfig(ctx, cfg.Triage, triageDaemon(cfg), deps)
 	if err != nil {
-		log.Error("triage worker not started; the daemon carries on", "err", err)
+		if closeMCP != nil {
+			closeMCP()
+		}
+		return nil, nil, err
+	}
+	return tw, func() {
+		if err := tw.Close(); err != nil {
+			src.Log.Warn("triage: closing the mail source", "err", err)
+		}
+		if closeMCP != nil {
+			closeMCP()
+		}
+	}, nil
+}
+
+// powerFrom prices a local model's energy from the GPU's power draw; nil
+// without a GPU reading.
+func powerFrom(snapshot func(context.Context) (nvml.Snapshot, error)) func(context.Context) (float64, bool) {
+	if snapshot == nil {
 		return nil
 	}
-	return tw
+	return func(ctx context.Context) (float64, bool) {
+		snap, err := snapshot(ctx)
+		if err != nil {
+			return 0, false
+		}
+		d, ok := snap.Device0()
+		return d.PowerW, ok && d.PowerW > 0
+	}
+}
+
+// activeModel is the served name of the Supervisor's active profile, ""
+// while switching or idle.
+func activeModel(cfg *config.Config, sup *appliance.Supervisor) func() string {
+	return func() string {
+		st := sup.State()
+		if p := cfg.Profiles[st.Profile]; p != nil && st.Phase == api.PhaseActive {
+			return p.ServedName
+		}
+		return ""
+	}
 }
 
 // triageDaemon is what the triage worker needs from gpuhost.yaml besides
@@ -151,7 +196,7 @@ func triageDaemon(cfg *config.Config) triage.Daemon {
 func runTriage(ctx context.Context, cfg *config.Config, sup *appliance.Supervisor, tw *triage.Worker, log *slog.Logger) error {
 	if cfg.Triage.Model.BaseURL == "" {
 		if st := sup.State(); st.Phase != api.PhaseActive || st.Step != "" {
-			log.Info("triage: waiting for the first active profile before polling", "component", "triage", "phase", st.Phase)
+			log.Info("triage: waiting for the first active profile before polling", "phase", st.Phase)
 		}
 		if err := sup.AwaitFirstActive(ctx); err != nil {
 			return nil // shutting down
@@ -162,8 +207,8 @@ func runTriage(ctx context.Context, cfg *config.Config, sup *appliance.Superviso
 
 // startBench builds the benchmarks of the active profile (POST
 // /api/bench), their progress on the event bus. The caller closes bsvc.
-func (c *core) startBench() (bsvc *benchapi.Service, bstore *bench.Store) {
-	sup := c.sup
+func (c *Core) startBench() (bsvc *benchapi.Service, bstore *bench.Store) {
+	sup := c.Sup
 	bstore = bench.NewStore(c.cfg.StateDir, c.log.With("component", "bench"))
 	bsvc = benchapi.NewService(benchapi.ServiceOptions{
 		Store: bstore,
@@ -172,7 +217,7 @@ func (c *core) startBench() (bsvc *benchapi.Service, bstore *bench.Store) {
 			AwaitActiveFunc: sup.AwaitActive,
 		},
 		GPU:            sup.Snapshot,
-		GpuhostVersion: version,
+		GpuhostVersion: c.version,
 		Publish:        func(msg string) { sup.Publish(api.Event{Kind: "bench", Message: msg}) },
 		Log:            c.log.With("component", "bench"),
 		// The daemon measures the backend itself, through its socket under systemd.
@@ -186,7 +231,7 @@ func (c *core) startBench() (bsvc *benchapi.Service, bstore *bench.Store) {
 // read-only connectors, the same bearer token as the API beyond loopback,
 // the declarative connectors reloaded while ctx lasts. nil (logged) when
 // disabled or it cannot start; the daemon carries on.
-func (c *core) startMCP(ctx context.Context, bstore *bench.Store) *mcp.Server {
+func (c *Core) startMCP(ctx context.Context, bstore *bench.Store) *mcp.Server {
 	cfg := c.cfg
 	if cfg.MCP.Disabled {
 		return nil
@@ -201,9 +246,9 @@ func (c *core) startMCP(ctx context.Context, bstore *bench.Store) *mcp.Server {
 	mtr := http.DefaultTransport.(*http.Transport).Clone()
 	mtr.DialContext = c.backendDialer().DialContext
 	ms, err := mcp.NewServer(mcp.ServerOptions{
-		Config: cfg.MCP.Connectors, Extra: extra, Log: mlog, Version: version,
+		Config: cfg.MCP.Connectors, Extra: extra, Log: mlog, Version: c.version,
 		HTTP:   &http.Client{Timeout: mcp.DefaultCallTimeout, Transport: mtr},
-		Daemon: &wiring.MCPDaemon{Sup: c.sup, DoctorFn: c.doctor, Bench: bstore},
+		Daemon: &MCPDaemon{Sup: c.Sup, DoctorFn: c.Doctor, Bench: bstore},
 	})
 	if err != nil {
 		mlog.Error("MCP server not started; the daemon carries on", "err", err)
@@ -225,15 +270,18 @@ func (c *core) startMCP(ctx context.Context, bstore *bench.Store) *mcp.Server {
 
 // startTriageWorker builds the triage worker when triage.enabled, registers
 // its routes and metrics (m may be nil) and runs it until ctx ends. nil
-// when disabled or it cannot start; the caller closes the worker.
-func (c *core) startTriageWorker(ctx context.Context, ms *mcp.Server, selfV1 string, selfClient *http.Client, m *metrics.Metrics) *triage.Worker {
-	cfg, sup, log := c.cfg, c.sup, c.log
+// when disabled or it cannot start (logged: the rest of the daemon carries
+// on); the caller closes the worker with the returned function.
+func (c *Core) startTriageWorker(ctx context.Context, ms *mcp.Server, selfV1 string, selfClient *http.Client, m *metrics.Metrics) (*triage.Worker, func()) {
+	cfg, sup, log := c.cfg, c.Sup, c.log.With("component", "triage")
 	if !cfg.Triage.Enabled {
-		return nil
+		return nil, nil
 	}
-	tw := startTriage(ctx, cfg, sup, ms, selfV1, selfClient, log.With("component", "triage"))
-	if tw == nil {
-		return nil
+	tw, closeTW, err := OpenTriage(ctx, cfg, TriageSources{Log: log, ActiveModel: activeModel(cfg, sup),
+		Snapshot: sup.Snapshot, MCP: ms, ManagedBaseURL: selfV1, HTTPClient: selfClient})
+	if err != nil {
+		log.Error("triage worker not started; the daemon carries on", "err", err)
+		return nil, nil
 	}
 	tw.Register(c.api)
 	if m != nil {
@@ -243,16 +291,16 @@ func (c *core) startTriageWorker(ctx context.Context, ms *mcp.Server, selfV1 str
 	}
 	go func() {
 		if err := runTriage(ctx, cfg, sup, tw, log); err != nil {
-			log.Error("triage worker stopped; the daemon carries on", "component", "triage", "err", err)
+			log.Error("triage worker stopped; the daemon carries on", "err", err)
 		}
 	}()
-	return tw
+	return tw, closeTW
 }
 
 // backendDialer reaches the backends' ports: through each backend's unix
 // socket under systemd (its 127.0.0.1 is in a private network), loopback
 // TCP under the process runner. Every client of the daemon that talks to
 // a backend directly dials through it.
-func (c *core) backendDialer() *loopback.Dialer {
+func (c *Core) backendDialer() *loopback.Dialer {
 	return &loopback.Dialer{Sockets: c.cfg.BackendSockets()}
 }

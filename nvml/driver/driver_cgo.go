@@ -1,10 +1,11 @@
 //go:build cgo
 
-package nvml
+package driver
 
 import (
 	"context"
 	"fmt"
+	"gpuhost/nvml"
 	"math"
 	"sort"
 	"sync"
@@ -64,7 +65,7 @@ type NVML struct {
 }
 
 // Open initialises NVML. When that fails (no driver, no libnvidia-ml, no
-// permission) it returns an error wrapping ErrUnavailable and the NVML return
+// permission) it returns an error wrapping nvml.ErrUnavailable and the NVML return
 // code, and calls no other NVML function: go-nvml resolves symbols lazily, so
 // any call into an uninitialised library can kill the process.
 func Open() (*NVML, error) {
@@ -76,7 +77,7 @@ func Open() (*NVML, error) {
 func newWithLib(lib library) (*NVML, error) {
 	if ret := lib.Init(); ret != gonvml.SUCCESS {
 		// Not even Shutdown: nothing may touch NVML after a failed Init.
-		return nil, fmt.Errorf("open NVML: init: %w: %w%s", ErrUnavailable, returnError{ret}, initHint(ret))
+		return nil, fmt.Errorf("open NVML: init: %w: %w%s", nvml.ErrUnavailable, returnError{ret}, initHint(ret))
 	}
 	n := &NVML{lib: lib}
 	if ext := lib.Extensions(); ext != nil {
@@ -115,76 +116,76 @@ func (e returnError) Unwrap() error { return e.ret }
 // count, and each device's name, UUID and memory are required: if one fails
 // the snapshot fails. Other facts are optional: a card that cannot report
 // them (NOT_SUPPORTED on consumer cards, NO_PERMISSION for processes of other
-// users) leaves them zero and names them in Device.FactErrors. ctx is checked
+// users) leaves them zero and names them in nvml.Device.FactErrors. ctx is checked
 // before starting and between devices; a single NVML call cannot be
 // interrupted.
-func (n *NVML) Snapshot(ctx context.Context) (Snapshot, error) {
+func (n *NVML) Snapshot(ctx context.Context) (nvml.Snapshot, error) {
 	if n == nil {
-		return Snapshot{}, fmt.Errorf("NVML snapshot: %w", ErrUnavailable)
+		return nvml.Snapshot{}, fmt.Errorf("NVML snapshot: %w", nvml.ErrUnavailable)
 	}
 	if err := ctx.Err(); err != nil {
-		return Snapshot{}, fmt.Errorf("NVML snapshot: %w", err)
+		return nvml.Snapshot{}, fmt.Errorf("NVML snapshot: %w", err)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
-		return Snapshot{}, fmt.Errorf("NVML snapshot: %w", ErrClosed)
+		return nvml.Snapshot{}, fmt.Errorf("NVML snapshot: %w", nvml.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil { // may have expired while waiting for the lock
-		return Snapshot{}, fmt.Errorf("NVML snapshot: %w", err)
+		return nvml.Snapshot{}, fmt.Errorf("NVML snapshot: %w", err)
 	}
-	snap := Snapshot{Backend: "nvml", TakenAt: time.Now()}
+	snap := nvml.Snapshot{Backend: "nvml", TakenAt: time.Now()}
 
 	driver, ret := n.lib.SystemGetDriverVersion()
 	if ret != gonvml.SUCCESS {
-		return Snapshot{}, fmt.Errorf("NVML snapshot: read driver version: %w", returnError{ret})
+		return nvml.Snapshot{}, fmt.Errorf("NVML snapshot: read driver version: %w", returnError{ret})
 	}
 	snap.DriverVersion = driver
 	cuda, ret := n.lib.SystemGetCudaDriverVersion()
 	if ret != gonvml.SUCCESS {
-		return Snapshot{}, fmt.Errorf("NVML snapshot: read CUDA driver version: %w", returnError{ret})
+		return nvml.Snapshot{}, fmt.Errorf("NVML snapshot: read CUDA driver version: %w", returnError{ret})
 	}
 	snap.CUDADriverVersion = cudaVersionString(cuda)
 	count, ret := n.lib.DeviceGetCount()
 	if ret != gonvml.SUCCESS {
-		return Snapshot{}, fmt.Errorf("NVML snapshot: count devices: %w", returnError{ret})
+		return nvml.Snapshot{}, fmt.Errorf("NVML snapshot: count devices: %w", returnError{ret})
 	}
 
-	snap.Devices = make([]Device, 0, max(count, 0))
+	snap.Devices = make([]nvml.Device, 0, max(count, 0))
 	for i := 0; i < count; i++ {
 		if err := ctx.Err(); err != nil {
-			return Snapshot{}, fmt.Errorf("NVML snapshot: before device %d: %w", i, err)
+			return nvml.Snapshot{}, fmt.Errorf("NVML snapshot: before device %d: %w", i, err)
 		}
 		h, ret := n.lib.DeviceGetHandleByIndex(i)
 		if ret != gonvml.SUCCESS {
-			return Snapshot{}, fmt.Errorf("NVML snapshot: get handle of device %d: %w", i, returnError{ret})
+			return nvml.Snapshot{}, fmt.Errorf("NVML snapshot: get handle of device %d: %w", i, returnError{ret})
 		}
 		if h == nil {
-			return Snapshot{}, fmt.Errorf("NVML snapshot: get handle of device %d: NVML returned no handle", i)
+			return nvml.Snapshot{}, fmt.Errorf("NVML snapshot: get handle of device %d: NVML returned no handle", i)
 		}
 		d, err := readDevice(i, h, n.hasBusWidth)
 		if err != nil {
-			return Snapshot{}, fmt.Errorf("NVML snapshot: %w", err)
+			return nvml.Snapshot{}, fmt.Errorf("NVML snapshot: %w", err)
 		}
 		snap.Devices = append(snap.Devices, d)
 	}
 	return snap, nil
 }
 
-// readDevice reads one GPU's facts; see Snapshot for which are required.
-func readDevice(index int, h device, hasBusWidth bool) (Device, error) {
-	d := Device{Index: index}
+// readDevice reads one GPU's facts; see nvml.Snapshot for which are required.
+func readDevice(index int, h device, hasBusWidth bool) (nvml.Device, error) {
+	d := nvml.Device{Index: index}
 	var ret gonvml.Return
 
 	if d.Name, ret = h.GetName(); ret != gonvml.SUCCESS {
-		return Device{}, fmt.Errorf("read name of device %d: %w", index, returnError{ret})
+		return nvml.Device{}, fmt.Errorf("read name of device %d: %w", index, returnError{ret})
 	}
 	if d.UUID, ret = h.GetUUID(); ret != gonvml.SUCCESS {
-		return Device{}, fmt.Errorf("read UUID of device %d: %w", index, returnError{ret})
+		return nvml.Device{}, fmt.Errorf("read UUID of device %d: %w", index, returnError{ret})
 	}
 	mem, ret := h.GetMemoryInfo()
 	if ret != gonvml.SUCCESS {
-		return Device{}, fmt.Errorf("read memory of device %d (%s): %w", index, d.Name, returnError{ret})
+		return nvml.Device{}, fmt.Errorf("read memory of device %d (%s): %w", index, d.Name, returnError{ret})
 	}
 	d.MemoryTotalMiB = bytesToMiB(mem.Total)
 	d.MemoryUsedMiB = bytesToMiB(mem.Used)
@@ -233,7 +234,7 @@ func readDevice(index int, h device, hasBusWidth bool) (Device, error) {
 	} else if w, ret := h.GetMemoryBusWidth(); ok("bus_width_bits", ret) {
 		d.BusWidthBits = int(w)
 	}
-	d.BandwidthGBs = Bandwidth(d.MaxMemClockMHz, d.BusWidthBits)
+	d.BandwidthGBs = nvml.Bandwidth(d.MaxMemClockMHz, d.BusWidthBits)
 
 	compute, ret := h.GetComputeRunningProcesses()
 	if !ok("processes", ret) {
@@ -251,7 +252,7 @@ func readDevice(index int, h device, hasBusWidth bool) (Device, error) {
 // with both a CUDA and a graphics context appears in both lists with the
 // same memory, so it is kept once, with the larger figure, not the sum. The
 // result is sorted by PID so that snapshots compare equal when nothing moved.
-func mergeProcesses(lists ...[]gonvml.ProcessInfo) []Process {
+func mergeProcesses(lists ...[]gonvml.ProcessInfo) []nvml.Process {
 	used := make(map[uint32]uint64)
 	for _, list := range lists {
 		for _, p := range list {
@@ -264,15 +265,15 @@ func mergeProcesses(lists ...[]gonvml.ProcessInfo) []Process {
 			}
 		}
 	}
-	out := make([]Process, 0, len(used))
+	out := make([]nvml.Process, 0, len(used))
 	for pid, mib := range used {
-		out = append(out, Process{PID: int(pid), UsedMiB: mib, Name: procComm(int(pid))})
+		out = append(out, nvml.Process{PID: int(pid), UsedMiB: mib, Name: nvml.ProcessName(int(pid))})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
 	return out
 }
 
-// Close shuts NVML down. Later Snapshots fail with ErrClosed without
+// Close shuts NVML down. Later Snapshots fail with nvml.ErrClosed without
 // touching the driver; a second Close does nothing.
 func (n *NVML) Close() error {
 	if n == nil {
@@ -289,3 +290,15 @@ func (n *NVML) Close() error {
 	}
 	return nil
 }
+
+// cudaVersionString turns NVML's CUDA driver version integer (1000 × major +
+// 10 × minor, e.g. 13000 or 12040) into "13.0" or "12.4".
+func cudaVersionString(v int) string {
+	if v <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d.%d", v/1000, (v%1000)/10)
+}
+
+// bytesToMiB converts a byte count to whole MiB, rounding down like nvidia-smi.
+func bytesToMiB(b uint64) uint64 { return b / (1 << 20) }

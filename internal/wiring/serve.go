@@ -1,4 +1,4 @@
-package main
+package wiring
 
 import (
 	"context"
@@ -29,14 +29,24 @@ import (
 	"gpuhost/units"
 )
 
-// serve is the daemon: the one place that wires config, GPU, units,
-// Supervisor, HTTP API and systemd notification together. It returns when
-// ctx ends (SIGTERM) or the listener fails.
-func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func(addr string)) error {
-	c, closeCore := openCore(ctx, cfg, log)
+// Options are what the daemon needs beyond its config: the build's version
+// (reported by MCP and stored with bench results) and, when set, a function
+// called with the address once the API serves (the demo prints its banner).
+type Options struct {
+	Version string
+	Ready   func(addr string)
+}
+
+// Serve is the daemon (`gpuhost serve` and `gpuhost demo`): the one place
+// that wires config, GPU, units, Supervisor, front doors, services and
+// systemd notification together. It returns when ctx ends (SIGTERM) or the
+// listener fails.
+func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger, o Options) error {
+	c, closeCore := OpenCore(ctx, cfg, log)
 	defer closeCore()
+	c.version = o.Version
 	var err error
-	if c.api, err = httpapi.New(c.sup, c.doctor, log); err != nil {
+	if c.api, err = httpapi.New(c.Sup, c.Doctor, log); err != nil {
 		return err
 	}
 	runCtx, stopRun := context.WithCancel(ctx)
@@ -65,32 +75,41 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, ready func
 	agent.Register(c.api, asker, log.With("component", "agent"))
 	p := c.startPanel(asker, benchPanel{bsvc, bstore}, act)
 	c.startTelegram(runCtx, asker)
-	if tw := c.startTriageWorker(runCtx, ms, selfV1, selfClient, m); tw != nil {
-		defer tw.Close()
+	if tw, closeTW := c.startTriageWorker(runCtx, ms, selfV1, selfClient, m); tw != nil {
+		defer closeTW()
 		if p != nil {
 			p.SetMail(tw) // the Mail page; built after the panel, so set now
 		}
 	}
-	return c.run(ctx, runCtx, ln, ready)
+	return c.run(ctx, runCtx, ln, o.Ready)
 }
 
-// core is what serve builds first and every front door and service is
-// wired to: the config, the log, the Supervisor, the doctor, and the HTTP
-// API's server (httpapi.New's) where each registers its routes.
-type core struct {
-	cfg    *config.Config
-	log    *slog.Logger
-	sup    *appliance.Supervisor
-	doctor api.DoctorFunc
+// Core is what every entry point builds first (Serve, and the commands that
+// read the box locally: `gpuhost mcp` without a daemon) and every front door
+// and service is wired to: the config, the log, the Supervisor, the doctor,
+// and the HTTP API's server (httpapi.New's) where each registers its routes.
+type Core struct {
+	cfg *config.Config
+	log *slog.Logger
+	// Sup is the one Supervisor of this process.
+	Sup *appliance.Supervisor
+	// Doctor runs the doctor with everything the Supervisor knows (the
+	// Telegram bot's status, the exclusion watcher's findings).
+	Doctor api.DoctorFunc
 	api    *echo.Echo
 	// journal reads a backend unit's last log lines (the panel's logs page).
 	journal appliance.JournalFunc
+	version string
 }
 
-// openCore opens the GPU and the units (each failure logged: the daemon
-// serves anyway) and builds the Supervisor and the doctor on them. close
-// closes the Supervisor, the units and the GPU, in that order.
-func openCore(ctx context.Context, cfg *config.Config, log *slog.Logger) (c *core, closeAll func()) {
+// OpenCore opens the GPU and the units (each failure logged: the daemon
+// serves anyway) and builds the Supervisor and the doctor on them. A nil log
+// opens quietly (a command that only reads). close closes the Supervisor,
+// the units and the GPU, in that order.
+func OpenCore(ctx context.Context, cfg *config.Config, log *slog.Logger) (c *Core, closeAll func()) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	gpu, closeGPU, gerr := appliance.OpenGPU(cfg)
 	if gerr != nil {
 		log.Error("GPU facts unavailable; serving anyway, switches will fail at the VRAM check", "err", gerr)
@@ -101,17 +120,40 @@ func openCore(ctx context.Context, cfg *config.Config, log *slog.Logger) (c *cor
 	}
 	sup := appliance.NewSupervisor(cfg, gpu, u, journal, log)
 	doctor := func(ctx context.Context, profile string) api.DoctorReport {
-		d := &appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile, Telegram: sup.TelegramStatus, Exclusion: sup.Exclusion}
+		d := &appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile, Telegram: sup.TelegramStatus, Exclusion: sup.Exclusion, Gate: sup}
 		if gerr != nil {
 			d.GPU, d.GPUErr = nil, gerr
 		}
+		if uerr != nil {
+			d.Units, d.UnitsErr = nil, uerr
+		}
 		return d.Run(ctx)
 	}
-	return &core{cfg: cfg, log: log, sup: sup, doctor: doctor, journal: journal}, func() {
+	return &Core{cfg: cfg, log: log, Sup: sup, Doctor: doctor, journal: journal}, func() {
 		defer closeGPU()
 		defer closeUnits()
 		sup.Close()
 	}
+}
+
+// LocalStatus reads this box's status without a daemon (`gpuhost status`
+// when none answers): one reconcile of a Supervisor that runs nothing.
+func LocalStatus(ctx context.Context, cfg *config.Config) api.Status {
+	c, closeCore := OpenCore(ctx, cfg, nil)
+	defer closeCore()
+	c.Sup.Reconcile(ctx)
+	return c.Sup.Status(ctx)
+}
+
+// LocalDoctor checks this box without a daemon (`gpuhost doctor` when none
+// answers), with the same doctor the daemon runs.
+func LocalDoctor(ctx context.Context, cfg *config.Config, profile string) api.DoctorReport {
+	c, closeCore := OpenCore(ctx, cfg, nil)
+	defer closeCore()
+	// One reconcile, so the doctor's probe gate knows which profile is
+	// active (it lets probes reach only that one).
+	c.Sup.Reconcile(ctx)
+	return c.Doctor(ctx, profile)
 }
 
 // listen opens the API's listener on cfg.Listen, limited to
@@ -129,12 +171,12 @@ func listen(cfg *config.Config) (net.Listener, error) {
 // startProxy builds the /v1 proxy and, unless metrics.disabled, the
 // metrics (run until ctx ends, observing the proxy); m is nil without
 // them. The caller closes px.
-func (c *core) startProxy(ctx context.Context) (px *proxy.Proxy, m *metrics.Metrics) {
+func (c *Core) startProxy(ctx context.Context) (px *proxy.Proxy, m *metrics.Metrics) {
 	cfg, log := c.cfg, c.log
-	px = proxy.New(c.sup, cfg.Proxy, func() map[string]*units.Profile { return cfg.Profiles }, log.With("component", "proxy"))
+	px = proxy.New(c.Sup, cfg.Proxy, func() map[string]*units.Profile { return cfg.Profiles }, log.With("component", "proxy"))
 	px.DialBackends(c.backendDialer())
 	if !cfg.Metrics.Disabled {
-		m = metrics.New(c.sup, c.doctor, log.With("component", "metrics"))
+		m = metrics.New(c.Sup, c.Doctor, log.With("component", "metrics"))
 		go m.Run(ctx)
 		m.Register(c.api)
 		px.SetObserver(m)
@@ -149,11 +191,11 @@ func (c *core) startProxy(ctx context.Context) (px *proxy.Proxy, m *metrics.Metr
 // startActivity records the proxy's requests and samples the GPU every
 // 2 s (until ctx ends) for the panel's Activity page; nil when the panel is
 // disabled, as nothing else reads it.
-func (c *core) startActivity(ctx context.Context, px *proxy.Proxy) *activity.Recorder {
+func (c *Core) startActivity(ctx context.Context, px *proxy.Proxy) *activity.Recorder {
 	if c.cfg.Panel.Disabled {
 		return nil
 	}
-	act := activity.New(activity.Options{LogSize: c.cfg.Panel.ActivityRequests, GPU: c.sup, Events: c.sup,
+	act := activity.New(activity.Options{LogSize: c.cfg.Panel.ActivityRequests, GPU: c.Sup, Events: c.Sup,
 		Log: c.log.With("component", "activity")})
 	go act.Run(ctx)
 	px.SetRecorder(act)
@@ -162,7 +204,7 @@ func (c *core) startActivity(ctx context.Context, px *proxy.Proxy) *activity.Rec
 
 // startPanel serves the web panel unless panel.disabled; a panel that
 // cannot start is logged and left out (nil).
-func (c *core) startPanel(asker *agent.Limiter, bp benchPanel, act *activity.Recorder) *panel.Panel {
+func (c *Core) startPanel(asker *agent.Limiter, bp benchPanel, act *activity.Recorder) *panel.Panel {
 	cfg := c.cfg
 	if cfg.Panel.Disabled {
 		return nil
@@ -173,7 +215,7 @@ func (c *core) startPanel(asker *agent.Limiter, bp benchPanel, act *activity.Rec
 	for _, bu := range cfg.BackendUnits() {
 		d.Units = append(d.Units, bu.Name)
 	}
-	p, err := panel.New(c.sup, c.doctor, d, c.log.With("component", "panel"))
+	p, err := panel.New(c.Sup, c.Doctor, d, c.log.With("component", "panel"))
 	if err != nil {
 		c.log.Error("web panel not started; the daemon carries on", "err", err)
 		return nil
@@ -189,20 +231,20 @@ func (c *core) startPanel(asker *agent.Limiter, bp benchPanel, act *activity.Rec
 
 // startTelegram runs the Telegram bot until ctx ends when telegram.enabled;
 // a bot that cannot start or stops is logged, and its status says so.
-func (c *core) startTelegram(ctx context.Context, asker *agent.Limiter) {
+func (c *Core) startTelegram(ctx context.Context, asker *agent.Limiter) {
 	if !c.cfg.Telegram.Enabled {
 		return
 	}
 	log := c.log
 	d := telegram.Daemon{StateDir: c.cfg.StateDir, Profiles: c.cfg.Profiles, AskEvery: c.cfg.Agent.TelegramEvery.D(),
 		DialBackend: c.backendDialer().DialContext}
-	tb, err := telegram.New(c.cfg.Telegram, d, c.sup, c.doctor, log.With("component", "telegram"))
+	tb, err := telegram.New(c.cfg.Telegram, d, c.Sup, c.Doctor, log.With("component", "telegram"))
 	if err != nil {
 		log.Error("telegram bot not started; the daemon carries on", "err", err)
-		c.sup.SetTelegramStatus(telegram.StoppedStatus(err, time.Now()))
+		c.Sup.SetTelegramStatus(telegram.StoppedStatus(err, time.Now()))
 		return
 	}
-	c.sup.SetTelegramStatus(tb.Status)
+	c.Sup.SetTelegramStatus(tb.Status)
 	tb.SetAsker(asker)
 	go func() {
 		if err := tb.Run(ctx); err != nil {
@@ -215,8 +257,8 @@ func (c *core) startTelegram(ctx context.Context, asker *agent.Limiter) {
 // either fails, then tells systemd it is stopping and shuts the server
 // down (5 s). runCtx is what the Supervisor and the systemd notifier run
 // under. ready, when set, is called with the address once serving.
-func (c *core) run(ctx, runCtx context.Context, ln net.Listener, ready func(addr string)) error {
-	cfg, sup, log := c.cfg, c.sup, c.log
+func (c *Core) run(ctx, runCtx context.Context, ln net.Listener, ready func(addr string)) error {
+	cfg, sup, log := c.cfg, c.Sup, c.log
 	// No ReadTimeout or WriteTimeout: answers stream for minutes. Request
 	// bodies get http.body_read_timeout from the front-door guard instead.
 	srv := &http.Server{Handler: c.api, ReadHeaderTimeout: 10 * time.Second,

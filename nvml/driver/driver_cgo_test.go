@@ -1,11 +1,13 @@
 //go:build cgo
 
-package nvml
+package driver
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"gpuhost/internal/testkit"
+	"gpuhost/nvml"
 	"math"
 	"reflect"
 	"strings"
@@ -26,7 +28,7 @@ type fakeGPU struct {
 }
 
 // new4090s returns a fake NVML with n RTX 4090s on driver 610.43.02 / CUDA 13.
-// Device i uses i*1000 MiB more memory than device 0, so devices can be told
+// nvml.Device i uses i*1000 MiB more memory than device 0, so devices can be told
 // apart.
 func new4090s(n int) *fakeGPU {
 	f := &fakeGPU{}
@@ -99,15 +101,15 @@ func new4090Device(i int) *mock.Device {
 }
 
 // want4090 is what the wrapper must make of new4090Device(0).
-func want4090() Device {
-	return Device{
+func want4090() nvml.Device {
+	return nvml.Device{
 		Index: 0, Name: "NVIDIA GeForce RTX 4090", UUID: "GPU-00000000-0000-0000-0000-000000000000",
 		MemoryTotalMiB: 24564, MemoryUsedMiB: 1000, MemoryFreeMiB: 23564,
 		UtilizationGPU: 97, UtilizationMemory: 61, TemperatureC: 64,
 		PowerW: 312.456, PowerLimitW: 450,
 		SMClockMHz: 2520, MemClockMHz: 10251, MaxMemClockMHz: 10501, BusWidthBits: 384,
 		BandwidthGBs: 1008.096,
-		Processes:    []Process{},
+		Processes:    []nvml.Process{},
 	}
 }
 
@@ -128,7 +130,7 @@ func TestNVMLSnapshotValues(t *testing.T) {
 	n := mustOpen(t, f)
 	snap, err := n.Snapshot(context.Background())
 	if err != nil {
-		t.Fatalf("Snapshot: %v", err)
+		t.Fatalf("nvml.Snapshot: %v", err)
 	}
 	if snap.Backend != "nvml" || snap.DriverVersion != "610.43.02" || snap.CUDADriverVersion != "13.0" {
 		t.Errorf("snapshot header = %q %q %q; want nvml 610.43.02 13.0", snap.Backend, snap.DriverVersion, snap.CUDADriverVersion)
@@ -152,7 +154,7 @@ func TestNVMLSnapshotMultipleDevices(t *testing.T) {
 	n := mustOpen(t, new4090s(3))
 	snap, err := n.Snapshot(context.Background())
 	if err != nil {
-		t.Fatalf("Snapshot: %v", err)
+		t.Fatalf("nvml.Snapshot: %v", err)
 	}
 	if len(snap.Devices) != 3 {
 		t.Fatalf("got %d devices; want 3", len(snap.Devices))
@@ -168,7 +170,7 @@ func TestNVMLNoDevices(t *testing.T) {
 	n := mustOpen(t, new4090s(0))
 	snap, err := n.Snapshot(context.Background())
 	if err != nil {
-		t.Fatalf("Snapshot: %v", err)
+		t.Fatalf("nvml.Snapshot: %v", err)
 	}
 	if _, ok := snap.Device0(); ok || snap.Devices == nil {
 		t.Fatalf("Devices = %#v; want empty, non-nil (JSON [])", snap.Devices)
@@ -207,8 +209,8 @@ func TestNVMLInitFailureCallsNothingElse(t *testing.T) {
 			if n != nil || err == nil {
 				t.Fatalf("newWithLib = %v, %v; want nil and an error", n, err)
 			}
-			if !errors.Is(err, ErrUnavailable) || !errors.Is(err, tt.ret) {
-				t.Errorf("error %q does not wrap ErrUnavailable and %v", err, tt.ret)
+			if !errors.Is(err, nvml.ErrUnavailable) || !errors.Is(err, tt.ret) {
+				t.Errorf("error %q does not wrap nvml.ErrUnavailable and %v", err, tt.ret)
 			}
 			if !strings.Contains(err.Error(), gonvml.ErrorString(tt.ret)) || !strings.Contains(err.Error(), tt.wantHint) {
 				t.Errorf("error %q; want the NVML error text and hint %q", err, tt.wantHint)
@@ -220,8 +222,8 @@ func TestNVMLInitFailureCallsNothingElse(t *testing.T) {
 				t.Errorf("Shutdown called %d times after failed Init; want 0", got)
 			}
 			// The nil handle a failed Open returns must be harmless too.
-			if _, err := n.Snapshot(context.Background()); !errors.Is(err, ErrUnavailable) {
-				t.Errorf("Snapshot on nil NVML = %v; want ErrUnavailable", err)
+			if _, err := n.Snapshot(context.Background()); !errors.Is(err, nvml.ErrUnavailable) {
+				t.Errorf("nvml.Snapshot on nil NVML = %v; want ErrUnavailable", err)
 			}
 			if err := n.Close(); err != nil {
 				t.Errorf("Close on nil NVML = %v; want nil", err)
@@ -237,7 +239,7 @@ func TestNVMLOptionalFactsNotSupported(t *testing.T) {
 	tests := []struct {
 		name       string
 		breakIt    func(d *mock.Device)
-		zero       func(d *Device) // zeroes the fields expected to be zero
+		zero       func(d *nvml.Device) // zeroes the fields expected to be zero
 		factErrors []string
 	}{
 		{
@@ -245,7 +247,7 @@ func TestNVMLOptionalFactsNotSupported(t *testing.T) {
 			breakIt: func(d *mock.Device) {
 				d.GetUtilizationRatesFunc = func() (gonvml.Utilization, gonvml.Return) { return gonvml.Utilization{Gpu: 9}, notSupported }
 			},
-			zero:       func(d *Device) { d.UtilizationGPU, d.UtilizationMemory = 0, 0 },
+			zero:       func(d *nvml.Device) { d.UtilizationGPU, d.UtilizationMemory = 0, 0 },
 			factErrors: []string{"utilization_gpu", "utilization_memory"},
 		},
 		{
@@ -253,7 +255,7 @@ func TestNVMLOptionalFactsNotSupported(t *testing.T) {
 			breakIt: func(d *mock.Device) {
 				d.GetTemperatureFunc = func(gonvml.TemperatureSensors) (uint32, gonvml.Return) { return 99, notSupported }
 			},
-			zero:       func(d *Device) { d.TemperatureC = 0 },
+			zero:       func(d *nvml.Device) { d.TemperatureC = 0 },
 			factErrors: []string{"temperature_c"},
 		},
 		{
@@ -262,7 +264,7 @@ func TestNVMLOptionalFactsNotSupported(t *testing.T) {
 				d.GetPowerUsageFunc = func() (uint32, gonvml.Return) { return 1, notSupported }
 				d.GetEnforcedPowerLimitFunc = func() (uint32, gonvml.Return) { return 1, notSupported }
 			},
-			zero:       func(d *Device) { d.PowerW, d.PowerLimitW = 0, 0 },
+			zero:       func(d *nvml.Device) { d.PowerW, d.PowerLimitW = 0, 0 },
 			factErrors: []string{"power_limit_w", "power_w"},
 		},
 		{
@@ -271,7 +273,7 @@ func TestNVMLOptionalFactsNotSupported(t *testing.T) {
 				d.GetClockInfoFunc = func(gonvml.ClockType) (uint32, gonvml.Return) { return 1, notSupported }
 				d.GetMaxClockInfoFunc = func(gonvml.ClockType) (uint32, gonvml.Return) { return 1, notSupported }
 			},
-			zero: func(d *Device) {
+			zero: func(d *nvml.Device) {
 				d.SMClockMHz, d.MemClockMHz, d.MaxMemClockMHz, d.BandwidthGBs = 0, 0, 0, 0
 			},
 			factErrors: []string{"max_mem_clock_mhz", "mem_clock_mhz", "sm_clock_mhz"},
@@ -281,7 +283,7 @@ func TestNVMLOptionalFactsNotSupported(t *testing.T) {
 			breakIt: func(d *mock.Device) {
 				d.GetMemoryBusWidthFunc = func() (uint32, gonvml.Return) { return 1, notSupported }
 			},
-			zero:       func(d *Device) { d.BusWidthBits, d.BandwidthGBs = 0, 0 },
+			zero:       func(d *nvml.Device) { d.BusWidthBits, d.BandwidthGBs = 0, 0 },
 			factErrors: []string{"bus_width_bits"},
 		},
 		{
@@ -294,7 +296,7 @@ func TestNVMLOptionalFactsNotSupported(t *testing.T) {
 					return []gonvml.ProcessInfo{{Pid: 2, UsedGpuMemory: mib}}, gonvml.ERROR_NOT_SUPPORTED
 				}
 			},
-			zero:       func(d *Device) {},
+			zero:       func(d *nvml.Device) {},
 			factErrors: []string{"processes"},
 		},
 	}
@@ -304,7 +306,7 @@ func TestNVMLOptionalFactsNotSupported(t *testing.T) {
 			tt.breakIt(f.devs[0])
 			snap, err := mustOpen(t, f).Snapshot(context.Background())
 			if err != nil {
-				t.Fatalf("Snapshot failed on an optional fact: %v", err)
+				t.Fatalf("nvml.Snapshot failed on an optional fact: %v", err)
 			}
 			got := snap.Devices[0]
 			want := want4090()
@@ -338,7 +340,7 @@ func TestNVMLOldDriverWithoutBusWidth(t *testing.T) {
 	f.lib.ExtensionsFunc = func() gonvml.ExtendedInterface { return ext }
 	snap, err := mustOpen(t, f).Snapshot(context.Background())
 	if err != nil {
-		t.Fatalf("Snapshot: %v", err)
+		t.Fatalf("nvml.Snapshot: %v", err)
 	}
 	want := want4090()
 	want.BusWidthBits, want.BandwidthGBs = 0, 0
@@ -391,7 +393,7 @@ func TestNVMLRequiredFactFails(t *testing.T) {
 			tt.breakIt(f)
 			snap, err := mustOpen(t, f).Snapshot(context.Background())
 			if err == nil {
-				t.Fatalf("Snapshot = %+v, nil; want an error", snap)
+				t.Fatalf("nvml.Snapshot = %+v, nil; want an error", snap)
 			}
 			if !errors.Is(err, lost) || !strings.Contains(err.Error(), tt.wantMsg) ||
 				!strings.Contains(err.Error(), gonvml.ErrorString(lost)) {
@@ -403,13 +405,13 @@ func TestNVMLRequiredFactFails(t *testing.T) {
 		f := new4090s(1)
 		f.lib.DeviceGetHandleByIndexFunc = func(int) (gonvml.Device, gonvml.Return) { return nil, gonvml.SUCCESS }
 		if _, err := mustOpen(t, f).Snapshot(context.Background()); err == nil || !strings.Contains(err.Error(), "no handle") {
-			t.Fatalf("Snapshot error = %v; want 'no handle'", err)
+			t.Fatalf("nvml.Snapshot error = %v; want 'no handle'", err)
 		}
 	})
 }
 
 func TestNVMLProcesses(t *testing.T) {
-	child := startSleeper(t)
+	child := testkit.StartSleeper(t)
 	pid := uint32(child.Process.Pid)
 	const gonePID = 1 << 30 // above any pid_max, so never a live process
 	f := new4090s(1)
@@ -427,10 +429,10 @@ func TestNVMLProcesses(t *testing.T) {
 	}
 	snap, err := mustOpen(t, f).Snapshot(context.Background())
 	if err != nil {
-		t.Fatalf("Snapshot: %v", err)
+		t.Fatalf("nvml.Snapshot: %v", err)
 	}
-	want := []Process{
-		{PID: 7, UsedMiB: 0, Name: procComm(7)},
+	want := []nvml.Process{
+		{PID: 7, UsedMiB: 0, Name: nvml.ProcessName(7)},
 		{PID: int(pid), UsedMiB: 20000, Name: "sleep"},
 		{PID: gonePID, UsedMiB: 512, Name: ""},
 	}
@@ -447,21 +449,21 @@ func TestMergeProcesses(t *testing.T) {
 	tests := []struct {
 		name              string
 		compute, graphics []gonvml.ProcessInfo
-		want              []Process
+		want              []nvml.Process
 	}{
-		{name: "none", want: []Process{}},
+		{name: "none", want: []nvml.Process{}},
 		{name: "compute only", compute: []gonvml.ProcessInfo{p(gone+2, 5), p(gone+1, 3)},
-			want: []Process{{PID: gone + 1, UsedMiB: 3}, {PID: gone + 2, UsedMiB: 5}}},
+			want: []nvml.Process{{PID: gone + 1, UsedMiB: 3}, {PID: gone + 2, UsedMiB: 5}}},
 		{name: "graphics only", graphics: []gonvml.ProcessInfo{p(gone, 100)},
-			want: []Process{{PID: gone, UsedMiB: 100}}},
+			want: []nvml.Process{{PID: gone, UsedMiB: 100}}},
 		{name: "same pid in both keeps larger, not sum", compute: []gonvml.ProcessInfo{p(gone, 100)},
-			graphics: []gonvml.ProcessInfo{p(gone, 120)}, want: []Process{{PID: gone, UsedMiB: 120}}},
+			graphics: []gonvml.ProcessInfo{p(gone, 120)}, want: []nvml.Process{{PID: gone, UsedMiB: 120}}},
 		{name: "duplicate within one list", compute: []gonvml.ProcessInfo{p(gone, 7), p(gone, 3)},
-			want: []Process{{PID: gone, UsedMiB: 7}}},
+			want: []nvml.Process{{PID: gone, UsedMiB: 7}}},
 		{name: "not available is zero", compute: []gonvml.ProcessInfo{{Pid: gone, UsedGpuMemory: math.MaxUint64}},
-			want: []Process{{PID: gone, UsedMiB: 0}}},
+			want: []nvml.Process{{PID: gone, UsedMiB: 0}}},
 		{name: "sub-MiB rounds down", compute: []gonvml.ProcessInfo{{Pid: gone, UsedGpuMemory: mib - 1}},
-			want: []Process{{PID: gone, UsedMiB: 0}}},
+			want: []nvml.Process{{PID: gone, UsedMiB: 0}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -478,10 +480,10 @@ func TestNVMLSnapshotHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := n.Snapshot(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Snapshot with cancelled ctx = %v; want context.Canceled", err)
+		t.Fatalf("nvml.Snapshot with cancelled ctx = %v; want context.Canceled", err)
 	}
 	if got := len(f.lib.SystemGetDriverVersionCalls()) + len(f.lib.DeviceGetCountCalls()); got != 0 {
-		t.Fatalf("cancelled Snapshot made %d NVML calls; want 0", got)
+		t.Fatalf("cancelled nvml.Snapshot made %d NVML calls; want 0", got)
 	}
 }
 
@@ -500,11 +502,11 @@ func TestNVMLClose(t *testing.T) {
 	if got := len(f.lib.ShutdownCalls()); got != 1 {
 		t.Fatalf("Shutdown called %d times; want 1", got)
 	}
-	if _, err := n.Snapshot(context.Background()); !errors.Is(err, ErrClosed) {
-		t.Fatalf("Snapshot after Close = %v; want ErrClosed", err)
+	if _, err := n.Snapshot(context.Background()); !errors.Is(err, nvml.ErrClosed) {
+		t.Fatalf("nvml.Snapshot after Close = %v; want ErrClosed", err)
 	}
 	if got := len(f.lib.SystemGetDriverVersionCalls()); got != 0 {
-		t.Fatalf("Snapshot after Close called NVML %d times", got)
+		t.Fatalf("nvml.Snapshot after Close called NVML %d times", got)
 	}
 
 	t.Run("shutdown error", func(t *testing.T) {
@@ -556,10 +558,10 @@ func TestNVMLConcurrentUse(t *testing.T) {
 			for i := 0; i < 25; i++ {
 				snap, err := n.Snapshot(context.Background())
 				switch {
-				case errors.Is(err, ErrClosed):
+				case errors.Is(err, nvml.ErrClosed):
 					return
 				case err != nil:
-					t.Errorf("Snapshot: %v", err)
+					t.Errorf("nvml.Snapshot: %v", err)
 					return
 				case len(snap.Devices) != 2:
 					t.Errorf("got %d devices; want 2", len(snap.Devices))
@@ -582,12 +584,12 @@ func TestNVMLConcurrentUse(t *testing.T) {
 }
 
 // TestOpenRealLibrary runs the real Open against whatever this machine has.
-// Without an NVIDIA driver (CI) it must fail cleanly with ErrUnavailable
+// Without an NVIDIA driver (CI) it must fail cleanly with nvml.ErrUnavailable
 // instead of crashing; with one it must produce a plausible snapshot.
 func TestOpenRealLibrary(t *testing.T) {
 	n, err := Open()
 	if err != nil {
-		if !errors.Is(err, ErrUnavailable) {
+		if !errors.Is(err, nvml.ErrUnavailable) {
 			t.Fatalf("Open = %v; want an error wrapping ErrUnavailable", err)
 		}
 		t.Logf("no NVML here: %v", err)
@@ -600,9 +602,9 @@ func TestOpenRealLibrary(t *testing.T) {
 	}()
 	snap, err := n.Snapshot(context.Background())
 	if err != nil {
-		t.Fatalf("Snapshot on real NVML: %v", err)
+		t.Fatalf("nvml.Snapshot on real NVML: %v", err)
 	}
-	if _, err := DriverMajor(snap.DriverVersion); err != nil {
+	if _, err := nvml.DriverMajor(snap.DriverVersion); err != nil {
 		t.Errorf("real driver version: %v", err)
 	}
 	for _, d := range snap.Devices {
@@ -611,4 +613,20 @@ func TestOpenRealLibrary(t *testing.T) {
 		}
 	}
 	t.Logf("real NVML snapshot: %+v", snap)
+}
+
+// The real backend satisfies the same small interface consumers define over
+// the simulator.
+var _ interface {
+	Snapshot(context.Context) (nvml.Snapshot, error)
+	Close() error
+} = (*NVML)(nil)
+
+func TestCUDAVersionString(t *testing.T) {
+	tests := map[int]string{13000: "13.0", 12040: "12.4", 12090: "12.9", 11080: "11.8", 13010: "13.1", 0: "", -5: ""}
+	for in, want := range tests {
+		if got := cudaVersionString(in); got != want {
+			t.Errorf("cudaVersionString(%d) = %q; want %q", in, got, want)
+		}
+	}
 }
