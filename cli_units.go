@@ -46,6 +46,12 @@ func renderUnits(cfg *config.Config, binary, configPath string, adopt bool) ([]u
 			errs = append(errs, err)
 		}
 	}
+	// --adopt leaves the operator's units (and their network) alone: no
+	// proxy sockets for gpuhost.service to want then.
+	du.Sockets = nil
+	for _, bu := range bus {
+		du.Sockets = append(du.Sockets, bu.ProxySocketUnits()...)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("render units from %s: %w", configPath, err)
 	}
@@ -57,6 +63,9 @@ func renderUnits(cfg *config.Config, binary, configPath string, adopt bool) ([]u
 			continue
 		}
 		files = append(files, unitFile{Path: bu.Name, Content: units.RenderBackendUnit(bu)})
+		for _, f := range units.RenderProxyUnits(bu) {
+			files = append(files, unitFile{Path: f.Name, Content: f.Content})
+		}
 	}
 	return files, nil
 }

@@ -40,7 +40,7 @@ const (
 func (d *Doctor) agentChecks(ctx context.Context, act backendState, p *units.Profile) []api.DoctorCheck {
 	ctx, cancel := context.WithTimeout(ctx, doctorAgentBudget)
 	defer cancel()
-	client := backend.NewClient()
+	client := backendClient(d.Cfg)
 	base := "http://127.0.0.1:" + fmt.Sprint(p.Port)
 	return []api.DoctorCheck{
 		toolCallsCheck(ctx, client, base, act, p),

@@ -47,7 +47,7 @@ func (d *Doctor) endpointChecks(ctx context.Context, bs []backendState, sf stand
 		return []api.DoctorCheck{c}
 	}
 	defer release()
-	sup := &Supervisor{cfg: d.Cfg, gpu: d.GPU, units: d.Units, client: backend.NewClient(), engines: backend.Engines(), log: discardLog}
+	sup := &Supervisor{cfg: d.Cfg, gpu: d.GPU, units: d.Units, client: backendClient(d.Cfg), engines: backend.Engines(), log: discardLog}
 	hctx, cancel := context.WithTimeout(pctx, endpointHealthTimeout)
 	msg, _, verr := sup.verify(hctx, p)
 	cancel()

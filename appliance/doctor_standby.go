@@ -133,7 +133,7 @@ func (d *Doctor) standbyChecks(ctx context.Context, bs []backendState, sf standb
 func (d *Doctor) asleepCheck(ctx context.Context, b backendState, e standbyEntry) api.DoctorCheck {
 	c := api.DoctorCheck{ID: "standby.asleep", Profile: e.Profile, Value: string(e.Mode)}
 	p := d.Cfg.Profiles[e.Profile]
-	sup := &Supervisor{cfg: d.Cfg, client: backend.NewClient(), engines: backend.Engines(), log: discardLog}
+	sup := &Supervisor{cfg: d.Cfg, client: backendClient(d.Cfg), engines: backend.Engines(), log: discardLog}
 	be, err := sup.engineOf(p)
 	sl, ok := be.(backend.Sleeper)
 	if err != nil || !ok {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"gpuhost/api"
 	"gpuhost/bench/ollamatest"
 	"gpuhost/internal/testkit"
+	"gpuhost/internal/testkit/browser"
+	"gpuhost/units"
 )
 
 // TestSwitchToRealOllama runs the Ollama profile's unit, under the private
@@ -36,22 +39,18 @@ func TestSwitchToRealOllama(t *testing.T) {
 			}
 		}
 	}
-	// The real server says the model is loaded, on the profile's port.
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/api/ps", e.cfg.Profiles["llama"].Port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	// The real server says the model is loaded, on the profile's port,
+	// asked through the unit's socket (its port is in a private network).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	var ps struct {
 		Models []struct {
 			Name string `json:"name"`
 		} `json:"models"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&ps); err != nil || len(ps.Models) != 1 || ps.Models[0].Name != "tiny:latest" {
+	if err := json.Unmarshal(realOllamaGet(t, ctx, e, "/api/ps"), &ps); err != nil || len(ps.Models) != 1 || ps.Models[0].Name != "tiny:latest" {
 		t.Errorf("/api/ps of the real Ollama: %+v %v", ps, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	st, err := e.client.Status(ctx)
 	if err != nil || st.State.Phase != api.PhaseActive || st.State.Profile != "llama" {
 		t.Errorf("status: %+v %v", st.State, err)
@@ -135,4 +134,58 @@ func startRealOllamaE2E(t *testing.T, o realOllama, profiles func(string) string
 	}, map[string]string{
 		"gpuhost-ollama.service.d/test.conf": "[Service]\nEnvironment=OLLAMA_MODELS=" + o.models + " HOME=" + o.home + "\n",
 	})
+}
+
+// realOllamaGet GETs path from the llama profile's real Ollama through its
+// unit's socket, from inside the private systemd (curl, as root).
+func realOllamaGet(t *testing.T, ctx context.Context, e *e2e, path string) []byte {
+	t.Helper()
+	sock := units.ProxySocketPath(e.cfg.Backends.Ollama.Unit, e.cfg.Profiles["llama"].Port)
+	out, err := e.sd.Command(ctx, "curl", "-sS", "--fail", "--max-time", "10", "--unix-socket", sock, "http://127.0.0.1"+path).Output()
+	if err != nil {
+		t.Fatalf("GET %s through %s: %v %s", path, sock, err, out)
+	}
+	return out
+}
+
+// TestBrowserCannotReachRealOllama: the real Ollama 0.17.4 allows every
+// http://127.0.0.1:* origin, so on 119e2ce a page served from any other
+// loopback port could delete its models or pull new ones. Under the
+// private systemd, with the llama profile active, such a page and a
+// file:// page try DELETE /api/delete (with CORS, which Ollama grants a
+// loopback origin) and no-cors POSTs to /api/pull, /api/create and
+// /api/generate:
+// every request fails at the network, the model is still there, and /v1
+// through gpuhost still answers.
+func TestBrowserCannotReachRealOllama(t *testing.T) {
+	bctx := browser.Start(t)
+	e := startRealOllamaE2E(t, prepareRealOllama(t), func(y string) string {
+		return strings.Replace(y, "model: llama3.1:8b", "model: tiny", 1)
+	})
+	e.switchTo(t, "llama")
+	base := fmt.Sprintf("http://127.0.0.1:%d", e.cfg.Profiles["llama"].Port)
+	page := attackPage([]attack{{"DELETE", base + "/api/delete", true}, {"POST", base + "/api/pull", false},
+		{"POST", base + "/api/create", false}, {"POST", base + "/api/generate", false}})
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, page)
+	}))
+	defer site.Close()
+	file := filepath.Join(t.TempDir(), "attack.html")
+	if err := os.WriteFile(file, []byte(page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, url := range []string{site.URL + "/", "file://" + file} {
+		got := runAttack(t, bctx, url)
+		t.Logf("page %s: %s", url, got)
+		if got != "rejected,rejected,rejected,rejected" {
+			t.Errorf("page %s reached the real Ollama: outcomes %q, want every request rejected", url, got)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if tags := string(realOllamaGet(t, ctx, e, "/api/tags")); !strings.Contains(tags, `"tiny:latest"`) {
+		t.Errorf("the real Ollama's models after the pages: %s, want tiny:latest still there", tags)
+	}
+	e.backendOnlyThroughGpuhost(t, "llama")
 }

@@ -41,10 +41,10 @@ func TestRealOllamaStandby(t *testing.T) {
 		t.Fatalf("%s after the cold switch: %s", ounit, got)
 	}
 	pid := e.mainPID(t, ounit)
-	if ps := realOllamaPS(t, port); len(ps) != 1 || ps[0].Name != "tiny:latest" {
+	if ps := realOllamaPS(t, e, port); len(ps) != 1 || ps[0].Name != "tiny:latest" {
 		t.Fatalf("/api/ps after the cold switch: %+v", ps)
 	}
-	realOllamaGenerate(t, port, 8)
+	realOllamaGenerate(t, e, port, 8)
 	cold := stepMS(evs, "start") + stepMS(evs, "ready") + stepMS(evs, "load_model")
 	t.Logf("cold switch to tiny: start %.1f ms + ready %.1f ms + load_model %.1f ms = %.1f ms (switch %.1f ms)",
 		stepMS(evs, "start"), stepMS(evs, "ready"), stepMS(evs, "load_model"), cold, switchMS(evs))
@@ -62,7 +62,7 @@ func TestRealOllamaStandby(t *testing.T) {
 	}
 	// Read at once, without polling: the switch must have waited for the
 	// unload itself, not only for Ollama's answer to it.
-	if ps := realOllamaPS(t, port); len(ps) != 0 {
+	if ps := realOllamaPS(t, e, port); len(ps) != 0 {
 		t.Errorf("/api/ps of the Ollama in standby lists %+v, want no model", ps)
 	}
 	for unit, want := range map[string]string{ounit: "active", vunit: "active"} {
@@ -119,10 +119,10 @@ func TestRealOllamaStandby(t *testing.T) {
 	if got := e.isActive(t, vunit); got != "inactive" {
 		t.Errorf("%s after coder → tiny: %s, want inactive (standby off)", vunit, got)
 	}
-	if ps := realOllamaPS(t, port); len(ps) != 1 || ps[0].Name != "tiny:latest" {
+	if ps := realOllamaPS(t, e, port); len(ps) != 1 || ps[0].Name != "tiny:latest" {
 		t.Errorf("/api/ps after the wake: %+v, want tiny:latest loaded", ps)
 	}
-	realOllamaGenerate(t, port, 8)
+	realOllamaGenerate(t, e, port, 8)
 	st = e.status(t)
 	if st.State.Phase != api.PhaseActive || st.State.Profile != "tiny" || len(st.State.Standby) != 0 {
 		t.Errorf("state after coder → tiny: %+v, want tiny active and nothing in standby", st.State)
@@ -165,9 +165,9 @@ type psModel struct {
 	SizeVRAM int64  `json:"size_vram"`
 }
 
-func realOllamaPS(t *testing.T, port int) []psModel {
+func realOllamaPS(t *testing.T, e *e2e, port int) []psModel {
 	t.Helper()
-	c := &http.Client{Timeout: 10 * time.Second}
+	c := e.backendHTTP(10 * time.Second)
 	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/api/ps", port))
 	if err != nil {
 		t.Fatal(err)
@@ -184,11 +184,11 @@ func realOllamaPS(t *testing.T, port int) []psModel {
 
 // realOllamaGenerate asks the real Ollama for n tokens: the tiny model
 // never stops on its own, so it answers exactly n, done_reason "length".
-func realOllamaGenerate(t *testing.T, port, n int) {
+func realOllamaGenerate(t *testing.T, e *e2e, port, n int) {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"model": "tiny", "prompt": "The quick brown fox", "stream": false,
 		"options": map[string]any{"num_predict": n}})
-	c := &http.Client{Timeout: 60 * time.Second}
+	c := e.backendHTTP(60 * time.Second)
 	resp, err := c.Post(fmt.Sprintf("http://127.0.0.1:%d/api/generate", port), "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,12 @@ import (
 // holding it: its inode from /proc/net/tcp{,6}, the holder from the
 // socket:[inode] links in /proc/<pid>/fd, and the holder must run in the
 // unit's cgroup (systemd) or descend from its main process (the process
-// runner, which has no cgroups).
+// runner, which has no cgroups). Under systemd the listener is looked up in
+// the network namespace of the unit's main process (PrivateNetwork=yes),
+// and the daemon reaches that port only through the unit's socket, which
+// systemd created 0600 for the daemon's user under /run/gpuhost: the
+// answer on the socket and the listener in the unit's namespace are the
+// same proof as before, one hop further in.
 
 // PortOwnerError says that a listening socket on a profile's port belongs
 // to a process outside the unit.
@@ -79,7 +84,10 @@ func unitOwns(st api.UnitStatus, pid int) bool {
 // *PortOwnerError when another program holds one, and an error wrapping
 // errPortUnproven when it cannot tell yet.
 func provePortOwner(port int, st api.UnitStatus) (string, error) {
-	socks, err := systemd.ListeningOn(port)
+	// In the unit's network namespace: under systemd the backend has a
+	// private one, where only its own processes (and its socket relay,
+	// which listens on no TCP port) live.
+	socks, err := systemd.ListeningOnIn(st.MainPID, port)
 	if err != nil {
 		return "", fmt.Errorf("trace the listener on port %d: %w", port, err)
 	}

@@ -148,7 +148,7 @@ func NewSupervisor(cfg *config.Config, gpu GPU, u Units, journal JournalFunc, lo
 		gpu:     gpu,
 		units:   u,
 		journal: journal,
-		client:  backend.NewClient(),
+		client:  backendClient(cfg),
 		engines: backend.Engines(),
 		log:     log,
 		bus:     newEventBus(log),

@@ -7,10 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -442,16 +443,15 @@ func TestSystemdStandbyExclusion(t *testing.T) {
 	handWake := func(since uint64) {
 		t.Helper()
 		s.command(t, "EPISODE START")
-		resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/wake_up", coder.Port), "", nil)
-		if err != nil {
-			t.Fatalf("hand wake_up: %v", err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("hand wake_up: %s", resp.Status)
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
+		// As root on the box: the backend's port is in its private
+		// network, so the hand wake goes through the unit's socket.
+		sock := units.ProxySocketPath(e.cfg.Backends.VLLM.Unit, coder.Port)
+		if out, err := e.sd.Command(ctx, "curl", "-sS", "--fail", "--max-time", "10", "-X", "POST",
+			"--unix-socket", sock, "http://localhost/wake_up").CombinedOutput(); err != nil {
+			t.Fatalf("hand wake_up through %s: %v %s", sock, err, out)
+		}
 		var ex *api.Event
 		var seen []api.Event
 		err = e.client.Events(ctx, fmt.Sprintf("/api/events?since=%d", since), func(ev api.Event) bool {
@@ -710,5 +710,12 @@ func TestSystemdStandbyExclusion(t *testing.T) {
 	}
 	if _, ok := inStandby(st.State, "coder"); st.State.Phase != api.PhaseActive || st.State.Profile != "llama" || !ok || len(st.State.Standby) != 1 {
 		t.Errorf("final state %+v", st.State)
+	}
+	// Both backends run: neither port answers from the host's namespace,
+	// the sleeping vLLM's /wake_up included, and /v1 still serves llama.
+	e.backendOnlyThroughGpuhost(t, "llama")
+	if c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(coder.Port)), 5*time.Second); err == nil {
+		c.Close()
+		t.Errorf("the standby vLLM's port %d answers TCP from the host namespace", coder.Port)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/config"
+	"gpuhost/internal/loopback"
 	"gpuhost/internal/testkit"
 	"gpuhost/systemd"
 	"gpuhost/systemd/systemdtest"
@@ -62,13 +64,20 @@ func startE2EWith(t testing.TB, vllmLoad, state string, mutate func(string) stri
 		t.Fatal(err)
 	}
 	unitFiles := map[string]string{}
+	var sockets []string
 	for _, bu := range cfg.BackendUnits() {
 		unitFiles[bu.Name] = units.RenderBackendUnit(bu)
+		// Each backend in its own network namespace, reached through its
+		// socket units, as installed.
+		for _, f := range units.RenderProxyUnits(bu) {
+			unitFiles[f.Name] = f.Content
+		}
+		sockets = append(sockets, bu.ProxySocketUnits()...)
 	}
 	unitFiles["gpuhost.service"] = units.RenderDaemonUnit(units.DaemonUnit{
-		Binary: bin, Config: cfgPath, WatchdogSec: 10, ReadWritePaths: []string{state},
+		Binary: bin, Config: cfgPath, WatchdogSec: 10, ReadWritePaths: []string{state}, Sockets: sockets,
 	})
-	sd := systemdtest.Start(t, systemdtest.Options{Units: unitFiles, Keep: []string{filepath.Dir(bin), state}})
+	sd := systemdtest.Start(t, systemdtest.Options{Units: unitFiles, Keep: []string{filepath.Dir(bin), state}, NetAdmin: true})
 	// The test's files live under the host's /tmp, bound into the private
 	// systemd's /tmp: the daemon must see that /tmp, and must not create
 	// /var/lib/gpuhost or /etc/gpuhost on the host.
@@ -431,6 +440,10 @@ func TestSystemdEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("backend reachable only through gpuhost", func(t *testing.T) {
+		e.backendOnlyThroughGpuhost(t, "coder")
+	})
+
 	t.Run("reconcile after a hand-started backend", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -484,11 +497,16 @@ func TestSystemdEndToEnd(t *testing.T) {
 		if n != 1 {
 			t.Errorf("%d backends active after convergence: %+v", n, st.Units)
 		}
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/v1/models", e.cfg.Profiles["coder"].Port))
+		// Through the daemon's /v1: the backend's own port is in its
+		// private network.
+		resp, err := http.Get(e.base + "/v1/models")
 		if err != nil {
 			t.Fatalf("backend not serving after convergence: %v", err)
 		}
 		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET /v1/models after convergence: %s", resp.Status)
+		}
 		out, _ := e.sd.Systemctl(ctx, "show", "-p", "NRestarts", "gpuhost.service")
 		if strings.TrimSpace(out) == "NRestarts=0" {
 			t.Errorf("gpuhost.service was not restarted by systemd: %s", out)
@@ -500,4 +518,61 @@ func TestSystemdEndToEnd(t *testing.T) {
 		}
 		e.checkJournal(t, before+1)
 	})
+}
+
+// backendOnlyThroughGpuhost checks, with profile active: its backend's port
+// is not reachable from the host's network namespace (a TCP connect from
+// this process and a curl POST /sleep from inside the private systemd,
+// which shares that namespace, both fail), while the daemon's /v1 still
+// reaches it through the unit's socket, and the backend was not changed.
+func (e *e2e) backendOnlyThroughGpuhost(t *testing.T, profile string) {
+	t.Helper()
+	e.waitState(t, profile+" active", 30*time.Second, func(s api.Status) bool {
+		return s.State.Phase == api.PhaseActive && s.State.Profile == profile && s.State.Step == ""
+	})
+	port := e.cfg.Profiles[profile].Port
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if c, err := net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
+		c.Close()
+		t.Errorf("TCP connect to the backend's port %s from the host namespace succeeded", addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := e.sd.Command(ctx, "curl", "-sS", "--max-time", "5", "-X", "POST", "http://"+addr+"/sleep?level=1").CombinedOutput(); err == nil {
+		t.Errorf("curl -X POST http://%s/sleep succeeded: %q", addr, out)
+	}
+	model := e.cfg.Profiles[profile].ServedModelName()
+	body := `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.base+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST /v1/chat/completions through gpuhost: %v", err)
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"choices"`) {
+		t.Errorf("POST /v1/chat/completions through gpuhost: %s %s", resp.Status, b)
+	}
+	st := e.waitState(t, profile+" still active", 10*time.Second, func(s api.Status) bool {
+		return s.State.Phase == api.PhaseActive && s.State.Profile == profile
+	})
+	if st.State.Profile != profile {
+		t.Errorf("state after the probes: %+v", st.State)
+	}
+}
+
+// backendHTTP is a client of the backends as the daemon inside reaches
+// them: the same loopback.Dialer, with each backend's socket reached from
+// the host through the private systemd's root (/proc/<PID>/root/run/...).
+func (e *e2e) backendHTTP(timeout time.Duration) *http.Client {
+	sockets := map[int]string{}
+	for port, path := range e.cfg.BackendSockets() {
+		sockets[port] = e.sd.HostPath(path)
+	}
+	d := &loopback.Dialer{Sockets: sockets}
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{Proxy: nil, DialContext: d.DialContext}}
 }

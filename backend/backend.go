@@ -17,6 +17,7 @@ import (
 	"io"
 	"net/http"
 
+	"gpuhost/internal/loopback"
 	"gpuhost/units"
 )
 
@@ -79,8 +80,16 @@ func Engines() map[units.Backend]Factory {
 // NewClient talks to the backends on loopback: no proxy from the
 // environment, no kept-alive connections to a backend that is being
 // replaced.
-func NewClient() *http.Client {
-	return &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+func NewClient() *http.Client { return NewClientVia(nil) }
+
+// NewClientVia is NewClient dialling through d: under systemd the daemon's
+// loopback.Dialer, which reaches each backend port through its unix socket
+// (the backend's own 127.0.0.1 is in its private network). Nil d: TCP.
+func NewClientVia(d *loopback.Dialer) *http.Client {
+	if d == nil {
+		d = &loopback.Dialer{}
+	}
+	return &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true, DialContext: d.DialContext}}
 }
 
 // health GETs url and discards the body: nil for 200 OK.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"regexp"
@@ -134,6 +135,10 @@ type Options struct {
 	Log      *slog.Logger
 	// HTTPClient replaces the default client (tests).
 	HTTPClient *http.Client
+	// Dial replaces the default client's TCP dial: the daemon passes the
+	// loopback.Dialer that reaches a backend through its unix socket under
+	// systemd (the backend's own port is in a private network there).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Started, when set, fixes the start time and thereby the result ID
 	// (the daemon announces the ID before the run starts).
 	Started time.Time
@@ -451,7 +456,7 @@ func (ru *runner) session(parent context.Context, body func(ctx context.Context,
 	r.Fingerprint.URL = api
 	hc := o.HTTPClient
 	if hc == nil {
-		hc = newRunClient(o.Concurrency)
+		hc = newRunClient(o.Concurrency, o.Dial)
 		defer hc.CloseIdleConnections()
 	}
 	ru.ep = &endpoint{hc: hc, api: api, root: root, key: o.Target.APIKey}
@@ -468,13 +473,14 @@ func (ru *runner) session(parent context.Context, body func(ctx context.Context,
 // newRunClient is the HTTP client of a run without Options.HTTPClient:
 // enough idle connections for the largest concurrency, no proxy and no
 // compression.
-func newRunClient(concurrency []int) *http.Client {
+func newRunClient(concurrency []int, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Client {
 	maxC := 1
 	for _, c := range concurrency {
 		maxC = max(maxC, c)
 	}
 	return &http.Client{Transport: &http.Transport{
 		Proxy:               nil,
+		DialContext:         dial, // nil: net.Dialer
 		MaxIdleConnsPerHost: maxC + 4,
 		DisableCompression:  true, // a gzip layer would buffer the stream
 		IdleConnTimeout:     90 * time.Second,

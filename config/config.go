@@ -305,6 +305,7 @@ func (c *Config) validate() []string {
 	c.systemdValidate(add)
 	c.backendsValidate(add, len(ps) == 0)
 	c.profilesValidate(add)
+	c.socketsValidate(add)
 	c.proxyValidate(add)
 	c.telegramValidate(add)
 	c.switchValidate(add)
@@ -368,6 +369,7 @@ func (c *Config) BackendUnits() []units.BackendUnit {
 			u.Conflicts = []string{other}
 		}
 		u.ReadWritePaths = append(u.ReadWritePaths, bc.ReadWritePaths...)
+		u.Ports = c.backendPorts(b)
 		if bc.Simulated && c.GPU.Backend == "sim" {
 			// `gpuhost simulate` writes the simulated GPU's state there.
 			u.ReadWritePaths = append(u.ReadWritePaths, c.GPU.SimDir)
@@ -396,6 +398,9 @@ func (c *Config) DaemonUnit(binary, configPath string) units.DaemonUnit {
 		if n, err := strconv.Atoi(port); err == nil && n > 0 && n < 1024 {
 			d.BindPrivilegedPort = true
 		}
+	}
+	for _, bu := range c.BackendUnits() {
+		d.Sockets = append(d.Sockets, bu.ProxySocketUnits()...)
 	}
 	if c.StateDir != DefaultStateDir {
 		d.ReadWritePaths = append(d.ReadWritePaths, c.StateDir)

@@ -132,6 +132,9 @@ func renderAll(c *Config) map[string]string {
 	for _, bu := range c.BackendUnits() {
 		files[bu.Name] = units.RenderBackendUnit(bu)
 		_, files[bu.Name+".d/"+units.DropInName] = units.RenderAdoptDropIn(bu)
+		for _, f := range units.RenderProxyUnits(bu) {
+			files[f.Name] = f.Content
+		}
 	}
 	for name, p := range c.Profiles {
 		files["env:"+name] = units.EnvFile(*p, c.BackendFor(p.Backend).Simulated)
@@ -310,5 +313,47 @@ func TestDaemonUnitWritesStateDir(t *testing.T) {
 		if !strings.Contains(text, "\n"+tc.wantRW) {
 			t.Errorf("state_dir %s: want %q in\n%s", c.StateDir, tc.wantRW, text)
 		}
+	}
+}
+
+// TestBackendSockets: under systemd every profile port maps to its
+// backend's socket (the dialer's table), none under the process runner or
+// for an adopted unit; a port both backends use is refused by name.
+func TestBackendSockets(t *testing.T) {
+	c, err := Parse("units.yaml", []byte(unitsBase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.BackendSockets()
+	if len(got) == 0 {
+		t.Fatal("no sockets under the systemd runner")
+	}
+	for _, p := range c.Profiles {
+		want := units.ProxySocketPath(c.BackendFor(p.Backend).Unit, p.Port)
+		if got[p.Port] != want {
+			t.Errorf("profile %s port %d: socket %q, want %q", p.Name, p.Port, got[p.Port], want)
+		}
+	}
+	if d := c.DaemonUnit("/b", "/c"); len(d.Sockets) == 0 {
+		t.Error("gpuhost.service wants no socket units")
+	}
+	c.Systemd.Runner = "process"
+	if s := c.BackendSockets(); s != nil {
+		t.Errorf("process runner: sockets %v, want none", s)
+	}
+	c.Systemd.Runner = "systemd"
+	c.Backends.VLLM.Adopt = true
+	for _, p := range c.Profiles {
+		if _, ok := c.BackendSockets()[p.Port]; ok && p.Backend == units.VLLM {
+			t.Errorf("adopted vLLM unit: port %d still mapped to a socket", p.Port)
+		}
+	}
+	_, err = Parse("shared.yaml", []byte(strings.Replace(unitsBase, "port: 11434", "port: 8000", 1)))
+	if err == nil || !strings.Contains(err.Error(), "port 8000 is used by a vllm and an ollama profile") {
+		t.Errorf("a port shared by both backends: %v, want it refused by number", err)
+	}
+	if _, err := Parse("shared-demo.yaml", []byte(strings.Replace(strings.Replace(unitsBase, "port: 11434", "port: 8000", 1),
+		"systemd: {unit_dir: /etc/systemd/system}", "systemd: {unit_dir: /etc/systemd/system, runner: process}", 1))); err != nil {
+		t.Errorf("a shared port under the process runner: %v, want no socket check", err)
 	}
 }

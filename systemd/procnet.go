@@ -98,15 +98,43 @@ func ListeningOn(port int) ([]Socket, error) {
 	if socks, err := listenersDiag(port); err == nil {
 		return socks, nil
 	}
-	return listeningFromProc(port)
+	return listeningFromProc("/proc/net", port)
 }
 
-// listeningFromProc is ListeningOn from /proc/net/tcp{,6}.
-func listeningFromProc(port int) ([]Socket, error) {
+// ListeningOnIn is ListeningOn in the network namespace of process pid: a
+// backend under systemd has a private one (PrivateNetwork=yes), whose
+// listeners neither sock_diag nor /proc/net of this process can see.
+// /proc/<pid>/net/tcp{,6} shows that namespace's sockets; their inodes
+// are the same as in the holders' fd links, so the rest of the proof
+// (which process, which cgroup) is unchanged. In this process's own
+// namespace it is ListeningOn.
+func ListeningOnIn(pid, port int) ([]Socket, error) {
+	if pid <= 0 {
+		return ListeningOn(port)
+	}
+	self, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		return ListeningOn(port)
+	}
+	theirs, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/net")
+	if err != nil {
+		// Gone (or not ours to read): no namespace of its own to look
+		// into, so the listeners are those this process sees.
+		return ListeningOn(port)
+	}
+	if theirs == self {
+		return ListeningOn(port)
+	}
+	return listeningFromProc("/proc/"+strconv.Itoa(pid)+"/net", port)
+}
+
+// listeningFromProc is ListeningOn from dir/tcp{,6} (dir: /proc/net or
+// /proc/<pid>/net).
+func listeningFromProc(dir string, port int) ([]Socket, error) {
 	var out []Socket
-	for _, path := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+	for _, path := range []string{dir + "/tcp", dir + "/tcp6"} {
 		data, err := os.ReadFile(path)
-		if errors.Is(err, fs.ErrNotExist) && path == "/proc/net/tcp6" {
+		if errors.Is(err, fs.ErrNotExist) && path == dir+"/tcp6" {
 			continue // IPv6 disabled
 		}
 		if err != nil {

@@ -112,7 +112,7 @@ func TestListenerHolder(t *testing.T) {
 		t.Fatalf("ListeningOn(%d) = %+v, want our one loopback listener", port, socks)
 	}
 	// sock_diag and /proc/net/tcp agree.
-	fromProc, err := listeningFromProc(port)
+	fromProc, err := listeningFromProc("/proc/net", port)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestListenerHolder(t *testing.T) {
 		defer ln6.Close()
 		p6 := ln6.Addr().(*net.TCPAddr).Port
 		a, errA := listenersDiag(p6)
-		b, errB := listeningFromProc(p6)
+		b, errB := listeningFromProc("/proc/net", p6)
 		if errA != nil || errB != nil || len(a) != 1 || len(b) != 1 || a[0] != b[0] || a[0].Local.Addr() != netip.IPv6Loopback() {
 			t.Errorf("IPv6 listener: sock_diag %+v %v, /proc %+v %v", a, errA, b, errB)
 		}

@@ -23,7 +23,7 @@ const (
 //	serve MODEL [--gpu-memory-utilization U] [--max-num-seqs N] [--max-model-len N]
 //	  [--enable-auto-tool-choice] [--tool-call-parser P] [--quantization Q]
 //	  [--kv-cache-dtype D] --served-model-name SERVED [--port PORT]
-//	  [--enable-sleep-mode --host 127.0.0.1] EXTRA...
+//	  [--enable-sleep-mode] --host 127.0.0.1 EXTRA...
 //
 // Zero and empty fields are omitted so vLLM's own default applies; floats use
 // the shortest exact decimal form so ParseVLLMArgv reads back the same value.
@@ -62,16 +62,21 @@ func VLLMArgs(p Profile) []string {
 }
 
 // AddedVLLMArgs are the words VLLMArgs adds beyond the profile's own
-// settings: with standby, --enable-sleep-mode and (unless extra_args set a
-// host) --host 127.0.0.1. The doctor's drift check counts them as wanted,
-// since gpuhost put them there itself.
+// settings: with standby --enable-sleep-mode, and always (unless extra_args
+// set a loopback host, which Validate checks) --host 127.0.0.1. The
+// doctor's drift check counts them as wanted, since gpuhost put them there
+// itself.
 func AddedVLLMArgs(p Profile) []string {
-	if !p.StandbyEnabled() {
-		return nil
+	var a []string
+	if p.StandbyEnabled() {
+		// Sleep mode is chosen at start; its endpoints come with vLLM's
+		// development endpoints (VLLM_SERVER_DEV_MODE).
+		a = append(a, "--enable-sleep-mode")
 	}
-	// Sleep mode is chosen at start; its endpoints come with vLLM's
-	// development endpoints, so the server listens on loopback only.
-	a := []string{"--enable-sleep-mode"}
+	// Always loopback: without --host vLLM binds every interface, with no
+	// auth, CORS * and (with standby) its sleep endpoints. Under systemd the
+	// unit's private network namespace adds the real fence (RenderBackendUnit);
+	// this is what is left under the demo's process runner.
 	x := p.VLLM.ExtraArgs
 	if !slices.Contains(x, "--host") && !slices.ContainsFunc(x, func(s string) bool { return strings.HasPrefix(s, "--host=") }) {
 		a = append(a, "--host", "127.0.0.1")

@@ -19,7 +19,7 @@ func TestVLLMArgs(t *testing.T) {
 			want: []string{"serve", "cpatonn/Qwen3-Coder-30B-A3B-Instruct-AWQ-4bit",
 				"--gpu-memory-utilization", "0.92", "--max-num-seqs", "32", "--max-model-len", "32768",
 				"--enable-auto-tool-choice", "--tool-call-parser", "qwen3_xml",
-				"--served-model-name", "cpatonn/Qwen3-Coder-30B-A3B-Instruct-AWQ-4bit", "--port", "8000"},
+				"--served-model-name", "cpatonn/Qwen3-Coder-30B-A3B-Instruct-AWQ-4bit", "--port", "8000", "--host", "127.0.0.1"},
 		},
 		{
 			name: "every flag plus extra args",
@@ -29,18 +29,23 @@ func TestVLLMArgs(t *testing.T) {
 				ExtraArgs: []string{"--enable-prefix-caching", "--tensor-parallel-size", "1"}}},
 			want: []string{"serve", "M", "--gpu-memory-utilization", "0.9", "--max-num-seqs", "8", "--max-model-len", "4096",
 				"--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--quantization", "awq_marlin",
-				"--kv-cache-dtype", "fp8", "--served-model-name", "S", "--port", "9000",
+				"--kv-cache-dtype", "fp8", "--served-model-name", "S", "--port", "9000", "--host", "127.0.0.1",
 				"--enable-prefix-caching", "--tensor-parallel-size", "1"},
 		},
 		{
 			name: "zero values omitted",
 			p:    Profile{Backend: VLLM, Model: "M"},
-			want: []string{"serve", "M", "--served-model-name", "M"},
+			want: []string{"serve", "M", "--served-model-name", "M", "--host", "127.0.0.1"},
 		},
 		{
 			name: "float in shortest exact form",
 			p:    Profile{Backend: VLLM, Model: "M", Port: 1, VLLM: VLLMFlags{GPUMemoryUtilization: 0.925}},
-			want: []string{"serve", "M", "--gpu-memory-utilization", "0.925", "--served-model-name", "M", "--port", "1"},
+			want: []string{"serve", "M", "--gpu-memory-utilization", "0.925", "--served-model-name", "M", "--port", "1", "--host", "127.0.0.1"},
+		},
+		{
+			name: "loopback --host in extra args kept, not doubled",
+			p:    Profile{Backend: VLLM, Model: "M", VLLM: VLLMFlags{ExtraArgs: []string{"--host=::1"}}},
+			want: []string{"serve", "M", "--served-model-name", "M", "--host=::1"},
 		},
 	}
 	for _, tc := range tests {
@@ -195,7 +200,7 @@ func TestAddedVLLMArgsAreNotDrift(t *testing.T) {
 		extra   []string
 		want    string
 	}{
-		{"no standby", StandbyOff, nil, ""},
+		{"no standby", StandbyOff, nil, "--host 127.0.0.1"},
 		{"standby", StandbySleep1, nil, "--enable-sleep-mode --host 127.0.0.1"},
 		{"own host", StandbyAuto, []string{"--host=0.0.0.0"}, "--enable-sleep-mode"},
 	} {

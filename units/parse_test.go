@@ -155,7 +155,7 @@ func randomProfile(r *rand.Rand) Profile {
 	if r.IntN(2) == 0 {
 		f.KVCacheDtype = pick()
 	}
-	unknown := []string{"--enforce-eager", "--enable-prefix-caching", "--trust-remote-code", "--seed", "--tensor-parallel-size", "-tp", "--host", "--no-enable-prefix-caching"}
+	unknown := []string{"--enforce-eager", "--enable-prefix-caching", "--trust-remote-code", "--seed", "--tensor-parallel-size", "-tp", "--max-logprobs", "--no-enable-prefix-caching"}
 	for n := r.IntN(4); n > 0; n-- {
 		flag := unknown[r.IntN(len(unknown))]
 		switch r.IntN(3) {
@@ -216,11 +216,13 @@ func TestVLLMArgsRoundTrip(t *testing.T) {
 			}
 			wantFlags := p.VLLM
 			wantFlags.ExtraArgs = nil
-			want := VLLMSettings{Model: p.Model, ServedName: p.ServedModelName(), Port: p.Port, Flags: wantFlags, Unknown: p.VLLM.ExtraArgs}
+			want := VLLMSettings{Model: p.Model, ServedName: p.ServedModelName(), Port: p.Port, Flags: wantFlags, Unknown: append([]string{"--host", "127.0.0.1"}, p.VLLM.ExtraArgs...)}
 			if !settingsEqual(got, want) {
 				t.Fatalf("seed %d iter %d: round trip of %q\ngot  %+v\nwant %+v", seed, i, argv, got, want)
 			}
-			if d := Drift(p, got); d != nil {
+			wantP := p
+			wantP.VLLM.ExtraArgs = append(AddedVLLMArgs(p), p.VLLM.ExtraArgs...)
+			if d := Drift(wantP, got); d != nil {
 				t.Fatalf("seed %d iter %d: Drift after a round trip = %+v, want none", seed, i, d)
 			}
 		}
@@ -266,7 +268,7 @@ func TestDrift(t *testing.T) {
 		{"identical", want, func() VLLMSettings { return liveOf(want) }, nil},
 		{"extra args in another order and form", want, func() VLLMSettings {
 			s := liveOf(want)
-			s.Unknown = []string{"--tensor_parallel_size=1", "--enable-prefix-caching"}
+			s.Unknown = []string{"--tensor_parallel_size=1", "--host=127.0.0.1", "--enable-prefix-caching"}
 			return s
 		}, nil},
 		{"simulator flags ignored", want, func() VLLMSettings {
@@ -280,7 +282,11 @@ func TestDrift(t *testing.T) {
 			return s
 		}, []Difference{{"--gpu-memory-utilization", "0.92", "0.96"}}},
 		{"unset equals vLLM default", Profile{Backend: VLLM, Model: "M", Port: 8000, VLLM: VLLMFlags{GPUMemoryUtilization: 0.9, KVCacheDtype: "auto"}},
-			func() VLLMSettings { return VLLMSettings{Model: "M"} }, nil},
+			func() VLLMSettings { return VLLMSettings{Model: "M", Unknown: []string{"--host", "127.0.0.1"}} }, nil},
+		// A server started without --host (by an older gpuhost, or by hand)
+		// listens on every interface: that is drift, and a restart fixes it.
+		{"no --host: every interface", Profile{Backend: VLLM, Model: "M"},
+			func() VLLMSettings { return VLLMSettings{Model: "M"} }, []Difference{{"--host", "127.0.0.1", "(absent)"}}},
 		{"several differences", want, func() VLLMSettings {
 			return VLLMSettings{Model: "other/model", ServedName: "x", ExtraServedNames: []string{"y"}, Port: 8001,
 				Flags:   VLLMFlags{MaxModelLen: -1, ToolCallParser: "hermes", Quantization: "awq", KVCacheDtype: "fp8"},
@@ -298,13 +304,17 @@ func TestDrift(t *testing.T) {
 			{"--kv-cache-dtype", "auto", "fp8"},
 			{"--enable-prefix-caching", "(set)", "(absent)"},
 			{"--enforce-eager", "(absent)", "(set)"},
+			{"--host", "127.0.0.1", "(absent)"},
 			{"--tensor-parallel-size", "1", "2"},
 		}},
 		{"not vllm", llamaOllama(), func() VLLMSettings { return VLLMSettings{Model: "x"} }, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Drift(tc.want, tc.live())
+			// As the doctor asks: what VLLMArgs adds is wanted too.
+			want := tc.want
+			want.VLLM.ExtraArgs = append(AddedVLLMArgs(tc.want), tc.want.VLLM.ExtraArgs...)
+			got := Drift(want, tc.live())
 			if len(got) == 0 && len(tc.diff) == 0 {
 				return
 			}

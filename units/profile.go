@@ -3,6 +3,7 @@ package units
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -265,9 +266,35 @@ func (p Profile) validateVLLM() []FieldError {
 			if kf, ok := lookupFlag(name); ok {
 				add(key, "%s is managed by gpuhost: set %s instead", a, kf.key)
 			}
+			if name == "host" {
+				if msg := loopbackHostArg(f.ExtraArgs, i); msg != "" {
+					add(key, "%s", msg)
+				}
+			}
 		}
 	}
 	return errs
+}
+
+// loopbackHostArg checks the --host flag at extra_args[i]: vLLM must bind
+// loopback only (its API has no auth beyond /v1 and answers any origin),
+// so any other address is refused. It returns "" when the value is a
+// loopback IP or localhost.
+func loopbackHostArg(args []string, i int) string {
+	_, val, hasVal := splitFlag(args[i])
+	if !hasVal {
+		if i+1 >= len(args) || isFlagWord(args[i+1]) {
+			return "--host needs a value"
+		}
+		val = args[i+1]
+	}
+	if val == "localhost" {
+		return ""
+	}
+	if ip, err := netip.ParseAddr(val); err == nil && ip.IsLoopback() {
+		return ""
+	}
+	return fmt.Sprintf("--host %q: vLLM must listen on loopback only (127.0.0.1, ::1 or localhost); gpuhost's /v1 is the way in from elsewhere", val)
 }
 
 func (p Profile) validateOllama() []FieldError {

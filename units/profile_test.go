@@ -137,6 +137,10 @@ func TestValidate(t *testing.T) {
 		{name: "extra args fine", base: qwenCoder, mod: func(p *Profile) {
 			p.VLLM.ExtraArgs = []string{"--enable-prefix-caching", "--tensor-parallel-size", "1", "--host=127.0.0.1"}
 		}},
+		{name: "extra args bind every interface", base: qwenCoder, mod: func(p *Profile) { p.VLLM.ExtraArgs = []string{"--enforce-eager", "--host", "0.0.0.0"} }, wantKey: []string{"vllm.extra_args[1]"}},
+		{name: "extra args bind a LAN address", base: qwenCoder, mod: func(p *Profile) { p.VLLM.ExtraArgs = []string{"--host=192.168.1.5"} }, wantKey: []string{"vllm.extra_args[0]"}},
+		{name: "extra args --host without value", base: qwenCoder, mod: func(p *Profile) { p.VLLM.ExtraArgs = []string{"--host"} }, wantKey: []string{"vllm.extra_args[0]"}},
+		{name: "extra args --host ::1 and localhost", base: qwenCoder, mod: func(p *Profile) { p.VLLM.ExtraArgs = []string{"--host", "::1", "--host=localhost"} }},
 		{name: "ollama options on a vllm profile", base: qwenCoder, mod: func(p *Profile) { p.Ollama.NumCtx = 4096 }, wantKey: []string{"ollama"}},
 		{name: "vllm flags on an ollama profile", base: llamaOllama, mod: func(p *Profile) { p.VLLM.MaxNumSeqs = 4 }, wantKey: []string{"vllm"}},
 		{name: "negative num_ctx", base: llamaOllama, mod: func(p *Profile) { p.Ollama.NumCtx = -1 }, wantKey: []string{"ollama.num_ctx"}},

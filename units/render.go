@@ -28,6 +28,11 @@ type BackendUnit struct {
 	// ProtectSystem=strict: model caches, model folders, the simulator's
 	// state. Each is optional ('-'): a missing one does not fail the start.
 	ReadWritePaths []string
+	// Ports are the loopback ports the unit's profiles listen on; each gets
+	// a socket under ProxySocketDir (RenderProxyUnits).
+	Ports []int
+	// SocketUser owns those sockets: gpuhost's own user (empty: root).
+	SocketUser string
 }
 
 // DefaultBackendUser is the unprivileged user the backends run as unless
@@ -89,6 +94,16 @@ func (u BackendUnit) Validate() error {
 		for _, p := range u.ReadWritePaths {
 			if err := listPath(p); err != nil {
 				errs = append(errs, fmt.Errorf("backend unit %q: read-write path: %w", u.Name, err))
+			}
+		}
+		for _, p := range u.Ports {
+			if p < 1 || p > 65535 {
+				errs = append(errs, fmt.Errorf("backend unit %q: port %d is not in 1..65535", u.Name, p))
+			}
+		}
+		if u.SocketUser != "" {
+			if err := ValidUser(u.SocketUser); err != nil {
+				errs = append(errs, fmt.Errorf("backend unit %q: socket user: %w", u.Name, err))
 			}
 		}
 	}
@@ -216,6 +231,14 @@ func writeBackendSandbox(w func(string, ...any), u BackendUnit) {
 	w("# AF_UNIX: vLLM's engine processes talk over Unix sockets (ZMQ). AF_NETLINK: interface")
 	w("# lookups. AF_INET/AF_INET6: the API port and model downloads.")
 	w("RestrictAddressFamilies=AF_UNIX AF_NETLINK AF_INET AF_INET6")
+	w("# Its own network: the server's 127.0.0.1 is not the host's, so no browser page, LAN")
+	w("# host or local user reaches its API (vLLM's sleep and RPC endpoints, Ollama's")
+	w("# /api/pull and /api/delete). gpuhost reaches it through the socket units")
+	w("# %s-proxy-PORT.socket (socket %s/...), relayed inside this namespace.", strings.TrimSuffix(u.Name, ".service"), ProxySocketDir)
+	w("# The price: the server cannot download models; fetch them into its cache first.")
+	w("PrivateNetwork=yes")
+	w("IPAddressAllow=localhost")
+	w("IPAddressDeny=any")
 	w("# Deliberately not set (each would break the GPU or the server):")
 	w("#   PrivateDevices=, DevicePolicy=, DeviceAllow=: CUDA opens /dev/nvidiactl, /dev/nvidia0,")
 	w("#     /dev/nvidia-uvm and /dev/nvidia-caps/*, whose majors differ per driver.")
@@ -225,8 +248,6 @@ func writeBackendSandbox(w func(string, ...any), u BackendUnit) {
 	w("#     /proc/meminfo and /proc/cpuinfo.")
 	w("#   MemoryDenyWriteExecute=: the CUDA driver, Triton and PyTorch's inductor JIT-compile")
 	w("#     kernels into writable and executable memory.")
-	w("#   PrivateNetwork=, IPAddressDeny=: gpuhost reaches the server over loopback and the")
-	w("#     server downloads models.")
 	w("#   PrivateUsers=: the server's cache folders belong to its user on the host.")
 }
 
@@ -263,6 +284,9 @@ type DaemonUnit struct {
 	ReadWritePaths []string
 	// BindPrivilegedPort keeps CAP_NET_BIND_SERVICE (listen port < 1024).
 	BindPrivilegedPort bool
+	// Sockets are the backends' proxy socket units (BackendUnit.ProxySocketUnits):
+	// gpuhost.service wants them, so they listen whenever gpuhost runs.
+	Sockets []string
 }
 
 // DefaultWatchdogSec is the watchdog interval when DaemonUnit.WatchdogSec is unset.
@@ -271,6 +295,11 @@ const DefaultWatchdogSec = 30
 // Validate reports what RenderDaemonUnit cannot express safely.
 func (d DaemonUnit) Validate() error {
 	var errs []error
+	for _, s := range d.Sockets {
+		if err := ValidUnitName(s); err != nil {
+			errs = append(errs, fmt.Errorf("gpuhost.service: socket: %w", err))
+		}
+	}
 	for _, f := range []struct{ what, p string }{{"binary", d.Binary}, {"config", d.Config}} {
 		if !filepath.IsAbs(f.p) {
 			errs = append(errs, fmt.Errorf("gpuhost.service: %s %q must be an absolute path", f.what, f.p))
@@ -299,7 +328,7 @@ func RenderDaemonUnit(d DaemonUnit) string {
 	var b strings.Builder
 	w := func(s string, a ...any) { fmt.Fprintf(&b, s+"\n", a...) }
 	w("# gpuhost.service: written by `gpuhost units`; edits here are overwritten.")
-	daemonUnitSection(w)
+	daemonUnitSection(w, d)
 	daemonServiceSection(w, d)
 	daemonSandbox(w, d)
 	daemonNotSet(w)
@@ -315,12 +344,17 @@ func RenderDaemonUnit(d DaemonUnit) string {
 }
 
 // daemonUnitSection writes gpuhost.service's [Unit] section.
-func daemonUnitSection(w func(string, ...any)) {
+func daemonUnitSection(w func(string, ...any), d DaemonUnit) {
 	w("[Unit]")
 	w("Description=gpuhost: GPU inference supervisor (vLLM/Ollama switching, proxy, panel, MCP)")
 	w("# The proxy, panel, bot and mail triage need the network; units are controlled over D-Bus.")
 	w("Wants=network-online.target")
 	w("After=network-online.target dbus.service")
+	if len(d.Sockets) > 0 {
+		w("# The backends' sockets, their only way in (each backend has a private network).")
+		w("Wants=%s", strings.Join(d.Sockets, " "))
+		w("After=%s", strings.Join(d.Sockets, " "))
+	}
 	w("")
 }
 

@@ -347,9 +347,16 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	u.Exec = []string{"/bin/echo", "100%", "$HOME", `say "hi" \ there`}
 	u.EnvFile = envFile
 	u.User = ""
+	u.Ports = []int{8000, 8001}
 	files := map[string]string{
 		"gpuhost-vllm.service": RenderBackendUnit(u),
-		"gpuhost.service":      RenderDaemonUnit(DaemonUnit{Binary: "/bin/true", Config: envFile}),
+		"gpuhost.service":      RenderDaemonUnit(DaemonUnit{Binary: "/bin/true", Config: envFile, Sockets: u.ProxySocketUnits()}),
+	}
+	for _, f := range RenderProxyUnits(u) {
+		files[f.Name] = f.Content
+	}
+	if len(files) != 6 {
+		t.Fatalf("want the backend, the daemon and two socket/service pairs, got %d files", len(files))
 	}
 	var paths []string
 	for name, text := range files {
@@ -422,7 +429,11 @@ func TestBackendUnitSandbox(t *testing.T) {
 			wantValue(t, uf, "Service", "CapabilityBoundingSet", "")
 			wantValue(t, uf, "Service", "ProtectSystem", "strict")
 			wantValue(t, uf, "Service", "SystemCallFilter", "@system-service")
-			for _, k := range []string{"PrivateDevices", "DevicePolicy", "DeviceAllow", "ProtectClock", "ProcSubset", "MemoryDenyWriteExecute", "PrivateNetwork"} {
+			// Its own network namespace: reachable only through its proxy socket.
+			wantValue(t, uf, "Service", "PrivateNetwork", "yes")
+			wantValue(t, uf, "Service", "IPAddressDeny", "any")
+			wantValue(t, uf, "Service", "IPAddressAllow", "localhost")
+			for _, k := range []string{"PrivateDevices", "DevicePolicy", "DeviceAllow", "ProtectClock", "ProcSubset", "MemoryDenyWriteExecute"} {
 				if v, ok := uf.Value("Service", k); ok {
 					t.Errorf("%s=%s is set; it breaks CUDA, NVIDIA device access or the server", k, v)
 				}
@@ -435,5 +446,59 @@ func TestBackendUnitSandbox(t *testing.T) {
 		if err := u.Validate(); err == nil || !strings.Contains(err.Error(), "read-write path") {
 			t.Errorf("ReadWritePaths %q: Validate() = %v, want a read-write path error", bad, err)
 		}
+	}
+}
+
+// TestRenderProxyUnits: one socket and one relay per distinct port, the
+// socket readable and writable by gpuhost's user only, the relay inside
+// the backend's network namespace and never starting the backend; an
+// adopted unit gets none.
+func TestRenderProxyUnits(t *testing.T) {
+	u := vllmUnit()
+	u.Ports = []int{8001, 8000, 8001}
+	u.SocketUser = "gpuhost"
+	files := RenderProxyUnits(u)
+	var names []string
+	for _, f := range files {
+		names = append(names, f.Name)
+	}
+	want := []string{"gpuhost-vllm-proxy-8000.socket", "gpuhost-vllm-proxy-8000.service", "gpuhost-vllm-proxy-8001.socket", "gpuhost-vllm-proxy-8001.service"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("files %q, want %q", names, want)
+	}
+	if got := u.ProxySocketUnits(); !slices.Equal(got, []string{want[0], want[2]}) {
+		t.Errorf("ProxySocketUnits() = %q", got)
+	}
+	sock := mustParse(t, files[0].Content)
+	wantValue(t, sock, "Socket", "ListenStream", "/run/gpuhost/gpuhost-vllm-8000.sock")
+	wantValue(t, sock, "Socket", "SocketUser", "gpuhost")
+	wantValue(t, sock, "Socket", "SocketMode", "0600")
+	if ProxySocketPath(u.Name, 8000) != "/run/gpuhost/gpuhost-vllm-8000.sock" {
+		t.Errorf("ProxySocketPath = %q", ProxySocketPath(u.Name, 8000))
+	}
+	svc := mustParse(t, files[1].Content)
+	wantValue(t, svc, "Unit", "JoinsNamespaceOf", "gpuhost-vllm.service")
+	wantValue(t, svc, "Service", "PrivateNetwork", "yes")
+	wantValue(t, svc, "Service", "ExecStart", SocketProxyd+" 127.0.0.1:8000")
+	for _, k := range []string{"Requires", "Wants", "BindsTo"} {
+		for _, v := range svc.List("Unit", k) {
+			if v == u.Name {
+				t.Errorf("relay %s=%s: a connection must not start the backend", k, v)
+			}
+		}
+	}
+	d := mustParse(t, RenderDaemonUnit(DaemonUnit{Binary: "/b", Config: "/c", Sockets: u.ProxySocketUnits()}))
+	if got := d.List("Unit", "Wants"); !slices.Contains(got, want[0]) || !slices.Contains(got, want[2]) {
+		t.Errorf("gpuhost.service Wants=%q, want both sockets", got)
+	}
+
+	u.Adopt = true
+	if f := RenderProxyUnits(u); f != nil || u.ProxySocketUnits() != nil {
+		t.Errorf("adopted unit: proxy files %v, want none", f)
+	}
+	bad := vllmUnit()
+	bad.Ports, bad.SocketUser = []int{0}, "no body"
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "port 0") || !strings.Contains(err.Error(), "socket user") {
+		t.Errorf("Validate() = %v, want the port and the socket user named", err)
 	}
 }

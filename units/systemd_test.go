@@ -2,9 +2,13 @@ package units
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -117,5 +121,132 @@ func TestUnitsUnderRealSystemd(t *testing.T) {
 	systemctl("start", ou.Name)
 	if st := systemctl("is-active", adopted.Name); st != "inactive" {
 		t.Errorf("after starting %s, adopted %s is %q", ou.Name, adopted.Name, st)
+	}
+}
+
+// helperBackendEnv makes this test binary a stand-in backend (see
+// TestMain): an HTTP server on 127.0.0.1:$GPUHOST_UNITS_HELPER_PORT with a
+// vLLM-like /sleep, /wake_up and /is_sleeping.
+const helperBackendEnv = "GPUHOST_UNITS_HELPER_PORT"
+
+func TestMain(m *testing.M) {
+	if port := os.Getenv(helperBackendEnv); port != "" {
+		serveHelperBackend(port)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func serveHelperBackend(port string) {
+	var mu sync.Mutex
+	asleep := false
+	mux := http.NewServeMux()
+	set := func(v bool) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			asleep = v
+			mu.Unlock()
+		}
+	}
+	mux.HandleFunc("POST /sleep", set(true))
+	mux.HandleFunc("POST /wake_up", set(false))
+	mux.HandleFunc("GET /is_sleeping", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(w, `{"is_sleeping":%t}`, asleep)
+	})
+	srv := &http.Server{Addr: "127.0.0.1:" + port, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if err := srv.ListenAndServe(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+// TestBackendReachableOnlyThroughSocket: under a real systemd, the rendered
+// backend unit listens on 127.0.0.1:PORT of its own network namespace. A
+// curl to that port from the host namespace is refused; the socket unit's
+// relay reaches it; a user other than the socket's owner cannot open the
+// socket. Before this change the same curl changed the backend's state.
+func TestBackendReachableOnlyThroughSocket(t *testing.T) {
+	dir := t.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := testkit.FreePort(t)
+	u := BackendUnit{Backend: VLLM, Name: "gpuhost-vllm.service", EnvFile: filepath.Join(dir, "vllm.env"),
+		Exec: []string{self}, ReadWritePaths: []string{dir}, Ports: []int{port}}
+	if err := u.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{u.Name: RenderBackendUnit(u)}
+	for _, f := range RenderProxyUnits(u) {
+		files[f.Name] = f.Content
+	}
+	writeFile(t, u.EnvFile, fmt.Sprintf("%s=%d\n", helperBackendEnv, port))
+	sd := systemdtest.Start(t, systemdtest.Options{Units: files, Keep: []string{dir}, NetAdmin: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, args := range [][]string{{"start", ProxySocketUnit(u.Name, port)}, {"start", u.Name}} {
+		if out, err := sd.Systemctl(ctx, args...); err != nil {
+			t.Fatalf("systemctl %s: %v %s", strings.Join(args, " "), err, out)
+		}
+	}
+	sock := ProxySocketPath(u.Name, port)
+	curl := func(args ...string) (string, error) {
+		out, err := sd.Command(ctx, "curl", append([]string{"-sS", "--max-time", "10"}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	viaSocket := func(method, path string) string {
+		t.Helper()
+		var out string
+		var err error
+		if testkit.Poll(20*time.Second, func() bool {
+			out, err = curl("-X", method, "--unix-socket", sock, "http://localhost"+path)
+			return err == nil
+		}) {
+			return out
+		}
+		st, _ := sd.Systemctl(ctx, "status", "--no-pager", "-n", "20", u.Name, proxyBase(u.Name, port)+".service", ProxySocketUnit(u.Name, port))
+		t.Fatalf("%s %s through %s: %v %s\n%s", method, path, sock, err, out, st)
+		return ""
+	}
+	if got := viaSocket("GET", "/is_sleeping"); got != `{"is_sleeping":false}` {
+		t.Fatalf("through the socket: %q", got)
+	}
+
+	// The backend's old address, from the host's network namespace (which
+	// the private systemd shares): nothing listens there.
+	if out, err := curl("-X", "POST", fmt.Sprintf("http://127.0.0.1:%d/sleep", port)); err == nil {
+		t.Errorf("curl -X POST 127.0.0.1:%d/sleep from the host namespace succeeded (%q); the backend must be unreachable", port, out)
+	}
+	if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second); err == nil {
+		c.Close()
+		t.Errorf("TCP connect to 127.0.0.1:%d from the test process succeeded", port)
+	}
+	// Another local user cannot open the socket (0600, owned by gpuhost's user).
+	if out, err := sd.Command(ctx, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+		"curl", "-sS", "--max-time", "10", "-X", "POST", "--unix-socket", sock, "http://localhost/sleep").CombinedOutput(); err == nil {
+		t.Errorf("user 65534 reached the backend through %s: %q", sock, out)
+	} else if !strings.Contains(string(out), "Couldn't connect") {
+		t.Errorf("user 65534: want curl's \"Couldn't connect\" (EACCES), got %v %q", err, out)
+	}
+	if out, err := sd.Command(ctx, "stat", "-c", "%F %a %U", sock).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "socket 600 root" {
+		t.Errorf("stat %s: %v %q, want a socket of mode 600 owned by root (gpuhost's user here)", sock, err, out)
+	}
+	if got := viaSocket("GET", "/is_sleeping"); got != `{"is_sleeping":false}` {
+		t.Errorf("after the refused attempts the backend says %q, want awake", got)
+	}
+	// gpuhost's own path changes state, and the relay survives a restart
+	// of the backend (the new process joins the relay's namespace).
+	viaSocket("POST", "/sleep")
+	if got := viaSocket("GET", "/is_sleeping"); got != `{"is_sleeping":true}` {
+		t.Errorf("after POST /sleep through the socket: %q", got)
+	}
+	if out, err := sd.Systemctl(ctx, "restart", u.Name); err != nil {
+		t.Fatalf("restart: %v %s", err, out)
+	}
+	if got := viaSocket("GET", "/is_sleeping"); got != `{"is_sleeping":false}` {
+		t.Errorf("after a restart through the socket: %q", got)
 	}
 }

@@ -2,7 +2,6 @@ package panel
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,9 +14,8 @@ import (
 
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/internal/atomicfile"
+	"gpuhost/internal/testkit/browser"
 )
-
-const chromiumPath = "/usr/bin/chromium"
 
 // artifactDir is where the browser test keeps its screenshots:
 // $GPUHOST_ARTIFACTS when set (CI uploads it), else testdata/artifacts in
@@ -42,39 +40,7 @@ func artifactDir(t *testing.T) string {
 // when it is not installed and GPUHOST_REQUIRE_BROWSER is not 1.
 func newBrowser(t *testing.T) context.Context {
 	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		msg := fmt.Sprintf("BROWSER TEST NOT RUN: %s is missing (%v); install Debian's chromium to run the panel in a real browser", chromiumPath, err)
-		if os.Getenv("GPUHOST_REQUIRE_BROWSER") == "1" {
-			t.Fatal(msg + " — GPUHOST_REQUIRE_BROWSER=1 makes this a failure")
-		}
-		t.Skip(msg)
-	}
-	profile := t.TempDir()
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromiumPath),
-		chromedp.Flag("headless", true),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(profile),
-		chromedp.WindowSize(1280, 900),
-	)
-	ctx, cancelCtx := chromedp.NewContext(actx)
-	// Cleanups run last-in first-out: the browser ends before its profile
-	// directory is removed.
-	t.Cleanup(func() {
-		cancelCtx()
-		cancelAlloc()
-	})
-	if err := chromedp.Do(ctx); err != nil { // start the browser now
-		t.Fatalf("start %s: %v", chromiumPath, err)
-	}
-	return ctx
+	return browser.Start(t)
 }
 
 // console collects what the page logs; an exception or an error entry

@@ -26,6 +26,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -98,6 +99,9 @@ type Daemon struct {
 	// Journal reads a unit's last log lines (appliance.OpenUnits's
 	// journal); nil: the logs page says no journal is configured.
 	Journal JournalFunc
+	// DialBackend reaches the active backend for the dashboard's health
+	// probe (under systemd through its unix socket); nil dials TCP.
+	DialBackend func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Panel serves the web panel's routes on the daemon's echo server.
@@ -149,7 +153,7 @@ func New(sup Supervisor, doctor api.DoctorFunc, d Daemon, log *slog.Logger) (*Pa
 	p := &Panel{
 		sup: sup, doctor: doctor, daemon: d, log: log,
 		authRequired: !loopback.ListensOnly(d.Listen),
-		probeClient:  &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}},
+		probeClient:  &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true, DialContext: d.DialBackend}},
 		befores:      newBeforeMemo(64),
 		now:          time.Now,
 		owned:        map[string]bool{},

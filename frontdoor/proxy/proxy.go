@@ -107,6 +107,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/config"
 	"gpuhost/internal/activity"
+	"gpuhost/internal/loopback"
 	"gpuhost/units"
 )
 
@@ -229,8 +230,7 @@ func New(sup Backend, cfg config.ProxyConfig, profiles func() map[string]*units.
 		p.pol = newPolicy(residency, drain, p.deferred, p.drainTimeouts)
 	}
 	p.transport = &http.Transport{
-		Proxy:       nil, // the backend is on loopback: never an environment proxy
-		DialContext: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		Proxy: nil, // the backend is on loopback: never an environment proxy
 		// Agents keep many streams open; without a large idle pool every
 		// request would open a connection and leave one in TIME_WAIT.
 		MaxIdleConns:        512,
@@ -240,6 +240,7 @@ func New(sup Backend, cfg config.ProxyConfig, profiles func() map[string]*units.
 		// takes minutes; the client's own context bounds it.
 		DisableCompression: true,
 	}
+	p.DialBackends(nil)
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
 		Transport:      p.transport,
@@ -720,4 +721,17 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// DialBackends makes the proxy reach the backends through d (nil: plain
+// loopback TCP): under systemd each backend port is a unix socket, since
+// the backend's own 127.0.0.1 is in its private network. Call it before
+// the proxy serves.
+func (p *Proxy) DialBackends(d *loopback.Dialer) {
+	if d == nil {
+		d = &loopback.Dialer{}
+	}
+	dd := *d
+	dd.Timeout, dd.KeepAlive = 5*time.Second, 30*time.Second
+	p.transport.DialContext = dd.DialContext
 }

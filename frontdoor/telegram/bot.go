@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -67,6 +68,9 @@ type Daemon struct {
 	// AskEvery is the per-chat rate limit of /ask (agent.telegram_every;
 	// 0 means 10 s).
 	AskEvery time.Duration
+	// DialBackend reaches the active backend for /status's health probe
+	// (under systemd through its unix socket); nil dials TCP.
+	DialBackend func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Bot is the Telegram front door. Build it with New, run it with Run.
@@ -161,7 +165,7 @@ func New(tc config.TelegramConfig, d Daemon, sup Supervisor, doctor api.DoctorFu
 		sendTimeout: 15 * time.Second,
 		now:         time.Now,
 		sleep:       realSleep,
-		probe:       &http.Client{Timeout: 3 * time.Second},
+		probe:       &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{Proxy: nil, DialContext: d.DialBackend}},
 		work:        make(chan struct{}, 2),
 		notes:       make(chan string, 32),
 	}

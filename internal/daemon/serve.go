@@ -175,6 +175,7 @@ func listen(cfg *config.Config) (net.Listener, error) {
 func (c *Core) startProxy(ctx context.Context) (px *proxy.Proxy, m *metrics.Metrics) {
 	cfg, log := c.cfg, c.log
 	px = proxy.New(c.Sup, cfg.Proxy, func() map[string]*units.Profile { return cfg.Profiles }, log.With("component", "proxy"))
+	px.DialBackends(c.backendDialer())
 	if !cfg.Metrics.Disabled {
 		m = metrics.New(c.Sup, c.Doctor, log.With("component", "metrics"))
 		go m.Run(ctx)
@@ -211,7 +212,7 @@ func (c *Core) startPanel(asker *agent.Limiter, bp benchPanel, act *activity.Rec
 	}
 	d := panel.Daemon{Listen: cfg.Listen, APIToken: cfg.APIToken, APITokenEnv: cfg.APITokenEnv,
 		AuthFailuresPerMinute: cfg.HTTP.AuthFailuresPerMinute, Profiles: cfg.Profiles,
-		Journal: panel.JournalFunc(c.journal)}
+		Journal: panel.JournalFunc(c.journal), DialBackend: c.backendDialer().DialContext}
 	for _, bu := range cfg.BackendUnits() {
 		d.Units = append(d.Units, bu.Name)
 	}
@@ -236,7 +237,8 @@ func (c *Core) startTelegram(ctx context.Context, asker *agent.Limiter) {
 		return
 	}
 	log := c.log
-	d := telegram.Daemon{StateDir: c.cfg.StateDir, Profiles: c.cfg.Profiles, AskEvery: c.cfg.Agent.TelegramEvery.D()}
+	d := telegram.Daemon{StateDir: c.cfg.StateDir, Profiles: c.cfg.Profiles, AskEvery: c.cfg.Agent.TelegramEvery.D(),
+		DialBackend: c.backendDialer().DialContext}
 	tb, err := telegram.New(c.cfg.Telegram, d, c.Sup, c.Doctor, log.With("component", "telegram"))
 	if err != nil {
 		log.Error("telegram bot not started; the daemon carries on", "err", err)

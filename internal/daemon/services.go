@@ -222,6 +222,8 @@ func (c *Core) startBench() (bsvc *benchapi.Service, bstore *bench.Store) {
 		GpuhostVersion: c.version,
 		Publish:        func(msg string) { sup.Publish(api.Event{Kind: "bench", Message: msg}) },
 		Log:            c.log.With("component", "bench"),
+		// The daemon measures the backend itself, through its socket under systemd.
+		Defaults: bench.Options{Dial: c.backendDialer().DialContext},
 	})
 	bsvc.Register(c.api)
 	return bsvc, bstore
@@ -241,8 +243,13 @@ func (c *Core) startMCP(ctx context.Context, bstore *bench.Store) *mcp.Server {
 	for _, e := range errs {
 		mlog.Error("declarative connector skipped", "err", e)
 	}
+	// Connectors dial as usual, except that the inference connector's probe
+	// of the active backend reaches it through its socket under systemd.
+	mtr := http.DefaultTransport.(*http.Transport).Clone()
+	mtr.DialContext = c.backendDialer().DialContext
 	ms, err := mcp.NewServer(mcp.ServerOptions{
 		Config: cfg.MCP.Connectors, Extra: extra, Log: mlog, Version: c.version, MaxSessions: cfg.MCP.MaxSessions,
+		HTTP:   &http.Client{Timeout: mcp.DefaultCallTimeout, Transport: mtr},
 		Daemon: &wiring.MCPDaemon{Sup: c.Sup, DoctorFn: c.Doctor, Bench: bstore},
 	})
 	if err != nil {
@@ -290,4 +297,12 @@ func (c *Core) startTriageWorker(ctx context.Context, ms *mcp.Server, selfV1 str
 		}
 	}()
 	return tw, closeTW
+}
+
+// backendDialer reaches the backends' ports: through each backend's unix
+// socket under systemd (its 127.0.0.1 is in a private network), loopback
+// TCP under the process runner. Every client of the daemon that talks to
+// a backend directly dials through it.
+func (c *Core) backendDialer() *loopback.Dialer {
+	return &loopback.Dialer{Sockets: c.cfg.BackendSockets()}
 }

@@ -159,6 +159,13 @@ type Options struct {
 	// and its module root are always kept.
 	// Folders under /run cannot be kept.
 	Keep []string
+
+	// NetAdmin keeps CAP_NET_ADMIN in the bounding set. A unit with
+	// PrivateNetwork=yes needs it: systemd brings up loopback in the unit's
+	// new network namespace, and without it that namespace has no working
+	// 127.0.0.1. The private systemd shares the host's network namespace,
+	// so only tests whose units are all the test's own should set it.
+	NetAdmin bool
 }
 
 // Systemd is one running private systemd.
@@ -211,7 +218,7 @@ func Start(t testing.TB, opts Options) *Systemd {
 	if err != nil {
 		skipOrFail(t, err.Error())
 	}
-	s.startUnshare(keep)
+	s.startUnshare(keep, opts.NetAdmin)
 
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
@@ -282,7 +289,7 @@ func (s *Systemd) plantCanary() {
 // startUnshare starts the boot script in fresh namespaces, in s.cgroups,
 // with keep bound back inside, its output going to the log file; s.exited
 // closes when it exits.
-func (s *Systemd) startUnshare(keep []string) {
+func (s *Systemd) startUnshare(keep []string, netAdmin bool) {
 	t := s.t
 	t.Helper()
 	args := []string{
@@ -292,6 +299,10 @@ func (s *Systemd) startUnshare(keep []string) {
 	}
 	args = append(args, keep...)
 	s.cmd = exec.Command("unshare", args...)
+	drop := droppedCaps
+	if netAdmin {
+		drop = slices.DeleteFunc(slices.Clone(drop), func(c string) bool { return c == "net_admin" })
+	}
 	procs := make([]string, 0, len(s.cgroups))
 	for _, cg := range s.cgroups {
 		procs = append(procs, filepath.Join(cg.path, "cgroup.procs"))
@@ -301,7 +312,7 @@ func (s *Systemd) startUnshare(keep []string) {
 		"GPUHOST_UNIT_DIR=" + s.UnitDir,
 		"GPUHOST_LOG=" + s.logPath,
 		"GPUHOST_CGROUP_PROCS=" + strings.Join(procs, " "),
-		"GPUHOST_DROP_CAPS=" + "-" + strings.Join(droppedCaps, ",-"),
+		"GPUHOST_DROP_CAPS=" + "-" + strings.Join(drop, ",-"),
 		"GPUHOST_SYSTEMD=" + systemdBinary,
 		"GPUHOST_TARGET=" + Target,
 	}
