@@ -302,6 +302,7 @@ func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
 type exchange struct {
 	host     string // 127.0.0.1:port
 	canRetry bool   // a dial failure may be retried (nothing written)
+	api      apiKind
 
 	status  int
 	tap     *usageTap
@@ -328,7 +329,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	x := resp.Request.Context().Value(exchangeKey{}).(*exchange)
 	x.status = resp.StatusCode
 	if mode := tapModeFor(resp.Header.Get("Content-Type"), resp.Header.Get("Content-Encoding")); mode != tapNone {
-		x.tap = newUsageTap(resp.Body, mode)
+		x.tap = newUsageTap(resp.Body, mode, x.api)
 		resp.Body = x.tap
 	}
 	return nil
@@ -350,7 +351,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	}
 	x.status = http.StatusBadGateway
 	writeError(w, &apiErr{status: http.StatusBadGateway, typ: "upstream_error", code: "backend_unreachable",
-		msg: "the inference backend at " + x.host + " did not answer: " + err.Error()})
+		msg: "the inference backend at " + x.host + " did not answer: " + err.Error()}, x.api)
 }
 
 // isDialError reports a connection that could not be made (refused, reset
@@ -369,6 +370,7 @@ type record struct {
 	remote    string // the TCP peer's IP (echo.ExtractIPDirect: never a forwarded-for header)
 	method    string
 	path      string
+	api       apiKind // from the path: how usage is read and errors are shaped
 	requested string // the client's "model" (shortened), for the log only
 	model     string // the served name it resolved to, "" if none
 	profile   string
@@ -431,6 +433,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Doubled slashes: the backend gets the path it would route.
 		r.URL.Path, r.URL.RawPath = clean, ""
 	}
+	rec.api = apiFor(clean)
 	body, reserved, aerr := p.readBody(w, r)
 	defer p.mem.give(reserved)
 	if aerr != nil {
@@ -523,7 +526,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, rec *record, pro
 	if up := upstreamName(prof); peeked && (!field.IsString || field.Name != up) {
 		out = withModel(body, field, up)
 	}
-	x := &exchange{host: backendHost(prof), canRetry: attempt < maxDialRetries}
+	x := &exchange{host: backendHost(prof), canRetry: attempt < maxDialRetries, api: rec.api}
 	p.noteBackend(prof)
 	req := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
 	req.Body = io.NopCloser(newBytesReader(out))
@@ -653,7 +656,7 @@ func (p *Proxy) fail(w http.ResponseWriter, rec *record, e *apiErr) {
 	if e.status == statusClientClosed {
 		return // nobody to answer
 	}
-	writeError(w, e)
+	writeError(w, e, rec.api)
 	rec.firstByte = time.Now()
 }
 
@@ -682,7 +685,7 @@ func (p *Proxy) done(rec *record) {
 		}
 	}
 	if b := p.recorder.Load(); b != nil {
-		b.r.Record(activity.Request{Time: rec.start, Client: rec.remote, Method: rec.method, Path: truncate(rec.path, 256),
+		b.r.Record(activity.Request{Time: rec.start, Client: rec.remote, Method: rec.method, Path: truncate(rec.path, 256), API: rec.api.String(),
 			Model: rec.model, Profile: rec.profile, Status: rec.status, Stream: rec.stream,
 			PromptTokens: prompt, CompletionTokens: compl, TTFB: ttfb, Duration: dur, Held: rec.held, Switched: rec.switched})
 	}
@@ -699,6 +702,9 @@ func (p *Proxy) done(rec *record) {
 		slog.Int("status", rec.status), slog.Float64("ttfb_ms", ms(ttfb)), slog.Float64("duration_ms", ms(dur)))
 	if rec.requested != "" && rec.requested != rec.model {
 		attrs = append(attrs, slog.String("requested", rec.requested))
+	}
+	if rec.api != apiOther {
+		attrs = append(attrs, slog.String("api", rec.api.String()))
 	}
 	if rec.profile != "" {
 		attrs = append(attrs, slog.String("profile", rec.profile))
