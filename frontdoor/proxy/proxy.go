@@ -371,8 +371,8 @@ type record struct {
 	method    string
 	path      string
 	api       apiKind // from the path: how usage is read and errors are shaped
-	requested string // the client's "model" (shortened), for the log only
-	model     string // the served name it resolved to, "" if none
+	requested string  // the client's "model" (shortened), for the log only
+	model     string  // the served name it resolved to, "" if none
 	profile   string
 	status    int
 	held      time.Duration
