@@ -108,7 +108,7 @@ func (a *agentReply) respObject(created int64, status string, output []any, emit
 		"incomplete_details": nil, "error": nil}
 	if status != "in_progress" {
 		o["usage"] = map[string]any{"input_tokens": a.j.job.promptTokens, "output_tokens": emitted,
-			"total_tokens": a.j.job.promptTokens + emitted,
+			"total_tokens":         a.j.job.promptTokens + emitted,
 			"input_tokens_details": map[string]any{"cached_tokens": 0}, "output_tokens_details": map[string]any{"reasoning_tokens": 0}}
 	}
 	if status == "incomplete" {
