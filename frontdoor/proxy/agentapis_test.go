@@ -1,0 +1,191 @@
+package proxy_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"gpuhost/appliance/appliancetest"
+	"gpuhost/internal/activity"
+	"gpuhost/internal/sse"
+	"gpuhost/internal/testkit"
+)
+
+// backendUsage reads the usage an answer of api reports itself, the way a
+// client of that API reads it (not the proxy's code): whole bodies'
+// "usage", Messages' message_start and message_delta, Responses'
+// response.completed, chat's usage chunk.
+func backendUsage(t *testing.T, api string, stream bool, body []byte) (prompt, completion int) {
+	t.Helper()
+	type usage struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+		InputTokens      int `json:"input_tokens"`
+		OutputTokens     int `json:"output_tokens"`
+	}
+	var doc struct {
+		Type     string `json:"type"`
+		Usage    *usage `json:"usage"`
+		Message  struct{ Usage *usage }
+		Response struct{ Usage *usage }
+	}
+	if !stream {
+		if err := json.Unmarshal(body, &doc); err != nil || doc.Usage == nil {
+			t.Fatalf("%s answer without usage: %s", api, body)
+		}
+		return doc.Usage.PromptTokens + doc.Usage.InputTokens, doc.Usage.CompletionTokens + doc.Usage.OutputTokens
+	}
+	r := sse.NewReader(bytes.NewReader(body), 0)
+	ended := false
+	for {
+		e, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(e.Data) == "[DONE]" {
+			ended = api == "chat"
+			continue
+		}
+		doc.Usage, doc.Message.Usage, doc.Response.Usage = nil, nil, nil
+		if err := json.Unmarshal(e.Data, &doc); err != nil {
+			t.Fatalf("%s event %s: %v", api, e.Data, err)
+		}
+		switch {
+		case api == "messages" && doc.Type == "message_start":
+			prompt, completion = doc.Message.Usage.InputTokens, doc.Message.Usage.OutputTokens
+		case api == "messages" && doc.Type == "message_delta":
+			completion = doc.Usage.OutputTokens
+		case api == "messages" && doc.Type == "message_stop":
+			ended = true
+		case api == "responses" && (doc.Type == "response.completed" || doc.Type == "response.incomplete"):
+			prompt, completion, ended = doc.Response.Usage.InputTokens, doc.Response.Usage.OutputTokens, true
+		case api == "chat" && doc.Usage != nil:
+			prompt, completion = doc.Usage.PromptTokens, doc.Usage.CompletionTokens
+		}
+	}
+	if !ended {
+		t.Fatalf("%s stream without its end event", api)
+	}
+	return prompt, completion
+}
+
+// agentBody is request i of api: prompts and caps vary, so the counts do.
+func agentBody(api string, stream bool, i int) (string, []byte) {
+	q := fmt.Sprintf("Question %d: %s", i, strings.Repeat("why ", i%13))
+	maxTok := 1 + i%9
+	var path string
+	var req map[string]any
+	switch api {
+	case "messages":
+		path = "/v1/messages"
+		req = map[string]any{"model": "qwen3-coder", "max_tokens": maxTok, "system": "Be brief.",
+			"messages": []any{map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": q}}}}}
+	case "responses":
+		path = "/v1/responses"
+		req = map[string]any{"model": "qwen3-coder", "max_output_tokens": maxTok, "instructions": "Be brief.", "input": q}
+	default:
+		path = "/v1/chat/completions"
+		req = map[string]any{"model": "qwen3-coder", "max_tokens": maxTok, "messages": []any{map[string]any{"role": "user", "content": q}}}
+		if stream {
+			req["stream_options"] = map[string]any{"include_usage": true}
+		}
+	}
+	req["stream"] = stream
+	b, _ := json.Marshal(req)
+	return path, b
+}
+
+// TestAgentAPIsUsageMatchesBackend: for Messages, Responses and chat,
+// streamed and whole, 100 requests each through the proxy to the simulated
+// vLLM: the tokens the request log records equal the usage the backend's
+// own answer reports, every time; each entry names its API, and the access
+// log says the stream reached its end.
+func TestAgentAPIsUsageMatchesBackend(t *testing.T) {
+	const perCase = 100
+	e := newEnv(t, appliancetest.Options{Activate: "coder"})
+	log := activity.NewLog(perCase)
+	e.p.SetRecorder(log)
+	for _, api := range []string{"messages", "responses", "chat"} {
+		for _, stream := range []bool{false, true} {
+			var want [][2]int
+			for i := 0; i < perCase; i++ {
+				path, body := agentBody(api, stream, i)
+				resp := post(t, t.Context(), e.url+path, body)
+				data, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK {
+					t.Fatalf("%s stream=%v #%d: %d %v %s", api, stream, i, resp.StatusCode, err, data)
+				}
+				p, c := backendUsage(t, api, stream, data)
+				if c != 1+i%9 || p <= 0 {
+					t.Fatalf("%s stream=%v #%d: the backend reports %d/%d tokens", api, stream, i, p, c)
+				}
+				want = append(want, [2]int{p, c})
+			}
+			var got []activity.Request
+			if !testkit.Poll(10*time.Second, func() bool { got = log.Recent(activity.Filter{}, perCase); return len(got) == perCase && got[0].Seq == log.LastSeq() && log.LastSeq()%perCase == 0 }) {
+				t.Fatalf("%s: %d entries", api, len(got))
+			}
+			slices.Reverse(got)
+			match := 0
+			for i, r := range got {
+				if r.PromptTokens == want[i][0] && r.CompletionTokens == want[i][1] && r.API == api && r.Stream == stream {
+					match++
+				} else {
+					t.Errorf("%s stream=%v #%d: logged %d/%d (api %q stream %v), backend %d/%d", api, stream, i, r.PromptTokens, r.CompletionTokens, r.API, r.Stream, want[i][0], want[i][1])
+				}
+			}
+			t.Logf("%s stream=%v: %d/%d requests' usage matched the backend's", api, stream, match, perCase)
+		}
+	}
+	for _, l := range e.logs.waitRequests(t, 6*perCase) {
+		if l["stream"] == true && l["done"] != true {
+			t.Errorf("a complete stream logged done=false: %v", l)
+		}
+	}
+}
+
+// TestAgentAPIErrorShapes: what gpuhost answers itself on /v1/messages is
+// in Anthropic's shape, on /v1/responses in OpenAI's.
+func TestAgentAPIErrorShapes(t *testing.T) {
+	e := newEnv(t, appliancetest.Options{Activate: "coder"})
+	for _, tc := range []struct {
+		path, body string
+		status     int
+		anthType   string // "" = OpenAI shape
+	}{
+		{"/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[]}`, http.StatusNotFound, "not_found_error"},
+		{"/v1/messages/count_tokens", `{"model":"nope","messages":[]}`, http.StatusNotFound, "not_found_error"},
+		{"/v1/messages", `{"model":`, http.StatusBadRequest, "invalid_request_error"},
+		{"/v1/responses", `{"model":"nope","input":"x"}`, http.StatusNotFound, ""},
+		{"/v1/chat/completions", `{"model":"nope","messages":[]}`, http.StatusNotFound, ""},
+	} {
+		resp := post(t, t.Context(), e.url+tc.path, []byte(tc.body))
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var doc struct {
+			Type  *string
+			Error struct{ Type, Message, Code string }
+		}
+		if err := json.Unmarshal(data, &doc); err != nil || resp.StatusCode != tc.status || doc.Error.Message == "" {
+			t.Errorf("%s %s: %d %s", tc.path, tc.body, resp.StatusCode, data)
+			continue
+		}
+		if tc.anthType != "" && (doc.Type == nil || *doc.Type != "error" || doc.Error.Type != tc.anthType) {
+			t.Errorf("%s: not Anthropic's shape: %s", tc.path, data)
+		}
+		if tc.anthType == "" && (doc.Type != nil || doc.Error.Type != "invalid_request_error" || doc.Error.Code == "") {
+			t.Errorf("%s: not OpenAI's shape: %s", tc.path, data)
+		}
+	}
+}
