@@ -133,7 +133,10 @@ func TestAgentAPIsUsageMatchesBackend(t *testing.T) {
 				want = append(want, [2]int{p, c})
 			}
 			var got []activity.Request
-			if !testkit.Poll(10*time.Second, func() bool { got = log.Recent(activity.Filter{}, perCase); return len(got) == perCase && got[0].Seq == log.LastSeq() && log.LastSeq()%perCase == 0 }) {
+			if !testkit.Poll(10*time.Second, func() bool {
+				got = log.Recent(activity.Filter{}, perCase)
+				return len(got) == perCase && got[0].Seq == log.LastSeq() && log.LastSeq()%perCase == 0
+			}) {
 				t.Fatalf("%s: %d entries", api, len(got))
 			}
 			slices.Reverse(got)
