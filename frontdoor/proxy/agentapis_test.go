@@ -210,7 +210,51 @@ func TestAgentAPIsUsageRealOllama(t *testing.T) {
 	p.Register(e)
 	srv := httptest.NewServer(e)
 	t.Cleanup(func() { srv.Close(); p.Close() })
+	// Ollama 0.17.4 has no count_tokens: a clear error in Anthropic's shape.
+	resp := post(t, t.Context(), srv.URL+"/v1/messages/count_tokens", []byte(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`))
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(data), `"type":"error"`) || !strings.Contains(string(data), "ollama "+ollamatest.Version) ||
+		!strings.Contains(string(data), "/v1/messages/count_tokens") {
+		t.Errorf("count_tokens on Ollama %s: %d %s", ollamatest.Version, resp.StatusCode, data)
+	}
 	usageMatches(t, srv.URL, model, log, obs, 100)
+}
+
+// TestUnservedAPI: a backend whose router does not know the API (an older
+// vLLM's FastAPI 404) gets an error in the client's shape naming backend
+// and version; the backend's own 404s (an unknown model) pass unchanged.
+func TestUnservedAPI(t *testing.T) {
+	url, _, _, _ := wireEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/version":
+			_, _ = io.WriteString(w, `{"version":"0.6.1"}`)
+		case "/v1/embeddings":
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(w, `{"error":{"message":"The model does not exist.","type":"NotFoundError","code":404}}`)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(w, `{"detail":"Not Found"}`)
+		}
+	})
+	for _, tc := range []struct {
+		path, want string
+	}{
+		{"/v1/messages", `"type":"error"`},
+		{"/v1/responses", `"code":"api_not_served"`},
+		{"/v1/embeddings", `The model does not exist.`},
+	} {
+		resp := post(t, t.Context(), url+tc.path, []byte(`{"model":"served","input":"x"}`))
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(data), tc.want) {
+			t.Errorf("%s: %d %s", tc.path, resp.StatusCode, data)
+		}
+		if tc.path != "/v1/embeddings" && !strings.Contains(string(data), "vllm 0.6.1") {
+			t.Errorf("%s: the error does not name the backend and version: %s", tc.path, data)
+		}
+	}
 }
 
 // TestAgentAPIErrorShapes: what gpuhost answers itself on /v1/messages is

@@ -303,6 +303,7 @@ type exchange struct {
 	host     string // 127.0.0.1:port
 	canRetry bool   // a dial failure may be retried (nothing written)
 	api      apiKind
+	prof     *units.Profile
 
 	status  int
 	tap     *usageTap
@@ -328,6 +329,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	x := resp.Request.Context().Value(exchangeKey{}).(*exchange)
 	x.status = resp.StatusCode
+	if p.unservedAPI(resp, x) {
+		return nil
+	}
 	if mode := tapModeFor(resp.Header.Get("Content-Type"), resp.Header.Get("Content-Encoding")); mode != tapNone {
 		x.tap = newUsageTap(resp.Body, mode, x.api)
 		resp.Body = x.tap
@@ -526,7 +530,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, rec *record, pro
 	if up := upstreamName(prof); peeked && (!field.IsString || field.Name != up) {
 		out = withModel(body, field, up)
 	}
-	x := &exchange{host: backendHost(prof), canRetry: attempt < maxDialRetries, api: rec.api}
+	x := &exchange{host: backendHost(prof), canRetry: attempt < maxDialRetries, api: rec.api, prof: prof}
 	p.noteBackend(prof)
 	req := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
 	req.Body = io.NopCloser(newBytesReader(out))
