@@ -291,3 +291,29 @@ func TestAgentAPIErrorShapes(t *testing.T) {
 		}
 	}
 }
+
+// TestClientModelsRoute: Claude Code's own model ids reach the profile
+// proxy.client_models maps them to (the body rewritten to the backend's
+// name, the log keeping what the client asked for); other names still 404.
+func TestClientModelsRoute(t *testing.T) {
+	e := newEnv(t, appliancetest.Options{Activate: "coder",
+		ExtraYAML: "proxy:\n  client_models:\n    - {match: 'claude-*', profile: coder}\n"})
+	body := `{"model":"claude-sonnet-4-5-20250929","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`
+	resp := post(t, t.Context(), e.url+"/v1/messages", []byte(body))
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var msg struct{ Model string }
+	if err := json.Unmarshal(data, &msg); err != nil || resp.StatusCode != http.StatusOK || msg.Model != "qwen3-coder" {
+		t.Fatalf("mapped claude id: %d %s", resp.StatusCode, data)
+	}
+	l := e.logs.waitRequests(t, 1)[0]
+	if l["model"] != "qwen3-coder" || l["requested"] != "claude-sonnet-4-5-20250929" || l["api"] != "messages" {
+		t.Errorf("log line %v", l)
+	}
+	resp = post(t, t.Context(), e.url+"/v1/messages", []byte(strings.Replace(body, "claude-sonnet-4-5-20250929", "gpt-5", 1)))
+	data, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(data), `"not_found_error"`) {
+		t.Errorf("unmapped name: %d %s", resp.StatusCode, data)
+	}
+}

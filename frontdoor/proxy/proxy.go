@@ -459,7 +459,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	requested := ""
 	if field.IsString {
-		requested = field.Name
+		requested = p.clientModel(field.Name)
 	}
 	var h hold
 	h.start(r.Context(), p.cfg.HoldTimeout.D())
@@ -492,6 +492,26 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+}
+
+// clientModel is the name a request is routed on: the model it names, or,
+// when no profile serves that name, the served name of the profile
+// proxy.client_models maps it to (Claude Code's own claude-… ids). The body
+// is then rewritten to the backend's name as for an alias.
+func (p *Proxy) clientModel(name string) string {
+	if len(p.cfg.ClientModels) == 0 || name == "" {
+		return name
+	}
+	profiles := p.profiles()
+	for _, prof := range profiles {
+		if prof != nil && serves(prof, name) {
+			return name
+		}
+	}
+	if prof := profiles[p.cfg.ClientModelProfile(name)]; prof != nil {
+		return prof.ServedModelName()
+	}
+	return name
 }
 
 // endRequest, deferred by ServeHTTP, ends rec's place in the policy's
