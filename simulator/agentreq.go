@@ -66,18 +66,28 @@ func chatFromMessages(data []byte, count bool) (*anthRequest, []byte, *apiError)
 	if !count && req.MaxTokens == nil {
 		return nil, nil, badRequest("max_tokens: field required")
 	}
-	var msgs []map[string]any
-	if sys, err := blocksText(req.System); err != nil {
+	sys, err := blocksText(req.System)
+	if err != nil {
 		return nil, nil, badRequest("system: %v", err)
-	} else if sys != "" {
-		msgs = append(msgs, map[string]any{"role": "system", "content": sys})
 	}
+	var msgs []map[string]any
 	for i, m := range req.Messages {
 		out, err := anthToChat(m)
 		if err != nil {
 			return nil, nil, badRequest("messages[%d]: %v", i, err)
 		}
-		msgs = append(msgs, out...)
+		for _, o := range out {
+			if o["role"] == "system" {
+				// Claude Code's reminders: part of the system prompt, so
+				// the turn still ends with the user's message.
+				sys += "\n" + o["content"].(string)
+				continue
+			}
+			msgs = append(msgs, o)
+		}
+	}
+	if sys != "" {
+		msgs = append([]map[string]any{{"role": "system", "content": sys}}, msgs...)
 	}
 	chat := map[string]any{"model": req.Model, "messages": msgs, "stream": req.Stream}
 	if req.MaxTokens != nil {
@@ -128,8 +138,9 @@ func anthToolChoice(raw json.RawMessage) any {
 // anthToChat translates one Anthropic message: tool_result blocks become
 // tool messages, tool_use blocks an assistant message's tool_calls.
 func anthToChat(m anthMessage) ([]map[string]any, error) {
-	if m.Role != "user" && m.Role != "assistant" {
-		return nil, fmt.Errorf("role: must be \"user\" or \"assistant\", got %q", m.Role)
+	// Claude Code also puts "system" messages in the list (its reminders).
+	if m.Role != "user" && m.Role != "assistant" && m.Role != "system" {
+		return nil, fmt.Errorf("role: must be \"user\", \"assistant\" or \"system\", got %q", m.Role)
 	}
 	var s string
 	if json.Unmarshal(m.Content, &s) == nil {
@@ -145,6 +156,12 @@ func anthToChat(m anthMessage) ([]map[string]any, error) {
 	for _, b := range blocks {
 		switch b.Type {
 		case "text":
+			if strings.HasPrefix(strings.TrimSpace(b.Text), "<system-reminder>") {
+				// Claude Code's reminders ride in the user's turn; they
+				// are context, not the question.
+				out = append(out, map[string]any{"role": "system", "content": b.Text})
+				continue
+			}
 			text.WriteString(b.Text)
 		case "tool_use":
 			args := string(b.Input)
