@@ -292,7 +292,7 @@ func (d *Doctor) endpointChecks(ctx context.Context, bs []backendState) []api.Do
 	if c.Severity != units.SeverityOK || act == nil || p == nil {
 		return []api.DoctorCheck{c}
 	}
-	return append([]api.DoctorCheck{c}, d.agentChecks(ctx, *act, p)...)
+	return append(append([]api.DoctorCheck{c}, d.agentChecks(ctx, *act, p)...), d.apisCheck(ctx, *act, p))
 }
 
 func (d *Doctor) endpointCheck(ctx context.Context, bs []backendState) (api.DoctorCheck, *backendState, *units.Profile) {
