@@ -64,11 +64,13 @@
 // once, cut what runs).
 // With auto_switch off none of this runs and requests pay nothing for it.
 //
-// Forwarding is httputil.ReverseProxy with FlushInterval -1 rather than a
-// hand-written copy: it already handles hop-by-hop headers, trailers, 1xx
-// answers and upgrades, and with -1 it writes and flushes each upstream read
-// at once, so an SSE event is never held back (events that arrived together
-// go out together). The request body is read whole first (it is needed to
+// Forwarding is httputil.ReverseProxy rather than a hand-written copy: it
+// already handles hop-by-hop headers, trailers, 1xx answers and upgrades,
+// and for an SSE answer (and any answer of unknown length) it writes and
+// flushes each upstream read at once, so an event is never held back
+// (events that arrived together go out together). An answer of known
+// length (a whole JSON answer) is not flushed per read: it goes out in one
+// write at its end, which halves the syscalls of a small answer. The request body is read whole first (it is needed to
 // route, and to hold the request during a switch) and sent upstream as the
 // same bytes; a tap on the response body picks the token usage out of the
 // stream as it passes (usage.go). A stream the backend breaks off is aborted
@@ -244,7 +246,7 @@ func New(sup Backend, cfg config.ProxyConfig, profiles func() map[string]*units.
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
 		Transport:      p.transport,
-		FlushInterval:  -1, // flush after every write: each SSE event reaches the client as it arrives
+		FlushInterval:  0, // ReverseProxy flushes SSE and unknown-length answers after every write anyway
 		BufferPool:     bufferPool{},
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.upstreamError,
