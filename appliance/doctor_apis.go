@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"strings"
 	"sync"
@@ -70,7 +69,7 @@ func (d *Doctor) apisCheck(ctx context.Context, act backendState, p *units.Profi
 		case err != nil:
 			answered = false
 			notes = append(notes, pr.name+": "+err.Error())
-		case status == http.StatusNotFound && routerNotFound(text):
+		case status == http.StatusNotFound && text == "":
 			missing = append(missing, pr.name)
 		case status != http.StatusOK:
 			notes = append(notes, fmt.Sprintf("%s: %d %s", pr.name, status, excerpt(errorMessage([]byte(text)), 160)))
@@ -124,18 +123,8 @@ func probeAPI(ctx context.Context, client *http.Client, url string, body map[str
 	if err != nil {
 		return 0, "", fmt.Errorf("read the answer: %w", err)
 	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "application/json" && resp.StatusCode == http.StatusNotFound {
-		return resp.StatusCode, "", nil // a router's plain-text 404
+	if backend.RouterNotFound(resp.StatusCode, resp.Header.Get("Content-Type"), data) {
+		return http.StatusNotFound, "", nil // the router's: the API is not served
 	}
 	return resp.StatusCode, string(data), nil
-}
-
-// routerNotFound: a 404 body that is a router's (empty: plain text, or
-// FastAPI's {"detail":"Not Found"}), not an API's error about the model.
-func routerNotFound(body string) bool {
-	var v struct {
-		Detail string `json:"detail"`
-		Error  any    `json:"error"`
-	}
-	return body == "" || json.Unmarshal([]byte(body), &v) == nil && v.Error == nil && v.Detail == "Not Found"
 }
