@@ -40,62 +40,7 @@ replaces it atomically; nothing is written when the daemon cannot be asked.
 Beyond loopback the API key is referenced as {env:VAR}, never written into the file.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 1 && !write {
-				return fmt.Errorf("opencode-config: PATH %q is only taken with --write", args[0])
-			}
-			t, err := resolveDaemon(cmd)
-			if err != nil {
-				return err
-			}
-			c := t.client()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 20*time.Second)
-			defer cancel()
-			var list proxy.ModelList
-			if err := c.Get(ctx, "/v1/models", &list); err != nil {
-				return fmt.Errorf("opencode-config: ask the daemon for its models: %w", err)
-			}
-			profiles, err := c.Profiles(ctx)
-			if err != nil {
-				return fmt.Errorf("opencode-config: ask the daemon for its profiles: %w", err)
-			}
-			models := proxy.OpencodeModels(list, profiles)
-			public := baseURL
-			if public == "" {
-				public = c.BaseURL
-			}
-			env := ""
-			if !loopbackURL(public) {
-				env = "GPUHOST_API_TOKEN"
-				if t.Cfg != nil {
-					env = t.Cfg.APITokenEnv
-				}
-			}
-			stderr := cmd.ErrOrStderr()
-			note := func(skipped []proxy.OpencodeSkipped) {
-				for _, s := range skipped {
-					fmt.Fprintf(stderr, "note: %s\n", s)
-				}
-			}
-			if !write {
-				out, skipped, err := proxy.OpencodeConfig(public, models, env, minContext)
-				note(skipped)
-				if err != nil {
-					return err
-				}
-				_, err = cmd.OutOrStdout().Write(out)
-				return err
-			}
-			path := ""
-			if len(args) == 1 {
-				path = args[0]
-			} else if path, err = defaultOpencodePath(); err != nil {
-				return err
-			}
-			return writeOpencodeConfig(cmd, path, func(existing []byte) ([]byte, error) {
-				out, skipped, err := proxy.MergeOpencodeConfig(existing, public, models, env, minContext)
-				note(skipped)
-				return out, err
-			})
+			return runOpencodeConfig(cmd, args, baseURL, write, minContext)
 		},
 	}
 	urlFlag(cmd)
@@ -103,6 +48,66 @@ Beyond loopback the API key is referenced as {env:VAR}, never written into the f
 	cmd.Flags().BoolVar(&write, "write", false, "merge into PATH (default ~/.config/opencode/opencode.json) instead of printing")
 	cmd.Flags().IntVar(&minContext, "min-context", proxy.OpencodeMinContext, "leave out models whose context (tokens) is below this")
 	return cmd
+}
+
+// runOpencodeConfig is opencode-config (and client-config opencode).
+func runOpencodeConfig(cmd *cobra.Command, args []string, baseURL string, write bool, minContext int) error {
+	if len(args) == 1 && !write {
+		return fmt.Errorf("opencode-config: PATH %q is only taken with --write", args[0])
+	}
+	t, err := resolveDaemon(cmd)
+	if err != nil {
+		return err
+	}
+	c := t.client()
+	ctx, cancel := context.WithTimeout(cmd.Context(), 20*time.Second)
+	defer cancel()
+	var list proxy.ModelList
+	if err := c.Get(ctx, "/v1/models", &list); err != nil {
+		return fmt.Errorf("opencode-config: ask the daemon for its models: %w", err)
+	}
+	profiles, err := c.Profiles(ctx)
+	if err != nil {
+		return fmt.Errorf("opencode-config: ask the daemon for its profiles: %w", err)
+	}
+	models := proxy.OpencodeModels(list, profiles)
+	public := baseURL
+	if public == "" {
+		public = c.BaseURL
+	}
+	env := ""
+	if !loopbackURL(public) {
+		env = "GPUHOST_API_TOKEN"
+		if t.Cfg != nil {
+			env = t.Cfg.APITokenEnv
+		}
+	}
+	stderr := cmd.ErrOrStderr()
+	note := func(skipped []proxy.OpencodeSkipped) {
+		for _, s := range skipped {
+			fmt.Fprintf(stderr, "note: %s\n", s)
+		}
+	}
+	if !write {
+		out, skipped, err := proxy.OpencodeConfig(public, models, env, minContext)
+		note(skipped)
+		if err != nil {
+			return err
+		}
+		_, err = cmd.OutOrStdout().Write(out)
+		return err
+	}
+	path := ""
+	if len(args) == 1 {
+		path = args[0]
+	} else if path, err = defaultOpencodePath(); err != nil {
+		return err
+	}
+	return writeOpencodeConfig(cmd, path, func(existing []byte) ([]byte, error) {
+		out, skipped, err := proxy.MergeOpencodeConfig(existing, public, models, env, minContext)
+		note(skipped)
+		return out, err
+	})
 }
 
 // defaultOpencodePath is opencode's global config file.
@@ -118,11 +123,17 @@ func defaultOpencodePath() (string, error) {
 	return filepath.Join(dir, "opencode", "opencode.json"), nil
 }
 
-// writeOpencodeConfig merges into path: the existing content (none when
-// the file is not there) goes through merge; a changed result is written
-// atomically after the old content is saved as path.bak. A symlinked
-// file (dotfiles) is written through its link.
+// writeOpencodeConfig merges the opencode provider into path (writeMerged).
 func writeOpencodeConfig(cmd *cobra.Command, path string, merge func([]byte) ([]byte, error)) error {
+	return writeMerged(cmd, "opencode-config", path, fmt.Sprintf("provider %q", proxy.OpencodeProviderID), merge)
+}
+
+// writeMerged merges into path for command name: the existing content
+// (none when the file is not there) goes through merge; a changed result is
+// written atomically after the old content is saved as path.bak. A
+// symlinked file (dotfiles) is written through its link. what names what
+// was written, for the message.
+func writeMerged(cmd *cobra.Command, name, path, what string, merge func([]byte) ([]byte, error)) error {
 	if real, err := filepath.EvalSymlinks(path); err == nil {
 		path = real
 	}
@@ -136,11 +147,11 @@ func writeOpencodeConfig(cmd *cobra.Command, path string, merge func([]byte) ([]
 	case errors.Is(err, fs.ErrNotExist):
 		existing = nil
 	default:
-		return fmt.Errorf("opencode-config --write: read %s: %w", path, err)
+		return fmt.Errorf("%s --write: read %s: %w", name, path, err)
 	}
 	out, err := merge(existing)
 	if err != nil {
-		return fmt.Errorf("opencode-config --write %s (left as it was): %w", path, err)
+		return fmt.Errorf("%s --write %s (left as it was): %w", name, path, err)
 	}
 	w := cmd.OutOrStdout()
 	if bytes.Equal(out, existing) {
@@ -149,14 +160,14 @@ func writeOpencodeConfig(cmd *cobra.Command, path string, merge func([]byte) ([]
 	}
 	if existing != nil {
 		if err := atomicfile.Write(path+".bak", existing, perm); err != nil {
-			return fmt.Errorf("opencode-config --write: back up %s (left as it was): %w", path, err)
+			return fmt.Errorf("%s --write: back up %s (left as it was): %w", name, path, err)
 		}
 	}
 	if err := atomicfile.Write(path, out, perm); err != nil {
-		return fmt.Errorf("opencode-config --write: %w", err)
+		return fmt.Errorf("%s --write: %w", name, err)
 	}
 	if existing != nil {
-		fmt.Fprintf(w, "wrote provider %q into %s (previous file: %s.bak)\n", proxy.OpencodeProviderID, path, path)
+		fmt.Fprintf(w, "wrote %s into %s (previous file: %s.bak)\n", what, path, path)
 	} else {
 		fmt.Fprintf(w, "wrote %s\n", path)
 	}

@@ -52,7 +52,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(
 		newServeCmd(), newDemoCmd(), newStatusCmd(), newSwitchCmd(), newDoctorCmd(),
-		newUnitsCmd(), newSimulateCmd(), newVersionCmd(), newOpencodeConfigCmd(),
+		newUnitsCmd(), newSimulateCmd(), newVersionCmd(), newOpencodeConfigCmd(), newClientConfigCmd(),
 		benchcmd.NewCmd(benchcmd.Deps{GpuhostVersion: version, Env: benchEnv, Daemon: apiClient}),
 		newMCPCmd(), newAskCmd(), newTriageCmd(), newExitCodesTopic(),
 		// Pairing is approved on the machine, never in the chat.

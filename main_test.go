@@ -147,6 +147,7 @@ func TestDemo(t *testing.T) {
 	// model: rules, unsubscribe links and the voice memo's transcript.
 	demoTriage(t, url)
 	demoCLIWithoutConfig(t, url)
+	demoClientConfig(t, url)
 	consoleMu.Lock()
 	printed := console.String()
 	consoleMu.Unlock()

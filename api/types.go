@@ -53,6 +53,10 @@ type ProfileInfo struct {
 	// Standby is the profile's standby mode ("" or "off": stopped when
 	// switched away).
 	Standby units.Standby `json:"standby,omitempty"`
+	// APIs are the /v1 APIs the profile's backend served when it was last
+	// verified (chat, messages, count_tokens, responses); absent when it
+	// has not run since the daemon started.
+	APIs []string `json:"apis,omitempty"`
 }
 
 // StatusLine is the one-line summary for systemd's STATUS= and the log,

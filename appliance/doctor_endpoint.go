@@ -61,7 +61,7 @@ func (d *Doctor) endpointChecks(ctx context.Context, bs []backendState, sf stand
 		return []api.DoctorCheck{c}
 	}
 	c.Message = msg
-	out := append([]api.DoctorCheck{c}, d.agentChecks(pctx, *act, p)...)
+	out := append(append([]api.DoctorCheck{c}, d.agentChecks(pctx, *act, p)...), d.apisCheck(pctx, *act, p))
 	if d.interrupted(pctx, ctx) {
 		for i := range out {
 			if out[i].Severity != units.SeverityOK {

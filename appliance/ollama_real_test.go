@@ -55,6 +55,13 @@ func TestSwitchToRealOllama(t *testing.T) {
 	if err != nil || st.State.Phase != api.PhaseActive || st.State.Profile != "llama" {
 		t.Errorf("status: %+v %v", st.State, err)
 	}
+	// Ollama 0.17.4 serves Messages and Responses but no count_tokens; the
+	// verify step found that out and /api/profiles says it.
+	for _, p := range st.Profiles {
+		if p.Name == "llama" && strings.Join(p.APIs, ",") != "chat,messages,responses" {
+			t.Errorf("the real Ollama's APIs: %v", p.APIs)
+		}
+	}
 	rep, err := e.client.Doctor(ctx, "")
 	if err != nil {
 		t.Fatal(err)

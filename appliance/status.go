@@ -19,6 +19,9 @@ func (s *Supervisor) Profiles() []api.ProfileInfo {
 			Unit: bc.Unit, Active: st.Phase == api.PhaseActive && st.Profile == name, Args: units.BackendArgs(*p, bc.Simulated),
 			AutoToolChoice: p.VLLM.EnableAutoToolChoice, ToolCallParser: p.VLLM.ToolCallParser, Standby: p.Standby,
 		})
+		if v, ok := s.apis.Load(name); ok {
+			out[len(out)-1].APIs = v.([]string)
+		}
 		if p.Params.TotalParamsB > 0 {
 			mp := p.Params
 			out[len(out)-1].ModelParams = &mp

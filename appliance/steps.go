@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"gpuhost/backend"
 	"gpuhost/internal/atomicfile"
 	"gpuhost/nvml"
 	"gpuhost/systemd"
@@ -234,6 +235,11 @@ func (s *Supervisor) verify(ctx context.Context, p *units.Profile) (string, map[
 		return "", detail, err
 	}
 	msg := "serving " + p.ServedName
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	apis := backend.ServedAPIs(actx, s.client, fmt.Sprintf("http://127.0.0.1:%d", p.Port))
+	cancel()
+	s.apis.Store(p.Name, apis)
+	detail["apis"] = apis
 	if s.gpu == nil {
 		return msg, detail, nil
 	}

@@ -50,6 +50,7 @@ type Supervisor struct {
 	journal JournalFunc
 	client  *http.Client
 	engines map[units.Backend]backend.Factory // each engine's protocol; tests substitute
+	apis    sync.Map                          // profile name → []string: the APIs its backend served at the last verify
 	log     *slog.Logger
 	bus     *eventBus
 

@@ -27,6 +27,9 @@ type ProxyConfig struct {
 	// see frontdoor/proxy). Default 10s (or hold_timeout when that is
 	// shorter); 0 = switch at once.
 	MinResidency *Duration `yaml:"min_residency"`
+	// ClientModels maps the model names a client sends on its own (Claude
+	// Code's claude-… ids) onto profiles; see ClientModel.
+	ClientModels []ClientModel `yaml:"client_models"`
 }
 
 // Default proxy.drain_timeout and proxy.min_residency.
@@ -56,6 +59,7 @@ func (c *Config) proxyDefaults() {
 // proxyValidate checks the proxy: section, but for body_memory_bytes
 // (httpValidate).
 func (c *Config) proxyValidate(add func(key, format string, args ...any)) {
+	c.clientModelsValidate(add)
 	if c.Proxy.MaxBodyBytes < 1024 {
 		add("proxy.max_body_bytes", "%d is too small (at least 1024)", c.Proxy.MaxBodyBytes)
 	}

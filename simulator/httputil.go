@@ -218,3 +218,16 @@ func accessLog(log *slog.Logger, next http.Handler) http.Handler {
 			"duration", time.Since(start).Round(time.Microsecond), "remote", r.RemoteAddr)
 	})
 }
+
+// sendEvent writes one SSE event with an "event:" type (the Anthropic and
+// Responses streams name every event) and flushes it.
+func (s *streamWriter) sendEvent(typ string, v any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode stream event: %w", err)
+	}
+	if err := s.events.Send(sse.Event{Type: typ, Data: body}); err != nil {
+		return fmt.Errorf("write stream event: %w", err)
+	}
+	return nil
+}

@@ -69,11 +69,14 @@ var statusChoices = [][2]string{{"", "any status"}, {"ok", "ok (< 400)"}, {"erro
 // requestRow is one request as the page's table shows it; the live stream
 // sends the same, so the script writes the server's formatting as text.
 type requestRow struct {
-	Seq         uint64 `json:"seq"`
-	Time        string `json:"time"`
-	Client      string `json:"client"`
-	Model       string `json:"model"`
-	Path        string `json:"path"`
+	Seq    uint64 `json:"seq"`
+	Time   string `json:"time"`
+	Client string `json:"client"`
+	Model  string `json:"model"`
+	Path   string `json:"path"`
+	// API names the /v1 API (chat, messages, responses, …), the path
+	// when it is none of them.
+	API         string `json:"api"`
 	Status      int    `json:"status"`
 	StatusClass string `json:"status_class"`
 	Prompt      string `json:"prompt"`
@@ -86,7 +89,10 @@ type requestRow struct {
 
 func rowOf(r activity.Request) requestRow {
 	row := requestRow{Seq: r.Seq, Time: r.Time.Local().Format("15:04:05"), Client: r.Client, Model: r.Model,
-		Path: r.Path, Status: r.Status, Stream: r.Stream, Prompt: "–", Completion: "–", TTFB: "–", TokPS: "–", Held: ""}
+		Path: r.Path, API: r.API, Status: r.Status, Stream: r.Stream, Prompt: "–", Completion: "–", TTFB: "–", TokPS: "–", Held: ""}
+	if row.API == "" {
+		row.API = r.Path
+	}
 	switch {
 	case r.Status >= 500 || r.Status == 499:
 		row.StatusClass = "sev-fail"

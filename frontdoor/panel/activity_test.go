@@ -34,7 +34,7 @@ func newActivityEnv(t *testing.T) (*env, *activity.Recorder) {
 
 func seedRequests(rec *activity.Recorder) {
 	now := time.Now()
-	rec.Record(activity.Request{Time: now, Client: "127.0.0.1", Method: "POST", Path: "/v1/chat/completions", Model: "qwen3-coder",
+	rec.Record(activity.Request{Time: now, Client: "127.0.0.1", Method: "POST", Path: "/v1/messages", API: "messages", Model: "qwen3-coder",
 		Status: 200, Stream: true, PromptTokens: 1200, CompletionTokens: 101, TTFB: 150 * time.Millisecond, Duration: 350 * time.Millisecond})
 	rec.Record(activity.Request{Time: now, Client: "192.0.2.7", Method: "POST", Path: "/v1/chat/completions", Model: hostileModel,
 		Status: 503, Duration: 2 * time.Second, Held: 1500 * time.Millisecond})
@@ -57,6 +57,9 @@ func TestActivityPage(t *testing.T) {
 	}
 	if strings.Contains(page, hostileModel) || !strings.Contains(page, "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;") {
 		t.Errorf("the hostile model is not escaped:\n%s", page)
+	}
+	if !strings.Contains(page, "<td>messages</td>") || !strings.Contains(page, "<td>/v1/chat/completions</td>") {
+		t.Error("the rows do not name their API (messages) or path")
 	}
 	if strings.Contains(page, " style=") {
 		t.Error("the page has a style attribute (the CSP forbids it)")

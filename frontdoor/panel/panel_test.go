@@ -49,6 +49,7 @@ func TestPagesRender(t *testing.T) {
 			"gpu_memory_utilization=0.96", "keep_alive=", "llama3.1:8b",
 			`<span class="badge sev-fail">fail</span>`, // coder-greedy's doctor verdict
 			`action="/switch"`, `name="profile" value="llama"`, "Switch",
+			`<div class="muted small apis">APIs: chat, messages, count_tokens, responses</div>`, // found at coder's verify
 		}, []string{`id="progress" class="card progress outcome-`}},
 		{"/doctor", []string{
 			"<th>Severity</th>", "<th>Check</th>", "<th>Profile</th>", "<th>Message</th>", "<th>Fix</th>",

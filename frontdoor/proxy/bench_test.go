@@ -31,8 +31,10 @@ import (
 // io.Discard, as the daemon pays for one.
 //
 // Kinds: nonstream (16 tokens, one JSON answer), stream16 (16 SSE chunks:
-// the latency of a short streamed answer) and stream1024 (sustained
-// streaming throughput).
+// the latency of a short streamed answer), messages16 and responses16 (the
+// same answer streamed as Anthropic Messages and OpenAI Responses events,
+// whose usage the proxy reads from message_start/message_delta and
+// response.completed) and stream1024 (sustained streaming throughput).
 //
 // The proxy/* runs are paired: before each proxied request the same request
 // goes straight to the simulator, so machine drift (large on a shared VM)
@@ -76,7 +78,12 @@ func BenchmarkProxy(b *testing.B) {
 		"nonstream":  []byte(`{"model":"qwen3-coder",` + msgs + `,"max_tokens":16,"ignore_eos":true}`),
 		"stream16":   []byte(`{"model":"qwen3-coder",` + msgs + `,"max_tokens":16,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`),
 		"stream1024": []byte(`{"model":"qwen3-coder",` + msgs + `,"max_tokens":1024,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`),
+		// The same 16-token answer in the agent APIs, for their added
+		// latency beside chat's (stream16) in the same run.
+		"messages16":  []byte(`{"model":"qwen3-coder","system":"You are a helpful coding assistant.","messages":[{"role":"user","content":"Write a function that reverses a string."}],"max_tokens":16,"stream":true}`),
+		"responses16": []byte(`{"model":"qwen3-coder","instructions":"You are a helpful coding assistant.","input":"Write a function that reverses a string.","max_output_tokens":16,"stream":true}`),
 	}
+	paths := map[string]string{"messages16": "/v1/messages", "responses16": "/v1/responses"}
 	targets := []struct{ name, url string }{
 		{"direct", "http://127.0.0.1:" + strconv.Itoa(f.Cfg.Profiles["coder"].Port)},
 		{"proxy", srv.URL},
@@ -84,13 +91,17 @@ func BenchmarkProxy(b *testing.B) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
 	for _, tgt := range targets {
 		b.Run(tgt.name, func(b *testing.B) {
-			for _, kind := range []string{"nonstream", "stream16", "stream1024"} {
+			for _, kind := range []string{"nonstream", "stream16", "messages16", "responses16", "stream1024"} {
 				b.Run(kind, func(b *testing.B) {
 					body := bodies[kind]
 					stream := kind != "nonstream"
-					tokens := map[string]int{"stream16": 16, "stream1024": 1024}[kind]
-					url := tgt.url + "/v1/chat/completions"
-					directURL := targets[0].url + "/v1/chat/completions"
+					tokens := map[string]int{"stream16": 16, "messages16": 16, "responses16": 16, "stream1024": 1024}[kind]
+					path := "/v1/chat/completions"
+					if p, ok := paths[kind]; ok {
+						path = p
+					}
+					url := tgt.url + path
+					directURL := targets[0].url + path
 					paired := tgt.name != "direct"
 					for range 20 { // warm connections and caches
 						benchRequest(b, client, url, body, stream)
@@ -157,7 +168,7 @@ func pct(sorted []time.Duration, p int) time.Duration {
 }
 
 // benchRequest sends one request and reads the whole answer; a stream must
-// end with [DONE].
+// end with its API's end ([DONE], message_stop, response.completed).
 func benchRequest(b *testing.B, client *http.Client, url string, body []byte, stream bool) {
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
@@ -183,10 +194,10 @@ func benchRequest(b *testing.B, client *http.Client, url string, body []byte, st
 	done := false
 	for {
 		e, err := rd.Next()
-		done = done || string(e.Data) == "[DONE]"
+		done = done || string(e.Data) == "[DONE]" || e.Type == "message_stop" || e.Type == "response.completed" || e.Type == "response.incomplete"
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, sse.ErrIncomplete) || !done {
-				b.Fatalf("stream ended without [DONE]: %v", err)
+				b.Fatalf("stream ended without its end event: %v", err)
 			}
 			return
 		}

@@ -22,8 +22,12 @@ type apiErr struct {
 	extra      map[string]any
 }
 
-// writeError writes e as {"error":{"message","type","param","code",…extra}}.
-func writeError(w http.ResponseWriter, e *apiErr) {
+// writeError writes e in the shape of the request's API: OpenAI's
+// {"error":{"message","type","param","code",…extra}} for chat, Responses
+// and the rest; Anthropic's {"type":"error","error":{"type","message",…}}
+// for Messages, with the type Anthropic documents for the status and
+// gpuhost's code and extras beside it.
+func writeError(w http.ResponseWriter, e *apiErr, kind apiKind) {
 	body := map[string]any{}
 	for k, v := range e.extra {
 		body[k] = v
@@ -36,7 +40,13 @@ func writeError(w http.ResponseWriter, e *apiErr) {
 	} else {
 		body["param"] = nil
 	}
-	data, err := json.Marshal(map[string]any{"error": body})
+	doc := map[string]any{"error": body}
+	if kind.anthropic() {
+		body["type"] = anthropicErrorType(e.status)
+		delete(body, "param")
+		doc["type"] = "error"
+	}
+	data, err := json.Marshal(doc)
 	if err != nil {
 		// Only our own values get here; a failure is a bug, not input.
 		data = []byte(`{"error":{"message":"internal error encoding an error","type":"internal_error","param":null,"code":"internal"}}`)

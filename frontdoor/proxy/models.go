@@ -67,7 +67,7 @@ func (p *Proxy) handleModel(c echo.Context) error {
 		}
 	}
 	e := p.modelError(http.StatusNotFound, "model_not_found", fmt.Sprintf("unknown model %q", id), p.profiles(), p.sup.State())
-	writeError(c.Response(), e)
+	writeError(c.Response(), e, apiOther)
 	return nil
 }
 

@@ -64,11 +64,13 @@
 // once, cut what runs).
 // With auto_switch off none of this runs and requests pay nothing for it.
 //
-// Forwarding is httputil.ReverseProxy with FlushInterval -1 rather than a
-// hand-written copy: it already handles hop-by-hop headers, trailers, 1xx
-// answers and upgrades, and with -1 it writes and flushes each upstream read
-// at once, so an SSE event is never held back (events that arrived together
-// go out together). The request body is read whole first (it is needed to
+// Forwarding is httputil.ReverseProxy rather than a hand-written copy: it
+// already handles hop-by-hop headers, trailers, 1xx answers and upgrades,
+// and for an SSE answer (and any answer of unknown length) it writes and
+// flushes each upstream read at once, so an event is never held back
+// (events that arrived together go out together). An answer of known
+// length (a whole JSON answer) is not flushed per read: it goes out in one
+// write at its end, which halves the syscalls of a small answer. The request body is read whole first (it is needed to
 // route, and to hold the request during a switch) and sent upstream as the
 // same bytes; a tap on the response body picks the token usage out of the
 // stream as it passes (usage.go). A stream the backend breaks off is aborted
@@ -244,7 +246,7 @@ func New(sup Backend, cfg config.ProxyConfig, profiles func() map[string]*units.
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
 		Transport:      p.transport,
-		FlushInterval:  -1, // flush after every write: each SSE event reaches the client as it arrives
+		FlushInterval:  0, // ReverseProxy flushes SSE and unknown-length answers after every write anyway
 		BufferPool:     bufferPool{},
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.upstreamError,
@@ -302,6 +304,8 @@ func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
 type exchange struct {
 	host     string // 127.0.0.1:port
 	canRetry bool   // a dial failure may be retried (nothing written)
+	api      apiKind
+	prof     *units.Profile
 
 	status  int
 	tap     *usageTap
@@ -327,8 +331,11 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	x := resp.Request.Context().Value(exchangeKey{}).(*exchange)
 	x.status = resp.StatusCode
+	if p.unservedAPI(resp, x) {
+		return nil
+	}
 	if mode := tapModeFor(resp.Header.Get("Content-Type"), resp.Header.Get("Content-Encoding")); mode != tapNone {
-		x.tap = newUsageTap(resp.Body, mode)
+		x.tap = newUsageTap(resp.Body, mode, x.api)
 		resp.Body = x.tap
 	}
 	return nil
@@ -350,7 +357,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	}
 	x.status = http.StatusBadGateway
 	writeError(w, &apiErr{status: http.StatusBadGateway, typ: "upstream_error", code: "backend_unreachable",
-		msg: "the inference backend at " + x.host + " did not answer: " + err.Error()})
+		msg: "the inference backend at " + x.host + " did not answer: " + err.Error()}, x.api)
 }
 
 // isDialError reports a connection that could not be made (refused, reset
@@ -369,8 +376,9 @@ type record struct {
 	remote    string // the TCP peer's IP (echo.ExtractIPDirect: never a forwarded-for header)
 	method    string
 	path      string
-	requested string // the client's "model" (shortened), for the log only
-	model     string // the served name it resolved to, "" if none
+	api       apiKind // from the path: how usage is read and errors are shaped
+	requested string  // the client's "model" (shortened), for the log only
+	model     string  // the served name it resolved to, "" if none
 	profile   string
 	status    int
 	held      time.Duration
@@ -431,6 +439,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Doubled slashes: the backend gets the path it would route.
 		r.URL.Path, r.URL.RawPath = clean, ""
 	}
+	rec.api = apiFor(clean)
 	body, reserved, aerr := p.readBody(w, r)
 	defer p.mem.give(reserved)
 	if aerr != nil {
@@ -452,7 +461,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	requested := ""
 	if field.IsString {
-		requested = field.Name
+		requested = p.clientModel(field.Name)
 	}
 	var h hold
 	h.start(r.Context(), p.cfg.HoldTimeout.D())
@@ -485,6 +494,26 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+}
+
+// clientModel is the name a request is routed on: the model it names, or,
+// when no profile serves that name, the served name of the profile
+// proxy.client_models maps it to (Claude Code's own claude-… ids). The body
+// is then rewritten to the backend's name as for an alias.
+func (p *Proxy) clientModel(name string) string {
+	if len(p.cfg.ClientModels) == 0 || name == "" {
+		return name
+	}
+	profiles := p.profiles()
+	for _, prof := range profiles {
+		if prof != nil && serves(prof, name) {
+			return name
+		}
+	}
+	if prof := profiles[p.cfg.ClientModelProfile(name)]; prof != nil {
+		return prof.ServedModelName()
+	}
+	return name
 }
 
 // endRequest, deferred by ServeHTTP, ends rec's place in the policy's
@@ -523,7 +552,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, rec *record, pro
 	if up := upstreamName(prof); peeked && (!field.IsString || field.Name != up) {
 		out = withModel(body, field, up)
 	}
-	x := &exchange{host: backendHost(prof), canRetry: attempt < maxDialRetries}
+	x := &exchange{host: backendHost(prof), canRetry: attempt < maxDialRetries, api: rec.api, prof: prof}
 	p.noteBackend(prof)
 	req := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
 	req.Body = io.NopCloser(newBytesReader(out))
@@ -642,7 +671,7 @@ func (p *Proxy) fail(w http.ResponseWriter, rec *record, e *apiErr) {
 	if e.status == statusClientClosed {
 		return // nobody to answer
 	}
-	writeError(w, e)
+	writeError(w, e, rec.api)
 	rec.firstByte = time.Now()
 }
 
@@ -671,7 +700,7 @@ func (p *Proxy) done(rec *record) {
 		}
 	}
 	if b := p.recorder.Load(); b != nil {
-		b.r.Record(activity.Request{Time: rec.start, Client: rec.remote, Method: rec.method, Path: truncate(rec.path, 256),
+		b.r.Record(activity.Request{Time: rec.start, Client: rec.remote, Method: rec.method, Path: truncate(rec.path, 256), API: rec.api.String(),
 			Model: rec.model, Profile: rec.profile, Status: rec.status, Stream: rec.stream,
 			PromptTokens: prompt, CompletionTokens: compl, TTFB: ttfb, Duration: dur, Held: rec.held, Switched: rec.switched})
 	}
@@ -688,6 +717,9 @@ func (p *Proxy) done(rec *record) {
 		slog.Int("status", rec.status), slog.Float64("ttfb_ms", ms(ttfb)), slog.Float64("duration_ms", ms(dur)))
 	if rec.requested != "" && rec.requested != rec.model {
 		attrs = append(attrs, slog.String("requested", rec.requested))
+	}
+	if rec.api != apiOther {
+		attrs = append(attrs, slog.String("api", rec.api.String()))
 	}
 	if rec.profile != "" {
 		attrs = append(attrs, slog.String("profile", rec.profile))

@@ -32,27 +32,40 @@ const (
 
 // usageTap wraps an upstream response body. Every Read passes the bytes on
 // unchanged; on the side it notes when the first byte came and picks the
-// token usage out of the stream: for SSE, each complete `data:` line (as
-// internal/sse's Parser splits them: in place, copied aside only when a
-// line spans reads) that mentions "usage" is decoded (the last usage seen
-// wins: with stream_options.include_usage it is the chunk before [DONE]);
-// for a JSON answer, the body's "usage" member at EOF. It runs in the
-// goroutine that copies the response (httputil.ReverseProxy copies
-// synchronously inside ServeHTTP), so its fields are read safely once
-// ServeHTTP returns.
+// token usage out of the answer in the shape of the request's API (kind):
+//
+//   - chat, completions, embeddings: the "usage" member of the answer, or
+//     of the stream's chunks (the last seen wins: with
+//     stream_options.include_usage it is the chunk before [DONE]), which
+//     ends at "data: [DONE]";
+//   - Anthropic Messages: the answer's usage; streamed, message_start's
+//     message.usage, then each message_delta's usage (output_tokens is
+//     cumulative), ending at message_stop; the prompt counts the cached
+//     input too (Anthropic's input_tokens leaves it out);
+//   - OpenAI Responses: the answer's usage; streamed, the usage of the
+//     response in response.completed (or .incomplete / .failed), which ends
+//     the stream.
+//
+// Only SSE data lines that mention "usage" (or may be the end event) are
+// decoded, as internal/sse's Parser splits them: in place, copied aside
+// only when a line spans reads. It runs in the goroutine that copies the
+// response (httputil.ReverseProxy copies synchronously inside ServeHTTP),
+// so its fields are read safely once ServeHTTP returns.
 type usageTap struct {
 	rc   io.ReadCloser
 	mode tapMode
+	kind apiKind
 
 	first     time.Time
 	bytes     int64
 	lines     *sse.Parser // SSE mode
+	event     []byte      // SSE mode: the current event's "event:" name
 	body      []byte      // JSON mode: the answer so far
 	tooBig    bool
 	haveUsage bool
 	prompt    int
 	compl     int
-	sawDone   bool
+	sawDone   bool // the stream's own end marker went by
 	events    int
 	eof       bool // the backend's whole answer was read
 }
@@ -76,8 +89,8 @@ func tapModeFor(contentType, contentEncoding string) tapMode {
 	return tapNone
 }
 
-func newUsageTap(rc io.ReadCloser, mode tapMode) *usageTap {
-	t := &usageTap{rc: rc, mode: mode}
+func newUsageTap(rc io.ReadCloser, mode tapMode, kind apiKind) *usageTap {
+	t := &usageTap{rc: rc, mode: mode, kind: kind}
 	if mode == tapSSE {
 		t.lines = sse.NewParser(maxSSELine)
 	}
@@ -103,8 +116,9 @@ func (t *usageTap) Read(p []byte) (int, error) {
 func (t *usageTap) Close() error { return t.rc.Close() }
 
 // complete reports whether the client was sent the whole answer: the body
-// was read to its end, or a stream reached its "data: [DONE]" (a client
-// may close right then, before the backend's end of body is read).
+// was read to its end, or a stream reached its API's end marker ("data:
+// [DONE]", message_stop, response.completed): a client may close right
+// then, before the backend's end of body is read.
 func (t *usageTap) complete() bool {
 	return t != nil && (t.eof || (t.mode == tapSSE && t.sawDone))
 }
@@ -143,37 +157,159 @@ func (t *usageTap) feedSSE(p []byte) {
 var (
 	usageKey   = []byte(`"usage"`)
 	doneMarker = []byte("[DONE]")
+	stopKey    = []byte(`"message_stop"`)
 )
 
 // sseField examines one field of the stream.
 func (t *usageTap) sseField(f sse.Field) {
-	if string(f.Name) != "data" {
+	switch string(f.Name) {
+	case "event":
+		t.event = append(t.event[:0], f.Value...)
+		return
+	case "":
+		t.event = t.event[:0] // a blank line ends the event
+		return
+	case "data":
+	default:
 		return
 	}
 	payload := bytes.TrimLeft(f.Value, " ")
 	t.events++
-	if bytes.Equal(payload, doneMarker) {
-		t.sawDone = true
-		return
-	}
-	if bytes.Contains(payload, usageKey) {
-		t.usageFrom(payload)
+	switch t.kind {
+	case apiMessages:
+		t.messagesData(payload)
+	case apiResponses:
+		t.responsesData(payload)
+	default:
+		if bytes.Equal(payload, doneMarker) {
+			t.sawDone = true
+			return
+		}
+		if bytes.Contains(payload, usageKey) {
+			t.usageFrom(payload)
+		}
 	}
 }
 
-// usageFrom reads {"usage": {"prompt_tokens", "completion_tokens"}} from a
-// chunk or a whole answer; anything else leaves the counts as they were.
-func (t *usageTap) usageFrom(doc []byte) {
-	var v struct {
-		Usage *struct {
-			PromptTokens     int `json:"prompt_tokens"`
-			CompletionTokens int `json:"completion_tokens"`
-		} `json:"usage"`
+// messagesData reads an Anthropic stream event. Its type is the "event:"
+// line when the backend sends one (Anthropic, vLLM and Ollama do), else the
+// payload's "type".
+func (t *usageTap) messagesData(payload []byte) {
+	name := string(t.event)
+	if name != "" && name != "message_start" && name != "message_delta" && name != "message_stop" {
+		return // content blocks and pings carry no usage
 	}
+	if name == "message_stop" {
+		t.sawDone = true
+		return
+	}
+	if name == "" && !bytes.Contains(payload, usageKey) && !bytes.Contains(payload, stopKey) {
+		return
+	}
+	var d usageDoc
+	if json.Unmarshal(payload, &d) != nil {
+		return
+	}
+	switch d.Type {
+	case "message_stop":
+		t.sawDone = true
+	case "message_start":
+		if d.Message != nil && d.Message.Usage != nil {
+			t.anthropicUsage(d.Message.Usage, true)
+		}
+	case "message_delta":
+		if d.Usage != nil {
+			t.anthropicUsage(d.Usage, false)
+		}
+	}
+}
+
+// anthropicUsage takes an Anthropic usage object: a whole one (a message's)
+// sets both counts; a delta's sets the output and, when it carries one, the
+// input.
+func (t *usageTap) anthropicUsage(u *usageFields, whole bool) {
+	if whole || u.InputTokens != nil {
+		t.prompt = deref(u.InputTokens) + deref(u.CacheCreationInputTokens) + deref(u.CacheReadInputTokens)
+	}
+	if whole || u.OutputTokens != nil {
+		t.compl = deref(u.OutputTokens)
+	}
+	t.haveUsage = true
+}
+
+// responsesData reads an OpenAI Responses stream event: only the final
+// response (completed, incomplete or failed) carries the usage.
+func (t *usageTap) responsesData(payload []byte) {
+	name := string(t.event)
+	if name != "" && !terminalResponseEvent(name) {
+		return
+	}
+	if name == "" && !bytes.Contains(payload, usageKey) {
+		return
+	}
+	var d usageDoc
+	if json.Unmarshal(payload, &d) != nil || !terminalResponseEvent(d.Type) {
+		return
+	}
+	t.sawDone = true
+	if d.Response != nil && d.Response.Usage != nil {
+		t.responsesUsage(d.Response.Usage)
+	}
+}
+
+func terminalResponseEvent(typ string) bool {
+	return typ == "response.completed" || typ == "response.incomplete" || typ == "response.failed"
+}
+
+func (t *usageTap) responsesUsage(u *usageFields) {
+	t.haveUsage, t.prompt, t.compl = true, deref(u.InputTokens), deref(u.OutputTokens)
+}
+
+// usageFields is a usage object of any of the APIs: OpenAI chat's
+// prompt/completion tokens, Anthropic's and Responses' input/output tokens.
+type usageFields struct {
+	PromptTokens             *int `json:"prompt_tokens"`
+	CompletionTokens         *int `json:"completion_tokens"`
+	InputTokens              *int `json:"input_tokens"`
+	OutputTokens             *int `json:"output_tokens"`
+	CacheCreationInputTokens *int `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     *int `json:"cache_read_input_tokens"`
+}
+
+// usageDoc is the part of an answer or stream event that holds usage.
+type usageDoc struct {
+	Type     string       `json:"type"`
+	Usage    *usageFields `json:"usage"`
+	Message  *usageHolder `json:"message"`
+	Response *usageHolder `json:"response"`
+}
+
+type usageHolder struct {
+	Usage *usageFields `json:"usage"`
+}
+
+func deref(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// usageFrom reads the usage of a chat chunk or of a whole answer of any
+// API; anything else leaves the counts as they were.
+func (t *usageTap) usageFrom(doc []byte) {
+	var v usageDoc
 	if json.Unmarshal(doc, &v) != nil || v.Usage == nil {
 		return
 	}
-	t.haveUsage, t.prompt, t.compl = true, v.Usage.PromptTokens, v.Usage.CompletionTokens
+	switch t.kind {
+	case apiMessages:
+		t.anthropicUsage(v.Usage, true)
+	case apiResponses:
+		t.responsesUsage(v.Usage)
+	default:
+		t.haveUsage, t.prompt, t.compl = true, deref(v.Usage.PromptTokens), deref(v.Usage.CompletionTokens)
+	}
 }
 
 // finish handles the end of the body: a JSON answer is read for usage; an

@@ -42,6 +42,9 @@ type Request struct {
 	Method string `json:"method"`
 	// Path is the cleaned request path (no query).
 	Path string `json:"path"`
+	// API is which /v1 API the path is: chat, completions, embeddings,
+	// messages (Anthropic), count_tokens, responses (OpenAI); "" for others.
+	API string `json:"api,omitempty"`
 	// Model is the served name the request was routed to, "" when it was
 	// answered before routing (a bad body, no backend).
 	Model   string `json:"model"`

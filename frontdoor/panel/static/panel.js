@@ -481,7 +481,7 @@
   // The Activity page: new requests arrive on /activity/events (filtered
   // by the server as the page is), newest on top, at most data-limit rows;
   // the charts are fetched again every 4 s.
-  const requestCells = ['time', 'client', 'model', 'status', 'prompt', 'completion', 'ttfb', 'tok_s', 'held'];
+  const requestCells = ['time', 'client', 'model', 'api', 'status', 'prompt', 'completion', 'ttfb', 'tok_s', 'held'];
 
   function requestRow(r) {
     const tr = document.createElement('tr');
@@ -500,6 +500,8 @@
       } else if (k === 'model') {
         td.className = 'model';
         td.textContent = r.model || '–';
+      } else if (k === 'api') {
+        td.textContent = r.api;
       } else {
         td.textContent = r[k] || '';
         if (k !== 'time') td.className = 'num';

@@ -1,0 +1,132 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"gpuhost/config"
+	"gpuhost/frontdoor/proxy"
+	"gpuhost/units"
+)
+
+// fakeStreams are 16-chunk answers of each API, as a fast upstream sends
+// them (usage where each API puts it), and a small whole chat answer.
+func fakeStreams() map[string][]byte {
+	var chat, msgs, resp bytes.Buffer
+	msgs.WriteString("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"served\",\"usage\":{\"input_tokens\":20,\"output_tokens\":0}}}\n\n")
+	msgs.WriteString("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n")
+	resp.WriteString("event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"r\",\"object\":\"response\",\"status\":\"in_progress\",\"output\":[],\"usage\":null}}\n\n")
+	for i := 0; i < 16; i++ {
+		fmt.Fprintf(&chat, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"served\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" word%d\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n", i)
+		fmt.Fprintf(&msgs, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\" word%d\"}}\n\n", i)
+		fmt.Fprintf(&resp, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":%d,\"item_id\":\"m\",\"output_index\":0,\"content_index\":0,\"delta\":\" word%d\"}\n\n", i+1, i)
+	}
+	chat.WriteString("data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"served\",\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":16,\"total_tokens\":36}}\n\ndata: [DONE]\n\n")
+	msgs.WriteString("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"},\"usage\":{\"output_tokens\":16}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+	resp.WriteString("event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":17,\"response\":{\"id\":\"r\",\"object\":\"response\",\"status\":\"completed\",\"output\":[],\"usage\":{\"input_tokens\":20,\"output_tokens\":16,\"total_tokens\":36}}}\n\n")
+	return map[string][]byte{"/v1/chat/completions": chat.Bytes(), "/v1/messages": msgs.Bytes(), "/v1/responses": resp.Bytes()}
+}
+
+// BenchmarkProxyConcurrent: throughput through the proxy (usage parsing
+// of each API included) beside the same fake upstream directly, in one
+// run: 16-chunk streams of chat, Messages and Responses at 1 and 32
+// concurrent clients (chunks/s, and through-%direct), and whole chat answers
+// at 64 concurrent (req/s). The upstream writes each chunk with a flush, as
+// a backend does; it does no work, so the figures are the proxy's cost.
+//
+//	go test -run '^$' -bench BenchmarkProxyConcurrent -benchtime 2000x ./frontdoor/proxy/
+func BenchmarkProxyConcurrent(b *testing.B) {
+	streams := fakeStreams()
+	whole := []byte(`{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":1,"total_tokens":21}}`)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if strings.Contains(r.URL.RawQuery, "whole") || r.Header.Get("X-Whole") == "1" {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(whole)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		body := streams[r.URL.Path]
+		for len(body) > 0 { // one write and flush per event
+			i := bytes.Index(body, []byte("\n\n")) + 2
+			_, _ = w.Write(body[:i])
+			_ = rc.Flush()
+			body = body[i:]
+		}
+	}))
+	defer up.Close()
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(up.URL, "http://"))
+	n, _ := strconv.Atoi(port)
+	prof := &units.Profile{Name: "p", Backend: units.VLLM, Model: "org/model", ServedName: "served", Port: n}
+	p := proxy.New(fixedBackend{prof}, config.ProxyConfig{}, func() map[string]*units.Profile {
+		return map[string]*units.Profile{prof.Name: prof}
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	e := echo.New()
+	p.Register(e)
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	defer p.Close()
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128, MaxConnsPerHost: 0, DisableCompression: true}}
+	body := []byte(`{"model":"served","stream":true,"max_tokens":16}`)
+	run := func(b *testing.B, url string, conc int, header string) float64 {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		for range conc {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for next.Add(1) <= int64(b.N) {
+					req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, url, bytes.NewReader(body))
+					req.Header.Set("Content-Type", "application/json")
+					if header != "" {
+						req.Header.Set("X-Whole", "1")
+					}
+					resp, err := client.Do(req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}()
+		}
+		wg.Wait()
+		return float64(b.N) / time.Since(t0).Seconds()
+	}
+	for _, path := range []string{"/v1/chat/completions", "/v1/messages", "/v1/responses"} {
+		for _, conc := range []int{1, 32} {
+			b.Run(fmt.Sprintf("stream16%s/c%d", strings.ReplaceAll(path, "/", "_"), conc), func(b *testing.B) {
+				direct := run(b, up.URL+path, conc, "")
+				via := run(b, srv.URL+path, conc, "")
+				b.ReportMetric(16*direct, "direct-chunks/s")
+				b.ReportMetric(16*via, "proxy-chunks/s")
+				b.ReportMetric(100*via/direct, "%direct")
+			})
+		}
+	}
+	b.Run("whole/c64", func(b *testing.B) {
+		direct := run(b, up.URL+"/v1/chat/completions", 64, "whole")
+		via := run(b, srv.URL+"/v1/chat/completions", 64, "whole")
+		b.ReportMetric(direct, "direct-req/s")
+		b.ReportMetric(via, "proxy-req/s")
+		b.ReportMetric(100*via/direct, "%direct")
+	})
+}
