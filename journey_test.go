@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,8 +41,11 @@ func TestJourneys(t *testing.T) {
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"startdemo":   startDemoCmd,
+			"startserve":  startServeCmd,
 			"democonsole": demoConsoleCmd,
 			"rc":          exitCodeCmd,
+			"backendpost": backendPostCmd,
+			"waitmetric":  waitMetricCmd,
 		},
 	})
 }
@@ -62,13 +67,41 @@ func startDemoCmd(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 0 {
 		ts.Fatalf("usage: startdemo")
 	}
+	runDaemon(ts, func(addr string) []string {
+		return []string{"demo", "--listen", addr, "--state-dir", ts.MkAbs("demo-state")}
+	})
+}
+
+// startServeCmd is `startserve CONFIG`: `gpuhost serve --config CONFIG` as
+// an operator runs it, after filling in the script's {{SELF}} (the gpuhost
+// binary), {{STATE}} (a state folder under $WORK), {{LISTEN}} (a free
+// address) and {{PORT1}}, {{PORT2}} (free ports for the backends), like the
+// demo's embedded config; it waits and exports GPUHOST_URL like startdemo.
+func startServeCmd(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: startserve CONFIG")
+	}
+	tmpl := ts.ReadFile(args[0])
+	runDaemon(ts, func(addr string) []string {
+		r := strings.NewReplacer("{{SELF}}", binPath, "{{STATE}}", ts.MkAbs("serve-state"), "{{LISTEN}}", addr,
+			"{{PORT1}}", freePort(ts), "{{PORT2}}", freePort(ts))
+		path := ts.MkAbs(args[0] + ".filled")
+		ts.Check(os.WriteFile(path, []byte(r.Replace(tmpl)), 0o600))
+		return []string{"serve", "--config", path}
+	})
+}
+
+// runDaemon starts the gpuhost daemon command args(addr) on a free port,
+// one journey's daemon at a time, and stops it with Ctrl-C when the script
+// ends; it waits until qwen3-coder (the scripts' default profile) is active.
+func runDaemon(ts *testscript.TestScript, args func(addr string) []string) {
 	journeyDemoSlot <- struct{}{}
-	ts.Defer(func() { <-journeyDemoSlot }) // runs after the demo's stop below
+	ts.Defer(func() { <-journeyDemoSlot }) // runs after the daemon's stop below
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	ts.Check(err)
 	addr := l.Addr().String()
 	ts.Check(l.Close())
-	cmd := exec.Command(binPath, "demo", "--listen", addr, "--state-dir", ts.MkAbs("demo-state"))
+	cmd := exec.Command(binPath, args(addr)...)
 	// The script's environment: its PATH (the binary on it) and HOME.
 	cmd.Env = append(os.Environ(), "PATH="+ts.Getenv("PATH"), "HOME="+ts.Getenv("HOME"))
 	cmd.Dir = ts.Getenv("WORK")
@@ -104,9 +137,68 @@ func startDemoCmd(ts *testscript.TestScript, neg bool, args []string) {
 		return err == nil && st.State.Phase == api.PhaseActive && st.State.Profile == "qwen3-coder"
 	})
 	if !ok {
-		ts.Fatalf("the demo did not activate qwen3-coder:\n%s", console.String())
+		ts.Fatalf("the daemon did not activate qwen3-coder:\n%s", console.String())
 	}
 	ts.Setenv(envDaemonURL, url)
+}
+
+// freePort is a loopback port free at this moment.
+func freePort(ts *testscript.TestScript) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ts.Check(err)
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// backendPostCmd is `backendpost PROFILE PATH`: what a local process (or a
+// page in a browser on the box) can do to the demo's backends, which listen
+// on loopback TCP: a POST straight to the profile's backend port, behind
+// gpuhost's back. Prints the status line.
+func backendPostCmd(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: backendpost PROFILE PATH")
+	}
+	c := api.NewClient(ts.Getenv(envDaemonURL), "")
+	ps, err := c.Profiles(context.Background())
+	ts.Check(err)
+	port := 0
+	for _, p := range ps {
+		if p.Name == args[0] {
+			port = p.Port
+		}
+	}
+	if port == 0 {
+		ts.Fatalf("backendpost: no profile %q", args[0])
+	}
+	resp, err := http.Post("http://127.0.0.1:"+strconv.Itoa(port)+args[1], "text/plain", nil)
+	ts.Check(err)
+	resp.Body.Close()
+	ts.Logf("POST %s on %s's backend: %s", args[1], args[0], resp.Status)
+}
+
+// waitMetricCmd is `waitmetric REGEXP`: polls the daemon's /metrics (60 s
+// budget) until a line matches, for what the daemon does on its own (the
+// watcher's repairs) and then counts.
+func waitMetricCmd(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: waitmetric REGEXP")
+	}
+	re, err := regexp.Compile("(?m)" + args[0])
+	ts.Check(err)
+	var last string
+	ok := testkit.Poll(60*time.Second, func() bool {
+		resp, err := http.Get(ts.Getenv(envDaemonURL) + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		last = string(b)
+		return re.MatchString(last)
+	})
+	if !ok {
+		ts.Fatalf("no /metrics line matches %q within 60 s; last scrape:\n%s", args[0], last)
+	}
 }
 
 // demoConsoleCmd is `democonsole FILE`: what the demo printed so far
