@@ -105,7 +105,7 @@ func TestDoctorProbeNeverReloadsABackendGoingToStandby(t *testing.T) {
 			t.Errorf("a probe reached Ollama after its unload: %s", l)
 		}
 	}
-	if got := strings.Join(stepsOf(evs), " "); got != "standby wake ready verify" {
+	if got := strings.Join(stepsOf(evs), " "); got != "standby wake ready verify wake_check" {
 		t.Errorf("llama → coder steps = %q, want standby and wake only (no stop after a reload)%s", got, describe(evs))
 	}
 	if st := f.sup.State(); len(st.Standby) != 1 || st.Standby[0].Profile != "llama" {

@@ -74,9 +74,9 @@ func TestDaemonEndToEnd(t *testing.T) {
 		args map[string]any
 		want string
 	}{
-		{"gpu_status", nil, "MiB"},
-		{"inference_status", nil, "coder"},
-		{"inference_profiles", nil, "qwen3-coder"},
+		{"gpu_status", map[string]any{}, "MiB"},
+		{"inference_status", map[string]any{}, "coder"},
+		{"inference_profiles", map[string]any{}, "qwen3-coder"},
 		{"calc_evaluate", map[string]any{"expression": "2^10 - 24"}, "1000"},
 	} {
 		req := mcpgo.CallToolRequest{}
