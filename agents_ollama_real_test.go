@@ -1,9 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"gpuhost/internal/testkit"
 	"log/slog"
 	"net"
 	"net/http/httptest"
@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/labstack/echo/v4"
@@ -32,7 +31,7 @@ import (
 // CLAUDE_CODE_MAX_OUTPUT_TOKENS caps it, and Ollama takes the request's
 // cap over num_predict). It returns the
 // proxy's URL and its access log.
-func ollamaProxy(t *testing.T) (string, *lockedBuffer) {
+func ollamaProxy(t *testing.T) (string, *testkit.SyncBuffer) {
 	t.Helper()
 	base, _ := ollamatest.Start(t)
 	dir := t.TempDir()
@@ -49,7 +48,7 @@ func ollamaProxy(t *testing.T) (string, *lockedBuffer) {
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(base, "http://"))
 	n, _ := strconv.Atoi(port)
 	prof := &units.Profile{Name: "tiny", Backend: units.Ollama, Model: "tools", Port: n}
-	var logs lockedBuffer
+	var logs testkit.SyncBuffer
 	p := proxy.New(activeOnly{prof}, config.ProxyConfig{}, func() map[string]*units.Profile {
 		return map[string]*units.Profile{prof.Name: prof}
 	}, slog.New(slog.NewTextHandler(&logs, nil)))
@@ -69,23 +68,6 @@ func (a activeOnly) State() api.State {
 func (a activeOnly) AwaitActive(context.Context) (*units.Profile, error) { return a.prof, nil }
 func (a activeOnly) Switch(context.Context, string, api.SwitchOptions) (string, <-chan error, error) {
 	return "", nil, fmt.Errorf("no switches here")
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestAgentClientsRealOllama: one plain turn of the real Claude Code (over

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"gpuhost/config"
 	"gpuhost/internal/daemon"
+	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -57,31 +58,28 @@ func mcpSetup(cmd *cobra.Command) (mcp.Setup, error) {
 // connectors and a Supervisor that reads the (simulated) box once but
 // starts nothing, so `mcp tools --demo` answers at once and quietly.
 func mcpDemoToolsSetup(cmd *cobra.Command) (mcp.Setup, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return mcp.Setup{}, err
-	}
-	state, err := os.MkdirTemp("", "gpuhost-mcp-tools-")
-	if err != nil {
-		return mcp.Setup{}, err
-	}
-	cfg, err := config.Demo(self, state, "127.0.0.1:0")
-	if err != nil {
-		os.RemoveAll(state)
-		return mcp.Setup{}, err
-	}
-	d, closeFn := daemon.LocalMCPDaemon(cmd.Context(), cfg, nil, false)
-	return mcp.Setup{Connectors: mcp.DemoConfig(), Daemon: d, Close: func() { closeFn(); os.RemoveAll(filepath.Clean(state)) }}, nil
+	return mcpDemo(cmd, "gpuhost-mcp-tools-", nil)
 }
 
 // mcpDemoSetup serves the demo configuration: simulated GPU and backends
 // (the demo's default profile is started), calc and weather.
 func mcpDemoSetup(cmd *cobra.Command) (mcp.Setup, error) {
+	log, err := newLogger(cmd)
+	if err != nil {
+		return mcp.Setup{}, err
+	}
+	return mcpDemo(cmd, "gpuhost-mcp-demo-", log)
+}
+
+// mcpDemo builds the demo's MCP setup in a throw-away state folder (removed
+// on Close); with a log the Supervisor runs (backends start), without it
+// only reads.
+func mcpDemo(cmd *cobra.Command, statePrefix string, log *slog.Logger) (mcp.Setup, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return mcp.Setup{}, err
 	}
-	state, err := os.MkdirTemp("", "gpuhost-mcp-demo-")
+	state, err := os.MkdirTemp("", statePrefix)
 	if err != nil {
 		return mcp.Setup{}, err
 	}
@@ -90,10 +88,6 @@ func mcpDemoSetup(cmd *cobra.Command) (mcp.Setup, error) {
 		os.RemoveAll(state)
 		return mcp.Setup{}, err
 	}
-	log, err := newLogger(cmd)
-	if err != nil {
-		return mcp.Setup{}, err
-	}
-	d, closeFn := daemon.LocalMCPDaemon(cmd.Context(), cfg, log, true)
+	d, closeFn := daemon.LocalMCPDaemon(cmd.Context(), cfg, log, log != nil)
 	return mcp.Setup{Connectors: mcp.DemoConfig(), Daemon: d, Close: func() { closeFn(); os.RemoveAll(filepath.Clean(state)) }}, nil
 }
