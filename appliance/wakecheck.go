@@ -35,6 +35,12 @@ const (
 	// wakeCheckTokens is the known prompt's answer length: two decode
 	// intervals for the rate, few enough to cost a fraction of a wake.
 	wakeCheckTokens = 3
+	// wakeRecheckTokens is the answer length when the short answer looked
+	// slow: a busy host delays a token or two (the engine paces by
+	// deadline, so delays do not add up), while a half-speed decode is late
+	// by every one of these intervals — 31 of them, 60 ms even at 500
+	// tokens/s — so only a real slowdown is measured twice.
+	wakeRecheckTokens = 32
 	// wakeRateTolerance: a woken backend must decode at least this share
 	// of the rate measured at its last cold start. The fault it is for
 	// halves the rate (0.5); a busy host delays a token now and then, and
@@ -165,7 +171,7 @@ type wakeObs struct {
 
 // observe runs the known prompt and, when asked, the tool-call round trip
 // side by side (the check costs the longer of the two, not the sum).
-func (s *Supervisor) observe(ctx context.Context, p *units.Profile, tools bool) (wakeObs, error) {
+func (s *Supervisor) observe(ctx context.Context, p *units.Profile, tools bool, tokens int) (wakeObs, error) {
 	base := "http://127.0.0.1:" + fmt.Sprint(p.Port)
 	var obs wakeObs
 	var wg sync.WaitGroup
@@ -177,7 +183,7 @@ func (s *Supervisor) observe(ctx context.Context, p *units.Profile, tools bool) 
 		}()
 	}
 	var err error
-	obs.answer, obs.n, obs.decode, err = knownPrompt(ctx, s.client, base, p.ServedModelName())
+	obs.answer, obs.n, obs.decode, err = knownPrompt(ctx, s.client, base, p.ServedModelName(), tokens)
 	if obs.n > 1 && obs.decode > 0 {
 		obs.tps = float64(obs.n-1) / obs.decode.Seconds()
 	}
@@ -195,13 +201,22 @@ func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold boo
 	ref, known := s.wakeRefOf(p.Name)
 	known = known && ref.Key == s.wakeKey(p)
 	tools := wantsToolCheck(p) && (cold || ref.ToolsOK)
-	obs, err := s.observe(ctx, p, tools)
+	obs, err := s.observe(ctx, p, tools, wakeCheckTokens)
 	detail = map[string]any{"answer": obs.answer, "decode_tps": round1(obs.tps)}
 	defer func() { detail["check_ms"] = float64(time.Since(t0).Microseconds()) / 1000 }()
 	if err != nil {
 		return "known prompt: " + err.Error(), wakeReasonHang, detail
 	}
 	if cold {
+		// The reference rate is measured over the long answer, as the
+		// recheck that decides is: two intervals are too few to be a
+		// reference on a busy host (one late token doubles or halves them).
+		long, err := s.observe(ctx, p, false, wakeRecheckTokens)
+		if err != nil {
+			return "known prompt (rate over a longer answer): " + err.Error(), wakeReasonHang, detail
+		}
+		obs.tps = long.tps
+		detail["decode_tps"] = round1(obs.tps)
 		return s.recordCold(p, ref, known, obs, detail), "", detail
 	}
 	if !known {
@@ -215,8 +230,9 @@ func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold boo
 		return "tool-call round trip: " + obs.tools, wakeReasonTools, detail
 	}
 	if slow(ref, obs) {
-		// Once more before it counts: a busy host delays a token now and then.
-		again, err := s.observe(ctx, p, false)
+		// Once more, longer, before it counts: a busy host delays a token
+		// now and then, which two intervals cannot tell from a slowdown.
+		again, err := s.observe(ctx, p, false, wakeRecheckTokens)
 		if err != nil {
 			return "known prompt (rate re-measured): " + err.Error(), wakeReasonHang, detail
 		}
@@ -289,9 +305,9 @@ func (s *Supervisor) wakeFailed(r *switchRun, p *units.Profile, reason, msg stri
 // knownPrompt streams the known prompt and returns the answer and its
 // decode rate: tokens after the first over the time from the first to the
 // last (prefill and connection set-up excluded).
-func knownPrompt(ctx context.Context, client *http.Client, base, model string) (answer string, n int, decode time.Duration, err error) {
+func knownPrompt(ctx context.Context, client *http.Client, base, model string, tokens int) (answer string, n int, decode time.Duration, err error) {
 	body, _ := json.Marshal(map[string]any{
-		"model": model, "stream": true, "temperature": 0, "seed": 0, "max_tokens": wakeCheckTokens,
+		"model": model, "stream": true, "temperature": 0, "seed": 0, "max_tokens": tokens,
 		"messages": []any{map[string]any{"role": "user", "content": wakeCheckPrompt}},
 	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(body))

@@ -81,7 +81,7 @@ func BenchmarkWakeCheck(b *testing.B) {
 				b.Fatal(err)
 			}
 			t1 := time.Now()
-			if _, err := s.observe(ctx, p, false); err != nil {
+			if _, err := s.observe(ctx, p, false, wakeCheckTokens); err != nil {
 				b.Fatal(err)
 			}
 			wake, check = wake+t1.Sub(t0), check+time.Since(t1)
@@ -113,7 +113,7 @@ func benchVLLMWake(b *testing.B, client *http.Client, post func(string), tools b
 			t0 := time.Now()
 			post(base + "/wake_up")
 			t1 := time.Now()
-			obs, err := s.observe(context.Background(), p, tools)
+			obs, err := s.observe(context.Background(), p, tools, wakeCheckTokens)
 			t2 := time.Now()
 			if err != nil || tools && !obs.toolsOK {
 				b.Fatalf("check: %v, tools %q", err, obs.tools)
