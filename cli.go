@@ -121,7 +121,7 @@ Try, in another terminal in this folder (every command finds the demo through GP
   %[9]s ask "what is the GPU status?"   # the agent loop (simulated model)
   %[9]s mcp tools             # the MCP tools this daemon serves at /mcp
   %[9]s doctor
-  %[9]s opencode-config --write   # add this box to ~/.config/opencode/opencode.json
+  %[9]s client-config opencode --write   # or claude-code, codex: point a coding agent at this box
   curl -s %[8]s/api/status | python3 -m json.tool
 
 Stop with Ctrl-C.
