@@ -68,7 +68,7 @@ func runAttack(t *testing.T, ctx context.Context, url string) string {
 // (private systemd, vLLM active with sleep mode, so its development
 // endpoints are on), a page on another loopback origin and a file:// page
 // in headless Chromium try to put vLLM to sleep and call /collective_rpc
-// on its port, as in issue 26. Every request must fail at the network
+// on its port (which worked before the backends got their own network). Every request must fail at the network
 // (the port is in the backend's private network), vLLM must still be
 // awake (asked through its socket) and /v1 through gpuhost must still
 // answer. On 119e2ce the page reached /sleep and /v1 answered 503

@@ -41,7 +41,7 @@ func requestsAfter(t *testing.T, f *procFixture, unit, marker string) (after []s
 	return after, found
 }
 
-// The race of issue 27: the doctor's tool-call probe is under way on the
+// The race that once turned a 0.2 s wake into a 20 s stall: the doctor's tool-call probe is under way on the
 // active Ollama when a switch to the vLLM starts; the probe's chat request
 // must not reach Ollama after the standby step unloaded it (it loads the
 // model again, and the step waits out its release timeout, then stops the

@@ -14,7 +14,7 @@ import (
 	"gpuhost/internal/testkit"
 )
 
-// TestBenchSwitchSavedIDIsShown is issue 27's defect: `bench switch`
+// TestBenchSwitchSavedIDIsShown is a defect that was: `bench switch`
 // printed "saved <id>" and `bench show <id>` answered "no such bench
 // result" (rc 2), because switch wrote the local folder and show read
 // another. Now both go to the daemon named by --url: the printed id is
