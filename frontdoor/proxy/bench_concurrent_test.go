@@ -63,34 +63,9 @@ func fakeStreams() map[string][]byte {
 // hop alone, the floor of what any Go proxy in front of the upstream costs
 // on the same run (bare-%direct, bare-cpu-us/req).
 //
-//	go test -run '^$' -bench BenchmarkProxyConcurrent -benchtime 2000x ./frontdoor/proxy/
+//	go test -run '^$' -bench BenchmarkProxyConcurrent -benchtime 3000x -count 2 ./frontdoor/proxy/
 func BenchmarkProxyConcurrent(b *testing.B) {
-	streams := fakeStreams()
-	whole := []byte(`{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":1,"total_tokens":21}}`)
-	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		if strings.Contains(r.URL.RawQuery, "whole") || r.Header.Get("X-Whole") == "1" {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(whole)
-			return
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		rc := http.NewResponseController(w)
-		body := streams[r.URL.Path]
-		for len(body) > 0 { // one write and flush per event
-			i := bytes.Index(body, []byte("\n\n")) + 2
-			_, _ = w.Write(body[:i])
-			_ = rc.Flush()
-			body = body[i:]
-		}
-	}))
-	var upConns atomic.Int64 // connections the upstream accepted
-	up.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			upConns.Add(1)
-		}
-	}
-	up.Start()
+	up, upConns := fakeUpstream()
 	defer up.Close()
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(up.URL, "http://"))
 	n, _ := strconv.Atoi(port)
@@ -169,6 +144,39 @@ func BenchmarkProxyConcurrent(b *testing.B) {
 	b.Run("whole/c64", func(b *testing.B) {
 		compare(b, "/v1/chat/completions", 64, "whole", 1, "req/s")
 	})
+}
+
+// fakeUpstream serves fakeStreams by path, one write and flush per event,
+// and the whole chat answer for requests with X-Whole: 1; it counts the
+// connections it accepts.
+func fakeUpstream() (*httptest.Server, *atomic.Int64) {
+	streams := fakeStreams()
+	whole := []byte(`{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":1,"total_tokens":21}}`)
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if strings.Contains(r.URL.RawQuery, "whole") || r.Header.Get("X-Whole") == "1" {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(whole)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		body := streams[r.URL.Path]
+		for len(body) > 0 { // one write and flush per event
+			i := bytes.Index(body, []byte("\n\n")) + 2
+			_, _ = w.Write(body[:i])
+			_ = rc.Flush()
+			body = body[i:]
+		}
+	}))
+	upConns := new(atomic.Int64) // connections the upstream accepted
+	up.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			upConns.Add(1)
+		}
+	}
+	up.Start()
+	return up, upConns
 }
 
 // cpuTime is the CPU time (user and system) the test process has used.
