@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -83,6 +84,7 @@ func BenchmarkProxyConcurrent(b *testing.B) {
 	bare := httptest.NewServer(&httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(upURL) },
 		Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 256, DisableCompression: true},
+		ErrorLog:  log.New(io.Discard, "", 0), // as quiet as gpuhost's at its default level
 	})
 	defer bare.Close()
 
