@@ -5,14 +5,18 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,45 +52,50 @@ func fakeStreams() map[string][]byte {
 // at 64 concurrent (req/s). The upstream writes each chunk with a flush, as
 // a backend does; it does no work, so the figures are the proxy's cost.
 //
-//	go test -run '^$' -bench BenchmarkProxyConcurrent -benchtime 2000x ./frontdoor/proxy/
+// Client, proxy and upstream share the machine's cores, so at 32 and 64
+// clients the run is CPU-bound and the ratio is the ratio of CPU spent per
+// request: each side also reports the process's CPU time (user + system)
+// per request (cpu-us/req), whose difference is what the proxy's hop costs.
+// Both sides use the same client (one pool, keep-alive); proxy-dials counts
+// the connections the proxy opened to the upstream during its run (at most
+// the concurrency when its pool keeps them; more would be a new connection
+// per request). A bare httputil.ReverseProxy with the same transport
+// settings (no routing, usage tap, log or hold) runs beside them: the HTTP
+// hop alone, the floor of what any Go proxy in front of the upstream costs
+// on the same run (bare-%direct, bare-cpu-us/req).
+//
+//	go test -run '^$' -bench BenchmarkProxyConcurrent -benchtime 3000x -count 2 ./frontdoor/proxy/
 func BenchmarkProxyConcurrent(b *testing.B) {
-	streams := fakeStreams()
-	whole := []byte(`{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":1,"total_tokens":21}}`)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		if strings.Contains(r.URL.RawQuery, "whole") || r.Header.Get("X-Whole") == "1" {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(whole)
-			return
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		rc := http.NewResponseController(w)
-		body := streams[r.URL.Path]
-		for len(body) > 0 { // one write and flush per event
-			i := bytes.Index(body, []byte("\n\n")) + 2
-			_, _ = w.Write(body[:i])
-			_ = rc.Flush()
-			body = body[i:]
-		}
-	}))
+	up, upConns := fakeUpstream()
 	defer up.Close()
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(up.URL, "http://"))
 	n, _ := strconv.Atoi(port)
 	prof := &units.Profile{Name: "p", Backend: units.VLLM, Model: "org/model", ServedName: "served", Port: n}
-	p := proxy.New(fixedBackend{prof}, config.ProxyConfig{}, func() map[string]*units.Profile {
-		return map[string]*units.Profile{prof.Name: prof}
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	profiles := map[string]*units.Profile{prof.Name: prof} // one map, as the daemon's config holds
+	p := proxy.New(fixedBackend{prof}, config.ProxyConfig{}, func() map[string]*units.Profile { return profiles },
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	e := echo.New()
 	p.Register(e)
 	srv := httptest.NewServer(e)
 	defer srv.Close()
 	defer p.Close()
 
+	upURL, _ := url.Parse(up.URL)
+	bare := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(upURL) },
+		Transport:  &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 256, DisableCompression: true},
+		ErrorLog:   log.New(io.Discard, "", 0), // as quiet as gpuhost's at its default level
+		BufferPool: benchBuffers{},             // gpuhost pools its copy buffers too
+	})
+	defer bare.Close()
+
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128, MaxConnsPerHost: 0, DisableCompression: true}}
 	body := []byte(`{"model":"served","stream":true,"max_tokens":16}`)
-	run := func(b *testing.B, url string, conc int, header string) float64 {
+	type result struct{ rate, cpuPerReq, dials float64 }
+	run := func(b *testing.B, url string, conc int, header string) result {
 		var next atomic.Int64
 		var wg sync.WaitGroup
+		dials0, cpu0 := upConns.Load(), cpuTime(b)
 		t0 := time.Now()
 		for range conc {
 			wg.Add(1)
@@ -109,24 +118,85 @@ func BenchmarkProxyConcurrent(b *testing.B) {
 			}()
 		}
 		wg.Wait()
-		return float64(b.N) / time.Since(t0).Seconds()
+		el := time.Since(t0)
+		return result{rate: float64(b.N) / el.Seconds(), cpuPerReq: float64((cpuTime(b) - cpu0).Microseconds()) / float64(b.N),
+			dials: float64(upConns.Load() - dials0)}
+	}
+	// compare runs the same requests straight to the upstream, through the
+	// bare reverse proxy and through gpuhost's proxy, one after the other.
+	compare := func(b *testing.B, path string, conc int, header string, scale float64, unit string) {
+		direct := run(b, up.URL+path, conc, header)
+		hop := run(b, bare.URL+path, conc, header)
+		via := run(b, srv.URL+path, conc, header)
+		b.ReportMetric(scale*direct.rate, "direct-"+unit)
+		b.ReportMetric(scale*via.rate, "proxy-"+unit)
+		b.ReportMetric(100*via.rate/direct.rate, "%direct")
+		b.ReportMetric(100*hop.rate/direct.rate, "bare-%direct")
+		b.ReportMetric(direct.cpuPerReq, "direct-cpu-us/req")
+		b.ReportMetric(hop.cpuPerReq, "bare-cpu-us/req")
+		b.ReportMetric(via.cpuPerReq, "proxy-cpu-us/req")
+		b.ReportMetric(via.dials, "proxy-dials")
 	}
 	for _, path := range []string{"/v1/chat/completions", "/v1/messages", "/v1/responses"} {
 		for _, conc := range []int{1, 32} {
 			b.Run(fmt.Sprintf("stream16%s/c%d", strings.ReplaceAll(path, "/", "_"), conc), func(b *testing.B) {
-				direct := run(b, up.URL+path, conc, "")
-				via := run(b, srv.URL+path, conc, "")
-				b.ReportMetric(16*direct, "direct-chunks/s")
-				b.ReportMetric(16*via, "proxy-chunks/s")
-				b.ReportMetric(100*via/direct, "%direct")
+				compare(b, path, conc, "", 16, "chunks/s")
 			})
 		}
 	}
 	b.Run("whole/c64", func(b *testing.B) {
-		direct := run(b, up.URL+"/v1/chat/completions", 64, "whole")
-		via := run(b, srv.URL+"/v1/chat/completions", 64, "whole")
-		b.ReportMetric(direct, "direct-req/s")
-		b.ReportMetric(via, "proxy-req/s")
-		b.ReportMetric(100*via/direct, "%direct")
+		compare(b, "/v1/chat/completions", 64, "whole", 1, "req/s")
 	})
+}
+
+// fakeUpstream serves fakeStreams by path, one write and flush per event,
+// and the whole chat answer for requests with X-Whole: 1; it counts the
+// connections it accepts.
+func fakeUpstream() (*httptest.Server, *atomic.Int64) {
+	streams := fakeStreams()
+	whole := []byte(`{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":1,"total_tokens":21}}`)
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if strings.Contains(r.URL.RawQuery, "whole") || r.Header.Get("X-Whole") == "1" {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(whole)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		body := streams[r.URL.Path]
+		for len(body) > 0 { // one write and flush per event
+			i := bytes.Index(body, []byte("\n\n")) + 2
+			_, _ = w.Write(body[:i])
+			_ = rc.Flush()
+			body = body[i:]
+		}
+	}))
+	upConns := new(atomic.Int64) // connections the upstream accepted
+	up.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			upConns.Add(1)
+		}
+	}
+	up.Start()
+	return up, upConns
+}
+
+// benchBuffers pools the bare reverse proxy's 32 KiB copy buffers, as
+// gpuhost's proxy does, so that the bare hop does not allocate one per
+// request.
+type benchBuffers struct{}
+
+var benchBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (benchBuffers) Get() []byte  { return *(benchBufferPool.Get().(*[]byte)) }
+func (benchBuffers) Put(b []byte) { benchBufferPool.Put(&b) }
+
+// cpuTime is the CPU time (user and system) the test process has used.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatalf("getrusage: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -419,23 +419,38 @@ func clientGoneWhileHeld() *apiErr {
 // hold is a request's hold budget: proxy.hold_timeout for waiting on
 // switches, moved back by the time the anti-thrash policy held the request
 // (bounded by min_residency and drain_timeout instead), so that the policy
-// never uses up the budget the operator set.
+// never uses up the budget the operator set. Its context (with a timer) is
+// made on first use: a request that is forwarded at once, as nearly all
+// are, never waits and does not pay for one.
 type hold struct {
 	parent   context.Context
-	ctx      context.Context
+	ctx      context.Context // nil until context is called
 	cancel   context.CancelFunc
 	deadline time.Time
 }
 
 func (h *hold) start(parent context.Context, d time.Duration) {
 	h.parent, h.deadline = parent, time.Now().Add(d)
-	h.ctx, h.cancel = context.WithDeadline(parent, h.deadline)
 }
 
+// context is the hold's context: done at the deadline or with the request.
+func (h *hold) context() context.Context {
+	if h.ctx == nil {
+		h.ctx, h.cancel = context.WithDeadline(h.parent, h.deadline)
+	}
+	return h.ctx
+}
+
+// extend moves the deadline back by d; a context handed out before is
+// cancelled, the next call of context makes one with the new deadline.
 func (h *hold) extend(d time.Duration) {
-	h.cancel()
+	h.stop()
+	h.ctx, h.cancel = nil, nil
 	h.deadline = h.deadline.Add(d)
-	h.ctx, h.cancel = context.WithDeadline(h.parent, h.deadline)
 }
 
-func (h *hold) stop() { h.cancel() }
+func (h *hold) stop() {
+	if h.cancel != nil {
+		h.cancel()
+	}
+}

@@ -477,10 +477,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if x.err != nil && x.dialErr && x.canRetry && r.Context().Err() == nil {
 			// Refused: the backend is restarting or a switch began after
 			// routing. Wait a moment and route again (held if switching).
-			if sleepCtx(h.ctx, 100*time.Millisecond) == nil {
+			if sleepCtx(h.context(), 100*time.Millisecond) == nil {
 				continue
 			}
-			p.fail(w, rec, holdError(p.sup.State(), h.ctx, r.Context(), x.err))
+			p.fail(w, rec, holdError(p.sup.State(), h.context(), r.Context(), x.err))
 			return
 		}
 		if x.err != nil {
@@ -598,8 +598,12 @@ func cleanPath(p string) (string, *apiErr) {
 func (p *Proxy) noteBackend(prof *units.Profile) {
 	key := backendKey{prof: prof, port: prof.Port, since: p.sup.State().Since}
 	if old := p.backend.Load(); old != nil && *old == key {
-		return
+		return // the same backend: nothing is allocated
 	}
+	p.swapBackend(key)
+}
+
+func (p *Proxy) swapBackend(key backendKey) {
 	if old := p.backend.Swap(&key); old != nil && *old != key {
 		p.transport.CloseIdleConnections()
 	}

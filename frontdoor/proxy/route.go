@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 	"sort"
@@ -86,11 +85,10 @@ const (
 // profile) serves, or that names no model: it waits for cur to be active,
 // then forwards to it unless the policy is draining it.
 func (p *Proxy) routeCurrent(reqCtx context.Context, h *hold, rec *record, requested, cur, switchedTo string, st api.State, profiles map[string]*units.Profile) (*units.Profile, *apiErr, roundEnd) {
-	holdCtx := h.ctx
 	if p.pol != nil && st.Phase == api.PhaseSwitching {
 		p.pol.await(p.sup, cur, rec) // part of the batch the switch releases
 	}
-	prof, err := p.awaitActive(holdCtx, st, profiles, rec)
+	prof, err := p.awaitActive(h, st, profiles, rec)
 	if err != nil {
 		if p.pol != nil {
 			p.pol.release(rec)
@@ -98,7 +96,7 @@ func (p *Proxy) routeCurrent(reqCtx context.Context, h *hold, rec *record, reque
 		if errors.Is(err, api.ErrNoBackend) && requested != "" && p.cfg.AutoSwitch && switchedTo == "" && reqCtx.Err() == nil {
 			return nil, nil, roundAgain // the switch we waited for failed: auto_switch may start one
 		}
-		return nil, holdError(p.sup.State(), holdCtx, reqCtx, err), roundAnswer
+		return nil, holdError(p.sup.State(), h.context(), reqCtx, err), roundAnswer
 	}
 	if requested == "" || serves(prof, requested) {
 		if p.pol == nil {
@@ -131,7 +129,7 @@ func (p *Proxy) routeCurrent(reqCtx context.Context, h *hold, rec *record, reque
 // switch under way, is held by the anti-thrash policy, or starts a switch.
 // It returns the profile it started a switch to ("" if none).
 func (p *Proxy) routeSwitch(reqCtx context.Context, h *hold, rec *record, requested, switchedTo string, st api.State, profiles map[string]*units.Profile, cands []*units.Profile) (string, *apiErr, roundEnd) {
-	holdCtx := h.ctx
+	holdCtx := h.context()
 	if !p.cfg.AutoSwitch {
 		if st.Phase == api.PhaseIdle || st.Phase == api.PhaseFailed {
 			return "", noBackendError(st, fmt.Sprintf("model %q is configured (profile %s) but no backend is running", requested, cands[0].Name)), roundAnswer
@@ -151,7 +149,7 @@ func (p *Proxy) routeSwitch(reqCtx context.Context, h *hold, rec *record, reques
 		// and route again, so that the policy decides against what it
 		// leads to. Asking the Supervisor for a switch now could start
 		// one the moment the running one ends, past the policy.
-		if _, err := p.awaitActive(holdCtx, st, profiles, rec); err != nil && !errors.Is(err, api.ErrNoBackend) {
+		if _, err := p.awaitActive(h, st, profiles, rec); err != nil && !errors.Is(err, api.ErrNoBackend) {
 			return "", holdError(p.sup.State(), holdCtx, reqCtx, err), roundAnswer
 		}
 		return "", nil, roundAgain
@@ -167,7 +165,7 @@ func (p *Proxy) routeSwitch(reqCtx context.Context, h *hold, rec *record, reques
 		if d == nil {
 			return "", nil, roundHeld // held, then the state moved on: route again
 		}
-		dep, holdCtx = d, h.ctx
+		dep, holdCtx = d, h.context()
 	}
 	name, aerr := p.startSwitch(holdCtx, cands, rec)
 	if dep != nil {
@@ -177,7 +175,7 @@ func (p *Proxy) routeSwitch(reqCtx context.Context, h *hold, rec *record, reques
 		return "", aerr, roundAnswer
 	}
 	if name == "" {
-		aerr, end := p.awaitBusy(holdCtx, reqCtx, profiles, rec)
+		aerr, end := p.awaitBusy(h, reqCtx, profiles, rec)
 		return "", aerr, end
 	}
 	return name, nil, roundAgain
@@ -185,7 +183,8 @@ func (p *Proxy) routeSwitch(reqCtx context.Context, h *hold, rec *record, reques
 
 // awaitBusy is the round's end for a request whose switch the Supervisor
 // refused as busy: it holds the request while the busy switch ends.
-func (p *Proxy) awaitBusy(holdCtx, reqCtx context.Context, profiles map[string]*units.Profile, rec *record) (*apiErr, roundEnd) {
+func (p *Proxy) awaitBusy(h *hold, reqCtx context.Context, profiles map[string]*units.Profile, rec *record) (*apiErr, roundEnd) {
+	holdCtx := h.context()
 	if st := p.sup.State(); st.Phase != api.PhaseSwitching {
 		// The busy switch has set its final state (active after a
 		// rollback, or failed) but not yet let go of the Supervisor:
@@ -202,7 +201,7 @@ func (p *Proxy) awaitBusy(holdCtx, reqCtx context.Context, profiles map[string]*
 		return nil, roundHeld // a hold, not a routing round
 	}
 	// Another switch runs: wait for it, then route again.
-	if _, err := p.awaitActive(holdCtx, p.sup.State(), profiles, rec); err != nil && !errors.Is(err, api.ErrNoBackend) {
+	if _, err := p.awaitActive(h, p.sup.State(), profiles, rec); err != nil && !errors.Is(err, api.ErrNoBackend) {
 		return holdError(p.sup.State(), holdCtx, reqCtx, err), roundAnswer
 	}
 	return nil, roundAgain
@@ -242,15 +241,16 @@ func switchIncomplete(requested, profile string, st api.State) *apiErr {
 }
 
 // awaitActive returns the active profile; the fast path (active, no switch)
-// takes no lock beyond State's and allocates nothing.
-func (p *Proxy) awaitActive(holdCtx context.Context, st api.State, profiles map[string]*units.Profile, rec *record) (*units.Profile, error) {
+// takes no lock beyond State's and allocates nothing (not even the hold's
+// context).
+func (p *Proxy) awaitActive(h *hold, st api.State, profiles map[string]*units.Profile, rec *record) (*units.Profile, error) {
 	if st.Phase == api.PhaseActive && st.Step == "" {
 		if prof := profiles[st.Profile]; prof != nil {
 			return prof, nil
 		}
 	}
 	t0 := time.Now()
-	prof, err := p.sup.AwaitActive(holdCtx)
+	prof, err := p.sup.AwaitActive(h.context())
 	rec.held += time.Since(t0)
 	return prof, err
 }
@@ -345,7 +345,7 @@ func upstreamName(prof *units.Profile) string {
 }
 
 func backendHost(prof *units.Profile) string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(prof.Port))
+	return "127.0.0.1:" + strconv.Itoa(prof.Port) // net.JoinHostPort's result, in one allocation
 }
 
 // holdError turns the end of a hold into an answer: no backend → 503 saying

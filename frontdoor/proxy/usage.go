@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"mime"
 	"time"
 
 	"gpuhost/internal/sse"
@@ -76,8 +75,8 @@ func tapModeFor(contentType, contentEncoding string) tapMode {
 	if contentEncoding != "" && contentEncoding != "identity" {
 		return tapNone
 	}
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
+	mt, ok := mediaType(contentType)
+	if !ok {
 		return tapNone
 	}
 	switch mt {
