@@ -81,16 +81,7 @@ func TestBrowserCannotDriveBackends(t *testing.T) {
 	base := fmt.Sprintf("http://127.0.0.1:%d", coder.Port)
 	page := attackPage([]attack{{"POST", base + "/sleep?level=1", false}, {"POST", base + "/collective_rpc", false}, {"POST", base + "/reset_prefix_cache", false}})
 
-	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		fmt.Fprint(w, page)
-	}))
-	defer site.Close()
-	file := filepath.Join(t.TempDir(), "attack.html")
-	if err := os.WriteFile(file, []byte(page), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, url := range []string{site.URL + "/", "file://" + file} {
+	for _, url := range attackPages(t, page) {
 		got := runAttack(t, bctx, url)
 		t.Logf("page %s: %s", url, got)
 		if got != "rejected,rejected,rejected" {
@@ -110,4 +101,21 @@ func TestBrowserCannotDriveBackends(t *testing.T) {
 	if err != nil || st.State.Phase != api.PhaseActive || st.State.Profile != "coder" {
 		t.Errorf("status after the pages: %+v %v", st.State, err)
 	}
+}
+
+// attackPages serves page from another loopback origin and writes it as a
+// file, and returns both addresses: the two places a hostile page on the
+// box comes from. The server stops when the test ends.
+func attackPages(t *testing.T, page string) []string {
+	t.Helper()
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, page)
+	}))
+	t.Cleanup(site.Close)
+	file := filepath.Join(t.TempDir(), "attack.html")
+	if err := os.WriteFile(file, []byte(page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return []string{site.URL + "/", "file://" + file}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -173,16 +172,7 @@ func TestBrowserCannotReachRealOllama(t *testing.T) {
 	base := fmt.Sprintf("http://127.0.0.1:%d", e.cfg.Profiles["llama"].Port)
 	page := attackPage([]attack{{"DELETE", base + "/api/delete", true}, {"POST", base + "/api/pull", false},
 		{"POST", base + "/api/create", false}, {"POST", base + "/api/generate", false}})
-	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		fmt.Fprint(w, page)
-	}))
-	defer site.Close()
-	file := filepath.Join(t.TempDir(), "attack.html")
-	if err := os.WriteFile(file, []byte(page), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, url := range []string{site.URL + "/", "file://" + file} {
+	for _, url := range attackPages(t, page) {
 		got := runAttack(t, bctx, url)
 		t.Logf("page %s: %s", url, got)
 		if got != "rejected,rejected,rejected,rejected" {
