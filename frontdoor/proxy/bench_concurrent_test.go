@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,7 +31,7 @@ import (
 // fakeStreams are 16-chunk answers of each API, as a fast upstream sends
 // them (usage where each API puts it), and a small whole chat answer.
 func fakeStreams() map[string][]byte {
-	var chat, msgs, resp bytes.Buffer
+	var chat, long, msgs, resp bytes.Buffer
 	msgs.WriteString("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"served\",\"usage\":{\"input_tokens\":20,\"output_tokens\":0}}}\n\n")
 	msgs.WriteString("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n")
 	resp.WriteString("event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"r\",\"object\":\"response\",\"status\":\"in_progress\",\"output\":[],\"usage\":null}}\n\n")
@@ -39,18 +40,24 @@ func fakeStreams() map[string][]byte {
 		fmt.Fprintf(&msgs, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\" word%d\"}}\n\n", i)
 		fmt.Fprintf(&resp, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":%d,\"item_id\":\"m\",\"output_index\":0,\"content_index\":0,\"delta\":\" word%d\"}\n\n", i+1, i)
 	}
+	for i := 0; i < 256; i++ {
+		fmt.Fprintf(&long, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"served\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" word%d\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n", i)
+	}
 	chat.WriteString("data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"served\",\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":16,\"total_tokens\":36}}\n\ndata: [DONE]\n\n")
+	long.WriteString("data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"served\",\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":256,\"total_tokens\":276}}\n\ndata: [DONE]\n\n")
 	msgs.WriteString("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"},\"usage\":{\"output_tokens\":16}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
 	resp.WriteString("event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":17,\"response\":{\"id\":\"r\",\"object\":\"response\",\"status\":\"completed\",\"output\":[],\"usage\":{\"input_tokens\":20,\"output_tokens\":16,\"total_tokens\":36}}}\n\n")
-	return map[string][]byte{"/v1/chat/completions": chat.Bytes(), "/v1/messages": msgs.Bytes(), "/v1/responses": resp.Bytes()}
+	return map[string][]byte{"/v1/chat/completions": chat.Bytes(), "/v1/chat/completions?long": long.Bytes(), "/v1/messages": msgs.Bytes(), "/v1/responses": resp.Bytes()}
 }
 
 // BenchmarkProxyConcurrent: throughput through the proxy (usage parsing
 // of each API included) beside the same fake upstream directly, in one
 // run: 16-chunk streams of chat, Messages and Responses at 1 and 32
-// concurrent clients (chunks/s, and through-%direct), and whole chat answers
-// at 64 concurrent (req/s). The upstream writes each chunk with a flush, as
-// a backend does; it does no work, so the figures are the proxy's cost.
+// concurrent clients (chunks/s, and through-%direct), a 256-chunk chat
+// stream at 32 (an answer of realistic length, where the per-request cost
+// is spread over many tokens), and whole chat answers at 64 (req/s). The
+// upstream writes each chunk with a flush, as a backend does; it does no
+// work, so the figures are the proxy's cost.
 //
 // Client, proxy and upstream share the machine's cores, so at 32 and 64
 // clients the run is CPU-bound and the ratio is the ratio of CPU spent per
@@ -59,12 +66,18 @@ func fakeStreams() map[string][]byte {
 // Both sides use the same client (one pool, keep-alive); proxy-dials counts
 // the connections the proxy opened to the upstream during its run (at most
 // the concurrency when its pool keeps them; more would be a new connection
-// per request). A bare httputil.ReverseProxy with the same transport
-// settings (no routing, usage tap, log or hold) runs beside them: the HTTP
-// hop alone, the floor of what any Go proxy in front of the upstream costs
-// on the same run (bare-%direct, bare-cpu-us/req).
+// per request). Two other hops run beside them, as yardsticks: a bare
+// httputil.ReverseProxy with the same transport settings (no routing, usage
+// tap, log or hold), the floor of what any net/http proxy costs
+// (bare-%direct, bare-cpu-us/req), and a TCP byte relay (relay-%direct),
+// which parses nothing: the ceiling of any proxy on the same machine.
 //
 //	go test -run '^$' -bench BenchmarkProxyConcurrent -benchtime 3000x -count 2 ./frontdoor/proxy/
+//
+// BENCH_ONLY=direct|relay|bare|proxy runs one side alone and reports only
+// its CPU per request, for a profile or a syscall count of that side:
+//
+//	BENCH_ONLY=proxy go test -run '^$' -bench 'BenchmarkProxyConcurrent/stream16_v1_chat_completions/c32' -benchtime 5000x -cpuprofile cpu.prof ./frontdoor/proxy/
 func BenchmarkProxyConcurrent(b *testing.B) {
 	up, upConns := fakeUpstream()
 	defer up.Close()
@@ -88,6 +101,8 @@ func BenchmarkProxyConcurrent(b *testing.B) {
 		BufferPool: benchBuffers{},             // gpuhost pools its copy buffers too
 	})
 	defer bare.Close()
+	relay := tcpRelay(b, upURL.Host)
+	defer relay.Close()
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128, MaxConnsPerHost: 0, DisableCompression: true}}
 	body := []byte(`{"model":"served","stream":true,"max_tokens":16}`)
@@ -125,13 +140,22 @@ func BenchmarkProxyConcurrent(b *testing.B) {
 	// compare runs the same requests straight to the upstream, through the
 	// bare reverse proxy and through gpuhost's proxy, one after the other.
 	compare := func(b *testing.B, path string, conc int, header string, scale float64, unit string) {
+		if only := os.Getenv("BENCH_ONLY"); only != "" {
+			u := map[string]string{"direct": up.URL, "bare": bare.URL, "proxy": srv.URL, "relay": "http://" + relay.Addr().String()}[only]
+			r := run(b, u+path, conc, header)
+			b.ReportMetric(r.cpuPerReq, only+"-cpu-us/req")
+			return
+		}
 		direct := run(b, up.URL+path, conc, header)
+		floor := run(b, "http://"+relay.Addr().String()+path, conc, header)
 		hop := run(b, bare.URL+path, conc, header)
 		via := run(b, srv.URL+path, conc, header)
 		b.ReportMetric(scale*direct.rate, "direct-"+unit)
 		b.ReportMetric(scale*via.rate, "proxy-"+unit)
 		b.ReportMetric(100*via.rate/direct.rate, "%direct")
 		b.ReportMetric(100*hop.rate/direct.rate, "bare-%direct")
+		b.ReportMetric(100*floor.rate/direct.rate, "relay-%direct")
+		b.ReportMetric(floor.cpuPerReq, "relay-cpu-us/req")
 		b.ReportMetric(direct.cpuPerReq, "direct-cpu-us/req")
 		b.ReportMetric(hop.cpuPerReq, "bare-cpu-us/req")
 		b.ReportMetric(via.cpuPerReq, "proxy-cpu-us/req")
@@ -144,6 +168,9 @@ func BenchmarkProxyConcurrent(b *testing.B) {
 			})
 		}
 	}
+	b.Run("stream256_v1_chat_completions/c32", func(b *testing.B) {
+		compare(b, "/v1/chat/completions?long", 32, "", 256, "chunks/s")
+	})
 	b.Run("whole/c64", func(b *testing.B) {
 		compare(b, "/v1/chat/completions", 64, "whole", 1, "req/s")
 	})
@@ -164,7 +191,11 @@ func fakeUpstream() (*httptest.Server, *atomic.Int64) {
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		rc := http.NewResponseController(w)
-		body := streams[r.URL.Path]
+		key := r.URL.Path
+		if r.URL.RawQuery == "long" {
+			key += "?long"
+		}
+		body := streams[key]
 		for len(body) > 0 { // one write and flush per event
 			i := bytes.Index(body, []byte("\n\n")) + 2
 			_, _ = w.Write(body[:i])
@@ -180,6 +211,36 @@ func fakeUpstream() (*httptest.Server, *atomic.Int64) {
 	}
 	up.Start()
 	return up, upConns
+}
+
+// tcpRelay is the cheapest hop there is: a byte relay at the TCP level
+// (no HTTP parsing; io.Copy between two TCP connections splices inside the
+// kernel on Linux), one upstream connection per client connection. Its
+// %direct is the ceiling for any proxy on the same machine.
+func tcpRelay(b *testing.B, upstream string) net.Listener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatalf("relay listen: %v", err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				u, err := net.Dial("tcp", upstream)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				go func() { _, _ = io.Copy(u, c); u.(*net.TCPConn).CloseWrite() }()
+				_, _ = io.Copy(c, u)
+			}()
+		}
+	}()
+	return ln
 }
 
 // benchBuffers pools the bare reverse proxy's 32 KiB copy buffers, as
