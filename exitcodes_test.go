@@ -93,6 +93,8 @@ func TestExitCodeContract(t *testing.T) {
 		{nil, []string{"status", "--config", bad}, exitConfig},
 		{nil, []string{"units", "render", "--config", bad}, exitConfig},
 		{nil, []string{"pair", "list", "--config", missing}, exitConfig},
+		{nil, []string{"pair", "add", "-5", "--config", missing}, exitUsage},
+		{nil, []string{"pair", "revoke", "bob", "--config", missing}, exitUsage},
 		{nil, []string{"triage", "once", "--config", bad}, exitConfig},
 		{nil, []string{"mcp", "test", "--config", bad}, exitConfig},
 	}

@@ -66,7 +66,7 @@
 //     memory is freed. Check the VRAM, not the 200.
 //   - The 503 ModelSleepingError shape is from one version of vLLM's docs;
 //     vLLM's serving code was not found to refuse: 0.11 schedules such
-//     requests onto released memory (issue #28714: illegal memory access),
+//     requests onto released memory (an illegal memory access),
 //     newer versions pause scheduling so they wait for wake_up.
 //   - Garbage weights answer 500; real vLLM answers 200 with garbage text.
 //   - Aborting running requests is newer vLLM's default (mode=abort); 0.11

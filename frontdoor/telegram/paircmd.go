@@ -118,12 +118,9 @@ func newPairAddCmd(store pairStore) *cobra.Command {
 	add := &cobra.Command{
 		Use:   "add USER_ID",
 		Short: "Allow a Telegram user by id, without a pairing code",
-		Args:  cobra.ExactArgs(1),
+		Args:  userIDArg("add", "e.g. 123456789"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := strconv.ParseInt(args[0], 10, 64)
-			if err != nil || id <= 0 {
-				return fmt.Errorf("add: %q is not a Telegram user id (a positive number, e.g. 123456789)", args[0])
-			}
+			id, _ := strconv.ParseInt(args[0], 10, 64) // checked by userIDArg
 			s, err := store(cmd)
 			if err != nil {
 				return err
@@ -141,17 +138,29 @@ func newPairAddCmd(store pairStore) *cobra.Command {
 	return add
 }
 
+// userIDArg checks the one USER_ID argument in cobra's argument step, so
+// that a bad id is a usage error (exit 64, nothing run) like a wrong
+// argument count, not a problem the command found.
+func userIDArg(verb, hint string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.ExactArgs(1)(cmd, args); err != nil {
+			return err
+		}
+		if id, err := strconv.ParseInt(args[0], 10, 64); err != nil || id <= 0 {
+			return fmt.Errorf("%s: %q is not a Telegram user id (a positive number; %s)", verb, args[0], hint)
+		}
+		return nil
+	}
+}
+
 // newPairRevokeCmd is `gpuhost pair revoke USER_ID`.
 func newPairRevokeCmd(store pairStore) *cobra.Command {
 	return &cobra.Command{
 		Use:   "revoke USER_ID",
 		Short: "Remove a Telegram user from the allowlist",
-		Args:  cobra.ExactArgs(1),
+		Args:  userIDArg("revoke", "see gpuhost pair list"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := strconv.ParseInt(args[0], 10, 64)
-			if err != nil || id <= 0 {
-				return fmt.Errorf("revoke: %q is not a Telegram user id (a positive number; see gpuhost pair list)", args[0])
-			}
+			id, _ := strconv.ParseInt(args[0], 10, 64) // checked by userIDArg
 			s, err := store(cmd)
 			if err != nil {
 				return err

@@ -1,6 +1,6 @@
 // Package declarative loads MCP connectors from YAML files, so a new
 // read-only HTTP API can be offered to the model without rebuilding
-// gpuhost (issue 5, "declarative connectors without rebuild").
+// gpuhost.
 //
 // Each file in the connectors directory (default
 // /etc/gpuhost/connectors.d/*.yaml) is one connector:
