@@ -75,7 +75,8 @@ func fakeStreams() map[string][]byte {
 //	go test -run '^$' -bench BenchmarkProxyConcurrent -benchtime 3000x -count 2 ./frontdoor/proxy/
 //
 // BENCH_ONLY=direct|relay|bare|proxy runs one side alone and reports only
-// its CPU per request, for a profile or a syscall count of that side:
+// its CPU per request (and the kernel's part of it, sys-us/req), for a
+// profile or a syscall count of that side:
 //
 //	BENCH_ONLY=proxy go test -run '^$' -bench 'BenchmarkProxyConcurrent/stream16_v1_chat_completions/c32' -benchtime 5000x -cpuprofile cpu.prof ./frontdoor/proxy/
 func BenchmarkProxyConcurrent(b *testing.B) {
@@ -106,11 +107,11 @@ func BenchmarkProxyConcurrent(b *testing.B) {
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128, MaxConnsPerHost: 0, DisableCompression: true}}
 	body := []byte(`{"model":"served","stream":true,"max_tokens":16}`)
-	type result struct{ rate, cpuPerReq, dials float64 }
+	type result struct{ rate, cpuPerReq, sysPerReq, dials float64 }
 	run := func(b *testing.B, url string, conc int, header string) result {
 		var next atomic.Int64
 		var wg sync.WaitGroup
-		dials0, cpu0 := upConns.Load(), cpuTime(b)
+		dials0, cpu0, sys0 := upConns.Load(), cpuTime(b), sysTime(b)
 		t0 := time.Now()
 		for range conc {
 			wg.Add(1)
@@ -135,7 +136,8 @@ func BenchmarkProxyConcurrent(b *testing.B) {
 		wg.Wait()
 		el := time.Since(t0)
 		return result{rate: float64(b.N) / el.Seconds(), cpuPerReq: float64((cpuTime(b) - cpu0).Microseconds()) / float64(b.N),
-			dials: float64(upConns.Load() - dials0)}
+			sysPerReq: float64((sysTime(b) - sys0).Microseconds()) / float64(b.N),
+			dials:     float64(upConns.Load() - dials0)}
 	}
 	// compare runs the same requests straight to the upstream, through the
 	// bare reverse proxy and through gpuhost's proxy, one after the other.
@@ -144,6 +146,7 @@ func BenchmarkProxyConcurrent(b *testing.B) {
 			u := map[string]string{"direct": up.URL, "bare": bare.URL, "proxy": srv.URL, "relay": "http://" + relay.Addr().String()}[only]
 			r := run(b, u+path, conc, header)
 			b.ReportMetric(r.cpuPerReq, only+"-cpu-us/req")
+			b.ReportMetric(r.sysPerReq, only+"-sys-us/req")
 			return
 		}
 		direct := run(b, up.URL+path, conc, header)
@@ -255,9 +258,21 @@ func (benchBuffers) Put(b []byte) { benchBufferPool.Put(&b) }
 
 // cpuTime is the CPU time (user and system) the test process has used.
 func cpuTime(b *testing.B) time.Duration {
+	ru := rusage(b)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// sysTime is the part of cpuTime spent in the kernel (the system calls,
+// and on loopback the receiving side's network work too).
+func sysTime(b *testing.B) time.Duration {
+	ru := rusage(b)
+	return time.Duration(ru.Stime.Nano())
+}
+
+func rusage(b *testing.B) syscall.Rusage {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		b.Fatalf("getrusage: %v", err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return ru
 }
