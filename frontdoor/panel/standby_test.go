@@ -1,6 +1,7 @@
 package panel
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -35,6 +36,13 @@ func TestProfilesAndDoctorShowStandby(t *testing.T) {
 		}
 	}
 	c := ev.client(t)
+	var live liveAnswer
+	if resp, body := do(t, c, http.MethodGet, ev.srv.URL+"/live", nil, map[string]string{"Accept": "application/json"}); resp.StatusCode != http.StatusOK || json.Unmarshal([]byte(body), &live) != nil {
+		t.Fatalf("/live: %d %s", resp.StatusCode, body)
+	}
+	if !strings.HasPrefix(live.Pill, "coder · ") || !strings.HasSuffix(live.Pill, " · llama in standby") {
+		t.Errorf("the live pill does not name llama in standby: %q", live.Pill)
+	}
 	resp, body := do(t, c, "GET", ev.srv.URL+"/profiles?refresh=1", nil, nil)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("profiles: %d\n%s", resp.StatusCode, body)

@@ -35,20 +35,31 @@ func pct(used, total uint64) string {
 }
 
 // phaseLine is the header pill's text (also /live's, which the script
-// writes into the pill as the state changes).
+// writes into the pill as the state changes). The profiles in standby are
+// named too, so that a switch away (or the watcher putting a backend back
+// to sleep) shows on every page within the script's 2 s, not only on the
+// next load of the profiles page.
 func phaseLine(st api.State) string {
+	line := "idle"
 	switch st.Phase {
 	case api.PhaseActive:
+		line = fmt.Sprintf("%s · %s", st.Profile, st.Backend)
 		if st.Step != "" {
-			return fmt.Sprintf("%s · %s (%s)", st.Profile, st.Backend, st.Step)
+			line += " (" + st.Step + ")"
 		}
-		return fmt.Sprintf("%s · %s", st.Profile, st.Backend)
 	case api.PhaseSwitching:
-		return fmt.Sprintf("switching to %s · %s", st.Target, st.Step)
+		line = fmt.Sprintf("switching to %s · %s", st.Target, st.Step)
 	case api.PhaseFailed:
-		return "failed"
+		line = "failed"
 	}
-	return "idle"
+	if len(st.Standby) == 0 {
+		return line
+	}
+	names := make([]string, len(st.Standby))
+	for i, sb := range st.Standby {
+		names[i] = sb.Profile
+	}
+	return line + " · " + strings.Join(names, ", ") + " in standby"
 }
 
 // formatDuration renders milliseconds the way the progress line shows them.
