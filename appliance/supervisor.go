@@ -225,7 +225,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 				return errors.New("unit event subscription ended")
 			}
 			s.bus.publish(api.Event{Kind: "unit", Message: fmt.Sprintf("%s is %s (%s)", ev.Unit, ev.ActiveState, ev.SubState),
-				Detail: map[string]any{"unit": ev.Unit, "active_state": ev.ActiveState, "sub_state": ev.SubState}})
+				Detail: map[string]any{"unit": ev.Unit, "active_state": ev.ActiveState, "sub_state": ev.SubState,
+					"log": logHint(s.cfg, ev.Unit)}})
 			if !s.isSwitching() {
 				s.Reconcile(ctx)
 				s.watchBackends(ctx)

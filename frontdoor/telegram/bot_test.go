@@ -149,8 +149,11 @@ func TestPairedOperatorGetsStatusDoctorAndNotifications(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := h.api.WaitMessage(t, operator.ID, "⚠️ backend unit "+unit+" failed")
-		if !strings.Contains(n, "journalctl -u "+unit) {
-			t.Errorf("unit notification: %q", n)
+		// The fixture runs its backends with the process runner, as the
+		// demo does: the note points at the unit's log file, not a journal
+		// the demo does not have.
+		if strings.Contains(n, "journalctl") || !strings.Contains(n, "its log: ") || !strings.Contains(n, "no journal") {
+			t.Errorf("unit notification does not say where the process runner's log is: %q", n)
 		}
 	})
 

@@ -63,7 +63,13 @@ func (n *noteState) note(e api.Event, profiles map[string]*units.Profile) string
 			return ""
 		}
 		unit, _ := e.Detail["unit"].(string)
-		return fmt.Sprintf("⚠️ backend unit %s failed: nothing is served until it is restarted (gpuhost switch PROFILE); see journalctl -u %s", unit, unit)
+		// The event says where the unit's log is for the runner in use
+		// (the journal under systemd, a file in the demo).
+		where, _ := e.Detail["log"].(string)
+		if where == "" {
+			where = "its log: journalctl -u " + unit
+		}
+		return fmt.Sprintf("⚠️ backend unit %s failed: nothing is served until it is restarted (gpuhost switch PROFILE); %s", unit, strings.ReplaceAll(where, "`", ""))
 	}
 	return ""
 }

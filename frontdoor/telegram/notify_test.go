@@ -45,6 +45,17 @@ func TestNoteState(t *testing.T) {
 			want: []string{"", "⚠️ backend unit gpuhost-vllm.service failed", ""},
 		},
 		{
+			name: "the log hint is the event's (the demo's process runner has no journal)",
+			evs: []api.Event{{Kind: "unit", Detail: map[string]any{"unit": "gpuhost-vllm.service", "active_state": "failed",
+				"log": "its log: /state/backends/gpuhost-vllm.service.log (the demo's process runner; no journal)"}}},
+			want: []string{"(gpuhost switch PROFILE); its log: /state/backends/gpuhost-vllm.service.log (the demo's"},
+		},
+		{
+			name: "an event without a log hint points at the journal",
+			evs:  []api.Event{unitEv("failed")},
+			want: []string{"(gpuhost switch PROFILE); its log: journalctl -u gpuhost-vllm.service"},
+		},
+		{
 			name: "after a failed switch, unit failures are notified again",
 			evs: []api.Event{
 				{Kind: "switch", Status: "started"},
