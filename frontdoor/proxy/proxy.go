@@ -109,6 +109,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/config"
 	"gpuhost/internal/activity"
+	"gpuhost/internal/apishape"
 	"gpuhost/internal/loopback"
 	"gpuhost/units"
 )
@@ -304,7 +305,7 @@ func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
 type exchange struct {
 	host     string // 127.0.0.1:port
 	canRetry bool   // a dial failure may be retried (nothing written)
-	api      apiKind
+	api      apishape.Kind
 	prof     *units.Profile
 
 	status  int
@@ -376,9 +377,9 @@ type record struct {
 	remote    string // the TCP peer's IP (echo.ExtractIPDirect: never a forwarded-for header)
 	method    string
 	path      string
-	api       apiKind // from the path: how usage is read and errors are shaped
-	requested string  // the client's "model" (shortened), for the log only
-	model     string  // the served name it resolved to, "" if none
+	api       apishape.Kind // from the path: how usage is read and errors are shaped
+	requested string        // the client's "model" (shortened), for the log only
+	model     string        // the served name it resolved to, "" if none
 	profile   string
 	status    int
 	held      time.Duration
@@ -439,7 +440,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Doubled slashes: the backend gets the path it would route.
 		r.URL.Path, r.URL.RawPath = clean, ""
 	}
-	rec.api = apiFor(clean)
+	rec.api = apishape.Of(clean)
 	body, reserved, aerr := p.readBody(w, r)
 	defer p.mem.give(reserved)
 	if aerr != nil {
@@ -722,7 +723,7 @@ func (p *Proxy) done(rec *record) {
 	if rec.requested != "" && rec.requested != rec.model {
 		attrs = append(attrs, slog.String("requested", rec.requested))
 	}
-	if rec.api != apiOther {
+	if rec.api != apishape.Other {
 		attrs = append(attrs, slog.String("api", rec.api.String()))
 	}
 	if rec.profile != "" {
