@@ -125,13 +125,15 @@ type Backend interface {
 }
 
 // Observer receives one call per forwarded /v1 request, for the metrics.
-// model is always a configured served name or "" (unknown or no model),
-// never the client's free text, so it is safe as a metric label. status is
-// what the request ended with: the HTTP status sent, 499 when the client
-// went away first, 502 when the backend broke off mid-answer. Token counts
-// are 0 when the backend reported none; ttfb is 0 when no byte was sent.
+// api is the API the request spoke, from its path (its Label is one of a
+// fixed few names, so it is safe as a metric label). model is always a
+// configured served name or "" (unknown or no model), never the client's
+// free text, so it is safe as a metric label too. status is what the
+// request ended with: the HTTP status sent, 499 when the client went away
+// first, 502 when the backend broke off mid-answer. Token counts are 0 when
+// the backend reported none; ttfb is 0 when no byte was sent.
 type Observer interface {
-	ObserveRequest(model string, status int, promptTokens, completionTokens int, ttfb, dur time.Duration)
+	ObserveRequest(api apishape.Kind, model string, status int, promptTokens, completionTokens int, ttfb, dur time.Duration)
 }
 
 // DetailObserver is an Observer that also takes what the hold and
@@ -699,7 +701,7 @@ func (p *Proxy) done(rec *record) {
 		prompt, compl = rec.tap.prompt, rec.tap.compl
 	}
 	if b := p.observer.Load(); b != nil {
-		b.o.ObserveRequest(rec.model, rec.status, prompt, compl, ttfb, dur)
+		b.o.ObserveRequest(rec.api, rec.model, rec.status, prompt, compl, ttfb, dur)
 		if d, ok := b.o.(DetailObserver); ok {
 			d.ObserveRequestDetail(rec.model, rec.held, rec.stream, compl, ttfb, dur)
 		}
