@@ -80,13 +80,25 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	return nil
 }
 
-// remoteError decodes an error answer's body: the API's JSON error, or
-// the status text with the body as detail when it is not one.
+// remoteError decodes an error answer's body: the API's JSON error; on
+// /v1 (GET /v1/models) an error in OpenAI's or Anthropic's shape, whose
+// message becomes the detail; else the status text with the body as
+// detail.
 func remoteError(status int, data []byte) *RemoteError {
 	re := &RemoteError{Status: status}
-	if json.Unmarshal(data, &re.APIError) != nil || re.APIError.Error == "" {
-		re.APIError = APIError{Error: http.StatusText(status), Detail: strings.TrimSpace(string(data))}
+	if json.Unmarshal(data, &re.APIError) == nil && re.APIError.Error != "" {
+		return re
 	}
+	var v1 struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(data, &v1) == nil && v1.Error.Message != "" {
+		re.APIError = APIError{Error: strings.ToLower(http.StatusText(status)), Detail: v1.Error.Message}
+		return re
+	}
+	re.APIError = APIError{Error: http.StatusText(status), Detail: strings.TrimSpace(string(data))}
 	return re
 }
 

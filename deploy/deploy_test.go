@@ -28,6 +28,7 @@ import (
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/frontdoor/metrics"
 	"gpuhost/frontdoor/proxy"
+	"gpuhost/internal/apishape"
 	"gpuhost/triage"
 	"gpuhost/triage/llm"
 	"gpuhost/triage/source"
@@ -71,7 +72,7 @@ func exported(t *testing.T) map[string]bool {
 	if err := m.Add(added...); err != nil {
 		t.Fatal(err)
 	}
-	m.ObserveRequest("qwen3-coder", 200, 10, 20, 50*time.Millisecond, time.Second)
+	m.ObserveRequest(apishape.Chat, "qwen3-coder", 200, 10, 20, 50*time.Millisecond, time.Second)
 	m.ObserveRequestDetail("qwen3-coder", 10*time.Millisecond, true, 20, 50*time.Millisecond, time.Second)
 
 	e := echo.New()

@@ -20,6 +20,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/config"
+	"gpuhost/internal/apishape"
 	"gpuhost/internal/frontdoor"
 	"gpuhost/internal/sse"
 )
@@ -55,7 +56,8 @@ func New(sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) (*echo.Echo, e
 		if errors.As(err, &he) {
 			code, msg = he.Code, fmt.Sprint(he.Message)
 		}
-		_ = c.JSON(code, api.APIError{Error: strings.ToLower(http.StatusText(code)), Detail: msg})
+		_ = refuse(c, code, strings.ReplaceAll(strings.ToLower(http.StatusText(code)), " ", "_"),
+			api.APIError{Error: strings.ToLower(http.StatusText(code)), Detail: msg})
 	}
 	e.Pre(frontdoor.New(frontdoor.Options{
 		Listen:            cfg.Listen,
@@ -152,7 +154,7 @@ func bearerAuth(cfg *config.Config, th *frontdoor.Throttle) echo.MiddlewareFunc 
 			}
 			want, err := cfg.APIToken()
 			if err != nil || want == "" {
-				return c.JSON(http.StatusServiceUnavailable, api.APIError{Error: "no token", Detail: "the API token is not readable on the server"})
+				return refuse(c, http.StatusServiceUnavailable, "no_token", api.APIError{Error: "no token", Detail: "the API token is not readable on the server"})
 			}
 			header := c.Request().Header.Get("Authorization")
 			got, ok := strings.CutPrefix(header, "Bearer ")
@@ -167,13 +169,27 @@ func bearerAuth(cfg *config.Config, th *frontdoor.Throttle) echo.MiddlewareFunc 
 			}
 			if blocked {
 				c.Response().Header().Set("Retry-After", frontdoor.RetryAfterSeconds(wait))
-				return c.JSON(http.StatusTooManyRequests, api.APIError{Error: "too many requests",
+				return refuse(c, http.StatusTooManyRequests, "rate_limit_exceeded", api.APIError{Error: "too many requests",
 					Detail: fmt.Sprintf("too many wrong bearer tokens from this address; retry in %s s", frontdoor.RetryAfterSeconds(wait))})
 			}
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="gpuhost"`)
-			return c.JSON(http.StatusUnauthorized, api.APIError{Error: "unauthorized", Detail: "missing or wrong bearer token"})
+			return refuse(c, http.StatusUnauthorized, "invalid_api_key", api.APIError{Error: "unauthorized", Detail: "missing or wrong bearer token"})
 		}
 	}
+}
+
+// refuse answers a request the API does not serve. On /v1 the answer is in
+// the caller's API shape (apishape.Refuse: Anthropic's on /v1/messages,
+// OpenAI's on the rest), with code as its code and body's detail as its
+// message, since Claude Code and Codex show nothing of another shape;
+// elsewhere it is body, gpuhost's own {"error","detail"}. Headers set
+// before (WWW-Authenticate, Retry-After, Connection) go out either way.
+func refuse(c echo.Context, status int, code string, body api.APIError) error {
+	if p := c.Request().URL.Path; apishape.IsV1(p) {
+		apishape.Refuse(c.Response(), p, status, code, body.Detail)
+		return nil
+	}
+	return c.JSON(status, body)
 }
 
 func unknownProfile(c echo.Context, cfg *config.Config, name string) error {

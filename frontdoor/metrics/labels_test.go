@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"gpuhost/api"
+	"gpuhost/internal/apishape"
 )
 
 func TestCleanLabel(t *testing.T) {
@@ -75,18 +76,18 @@ func FuzzCleanLabel(f *testing.F) {
 // it must never panic (client_golang panics on invalid label values and on
 // negative counter increments) and the registry must still gather.
 func FuzzObserveRequest(f *testing.F) {
-	f.Add("qwen3-coder", 200, 10, 20, int64(time.Millisecond), int64(time.Second))
-	f.Add("", -1, -5, -7, int64(-1), int64(-1))
-	f.Add("bad\xffname", 999, 0, 0, int64(0), int64(0))
+	f.Add(uint8(apishape.Chat), "qwen3-coder", 200, 10, 20, int64(time.Millisecond), int64(time.Second))
+	f.Add(uint8(apishape.Other), "", -1, -5, -7, int64(-1), int64(-1))
+	f.Add(uint8(255), "bad\xffname", 999, 0, 0, int64(0), int64(0))
 	m := New(nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	// The proxy's series alone (the full registry would read the
 	// Supervisor), on a pedantic registry that also checks consistency.
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m.proxyReqs, m.proxyTokens, m.proxyTTFB, m.proxyDur)
-	f.Fuzz(func(t *testing.T, model string, status, prompt, completion int, ttfb, dur int64) {
-		m.ObserveRequest(model, status, prompt, completion, time.Duration(ttfb), time.Duration(dur))
+	f.Fuzz(func(t *testing.T, api uint8, model string, status, prompt, completion int, ttfb, dur int64) {
+		m.ObserveRequest(apishape.Kind(api), model, status, prompt, completion, time.Duration(ttfb), time.Duration(dur))
 		if _, err := reg.Gather(); err != nil {
-			t.Fatalf("gather after ObserveRequest(%q, %d, %d, %d, %d, %d): %v", model, status, prompt, completion, ttfb, dur, err)
+			t.Fatalf("gather after ObserveRequest(%d, %q, %d, %d, %d, %d, %d): %v", api, model, status, prompt, completion, ttfb, dur, err)
 		}
 	})
 }

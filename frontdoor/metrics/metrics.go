@@ -37,6 +37,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"gpuhost/api"
+	"gpuhost/internal/apishape"
 )
 
 // Supervisor is what the metrics read from the daemon core;
@@ -176,12 +177,12 @@ func New(sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) *Metrics {
 		}),
 		proxyReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuhost_proxy_requests_total",
-			Help: "Requests answered by the /v1 proxy, by model and HTTP status code.",
-		}, []string{"model", "code"}),
+			Help: "Requests answered by the /v1 proxy, by API (chat, completions, embeddings, messages, count_tokens, responses, other), model and HTTP status code.",
+		}, []string{"api", "model", "code"}),
 		proxyTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuhost_proxy_tokens_total",
-			Help: "Tokens reported by the backends through the /v1 proxy, by model and kind (prompt or completion).",
-		}, []string{"model", "kind"}),
+			Help: "Tokens reported by the backends through the /v1 proxy, by API (chat, completions, embeddings, messages, count_tokens, responses, other), model and kind (prompt or completion).",
+		}, []string{"api", "model", "kind"}),
 		proxyTTFB: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gpuhost_proxy_time_to_first_byte_seconds",
 			Help:    "Time from a /v1 request's arrival to the first response byte sent to the client, including any hold during a switch, by model.",
@@ -288,20 +289,21 @@ func (m *Metrics) Run(ctx context.Context) {
 	}
 }
 
-// ObserveRequest records one request answered by the /v1 proxy: the model it
-// asked for, the HTTP status sent, the token counts the backend reported
+// ObserveRequest records one request answered by the /v1 proxy: the API it
+// spoke (its Label: a fixed few values), the model it asked for, the HTTP
+// status sent, the token counts the backend reported
 // (0 when unknown), the time to the first response byte (0 or less: no byte
 // was sent, not observed) and the whole duration. model comes from the
 // client, so it is cleaned (valid UTF-8, at most 128 bytes) and, past 32
 // distinct values, reported as "other". It never blocks on the Supervisor.
-func (m *Metrics) ObserveRequest(model string, status int, promptTokens, completionTokens int, ttfb, dur time.Duration) {
-	mdl := m.models.value(model)
-	m.proxyReqs.WithLabelValues(mdl, strconv.Itoa(status)).Inc()
+func (m *Metrics) ObserveRequest(api apishape.Kind, model string, status int, promptTokens, completionTokens int, ttfb, dur time.Duration) {
+	mdl, apiName := m.models.value(model), api.Label()
+	m.proxyReqs.WithLabelValues(apiName, mdl, strconv.Itoa(status)).Inc()
 	if promptTokens > 0 {
-		m.proxyTokens.WithLabelValues(mdl, "prompt").Add(float64(promptTokens))
+		m.proxyTokens.WithLabelValues(apiName, mdl, "prompt").Add(float64(promptTokens))
 	}
 	if completionTokens > 0 {
-		m.proxyTokens.WithLabelValues(mdl, "completion").Add(float64(completionTokens))
+		m.proxyTokens.WithLabelValues(apiName, mdl, "completion").Add(float64(completionTokens))
 	}
 	if ttfb > 0 {
 		m.proxyTTFB.WithLabelValues(mdl).Observe(ttfb.Seconds())

@@ -24,6 +24,7 @@ import (
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/config"
 	"gpuhost/frontdoor/proxy"
+	"gpuhost/internal/apishape"
 	"gpuhost/nvml"
 	"gpuhost/units"
 )
@@ -346,7 +347,7 @@ func TestProxyObservations(t *testing.T) {
 		{"bad\xffname", 200, 1, 1, time.Millisecond, time.Millisecond},
 	}
 	for _, o := range obs {
-		s.m.ObserveRequest(o.model, o.status, o.prompt, o.compl, o.ttfb, o.dur)
+		s.m.ObserveRequest(apishape.Chat, o.model, o.status, o.prompt, o.compl, o.ttfb, o.dur)
 	}
 	fams := s.scrape(t)
 	tests := []struct {
@@ -390,7 +391,7 @@ func TestProxyModelLabelIsBounded(t *testing.T) {
 	f := appliancetest.New(t, appliancetest.Options{})
 	s := serve(t, f)
 	for i := range maxModels + 10 {
-		s.m.ObserveRequest("model-"+strconv.Itoa(i), 200, 1, 1, time.Millisecond, time.Millisecond)
+		s.m.ObserveRequest(apishape.Chat, "model-"+strconv.Itoa(i), 200, 1, 1, time.Millisecond, time.Millisecond)
 	}
 	fams := s.scrape(t)
 	if n := len(fams.find("gpuhost_proxy_requests_total", nil)); n != maxModels+1 {
@@ -400,7 +401,7 @@ func TestProxyModelLabelIsBounded(t *testing.T) {
 		t.Errorf("other = %v, want 10", got)
 	}
 	// A model seen before the cap keeps its own series.
-	s.m.ObserveRequest("model-0", 200, 0, 0, 0, 0)
+	s.m.ObserveRequest(apishape.Chat, "model-0", 200, 0, 0, 0, 0)
 	if got := s.scrape(t).value(t, "gpuhost_proxy_requests_total", map[string]string{"model": "model-0"}); got != 2 {
 		t.Errorf("model-0 = %v, want 2", got)
 	}
@@ -664,7 +665,7 @@ func BenchmarkScrape(b *testing.B) {
 func BenchmarkObserveRequest(b *testing.B) {
 	m := New(nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for b.Loop() {
-		m.ObserveRequest("qwen3-coder", 200, 1000, 200, 80*time.Millisecond, 3*time.Second)
+		m.ObserveRequest(apishape.Chat, "qwen3-coder", 200, 1000, 200, 80*time.Millisecond, 3*time.Second)
 	}
 }
 

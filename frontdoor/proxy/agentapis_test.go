@@ -126,8 +126,8 @@ func agentBody(api, model string, stream bool, i int) (string, []byte) {
 // streamed and whole, through the proxy at url, and compares the tokens
 // the request log (log) and the metrics observer (obs, which has seen
 // obsBefore requests already) record with the usage the backend's answer
-// reports: they must be equal for every request, and each log entry names
-// its API. It returns the number of requests compared.
+// reports: they must be equal for every request, and each log entry and
+// observation names its API. It returns the number of requests compared.
 func usageMatches(t *testing.T, url, model string, log *activity.Log, obs *observer, perCase int) int {
 	t.Helper()
 	total := 0
@@ -161,11 +161,11 @@ func usageMatches(t *testing.T, url, model string, log *activity.Log, obs *obser
 			match := 0
 			for i, r := range got {
 				if r.PromptTokens == want[i][0] && r.CompletionTokens == want[i][1] && r.API == api && r.Stream == stream &&
-					seen[i].prompt == want[i][0] && seen[i].completion == want[i][1] {
+					seen[i].api.Label() == api && seen[i].prompt == want[i][0] && seen[i].completion == want[i][1] {
 					match++
 				} else {
-					t.Errorf("%s stream=%v #%d: logged %d/%d (api %q stream %v), metrics %d/%d, backend %d/%d", api, stream, i,
-						r.PromptTokens, r.CompletionTokens, r.API, r.Stream, seen[i].prompt, seen[i].completion, want[i][0], want[i][1])
+					t.Errorf("%s stream=%v #%d: logged %d/%d (api %q stream %v), metrics %d/%d (api %q), backend %d/%d", api, stream, i,
+						r.PromptTokens, r.CompletionTokens, r.API, r.Stream, seen[i].prompt, seen[i].completion, seen[i].api.Label(), want[i][0], want[i][1])
 				}
 			}
 			total += perCase

@@ -2,12 +2,13 @@ package proxy
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"mime"
 	"net/http"
 	"strconv"
 	"strings"
+
+	"gpuhost/internal/apishape"
 )
 
 // apiErr is an answer gpuhost gives itself on /v1, written in the OpenAI
@@ -22,43 +23,14 @@ type apiErr struct {
 	extra      map[string]any
 }
 
-// writeError writes e in the shape of the request's API: OpenAI's
-// {"error":{"message","type","param","code",…extra}} for chat, Responses
-// and the rest; Anthropic's {"type":"error","error":{"type","message",…}}
-// for Messages, with the type Anthropic documents for the status and
-// gpuhost's code and extras beside it.
-func writeError(w http.ResponseWriter, e *apiErr, kind apiKind) {
-	body := map[string]any{}
-	for k, v := range e.extra {
-		body[k] = v
-	}
-	body["message"] = e.msg
-	body["type"] = e.typ
-	body["code"] = e.code
-	if e.param != "" {
-		body["param"] = e.param
-	} else {
-		body["param"] = nil
-	}
-	doc := map[string]any{"error": body}
-	if kind.anthropic() {
-		body["type"] = anthropicErrorType(e.status)
-		delete(body, "param")
-		doc["type"] = "error"
-	}
-	data, err := json.Marshal(doc)
-	if err != nil {
-		// Only our own values get here; a failure is a bug, not input.
-		data = []byte(`{"error":{"message":"internal error encoding an error","type":"internal_error","param":null,"code":"internal"}}`)
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(data)))
+// writeError writes e in the shape of the request's API (apishape.Write:
+// OpenAI's for chat, Responses and the rest, Anthropic's for Messages),
+// with Retry-After when e asks for it.
+func writeError(w http.ResponseWriter, e *apiErr, kind apishape.Kind) {
 	if e.retryAfter {
-		h.Set("Retry-After", retryAfterSeconds)
+		w.Header().Set("Retry-After", retryAfterSeconds)
 	}
-	w.WriteHeader(e.status)
-	_, _ = w.Write(data)
+	apishape.Write(w, kind, &apishape.Error{Status: e.status, Type: e.typ, Code: e.code, Param: e.param, Message: e.msg, Extra: e.extra})
 }
 
 // badJSON is the 400 for a body that is not a JSON object.

@@ -21,6 +21,7 @@ import (
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
 	"gpuhost/frontdoor/proxy"
+	"gpuhost/internal/apishape"
 	"gpuhost/internal/sse"
 	"gpuhost/internal/testkit"
 	"gpuhost/units"
@@ -76,6 +77,7 @@ func (e *env) backendURL(profile string) string {
 
 // observation is one ObserveRequest call.
 type observation struct {
+	api                apishape.Kind
 	model              string
 	status             int
 	prompt, completion int
@@ -109,10 +111,10 @@ func (o *observer) allDetails() []detail {
 	return append([]detail(nil), o.details...)
 }
 
-func (o *observer) ObserveRequest(model string, status int, prompt, completion int, ttfb, dur time.Duration) {
+func (o *observer) ObserveRequest(api apishape.Kind, model string, status int, prompt, completion int, ttfb, dur time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.obs = append(o.obs, observation{model, status, prompt, completion, ttfb, dur})
+	o.obs = append(o.obs, observation{api, model, status, prompt, completion, ttfb, dur})
 }
 
 func (o *observer) all() []observation {

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"gpuhost/api"
+	"gpuhost/internal/apishape"
 	"gpuhost/units"
 )
 
@@ -67,7 +68,7 @@ func (p *Proxy) handleModel(c echo.Context) error {
 		}
 	}
 	e := p.modelError(http.StatusNotFound, "model_not_found", fmt.Sprintf("unknown model %q", id), p.profiles(), p.sup.State())
-	writeError(c.Response(), e, apiOther)
+	writeError(c.Response(), e, apishape.Other)
 	return nil
 }
 

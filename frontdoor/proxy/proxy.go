@@ -109,6 +109,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/config"
 	"gpuhost/internal/activity"
+	"gpuhost/internal/apishape"
 	"gpuhost/internal/loopback"
 	"gpuhost/units"
 )
@@ -124,13 +125,15 @@ type Backend interface {
 }
 
 // Observer receives one call per forwarded /v1 request, for the metrics.
-// model is always a configured served name or "" (unknown or no model),
-// never the client's free text, so it is safe as a metric label. status is
-// what the request ended with: the HTTP status sent, 499 when the client
-// went away first, 502 when the backend broke off mid-answer. Token counts
-// are 0 when the backend reported none; ttfb is 0 when no byte was sent.
+// api is the API the request spoke, from its path (its Label is one of a
+// fixed few names, so it is safe as a metric label). model is always a
+// configured served name or "" (unknown or no model), never the client's
+// free text, so it is safe as a metric label too. status is what the
+// request ended with: the HTTP status sent, 499 when the client went away
+// first, 502 when the backend broke off mid-answer. Token counts are 0 when
+// the backend reported none; ttfb is 0 when no byte was sent.
 type Observer interface {
-	ObserveRequest(model string, status int, promptTokens, completionTokens int, ttfb, dur time.Duration)
+	ObserveRequest(api apishape.Kind, model string, status int, promptTokens, completionTokens int, ttfb, dur time.Duration)
 }
 
 // DetailObserver is an Observer that also takes what the hold and
@@ -304,7 +307,7 @@ func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
 type exchange struct {
 	host     string // 127.0.0.1:port
 	canRetry bool   // a dial failure may be retried (nothing written)
-	api      apiKind
+	api      apishape.Kind
 	prof     *units.Profile
 
 	status  int
@@ -376,9 +379,9 @@ type record struct {
 	remote    string // the TCP peer's IP (echo.ExtractIPDirect: never a forwarded-for header)
 	method    string
 	path      string
-	api       apiKind // from the path: how usage is read and errors are shaped
-	requested string  // the client's "model" (shortened), for the log only
-	model     string  // the served name it resolved to, "" if none
+	api       apishape.Kind // from the path: how usage is read and errors are shaped
+	requested string        // the client's "model" (shortened), for the log only
+	model     string        // the served name it resolved to, "" if none
 	profile   string
 	status    int
 	held      time.Duration
@@ -439,7 +442,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Doubled slashes: the backend gets the path it would route.
 		r.URL.Path, r.URL.RawPath = clean, ""
 	}
-	rec.api = apiFor(clean)
+	rec.api = apishape.Of(clean)
 	body, reserved, aerr := p.readBody(w, r)
 	defer p.mem.give(reserved)
 	if aerr != nil {
@@ -698,7 +701,7 @@ func (p *Proxy) done(rec *record) {
 		prompt, compl = rec.tap.prompt, rec.tap.compl
 	}
 	if b := p.observer.Load(); b != nil {
-		b.o.ObserveRequest(rec.model, rec.status, prompt, compl, ttfb, dur)
+		b.o.ObserveRequest(rec.api, rec.model, rec.status, prompt, compl, ttfb, dur)
 		if d, ok := b.o.(DetailObserver); ok {
 			d.ObserveRequestDetail(rec.model, rec.held, rec.stream, compl, ttfb, dur)
 		}
@@ -722,7 +725,7 @@ func (p *Proxy) done(rec *record) {
 	if rec.requested != "" && rec.requested != rec.model {
 		attrs = append(attrs, slog.String("requested", rec.requested))
 	}
-	if rec.api != apiOther {
+	if rec.api != apishape.Other {
 		attrs = append(attrs, slog.String("api", rec.api.String()))
 	}
 	if rec.profile != "" {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"gpuhost/internal/apishape"
 	"gpuhost/units"
 )
 
@@ -35,7 +36,7 @@ const versionTimeout = 2 * time.Second
 // reports whether it did.
 func (p *Proxy) unservedAPI(resp *http.Response, x *exchange) bool {
 	switch x.api {
-	case apiMessages, apiCountTokens, apiResponses, apiEmbeddings:
+	case apishape.Messages, apishape.CountTokens, apishape.Responses, apishape.Embeddings:
 	default:
 		return false
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"gpuhost/internal/apishape"
 	"gpuhost/internal/sse"
 )
 
@@ -53,7 +54,7 @@ const (
 type usageTap struct {
 	rc   io.ReadCloser
 	mode tapMode
-	kind apiKind
+	kind apishape.Kind
 
 	first     time.Time
 	bytes     int64
@@ -88,7 +89,7 @@ func tapModeFor(contentType, contentEncoding string) tapMode {
 	return tapNone
 }
 
-func newUsageTap(rc io.ReadCloser, mode tapMode, kind apiKind) *usageTap {
+func newUsageTap(rc io.ReadCloser, mode tapMode, kind apishape.Kind) *usageTap {
 	t := &usageTap{rc: rc, mode: mode, kind: kind}
 	if mode == tapSSE {
 		t.lines = sse.NewParser(maxSSELine)
@@ -175,9 +176,9 @@ func (t *usageTap) sseField(f sse.Field) {
 	payload := bytes.TrimLeft(f.Value, " ")
 	t.events++
 	switch t.kind {
-	case apiMessages:
+	case apishape.Messages:
 		t.messagesData(payload)
-	case apiResponses:
+	case apishape.Responses:
 		t.responsesData(payload)
 	default:
 		if bytes.Equal(payload, doneMarker) {
@@ -302,9 +303,9 @@ func (t *usageTap) usageFrom(doc []byte) {
 		return
 	}
 	switch t.kind {
-	case apiMessages:
+	case apishape.Messages:
 		t.anthropicUsage(v.Usage, true)
-	case apiResponses:
+	case apishape.Responses:
 		t.responsesUsage(v.Usage)
 	default:
 		t.haveUsage, t.prompt, t.compl = true, deref(v.Usage.PromptTokens), deref(v.Usage.CompletionTokens)

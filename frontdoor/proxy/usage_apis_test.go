@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"gpuhost/internal/apishape"
 )
 
 // messagesStream is a streamed Anthropic Messages answer in the event
@@ -48,7 +50,7 @@ func withoutEventLines(s string) string {
 func TestUsageTapAPIs(t *testing.T) {
 	tests := []struct {
 		name         string
-		kind         apiKind
+		kind         apishape.Kind
 		mode         tapMode
 		body         string
 		wantUsage    bool
@@ -56,31 +58,31 @@ func TestUsageTapAPIs(t *testing.T) {
 		wantDone     bool
 		events       int
 	}{
-		{name: "messages stream", kind: apiMessages, mode: tapSSE, body: messagesStream, wantUsage: true, prompt: 30, comp: 15, wantDone: true, events: 7},
-		{name: "messages stream, data lines only", kind: apiMessages, mode: tapSSE, body: withoutEventLines(messagesStream), wantUsage: true, prompt: 30, comp: 15, wantDone: true, events: 7},
-		{name: "messages stream cut before message_delta", kind: apiMessages, mode: tapSSE, body: messagesStream[:strings.Index(messagesStream, "event: message_delta")],
+		{name: "messages stream", kind: apishape.Messages, mode: tapSSE, body: messagesStream, wantUsage: true, prompt: 30, comp: 15, wantDone: true, events: 7},
+		{name: "messages stream, data lines only", kind: apishape.Messages, mode: tapSSE, body: withoutEventLines(messagesStream), wantUsage: true, prompt: 30, comp: 15, wantDone: true, events: 7},
+		{name: "messages stream cut before message_delta", kind: apishape.Messages, mode: tapSSE, body: messagesStream[:strings.Index(messagesStream, "event: message_delta")],
 			wantUsage: true, prompt: 30, comp: 1, events: 5},
-		{name: "messages delta with input", kind: apiMessages, mode: tapSSE,
+		{name: "messages delta with input", kind: apishape.Messages, mode: tapSSE,
 			body:      "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"input_tokens\":9,\"output_tokens\":4}}\n\n",
 			wantUsage: true, prompt: 9, comp: 4, events: 1},
-		{name: "messages answer", kind: apiMessages, mode: tapJSON,
+		{name: "messages answer", kind: apishape.Messages, mode: tapJSON,
 			body:      `{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":12,"cache_read_input_tokens":4,"output_tokens":3}}`,
 			wantUsage: true, prompt: 16, comp: 3},
-		{name: "messages error answer", kind: apiMessages, mode: tapJSON, body: `{"type":"error","error":{"type":"not_found_error","message":"x"}}`},
-		{name: "count_tokens is not usage", kind: apiCountTokens, mode: tapJSON, body: `{"input_tokens":2095}`},
-		{name: "responses stream", kind: apiResponses, mode: tapSSE, body: responsesStream, wantUsage: true, prompt: 40, comp: 7, wantDone: true, events: 4},
-		{name: "responses stream, data lines only", kind: apiResponses, mode: tapSSE, body: withoutEventLines(responsesStream), wantUsage: true, prompt: 40, comp: 7, wantDone: true, events: 4},
-		{name: "responses incomplete", kind: apiResponses, mode: tapSSE,
+		{name: "messages error answer", kind: apishape.Messages, mode: tapJSON, body: `{"type":"error","error":{"type":"not_found_error","message":"x"}}`},
+		{name: "count_tokens is not usage", kind: apishape.CountTokens, mode: tapJSON, body: `{"input_tokens":2095}`},
+		{name: "responses stream", kind: apishape.Responses, mode: tapSSE, body: responsesStream, wantUsage: true, prompt: 40, comp: 7, wantDone: true, events: 4},
+		{name: "responses stream, data lines only", kind: apishape.Responses, mode: tapSSE, body: withoutEventLines(responsesStream), wantUsage: true, prompt: 40, comp: 7, wantDone: true, events: 4},
+		{name: "responses incomplete", kind: apishape.Responses, mode: tapSSE,
 			body:      "event: response.incomplete\ndata: {\"type\":\"response.incomplete\",\"response\":{\"status\":\"incomplete\",\"usage\":{\"input_tokens\":5,\"output_tokens\":16}}}\n\n",
 			wantUsage: true, prompt: 5, comp: 16, wantDone: true, events: 1},
-		{name: "responses stream without the end", kind: apiResponses, mode: tapSSE, body: responsesStream[:strings.Index(responsesStream, "event: response.completed")], events: 3},
-		{name: "responses answer", kind: apiResponses, mode: tapJSON,
+		{name: "responses stream without the end", kind: apishape.Responses, mode: tapSSE, body: responsesStream[:strings.Index(responsesStream, "event: response.completed")], events: 3},
+		{name: "responses answer", kind: apishape.Responses, mode: tapJSON,
 			body:      `{"id":"resp_1","object":"response","status":"completed","output":[{"type":"function_call","name":"f","arguments":"{}"}],"usage":{"input_tokens":21,"output_tokens":9,"total_tokens":30}}`,
 			wantUsage: true, prompt: 21, comp: 9},
-		{name: "embeddings answer", kind: apiEmbeddings, mode: tapJSON,
+		{name: "embeddings answer", kind: apishape.Embeddings, mode: tapJSON,
 			body:      `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1]}],"usage":{"prompt_tokens":8,"total_tokens":8}}`,
 			wantUsage: true, prompt: 8},
-		{name: "[DONE] does not end a messages stream", kind: apiMessages, mode: tapSSE, body: "data: [DONE]\n\n", events: 1},
+		{name: "[DONE] does not end a messages stream", kind: apishape.Messages, mode: tapSSE, body: "data: [DONE]\n\n", events: 1},
 	}
 	for _, tc := range tests {
 		for cut := -1; cut <= len(tc.body); cut++ {
@@ -101,28 +103,15 @@ func TestUsageTapAPIs(t *testing.T) {
 	}
 }
 
-func TestAPIFor(t *testing.T) {
-	tests := map[string]apiKind{
-		"/v1/chat/completions": apiChat, "/v1/completions": apiCompletions, "/v1/embeddings": apiEmbeddings,
-		"/v1/messages": apiMessages, "/v1/messages/": apiMessages, "/v1/messages/count_tokens": apiCountTokens,
-		"/v1/responses": apiResponses, "/v1/responses/resp_1": apiResponses, "/v1/models": apiOther, "/v1/messagesx": apiOther,
-	}
-	for path, want := range tests {
-		if got := apiFor(path); got != want {
-			t.Errorf("apiFor(%q) = %v, want %v", path, got, want)
-		}
-	}
-}
-
 // FuzzUsageTapAPIs: for every API, any bytes and any cut: the bytes pass
 // unchanged, nothing panics, and the cut does not change what is found.
 func FuzzUsageTapAPIs(f *testing.F) {
-	f.Add([]byte(messagesStream), uint16(40), uint8(apiMessages), true)
-	f.Add([]byte(withoutEventLines(responsesStream)), uint16(9), uint8(apiResponses), true)
-	f.Add([]byte(`{"usage":{"input_tokens":1,"output_tokens":2}}`), uint16(3), uint8(apiResponses), false)
-	f.Add([]byte(`{"usage":{"input_tokens":null,"output_tokens":-2,"cache_read_input_tokens":1e3}}`), uint16(3), uint8(apiMessages), false)
+	f.Add([]byte(messagesStream), uint16(40), uint8(apishape.Messages), true)
+	f.Add([]byte(withoutEventLines(responsesStream)), uint16(9), uint8(apishape.Responses), true)
+	f.Add([]byte(`{"usage":{"input_tokens":1,"output_tokens":2}}`), uint16(3), uint8(apishape.Responses), false)
+	f.Add([]byte(`{"usage":{"input_tokens":null,"output_tokens":-2,"cache_read_input_tokens":1e3}}`), uint16(3), uint8(apishape.Messages), false)
 	f.Fuzz(func(t *testing.T, body []byte, cut uint16, kind uint8, sse bool) {
-		k := apiKind(kind % uint8(len(apiNames)))
+		k := apishape.Kind(kind % uint8(apishape.Responses+1))
 		mode := tapJSON
 		if sse {
 			mode = tapSSE

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"gpuhost/internal/apishape"
 )
 
 // vllmStream is a streamed chat answer as vLLM sends it with
@@ -54,7 +56,7 @@ func TestUsageTap(t *testing.T) {
 			} else {
 				r = io.MultiReader(bytes.NewReader([]byte(tc.body[:cut])), bytes.NewReader([]byte(tc.body[cut:])))
 			}
-			tap := newUsageTap(io.NopCloser(r), tc.mode, apiChat)
+			tap := newUsageTap(io.NopCloser(r), tc.mode, apishape.Chat)
 			got, err := io.ReadAll(tap)
 			if err != nil || string(got) != tc.body {
 				t.Fatalf("%s cut %d: body changed or error %v", tc.name, cut, err)
@@ -76,7 +78,7 @@ func TestUsageTap(t *testing.T) {
 func TestUsageTapBounds(t *testing.T) {
 	long := "data: {\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1},\"pad\":\"" + strings.Repeat("x", maxSSELine) + "\"}\n\n" +
 		"data: {\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":9}}\n\n"
-	tap := newUsageTap(io.NopCloser(&chunkReader{data: []byte(long), n: 4096}), tapSSE, apiChat)
+	tap := newUsageTap(io.NopCloser(&chunkReader{data: []byte(long), n: 4096}), tapSSE, apishape.Chat)
 	if _, err := io.Copy(io.Discard, tap); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +88,7 @@ func TestUsageTapBounds(t *testing.T) {
 		t.Fatalf("an over-long line must be skipped and the next one read: usage %v %d", tap.haveUsage, tap.prompt)
 	}
 	big := `{"pad":"` + strings.Repeat("x", maxJSONBody) + `","usage":{"prompt_tokens":1,"completion_tokens":1}}`
-	tap = newUsageTap(io.NopCloser(strings.NewReader(big)), tapJSON, apiChat)
+	tap = newUsageTap(io.NopCloser(strings.NewReader(big)), tapJSON, apishape.Chat)
 	if _, err := io.Copy(io.Discard, tap); err != nil {
 		t.Fatal(err)
 	}
@@ -126,13 +128,13 @@ func FuzzUsageTap(f *testing.F) {
 		if sse {
 			mode = tapSSE
 		}
-		whole := newUsageTap(io.NopCloser(bytes.NewReader(body)), mode, apiChat)
+		whole := newUsageTap(io.NopCloser(bytes.NewReader(body)), mode, apishape.Chat)
 		got, err := io.ReadAll(whole)
 		if err != nil || !bytes.Equal(got, body) {
 			t.Fatalf("body changed or error %v", err)
 		}
 		c := int(cut) % (len(body) + 1)
-		split := newUsageTap(io.NopCloser(io.MultiReader(bytes.NewReader(body[:c]), bytes.NewReader(body[c:]))), mode, apiChat)
+		split := newUsageTap(io.NopCloser(io.MultiReader(bytes.NewReader(body[:c]), bytes.NewReader(body[c:]))), mode, apishape.Chat)
 		if _, err := io.ReadAll(split); err != nil {
 			t.Fatal(err)
 		}
@@ -196,7 +198,7 @@ func BenchmarkUsageTap(b *testing.B) {
 			b.SetBytes(int64(len(data)))
 			b.ReportAllocs()
 			for b.Loop() {
-				tap := newUsageTap(io.NopCloser(&chunkReader{data: data, n: rc.n}), tapSSE, apiChat)
+				tap := newUsageTap(io.NopCloser(&chunkReader{data: data, n: rc.n}), tapSSE, apishape.Chat)
 				for {
 					if _, err := tap.Read(buf); err != nil {
 						break

@@ -29,7 +29,6 @@ package frontdoor
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +41,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"gpuhost/internal/apishape"
 	"gpuhost/internal/loopback"
 )
 
@@ -214,16 +214,16 @@ func (g *Guard) HostAllowed(hostport string) bool {
 	return g.anyIP && net.ParseIP(h) != nil
 }
 
-// refuse writes the refusal; /v1 clients get the OpenAI error shape their
-// SDKs parse.
+// refuse writes the refusal. /v1 clients get their API's error shape
+// (Anthropic's on /v1/messages, OpenAI's on the rest: apishape.Refuse),
+// with the rule as the code, since their SDKs show nothing else; the rest
+// get Refusal.
 func refuse(c echo.Context, status int, rule, detail string) error {
-	short := strings.ToLower(http.StatusText(status))
-	if strings.HasPrefix(c.Request().URL.Path, "/v1/") {
-		return c.JSON(status, map[string]any{"error": map[string]any{
-			"message": detail, "type": "forbidden", "code": "frontdoor_" + strings.ReplaceAll(rule, "-", "_"), "param": nil,
-		}})
+	if p := c.Request().URL.Path; apishape.IsV1(p) {
+		apishape.Refuse(c.Response(), p, status, "frontdoor_"+strings.ReplaceAll(rule, "-", "_"), detail)
+		return nil
 	}
-	return c.JSON(status, Refusal{Error: short, Detail: detail, Rule: rule})
+	return c.JSON(status, Refusal{Error: strings.ToLower(http.StatusText(status)), Detail: detail, Rule: rule})
 }
 
 func safeMethod(m string) bool {
@@ -272,11 +272,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
-}
-
-// WriteJSON writes a refusal outside echo (the throttle's answers).
-func WriteJSON(w http.ResponseWriter, status int, rule, detail string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(Refusal{Error: strings.ToLower(http.StatusText(status)), Detail: detail, Rule: rule})
 }
