@@ -30,6 +30,10 @@ import (
 // not model time. The access log is a real text handler writing to
 // io.Discard, as the daemon pays for one.
 //
+// apis16 sends the 16-token answer as chat, Messages and Responses in
+// turn, each paired with a direct request, so that the three APIs' added
+// latencies are compared under the same drift (benchAPIsInterleaved).
+//
 // Kinds: nonstream (16 tokens, one JSON answer), stream16 (16 SSE chunks:
 // the latency of a short streamed answer), messages16 and responses16 (the
 // same answer streamed as Anthropic Messages and OpenAI Responses events,
@@ -89,6 +93,7 @@ func BenchmarkProxy(b *testing.B) {
 		{"proxy", srv.URL},
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+	b.Run("apis16", func(b *testing.B) { benchAPIsInterleaved(b, client, targets[0].url, srv.URL, bodies, paths) })
 	for _, tgt := range targets {
 		b.Run(tgt.name, func(b *testing.B) {
 			for _, kind := range []string{"nonstream", "stream16", "messages16", "responses16", "stream1024"} {
@@ -156,6 +161,55 @@ func BenchmarkProxy(b *testing.B) {
 				})
 			}
 		})
+	}
+}
+
+// benchAPIsInterleaved is the added latency of each API beside chat's,
+// measured so that the machine's drift falls on all of them alike: every
+// iteration sends the same 16-token answer as chat, Messages and Responses
+// (in an order that rotates), each as a pair of a direct request and a
+// proxied one. It reports each API's added-p50 (median of proxied − its
+// paired direct) and the two agent APIs' added-p50 as a percentage of
+// chat's (messages-%chat, responses-%chat: ≤ 110 is "no more than 10 %
+// above chat").
+func benchAPIsInterleaved(b *testing.B, client *http.Client, direct, proxied string, bodies map[string][]byte, paths map[string]string) {
+	kinds := []string{"stream16", "messages16", "responses16"}
+	path := func(kind string) string {
+		if p, ok := paths[kind]; ok {
+			return p
+		}
+		return "/v1/chat/completions"
+	}
+	for range 20 { // warm connections and caches
+		for _, k := range kinds {
+			benchRequest(b, client, direct+path(k), bodies[k], true)
+			benchRequest(b, client, proxied+path(k), bodies[k], true)
+		}
+	}
+	added := map[string][]time.Duration{}
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range kinds {
+			k := kinds[(i+j)%len(kinds)]
+			t0 := time.Now()
+			benchRequest(b, client, direct+path(k), bodies[k], true)
+			t1 := time.Now()
+			benchRequest(b, client, proxied+path(k), bodies[k], true)
+			added[k] = append(added[k], time.Since(t1)-t1.Sub(t0))
+		}
+	}
+	b.StopTimer()
+	p50 := map[string]time.Duration{}
+	for _, k := range kinds {
+		slices.Sort(added[k])
+		p50[k] = pct(added[k], 50)
+	}
+	b.ReportMetric(msOf(p50["stream16"]), "chat-added-p50-ms")
+	b.ReportMetric(msOf(p50["messages16"]), "messages-added-p50-ms")
+	b.ReportMetric(msOf(p50["responses16"]), "responses-added-p50-ms")
+	if p50["stream16"] > 0 {
+		b.ReportMetric(100*p50["messages16"].Seconds()/p50["stream16"].Seconds(), "messages-%chat")
+		b.ReportMetric(100*p50["responses16"].Seconds()/p50["stream16"].Seconds(), "responses-%chat")
 	}
 }
 
