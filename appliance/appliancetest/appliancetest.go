@@ -5,6 +5,7 @@ package appliancetest
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"gpuhost/config"
 	"gpuhost/internal/testbin"
 	"gpuhost/internal/testkit"
+	"gpuhost/units"
 )
 
 // Options shape the fixture.
@@ -145,4 +147,23 @@ func Describe(evs []api.Event) string {
 		b.WriteString("\n  " + e.Kind + " " + e.Step + " " + e.Status + " " + e.Message)
 	}
 	return b.String()
+}
+
+// Fixed is a front-door backend (the proxy's Backend) whose one profile is
+// always active and which never switches: for tests of the wire between
+// the proxy and a recording HTTP server put where the backend would be,
+// which a Supervisor would only get in the way of.
+type Fixed struct{ Profile *units.Profile }
+
+// State reports the profile as active.
+func (f Fixed) State() api.State {
+	return api.State{Phase: api.PhaseActive, Profile: f.Profile.Name, Backend: f.Profile.Backend}
+}
+
+// AwaitActive returns the profile at once.
+func (f Fixed) AwaitActive(context.Context) (*units.Profile, error) { return f.Profile, nil }
+
+// Switch refuses: a Fixed backend has nothing to switch to.
+func (f Fixed) Switch(context.Context, string, api.SwitchOptions) (string, <-chan error, error) {
+	return "", nil, errors.New("appliancetest.Fixed does not switch")
 }

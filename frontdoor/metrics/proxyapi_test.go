@@ -1,8 +1,6 @@
 package metrics
 
 import (
-	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -15,24 +13,12 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"gpuhost/api"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/config"
 	"gpuhost/frontdoor/proxy"
 	"gpuhost/internal/testkit"
 	"gpuhost/units"
 )
-
-// oneProfile is a proxy.Backend whose only profile is always active.
-type oneProfile struct{ prof *units.Profile }
-
-func (b oneProfile) State() api.State {
-	return api.State{Phase: api.PhaseActive, Profile: b.prof.Name, Backend: b.prof.Backend}
-}
-func (b oneProfile) AwaitActive(context.Context) (*units.Profile, error) { return b.prof, nil }
-func (b oneProfile) Switch(context.Context, string, api.SwitchOptions) (string, <-chan error, error) {
-	return "", nil, errors.New("oneProfile does not switch")
-}
 
 // TestProxyRequestsByAPI: one request of each /v1 API through the real
 // proxy, to a backend that answers each in its API's own usage format:
@@ -63,7 +49,7 @@ func TestProxyRequestsByAPI(t *testing.T) {
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(up.URL, "http://"))
 	n, _ := strconv.Atoi(port)
 	prof := &units.Profile{Name: "p", Backend: units.VLLM, Model: "org/model", ServedName: "served", Port: n}
-	px := proxy.New(oneProfile{prof}, config.ProxyConfig{}, func() map[string]*units.Profile {
+	px := proxy.New(appliancetest.Fixed{Profile: prof}, config.ProxyConfig{}, func() map[string]*units.Profile {
 		return map[string]*units.Profile{prof.Name: prof}
 	}, slog.New(slog.DiscardHandler))
 	s := serve(t, appliancetest.New(t, appliancetest.Options{}))

@@ -199,7 +199,7 @@ func TestAgentAPIsUsageRealOllama(t *testing.T) {
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(base, "http://"))
 	n, _ := strconv.Atoi(port)
 	prof := &units.Profile{Name: "tiny", Backend: units.Ollama, Model: model, Port: n}
-	p := proxy.New(fixedBackend{prof}, config.ProxyConfig{}, func() map[string]*units.Profile {
+	p := proxy.New(appliancetest.Fixed{Profile: prof}, config.ProxyConfig{}, func() map[string]*units.Profile {
 		return map[string]*units.Profile{prof.Name: prof}
 	}, slog.New(slog.DiscardHandler))
 	obs := &observer{}

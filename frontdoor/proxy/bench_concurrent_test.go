@@ -23,6 +23,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"gpuhost/appliance/appliancetest"
 	"gpuhost/config"
 	"gpuhost/frontdoor/proxy"
 	"gpuhost/units"
@@ -86,7 +87,7 @@ func BenchmarkProxyConcurrent(b *testing.B) {
 	n, _ := strconv.Atoi(port)
 	prof := &units.Profile{Name: "p", Backend: units.VLLM, Model: "org/model", ServedName: "served", Port: n}
 	profiles := map[string]*units.Profile{prof.Name: prof} // one map, as the daemon's config holds
-	p := proxy.New(fixedBackend{prof}, config.ProxyConfig{}, func() map[string]*units.Profile { return profiles },
+	p := proxy.New(appliancetest.Fixed{Profile: prof}, config.ProxyConfig{}, func() map[string]*units.Profile { return profiles },
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	e := echo.New()
 	p.Register(e)

@@ -1,8 +1,6 @@
 package proxy_test
 
 import (
-	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -16,7 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"gpuhost/api"
+	"gpuhost/appliance/appliancetest"
 	"gpuhost/config"
 	"gpuhost/frontdoor/proxy"
 	"gpuhost/internal/sse"
@@ -26,18 +24,8 @@ import (
 
 // These tests put a recording HTTP server where the backend would be, to
 // see exactly what the proxy sends and how it handles a backend that breaks.
-// The Supervisor is replaced by a fixed "active" state: what matters here is
-// the wire, which the simulator cannot show.
-
-type fixedBackend struct{ prof *units.Profile }
-
-func (f fixedBackend) State() api.State {
-	return api.State{Phase: api.PhaseActive, Profile: f.prof.Name, Backend: f.prof.Backend}
-}
-func (f fixedBackend) AwaitActive(context.Context) (*units.Profile, error) { return f.prof, nil }
-func (f fixedBackend) Switch(context.Context, string, api.SwitchOptions) (string, <-chan error, error) {
-	return "", nil, errors.New("fixedBackend does not switch")
-}
+// The Supervisor is replaced by a fixed "active" state (appliancetest.Fixed):
+// what matters here is the wire, which the simulator cannot show.
 
 type recorded struct {
 	header http.Header
@@ -69,7 +57,7 @@ func wireEnv(t *testing.T, handler http.HandlerFunc) (string, *observer, *[]reco
 // serveProxy serves a proxy whose only, active, profile is prof.
 func serveProxy(t *testing.T, prof *units.Profile) (string, *observer) {
 	t.Helper()
-	p := proxy.New(fixedBackend{prof}, config.ProxyConfig{}, func() map[string]*units.Profile {
+	p := proxy.New(appliancetest.Fixed{Profile: prof}, config.ProxyConfig{}, func() map[string]*units.Profile {
 		return map[string]*units.Profile{prof.Name: prof}
 	}, slog.New(slog.DiscardHandler))
 	obs := &observer{}
