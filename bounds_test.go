@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,8 +17,6 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/bench"
-	"gpuhost/internal/testbin"
-	"gpuhost/internal/testkit"
 )
 
 // The memory and availability bounds of the daemon's front doors, each
@@ -39,40 +36,7 @@ func startBoundsDaemon(t *testing.T, host, extraYAML, vllmLoad string) *limitDae
 	if b := os.Getenv("GPUHOST_PROBE_BIN"); b != "" {
 		bin = b
 	}
-	state := t.TempDir()
-	port := testkit.FreePort(t)
-	y := testbin.ConfigYAML(bin, state, "process", "", testkit.FreePort(t), testkit.FreePort(t), vllmLoad)
-	y = strings.Replace(y, "listen: 127.0.0.1:0", fmt.Sprintf("listen: %s:%d", host, port), 1) + "\n" + extraYAML
-	y = strings.Replace(y, "default_profile: coder\n", "", 1)
-	path := filepath.Join(state, "gpuhost.yaml")
-	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "serve", "--config", path)
-	cmd.Env = append(os.Environ(), "GPUHOST_API_TOKEN="+boundsToken)
-	var logs testkit.SyncBuffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("daemon log (tail):\n%s", tail(logs.String(), 4000))
-		}
-	})
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	d := &limitDaemon{cmd: cmd, addr: addr, url: "http://" + addr}
-	c := api.NewClient(d.url, boundsToken)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := c.Status(context.Background()); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("daemon did not answer: %v", err)
-		}
-	}
-	return d
+	return startServeProcess(t, bin, host, boundsToken, extraYAML, vllmLoad)
 }
 
 func tail(s string, n int) string {

@@ -31,17 +31,28 @@ type limitDaemon struct {
 
 func startLimitDaemon(t *testing.T, extraYAML string, vllmLoad string) *limitDaemon {
 	t.Helper()
+	return startServeProcess(t, binPath, "127.0.0.1", "", extraYAML, vllmLoad)
+}
+
+// startServeProcess starts bin's `gpuhost serve` on host at a free port,
+// idle (no default profile: the test switches itself), with extraYAML
+// appended to the test config and the simulated vLLM loading for vllmLoad;
+// token, when set, is its API token. It returns once the daemon answers.
+func startServeProcess(t *testing.T, bin, host, token, extraYAML, vllmLoad string) *limitDaemon {
+	t.Helper()
 	state := t.TempDir()
-	addr := testkit.FreeAddr(t)
-	y := testbin.ConfigYAML(binPath, state, "process", "", testkit.FreePort(t), testkit.FreePort(t), vllmLoad)
-	y = strings.Replace(y, "listen: 127.0.0.1:0", "listen: "+addr, 1) + "\n" + extraYAML
-	// No default profile: the daemon starts idle; the test switches itself.
+	port := testkit.FreePort(t)
+	y := testbin.ConfigYAML(bin, state, "process", "", testkit.FreePort(t), testkit.FreePort(t), vllmLoad)
+	y = strings.Replace(y, "listen: 127.0.0.1:0", fmt.Sprintf("listen: %s:%d", host, port), 1) + "\n" + extraYAML
 	y = strings.Replace(y, "default_profile: coder\n", "", 1)
 	path := filepath.Join(state, "gpuhost.yaml")
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binPath, "serve", "--config", path)
+	cmd := exec.Command(bin, "serve", "--config", path)
+	if token != "" {
+		cmd.Env = append(os.Environ(), "GPUHOST_API_TOKEN="+token)
+	}
 	var logs testkit.SyncBuffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
@@ -51,11 +62,15 @@ func startLimitDaemon(t *testing.T, extraYAML string, vllmLoad string) *limitDae
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		if t.Failed() {
-			t.Logf("daemon log:\n%s", logs.String())
+			t.Logf("daemon log (tail):\n%s", tail(logs.String(), 4000))
 		}
 	})
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	d := &limitDaemon{cmd: cmd, addr: addr, url: "http://" + addr}
-	c := d.client()
+	c := api.NewClient(d.url, token)
+	// The readiness probe keeps no idle connection: the connection caps
+	// some tests set count every one.
+	c.HTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if _, err := c.Status(context.Background()); err == nil {
 			break
