@@ -144,7 +144,10 @@ func BenchmarkProxyConcurrent(b *testing.B) {
 	// bare reverse proxy and through gpuhost's proxy, one after the other.
 	compare := func(b *testing.B, path string, conc int, header string, scale float64, unit string) {
 		if only := os.Getenv("BENCH_ONLY"); only != "" {
-			u := map[string]string{"direct": up.URL, "bare": bare.URL, "proxy": srv.URL, "relay": "http://" + relay.Addr().String()}[only]
+			u, ok := map[string]string{"direct": up.URL, "bare": bare.URL, "proxy": srv.URL, "relay": "http://" + relay.Addr().String()}[only]
+			if !ok {
+				b.Fatalf("BENCH_ONLY=%q: want direct, relay, bare or proxy", only)
+			}
 			r := run(b, u+path, conc, header)
 			b.ReportMetric(r.cpuPerReq, only+"-cpu-us/req")
 			b.ReportMetric(r.sysPerReq, only+"-sys-us/req")
