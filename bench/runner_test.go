@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -97,26 +98,40 @@ func TestAccuracyVLLM(t *testing.T) {
 	}
 }
 
-// TestServingConcurrency: with 4 in flight and no batching limit, the
-// aggregate output rate is about 4 × the per-sequence rate.
+// TestServingConcurrency: the c=4 level really keeps 4 requests in flight
+// at the server (counted at a proxy in front of it, not timed), and every
+// level completes its requests. The rate ratio (about 4 with no batching
+// limit) depends on the machine's load, so it is checked only with
+// GPUHOST_BENCH_ACCURACY=1 (an idle machine).
 func TestServingConcurrency(t *testing.T) {
 	t.Parallel()
-	url := startSim(t, simulator.Options{Flavor: simulator.FlavorVLLM, Model: "m", PrefillTPS: 50000, DecodeTPS: 400})
+	sim := startSim(t, simulator.Options{Flavor: simulator.FlavorVLLM, Model: "m", PrefillTPS: 50000, DecodeTPS: 400})
+	var inFlight, peak atomic.Int64
+	url := benchtest.StartProxy(t, sim, &benchtest.Proxy{Wrap: func(_ int64, body io.ReadCloser) io.ReadCloser {
+		n := inFlight.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		return &countedBody{ReadCloser: body, done: func() { inFlight.Add(-1) }}
+	}})
 	r, err := Run(context.Background(), Options{Target: Target{URL: url}, Repeats: 2, Phases: []string{PhaseServing},
 		Concurrency: []int{1, 4}, ServingRequests: 8, ServingInputTokens: 64, ServingOutputTokens: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c1, c4 := r.Serving[0], r.Serving[1]
+	if got := peak.Load(); got != 4 || c1.Completed != 16 || c4.Completed != 16 || c1.Failed+c4.Failed != 0 {
+		t.Fatalf("peak in flight at the server %d (want 4), completed c1 %d c4 %d, failed %d", got, c1.Completed, c4.Completed, c1.Failed+c4.Failed)
+	}
 	ratio := c4.OutputTPS.Mean / c1.OutputTPS.Mean
-	if ratio < 3 || ratio > 4.4 || c4.Completed != 16 || c4.ReqPerS.Mean <= c1.ReqPerS.Mean {
-		t.Fatalf("c4/c1 output rate ratio %.2f (c1 %.0f, c4 %.0f tok/s), completed %d", ratio, c1.OutputTPS.Mean, c4.OutputTPS.Mean, c4.Completed)
+	t.Logf("c4/c1 output rate ratio %.2f (c1 %.0f, c4 %.0f tok/s)", ratio, c1.OutputTPS.Mean, c4.OutputTPS.Mean)
+	if os.Getenv(benchtest.AccuracyEnv) == "1" && (ratio < 3 || ratio > 4.4) {
+		t.Errorf("c4/c1 output rate ratio %.2f on an idle machine, want 3..4.4", ratio)
 	}
 	// Totals and total-token throughput: 16 requests of 64 in + 64 out
 	// tokens per level, so total tok/s is twice the output rate.
 	for _, s := range r.Serving {
 		if s.TotalInputTokens != 16*64 || s.TotalOutputTokens != 16*64 || s.DurationS.N != 2 || s.TotalTPS.N != 2 ||
-			relErr(s.TotalTPS.Mean, 2*s.OutputTPS.Mean) > 1e-9 || relErr(s.DurationS.Mean, 8*64/s.OutputTPS.Mean) > 0.05 {
+			relErr(s.TotalTPS.Mean, 2*s.OutputTPS.Mean) > 1e-9 {
 			t.Errorf("c=%d: totals %d / %d tokens, duration %+v, total tok/s %+v, output tok/s %.1f", s.Concurrency,
 				s.TotalInputTokens, s.TotalOutputTokens, s.DurationS, s.TotalTPS, s.OutputTPS.Mean)
 		}
@@ -552,5 +567,17 @@ type onClose struct {
 
 func (c *onClose) Close() error {
 	c.once.Do(c.f)
+	return c.ReadCloser.Close()
+}
+
+// countedBody calls done once, when the response body is closed.
+type countedBody struct {
+	io.ReadCloser
+	done func()
+	once sync.Once
+}
+
+func (c *countedBody) Close() error {
+	c.once.Do(c.done)
 	return c.ReadCloser.Close()
 }
