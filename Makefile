@@ -19,6 +19,11 @@ GOTESTSUM ?= $(GO) run gotest.tools/gotestsum@v1.13.0
 # nfpm builds the Debian package (fetched from the module proxy on first use).
 NFPM ?= $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.48.0
 DEB_DIR  ?= bin/deb
+# The real-Ollama tests run against the default release (bench/ollamatest's
+# Versions[0]) in the whole suite, then once more against the newest one
+# that can be built and run here (see docs/development-and-ci.md).
+OLLAMA_NEWEST ?= 0.24.0
+REAL_OLLAMA_TESTS := ^(TestStart|TestSwitchToRealOllama|TestRealOllama.*|TestAgentAPIsUsageRealOllama)$$
 # A Debian version must start with a digit: the commit count orders builds.
 DEB_VERSION ?= 0.0.0+git$(shell git rev-list --count HEAD 2>/dev/null || echo 0).$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 DEB_ARCH ?= $(shell dpkg --print-architecture 2>/dev/null || $(GO) env GOARCH)
@@ -64,6 +69,9 @@ test: vet promtool
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	CGO_ENABLED=1 $(GOTESTSUM) --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -timeout 20m ./...
+	@echo ">> the real-Ollama tests again against Ollama $(OLLAMA_NEWEST), the newest release that builds and runs models here"
+	GPUHOST_OLLAMA_VERSION=$(OLLAMA_NEWEST) CGO_ENABLED=1 $(GOTESTSUM) --format pkgname-and-test-fails --format-hide-empty-pkg -- \
+	  -race -count=1 -timeout 20m -run '$(REAL_OLLAMA_TESTS)' ./bench/ollamatest/ ./appliance/ ./bench/benchcmd/ ./frontdoor/proxy/
 
 ## promtool: check deploy/prometheus (config syntax, rules) and run its rule unit tests with promtool
 ## (Debian package prometheus); skipped loudly without promtool unless GPUHOST_REQUIRE_PROMTOOL=1

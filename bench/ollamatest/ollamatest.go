@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,9 +38,30 @@ import (
 	"gpuhost/internal/testkit"
 )
 
-// Version is the Ollama release built (the newest the module proxy served
-// when this was written).
-const Version = "0.17.4"
+// Versions are the Ollama releases gpuhost is verified with, the default
+// first. Past the last one Ollama runs GGUF models on llama.cpp's own
+// llama-server, which its build fetches from a git host outside the Go
+// module proxy, so no later release can run a model when built here.
+var Versions = []string{"0.17.4", "0.24.0"}
+
+// VersionEnv names the release of Versions the tests build and run
+// (the default when unset).
+const VersionEnv = "GPUHOST_OLLAMA_VERSION"
+
+// Version is the Ollama release built and run: $GPUHOST_OLLAMA_VERSION when
+// it is one of Versions, else the default. An unknown value is refused by
+// Ensure rather than silently replaced.
+var Version, versionErr = pickVersion(os.Getenv(VersionEnv))
+
+func pickVersion(v string) (string, error) {
+	if v == "" {
+		return Versions[0], nil
+	}
+	if slices.Contains(Versions, v) {
+		return v, nil
+	}
+	return Versions[0], fmt.Errorf("%s=%s is not a verified Ollama release (one of %s)", VersionEnv, v, strings.Join(Versions, ", "))
+}
 
 // ModelName is the model Start creates.
 const ModelName = "tiny"
@@ -99,6 +121,9 @@ func Ensure() (path string, skip bool, err error) { return EnsureProgress(nil) }
 // waits for, what it downloads, and while compiling (minutes) a line every
 // ProgressEvery with the time spent and the packages built so far.
 func EnsureProgress(progress io.Writer) (path string, skip bool, err error) {
+	if versionErr != nil {
+		return "", false, versionErr
+	}
 	if p := os.Getenv("GPUHOST_OLLAMA_BIN"); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return "", false, fmt.Errorf("GPUHOST_OLLAMA_BIN=%s: %w", p, err)

@@ -116,3 +116,24 @@ func TestIncludeDir(t *testing.T) {
 		}
 	}
 }
+
+// TestPickVersion: only a verified release is built; an unknown one is an
+// error naming the variable, never a silent fallback.
+func TestPickVersion(t *testing.T) {
+	for _, tc := range []struct {
+		env, want string
+		err       bool
+	}{
+		{"", Versions[0], false},
+		{Versions[len(Versions)-1], Versions[len(Versions)-1], false},
+		{"0.32.15", Versions[0], true},
+	} {
+		got, err := pickVersion(tc.env)
+		if got != tc.want || (err != nil) != tc.err {
+			t.Errorf("pickVersion(%q) = %q, %v", tc.env, got, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), VersionEnv) {
+			t.Errorf("error %q does not name %s", err, VersionEnv)
+		}
+	}
+}
