@@ -2,6 +2,7 @@ package triage
 
 import (
 	"context"
+	"encoding/json"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -200,6 +201,17 @@ func TestTranscriptionBoundedPerMail(t *testing.T) {
 			}
 			if tt.memos == 400 && !strings.Contains(p.TranscriptNote, "and 380 more") {
 				t.Errorf("note %q does not say how many more were left out", p.TranscriptNote)
+			}
+			// What people read: the rendered post, in both sinks' forms,
+			// shows the transcript and what was left out.
+			slackText, _ := json.Marshal(sink.SlackBlocks(p))
+			for form, text := range map[string]string{"text": sink.Text(p), "slack": string(slackText)} {
+				if !strings.Contains(text, "call me back") {
+					t.Errorf("%s post shows no transcript:\n%s", form, text)
+				}
+				if head, _, _ := strings.Cut(tt.wantNote, ","); tt.wantNote != "" && !strings.Contains(text, head) {
+					t.Errorf("%s post hides what was not transcribed (%q):\n%s", form, head, text)
+				}
 			}
 		})
 	}

@@ -290,13 +290,19 @@ func oneClickMark(p Post) string {
 	return ""
 }
 
-// transcriptText is the excerpt under a heading, or the note saying why
-// there is none, or "".
+// transcriptText is the excerpt under a heading, with the note saying what
+// was not transcribed (over the caps, failed, too large) when there is one.
 func transcriptText(p Post) string {
-	if t := multiLine(p.Transcript, clipTranscript); t != "" {
+	t := multiLine(p.Transcript, clipTranscript)
+	n := oneLine(p.TranscriptNote, clipNote)
+	switch {
+	case t != "" && n != "":
+		// The note first: a long excerpt must not push what was left out
+		// past a block's limit.
+		return "Transcript: " + n + "\n" + t
+	case t != "":
 		return "Transcript:\n" + t
-	}
-	if n := oneLine(p.TranscriptNote, clipNote); n != "" {
+	case n != "":
 		return "Transcript: " + n
 	}
 	return ""
