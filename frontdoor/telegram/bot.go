@@ -247,6 +247,7 @@ func (b *Bot) Run(ctx context.Context) (err error) {
 		func(ctx context.Context) { b.watchEvents(ctx, since) },
 		b.sendNotes,
 		b.watchDoctor,
+		b.handOutLine,
 	} {
 		bg.Add(1)
 		go func() { defer bg.Done(); fn(ctx) }()
@@ -405,10 +406,7 @@ func (b *Bot) invalidSender(userID, chatID int64) {
 // Codes the request freed for senders waiting in line go to their chats.
 func (b *Bot) pair(ctx context.Context, tg *bot.Bot, m *models.Message) {
 	out, err := b.store.Request(pairing.Sender{UserID: m.From.ID, ChatID: m.Chat.ID, Username: m.From.Username, FirstName: m.From.FirstName})
-	for _, g := range out.Grants {
-		b.log.Info("pairing code sent to a sender who waited in line for it", "user_id", g.UserID)
-		b.reply(ctx, tg, g.ChatID, pairingText(g.Code, g.ExpiresAt.Sub(b.now())))
-	}
+	b.sendGrants(ctx, out.Grants)
 	if len(out.Evicted) > 0 {
 		b.log.Warn("pairing flood: the oldest live pairing code was evicted for a new sender", "evicted_user_ids", out.Evicted,
 			"live_max", pairing.MaxLivePending)
@@ -431,6 +429,35 @@ func (b *Bot) pair(ctx context.Context, tg *bot.Bot, m *models.Message) {
 		b.reply(ctx, tg, m.Chat.ID, reminderText(out.Code, out.ExpiresAt.Sub(b.now())))
 	default:
 		b.log.Debug("unknown sender already has a code and was reminded; not answering", "user_id", m.From.ID)
+	}
+}
+
+// handOutLine moves the pairing line on its own clock: the codes the rate
+// frees go to the senders waiting in line, unasked, whether or not anyone
+// writes meanwhile.
+func (b *Bot) handOutLine(ctx context.Context) {
+	t := time.NewTicker(pairing.HandOutEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		grants, err := b.store.HandOut()
+		if err != nil {
+			b.log.Error("pairing line not moved", "err", err)
+			continue
+		}
+		b.sendGrants(ctx, grants)
+	}
+}
+
+// sendGrants sends each code freed for a sender who waited in line.
+func (b *Bot) sendGrants(ctx context.Context, grants []pairing.Grant) {
+	for _, g := range grants {
+		b.log.Info("pairing code sent to a sender who waited in line for it", "user_id", g.UserID)
+		b.reply(ctx, nil, g.ChatID, pairingText(g.Code, g.ExpiresAt.Sub(b.now())))
 	}
 }
 

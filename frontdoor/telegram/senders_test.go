@@ -165,3 +165,27 @@ func TestPairingUnderAFlood(t *testing.T) {
 		t.Error("the person is not allowlisted after the approval")
 	}
 }
+
+// TestPairingLineMovesOnItsOwn: a person refused a code during a flood gets
+// the next freed code unasked, although nobody writes to the bot after
+// them (the line moves on the bot's clock, not on the next stranger's
+// message).
+func TestPairingLineMovesOnItsOwn(t *testing.T) {
+	h := startBot(t, harnessOpts{})
+	h.sync(t) // the sync user is paired before the flood uses up the rate
+	for i := range pairing.NewCodesPerMinute {
+		u := stranger(i)
+		h.api.Push(u, telegramtest.Private(u), "/start")
+	}
+	h.api.WaitFor(t, "a code for every stranger in the rate", func(sent []telegramtest.Sent) bool { return len(sent) == pairing.NewCodesPerMinute })
+	person := stranger(100)
+	h.api.Push(person, telegramtest.Private(person), "/start")
+	h.sync(t) // the person's /start is handled
+	if got := h.api.SentTo(person.ID); len(got) != 0 {
+		t.Fatalf("the person got %q while the rate was used up", got)
+	}
+	h.clock.Add(time.Minute + time.Second)
+	if code := codeIn(h.api.WaitMessage(t, person.ID, "gpuhost pair approve")); code == "" {
+		t.Fatal("the person's unasked message carries no pairing code")
+	}
+}

@@ -375,6 +375,40 @@ func (s *Store) Request(who Sender) (Outcome, error) {
 	return out, refused
 }
 
+// HandOutEvery is how often the bot offers the line the codes the rate has
+// freed (HandOut), so that the line moves when nobody writes: the spacing
+// of codes while several wait.
+const HandOutEvery = codeSpacing
+
+// HandOut issues the codes the rate has freed since the last to the first
+// in line, with no sender writing: the bot calls it on its own clock
+// (HandOutEvery) and sends each Grant unasked. Without it the line would
+// move only when a stranger writes, and after a flood a newcomer's single
+// try would wait for the next stranger.
+func (s *Store) HandOut() ([]Grant, error) {
+	s.lineMu.Lock()
+	defer s.lineMu.Unlock()
+	if len(s.line) == 0 {
+		return nil, nil
+	}
+	var out Outcome
+	err := s.locked(func() error {
+		f, err := s.readPendingFile()
+		if err != nil {
+			return err
+		}
+		issued, err := s.handOut(&f, s.now(), 0, &out)
+		if err != nil || !issued {
+			return err
+		}
+		return s.writePendingFile(f)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hand out pairing codes to the senders in line: %w", err)
+	}
+	return out.Grants, nil
+}
+
 // handOut issues the codes the rate allows now to the first in line: up to
 // NewCodesPerMinute in a minute, and while several wait one at a time, at
 // least codeSpacing apart, so that each goes to whoever is first in line

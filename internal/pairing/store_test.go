@@ -615,3 +615,36 @@ func ExampleNormalizeCode() {
 	fmt.Println(c, filepath.Base(New("/var/lib/gpuhost").AllowlistPath()))
 	// Output: ABCDEFGH allowlist.json
 }
+
+// TestLineMovesWithoutWriters: after the rate is used up, a sender in line
+// gets the next freed code from HandOut (the bot's own clock) although no
+// one writes again; an empty line hands out nothing.
+func TestLineMovesWithoutWriters(t *testing.T) {
+	s, c := newStore(t)
+	if g, err := s.HandOut(); err != nil || len(g) != 0 {
+		t.Fatalf("empty line: HandOut = %v, %v", g, err)
+	}
+	for i := range NewCodesPerMinute {
+		if out, err := s.Request(Sender{UserID: int64(10 + i), ChatID: int64(10 + i)}); err != nil || out.Action != ActionNewCode {
+			t.Fatalf("sender %d: %+v, %v", i, out, err)
+		}
+	}
+	if _, err := s.Request(Sender{UserID: 500, ChatID: 501}); !errors.Is(err, ErrRateLimited) {
+		t.Fatalf("past the rate: %v, want ErrRateLimited", err)
+	}
+	if g, err := s.HandOut(); err != nil || len(g) != 0 {
+		t.Fatalf("within the minute: HandOut = %v, %v", g, err)
+	}
+	c.Advance(time.Minute + time.Second)
+	g, err := s.HandOut()
+	if err != nil || len(g) != 1 || g[0].UserID != 500 || g[0].ChatID != 501 || g[0].Code == "" {
+		t.Fatalf("a minute later: HandOut = %+v, %v; want one code for user 500", g, err)
+	}
+	pend, err := s.List()
+	if err != nil || !slices.ContainsFunc(pend, func(p Pending) bool { return p.UserID == 500 && p.Code == g[0].Code }) {
+		t.Fatalf("the handed-out code is not on file: %+v, %v", pend, err)
+	}
+	if g, err := s.HandOut(); err != nil || len(g) != 0 {
+		t.Fatalf("line empty again: HandOut = %v, %v", g, err)
+	}
+}
