@@ -162,7 +162,7 @@ func TestWatcherHandActionsOnUnits(t *testing.T) {
 			}
 			if !tt.restart {
 				// Stopped by hand: the watcher forgets the standby.
-				testkit.Poll(10*time.Second, func() bool { return len(f.sup.State().Standby) == 0 })
+				testkit.Eventually(t, 10*time.Second, func() bool { return len(f.sup.State().Standby) == 0 }, "the standby forgotten after a hand stop")
 			}
 			t0 := time.Now()
 			if err := f.sup.units.Start(ctx, unit); err != nil {
@@ -172,10 +172,10 @@ func TestWatcherHandActionsOnUnits(t *testing.T) {
 			if tt.wantMsg != "" {
 				e = awaitEvent(t, f.sup, since, func(e api.Event) bool { return e.Kind == "exclusion" })
 			} else {
-				testkit.Poll(10*time.Second, func() bool {
+				testkit.Eventually(t, 10*time.Second, func() bool {
 					st, err := f.sup.units.Unit(ctx, unit)
 					return err == nil && st.ActiveState == "active"
-				})
+				}, "the hand-started unit active")
 				// Let the watcher look a few times; it must find nothing.
 				time.Sleep(5 * f.cfg.GPU.StandbyWatchInterval.D())
 				e = api.Event{Message: "no exclusion", Detail: map[string]any{"drift": ""}}
@@ -191,7 +191,7 @@ func TestWatcherHandActionsOnUnits(t *testing.T) {
 				}
 			}
 			decided := time.Since(t0)
-			testkit.Poll(10*time.Second, func() bool { return f.holdersNow() == 1 })
+			testkit.Eventually(t, 10*time.Second, func() bool { return f.holdersNow() == 1 }, "one holder again")
 			w.end()
 			t.Logf("%s: %s after %s; %d samples, two holders for %s, %d samples not serving %s",
 				tt.name, e.Message, decided.Round(time.Millisecond), w.samples, w.overlap.Round(time.Millisecond), w.notActive, tt.active)
@@ -304,7 +304,7 @@ func TestWatcherUnloadsAHandLoadedOllama(t *testing.T) {
 	if !strings.Contains(e.Message, "put back into standby") {
 		t.Errorf("exclusion: %q", e.Message)
 	}
-	testkit.Poll(10*time.Second, func() bool { return f.holdersNow() == 1 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return f.holdersNow() == 1 }, "one holder again")
 	if n, d := f.holders(t); n != 1 {
 		t.Errorf("%d holders: %s", n, d)
 	}
