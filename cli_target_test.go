@@ -133,7 +133,7 @@ func demoCLIWithoutConfig(t *testing.T, url string) {
 	}
 	out, errOut, code = gpuhostEnv(t, env, "doctor", "--json")
 	var rep api.DoctorReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitCodeOf(doctorExit(rep.Exit)) || len(rep.Checks) == 0 {
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || rep.Worst == "fail" || len(rep.Checks) == 0 {
 		t.Errorf("doctor via $GPUHOST_URL: exit %d, %v\n%s%s", code, err, out, errOut)
 	}
 	// The daemon's own tools over /mcp, no second supervisor, no config.

@@ -223,8 +223,10 @@ func TestDemo(t *testing.T) {
 	}
 	out, code = gpuhost(t, "doctor", "--url", url, "--json")
 	var rep api.DoctorReport
-	if json.Unmarshal([]byte(out), &rep) != nil || code != exitCodeOf(doctorExit(rep.Exit)) {
-		t.Errorf("doctor: exit %d, report %s", code, out)
+	// A serving demo has no failed check: the doctor exits 0 (warnings
+	// included), written here rather than derived by the code under test.
+	if json.Unmarshal([]byte(out), &rep) != nil || code != 0 || rep.Worst == "fail" || len(rep.Checks) == 0 {
+		t.Errorf("doctor: exit %d, want 0; report %s", code, out)
 	}
 
 	// bench switch finds the daemon by $GPUHOST_URL, makes qwen3-coder
