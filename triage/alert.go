@@ -155,22 +155,51 @@ func (w *Worker) alertAll(ctx context.Context, text string) bool {
 
 // alertSinks sends text to the Alerter sinks (only those named in only,
 // when it is not nil) and returns the names of those that took it and how
-// many were tried.
+// many were tried. A ChannelAlerter's destinations are named
+// "sink:channel", each told (and later cleared) on its own; a bare sink
+// name in only (a checkpoint from before channels were told apart) stands
+// for all its channels.
 func (w *Worker) alertSinks(ctx context.Context, text string, only []string) (told []string, tried int) {
 	for _, s := range w.o.Sinks {
 		a, isAlerter := s.(Alerter)
-		if !isAlerter || (only != nil && !slices.Contains(only, s.Name())) {
+		if !isAlerter {
+			continue
+		}
+		send := func(actx context.Context) error { return a.Alert(actx, text) }
+		names := []string{s.Name()}
+		if ca, ok := s.(ChannelAlerter); ok {
+			var channels []string
+			names = nil
+			for _, ch := range ca.AlertChannels() {
+				if name := s.Name() + ":" + ch; only == nil || slices.Contains(only, name) || slices.Contains(only, s.Name()) {
+					channels, names = append(channels, ch), append(names, name)
+				}
+			}
+			send = func(actx context.Context) error {
+				took, err := ca.AlertTo(actx, text, channels)
+				names = names[:0]
+				for _, ch := range took {
+					names = append(names, s.Name()+":"+ch)
+				}
+				return err
+			}
+		} else if only != nil && !slices.Contains(only, s.Name()) {
+			continue
+		}
+		if len(names) == 0 {
 			continue
 		}
 		tried++
 		actx, cancel := context.WithTimeout(ctx, w.o.CallTimeout)
-		err := a.Alert(actx, text)
+		err := send(actx)
 		cancel()
 		if err != nil {
 			w.log.Error("triage: could not send the alert", "sink", s.Name(), "err", err)
-			continue
+			if _, ok := s.(ChannelAlerter); !ok {
+				continue
+			}
 		}
-		told = append(told, s.Name())
+		told = append(told, names...)
 	}
 	if tried == 0 && only == nil {
 		w.log.Warn("triage: no sink carries alerts; the log line above is the alert")

@@ -197,3 +197,37 @@ func TestSlackAlertRetriedOnNextFailure(t *testing.T) {
 		t.Error("worker does not report alerting after Slack took the alert")
 	}
 }
+
+// TestAllClearOnlyToChannelsThatGotTheAlert: the alert reaches Slack's
+// main channel while the important one refuses it; the all-clear then goes
+// to the main channel only, even though both take messages again by then.
+func TestAllClearOnlyToChannelsThatGotTheAlert(t *testing.T) {
+	sf := slacktest.New(t)
+	e := newUnit(t, func(o *Options) {
+		o.Sinks = []sink.Sink{newTestSlack(t, sf)}
+		o.AlertFailures = 2
+	})
+	ctx := context.Background()
+	sf.SetChannels(alertMain) // the important channel is gone for now
+	e.src.fetchErr = errors.New("connection reset by peer")
+	for range 2 {
+		e.clock.Advance(time.Minute)
+		_, _ = e.w.Once(ctx)
+	}
+	if !e.w.State().Alerting {
+		t.Fatal("the alert that reached the main channel is not counted as raised")
+	}
+	sf.SetChannels(alertMain, alertImportant)
+	e.src.fetchErr = nil
+	e.clock.Advance(time.Minute)
+	if _, err := e.w.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	main, important := slackAlerts(sf, alertMain), slackAlerts(sf, alertImportant)
+	if len(main) != 2 || !strings.Contains(main[0], "polls in a row failed") || !strings.Contains(main[1], "all clear") {
+		t.Errorf("main channel got %q, want the alert then the all-clear", main)
+	}
+	if len(important) != 0 {
+		t.Errorf("the important channel, which never got the alert, got %q", important)
+	}
+}

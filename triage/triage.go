@@ -81,6 +81,18 @@ type Alerter interface {
 	Alert(ctx context.Context, text string) error
 }
 
+// ChannelAlerter is an Alerter with several destinations (Slack's main and
+// important channels) that says which of them took an alert, so that the
+// all-clear goes to exactly those: a channel that never got the alert
+// must not get its all-clear.
+type ChannelAlerter interface {
+	Alerter
+	AlertChannels() []string
+	// AlertTo sends text to channels and returns those that took it; the
+	// error names the ones that did not.
+	AlertTo(ctx context.Context, text string, channels []string) (took []string, err error)
+}
+
 // Clock is the worker's time, injected so that tests can drive the
 // alerting and the poll loop without sleeping.
 type Clock interface {

@@ -204,14 +204,41 @@ func (s *Slack) Post(ctx context.Context, p Post) error {
 // failed channel is logged; returning an error there would make the worker
 // send the alert again to the channel that has it. Only when no channel
 // got it is the error (naming the channels, never the token) returned.
+// The worker itself uses AlertTo, to tell the channels apart.
 func (s *Slack) Alert(ctx context.Context, text string) error {
+	channels := s.AlertChannels()
+	took, err := s.AlertTo(ctx, text, channels)
+	switch {
+	case err == nil:
+		return nil
+	case len(took) > 0:
+		s.log.Error("slack: the alert reached only some channels", "err", err)
+		return nil
+	default:
+		return err
+	}
+}
+
+// AlertChannels are the channels an alert goes to: Channel and, when set
+// and different, ImportantChannel.
+func (s *Slack) AlertChannels() []string {
+	channels := []string{s.o.Channel}
+	if s.o.ImportantChannel != "" && s.o.ImportantChannel != s.o.Channel {
+		channels = append(channels, s.o.ImportantChannel)
+	}
+	return channels
+}
+
+// AlertTo posts the alert to each of channels and returns those that took
+// it; the error joins the refusals (each naming its channel).
+func (s *Slack) AlertTo(ctx context.Context, text string, channels []string) (took []string, err error) {
 	msg := alertLine(text, SlackTextLimit, EscapeMrkdwn)
 	if strings.TrimSpace(msg) == "" {
-		return errors.New("slack: the alert text is empty; nothing sent")
+		return nil, errors.New("slack: the alert text is empty; nothing sent")
 	}
 	c, tok, err := s.client()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	opts := []slack.MsgOption{
 		slack.MsgOptionText(msg, false),
@@ -219,25 +246,15 @@ func (s *Slack) Alert(ctx context.Context, text string) error {
 		slack.MsgOptionDisableLinkUnfurl(),
 		slack.MsgOptionDisableMediaUnfurl(),
 	}
-	channels := []string{s.o.Channel}
-	if s.o.ImportantChannel != "" && s.o.ImportantChannel != s.o.Channel {
-		channels = append(channels, s.o.ImportantChannel)
-	}
 	var errs []error
 	for _, ch := range channels {
 		if err := s.post(ctx, c, tok, ch, "an alert", opts); err != nil {
 			errs = append(errs, err)
+			continue
 		}
+		took = append(took, ch)
 	}
-	switch {
-	case len(errs) == 0:
-		return nil
-	case len(errs) < len(channels):
-		s.log.Error("slack: the alert reached only some channels", "err", errors.Join(errs...))
-		return nil
-	default:
-		return errors.Join(errs...)
-	}
+	return took, errors.Join(errs...)
 }
 
 func (s *Slack) post(ctx context.Context, c *slack.Client, tok, channel, key string, opts []slack.MsgOption) error {
