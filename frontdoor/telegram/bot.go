@@ -239,6 +239,10 @@ func (b *Bot) Run(ctx context.Context) (err error) {
 	b.mu.Lock()
 	b.st.Bot = me.Username
 	b.mu.Unlock()
+	// getMe answered: the API is reached. The first long poll returns only
+	// when it ends, and the status must not say starting (or the old
+	// failure) until then.
+	b.setState(api.TelegramPolling, "")
 	b.log.Info("telegram bot polling", "bot", "@"+me.Username, "api", b.apiURL, "allow_groups", b.tc.AllowGroups,
 		"allowlist", b.store.AllowlistPath())
 

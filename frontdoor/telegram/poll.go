@@ -76,6 +76,9 @@ type callError struct {
 	code       int // error_code or HTTP status; 0 when there was no answer
 	retryAfter time.Duration
 	msg        string
+	// since is when the Bot API stopped answering, for a hang: the call
+	// left then, not when its deadline passed.
+	since time.Time
 }
 
 func (e *callError) Error() string { return e.msg }
@@ -253,12 +256,13 @@ func (b *Bot) getUpdates(ctx context.Context, offset int64) ([]json.RawMessage, 
 	// A Bot API that accepts the call and never answers must show within
 	// the long poll plus a margin, not at some client timeout.
 	limit := b.pollTimeout + b.hangMargin
+	sent := b.now()
 	cctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	var raw []json.RawMessage
 	if err := b.call(cctx, "getUpdates", form, &raw); err != nil {
 		if ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
-			return nil, &callError{kind: errNetwork, msg: fmt.Sprintf("getUpdates: no answer within %s (a long poll of %s plus %s): the Bot API hangs",
+			return nil, &callError{kind: errNetwork, since: sent, msg: fmt.Sprintf("getUpdates: no answer within %s (a long poll of %s plus %s): the Bot API hangs",
 				limit, b.pollTimeout, b.hangMargin)}
 		}
 		return nil, err
@@ -310,6 +314,7 @@ func (b *Bot) poll(ctx context.Context) {
 			if !b.backoff(ctx, "getUpdates", err, &attempt) {
 				return
 			}
+			b.reachedAgain(ctx, err)
 			continue
 		}
 		attempt = 0
@@ -368,7 +373,11 @@ func (b *Bot) backoff(ctx context.Context, method string, err error, attempt *in
 	case errRateLimited:
 		msg = "telegram API rate limit; waiting as long as it asks"
 	}
-	b.setState(api.TelegramBackingOff, clipText(reason))
+	var since time.Time
+	if ce, ok := err.(*callError); ok {
+		since = ce.since
+	}
+	b.setStateSince(api.TelegramBackingOff, clipText(reason), since)
 	b.log.Log(ctx, level, msg, "method", method, "kind", kind, "err", serr, "retry_in", delay, "token_source", b.tokenSource)
 	if !b.sleep(ctx, delay) {
 		return false
@@ -377,4 +386,19 @@ func (b *Bot) backoff(ctx context.Context, method string, err error, attempt *in
 		b.reloadToken()
 	}
 	return true
+}
+
+// reachedAgain asks getMe after a network failure of the long poll has been
+// waited out: the next long poll answers only when it ends (up to
+// pollTimeout), and until then the status would keep the old failure as
+// if it still held. An answer puts the state back to polling at once.
+func (b *Bot) reachedAgain(ctx context.Context, failed error) {
+	if kind, _ := classify(failed); kind != errNetwork && kind != errServer {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, b.hangMargin)
+	defer cancel()
+	if _, err := b.client().GetMe(pctx); err == nil {
+		b.setState(api.TelegramPolling, "")
+	}
 }

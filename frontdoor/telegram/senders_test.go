@@ -109,6 +109,11 @@ func TestHangingBotAPIShows(t *testing.T) {
 		t.Error("the doctor has no telegram.bot check")
 	}
 	t.Logf("hang shown after %s (long poll %s + margin %s)", took.Round(time.Millisecond), h.bot.pollTimeout, h.bot.hangMargin)
+	// The hang began when the unanswered call left, not when its deadline
+	// passed: the state's since is at least the long poll and margin ago.
+	if held := h.bot.now().Sub(st.Since); held < h.bot.pollTimeout+h.bot.hangMargin {
+		t.Errorf("backing_off since %s ago at the moment the hang showed, want at least %s", held, h.bot.pollTimeout+h.bot.hangMargin)
+	}
 	// A command sent during the hang is answered once it ends.
 	h.api.Push(operator, telegramtest.Private(operator), "/gpu status")
 	end()
@@ -187,5 +192,17 @@ func TestPairingLineMovesOnItsOwn(t *testing.T) {
 	h.clock.Add(time.Minute + time.Second)
 	if code := codeIn(h.api.WaitMessage(t, person.ID, "gpuhost pair approve")); code == "" {
 		t.Fatal("the person's unasked message carries no pairing code")
+	}
+}
+
+// TestPollingOnceConnected: the state is polling as soon as getMe answers,
+// not only when the first long poll returns (up to its timeout later): the
+// state's since is then before the first poll's return.
+func TestPollingOnceConnected(t *testing.T) {
+	h := startBot(t, harnessOpts{})
+	st := h.waitStatus(t, "polled once", func(st api.TelegramStatus) bool { return !st.LastPoll.IsZero() })
+	if st.State != api.TelegramPolling || !st.Since.Before(st.LastPoll) {
+		t.Errorf("state %q since %s, first poll %s: want polling from the connect, before the first poll returned",
+			st.State, st.Since.Format(time.StampMilli), st.LastPoll.Format(time.StampMilli))
 	}
 }

@@ -47,11 +47,18 @@ func StoppedStatus(err error, now time.Time) api.TelegramStatusFunc {
 
 // setState moves to state with reason; Since changes only with the state,
 // so it tells how long the bot has been backing off whatever the reasons.
-func (b *Bot) setState(state, reason string) {
+func (b *Bot) setState(state, reason string) { b.setStateSince(state, reason, time.Time{}) }
+
+// setStateSince is setState for a state that began before now (a hang
+// began when the unanswered call left); zero since means now.
+func (b *Bot) setStateSince(state, reason string, since time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.st.State != state {
-		b.st.Since = b.now()
+		if since.IsZero() {
+			since = b.now()
+		}
+		b.st.Since = since
 	}
 	b.st.State, b.st.Reason = state, reason
 }
