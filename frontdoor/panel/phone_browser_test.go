@@ -86,7 +86,37 @@ func checkDoctorPhone(t *testing.T, ctx context.Context, srvURL string) int {
 	if err == nil {
 		saveArtifact(t, "panel-doctor-390.png", shot)
 	}
+	checkDoctorIDsWhole(t, ctx, phoneWidth)
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 800), chromedp.Reload(),
+		chromedp.WaitVisible(chromedp.CSS("table.checks.doctor tbody tr"))); err != nil {
+		t.Fatalf("/doctor at 1280 px: %v", err)
+	}
+	checkDoctorIDsWhole(t, ctx, 1280)
 	return codes
+}
+
+// checkDoctorIDsWhole: every check id wraps, if at all, only between its
+// parts (after a dot, before a bracket): each part's text lies on one line.
+func checkDoctorIDsWhole(t *testing.T, ctx context.Context, width int) {
+	t.Helper()
+	broken, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`(() => {
+		const out = [];
+		for (const code of document.querySelectorAll('table.checks.doctor td.id code')) {
+			for (const node of code.childNodes) {
+				if (node.nodeType !== Node.TEXT_NODE || node.textContent === '') continue;
+				const r = document.createRange(); r.selectNodeContents(node);
+				const lines = new Set(Array.from(r.getClientRects()).map((b) => Math.round(b.top)));
+				if (lines.size > 1) out.push(code.textContent + ' splits "' + node.textContent + '"');
+			}
+		}
+		return out;
+	})()`))
+	if err != nil {
+		t.Fatalf("check ids at %d px: %v", width, err)
+	}
+	for _, b := range broken {
+		t.Errorf("at %d px a check id breaks mid-word: %s", width, b)
+	}
 }
 
 // TestBrowserDoctorPhone walks the Doctor page at 390 px on a box

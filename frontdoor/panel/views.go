@@ -22,6 +22,24 @@ var funcs = template.FuncMap{
 	"clock":     func(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05") },
 	"phaseLine": phaseLine,
 	"codeSpans": codeSpans,
+	"idBreaks":  idBreaks,
+}
+
+// idBreaks is a check id (profile.vram_fit[qwen3-coder]) escaped, with a
+// line-break opportunity after each dot and before a bracket, so that a
+// narrow cell wraps it between its parts instead of mid-word.
+func idBreaks(id string) template.HTML {
+	var b strings.Builder
+	for _, r := range id {
+		if r == '[' {
+			b.WriteString("<wbr>")
+		}
+		b.WriteString(template.HTMLEscapeString(string(r)))
+		if r == '.' {
+			b.WriteString("<wbr>")
+		}
+	}
+	return template.HTML(b.String()) //nolint:gosec // every rune escaped above
 }
 
 func gib(mib uint64) string { return fmt.Sprintf("%.1f", float64(mib)/1024) }
