@@ -53,7 +53,7 @@ func TestPagesRender(t *testing.T) {
 		}, []string{`id="progress" class="card progress outcome-`}},
 		{"/doctor", []string{
 			"<th>Severity</th>", "<th>Check</th>", "<th>Profile</th>", "<th>Message</th>", "<th>Fix</th>",
-			"gpu.driver", "gpu.nvml", "units.exclusive", "coder-greedy", "worst: fail",
+			"gpu.<wbr>driver", "gpu.<wbr>nvml", "units.<wbr>exclusive", "coder-greedy", "worst: fail",
 		}, nil},
 		{"/static/panel.css", []string{".bar-fg"}, nil},
 		{"/static/panel.js", []string{"EventSource", "VRAM released"}, nil},

@@ -61,7 +61,7 @@ func TestProfilesAndDoctorShowStandby(t *testing.T) {
 	_, body = do(t, c, "GET", ev.srv.URL+"/doctor", nil, nil)
 	for _, w := range []string{
 		"Active: <strong>coder</strong>", "In standby: <strong>llama</strong> (" + ev.f.Cfg.Backends.Ollama.Unit + ", unload",
-		"<code>standby.asleep</code>", "<code>standby.residual</code>", "<code>endpoint.tool_calls</code>",
+		"<code>standby.<wbr>asleep</code>", "<code>standby.<wbr>residual</code>", "<code>endpoint.<wbr>tool_calls</code>",
 	} {
 		if !strings.Contains(body, w) {
 			t.Errorf("doctor page lacks %q", w)
