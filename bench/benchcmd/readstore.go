@@ -56,9 +56,19 @@ func (d daemonReader) Load(ctx context.Context, id string) (*bench.Result, error
 }
 
 // localReader reads a results folder directly.
-type localReader struct{ s *bench.Store }
+type localReader struct {
+	s *bench.Store
+	// why says why the local store is read instead of a daemon's (a daemon
+	// not reached); empty when --dir chose it.
+	why string
+}
 
-func (l localReader) Where() string { return l.s.Dir }
+func (l localReader) Where() string {
+	if l.why == "" {
+		return l.s.Dir
+	}
+	return l.s.Dir + " (" + l.why + ")"
+}
 
 func (l localReader) List(context.Context) ([]bench.Summary, []bench.Warning, error) {
 	all, warns, err := l.s.List()
@@ -91,7 +101,7 @@ func readerFor(ctx context.Context, cmd *cobra.Command, deps Deps) (resultReader
 	if err != nil {
 		return nil, err
 	}
-	local := localReader{store}
+	local := localReader{s: store}
 	if dir, _ := cmd.Flags().GetString("dir"); dir != "" {
 		return local, nil
 	}
@@ -115,6 +125,7 @@ func readerFor(ctx context.Context, cmd *cobra.Command, deps Deps) (resultReader
 		return daemonReader{c}, nil
 	case errors.As(err, &ue):
 		fmt.Fprintf(cmd.ErrOrStderr(), "note: no daemon answers at %s; reading the local store %s\n", c.BaseURL, store.Dir)
+		local.why = "the daemon at " + c.BaseURL + " was not reached; results it stored are not listed"
 		return local, nil
 	case errors.As(err, &re) && re.Status == http.StatusNotFound:
 		fmt.Fprintf(cmd.ErrOrStderr(), "note: the daemon at %s has no bench store; reading the local store %s\n", c.BaseURL, store.Dir)

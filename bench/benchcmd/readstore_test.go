@@ -79,6 +79,13 @@ func TestBenchReadFallsBack(t *testing.T) {
 	if err != nil || !strings.Contains(out, r.ID) || !strings.Contains(errOut, "reading the local store") {
 		t.Errorf("show, no daemon: %v\n%s\n%s", err, out, errOut)
 	}
+	// An empty local store with the daemon down: stdout itself says that
+	// the daemon's results are not in this answer.
+	empty := switchDeps(t.TempDir())
+	out, _, err = runCmd(t, empty, "list", "--url", down)
+	if err != nil || !strings.Contains(out, "no results in ") || !strings.Contains(out, "the daemon at "+down+" was not reached") {
+		t.Errorf("list, empty local store, no daemon: %v\n%s", err, out)
+	}
 	// No daemon client at all (a build without one): local, said.
 	_, errOut, err = runCmd(t, Deps{Env: deps.Env}, "list")
 	if err != nil || !strings.Contains(errOut, "no daemon configured; reading the local store "+state) {
