@@ -295,7 +295,9 @@ func writeSwitchReport(w io.Writer, r *Result) error {
 			fmt.Fprintf(w, "  %s\n", o)
 		}
 	}
-	if sb.RequestPath == RequestPathSkipped {
+	// A skipped request path is said once, among the notes (the result's
+	// notes carry it for every surface).
+	if sb.RequestPath == RequestPathSkipped && !slices.ContainsFunc(r.Notes, func(n string) bool { return strings.Contains(n, sb.RequestPathNote) }) {
 		fmt.Fprintf(w, "\nrequest path skipped: %s\n", sb.RequestPathNote)
 	}
 	if len(r.Errors) > 0 {

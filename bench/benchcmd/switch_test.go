@@ -206,10 +206,13 @@ func TestBenchSwitchAutoSwitchOff(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench switch: %v\n%s\n%s", err, out, errOut)
 	}
-	for _, w := range []string{"  OK  ", "request path skipped: the daemon's proxy.auto_switch is off", "coder → llama  switch", "saved "} {
+	for _, w := range []string{"  OK  ", "request path not measured: the daemon's proxy.auto_switch is off", "coder → llama  switch", "saved "} {
 		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}
+	}
+	if n := strings.Count(out, "proxy.auto_switch is off"); n != 1 {
+		t.Errorf("the skipped request path is said %d times, want once:\n%s", n, out)
 	}
 	if strings.Contains(out, "made active before") {
 		t.Errorf("coder was active, yet a first switch was made:\n%s", out)
