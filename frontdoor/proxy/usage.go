@@ -68,6 +68,10 @@ type usageTap struct {
 	sawDone   bool // the stream's own end marker went by
 	events    int
 	eof       bool // the backend's whole answer was read
+
+	// How the stream ends (streamend.go): set by guardEnd for an SSE
+	// answer of an API whose streams have an end marker.
+	end *streamEnd
 }
 
 // tapModeFor picks how to read usage from a response's media type; encoded
@@ -98,6 +102,9 @@ func newUsageTap(rc io.ReadCloser, mode tapMode, kind apishape.Kind) *usageTap {
 }
 
 func (t *usageTap) Read(p []byte) (int, error) {
+	if t.end != nil && t.end.tail != nil {
+		return t.end.readTail(p)
+	}
 	n, err := t.rc.Read(p)
 	if n > 0 {
 		if t.first.IsZero() {
@@ -105,6 +112,9 @@ func (t *usageTap) Read(p []byte) (int, error) {
 		}
 		t.bytes += int64(n)
 		t.feed(p[:n])
+	}
+	if err != nil && t.end != nil {
+		return t.endStream(n, err)
 	}
 	if err == io.EOF {
 		t.eof = true
@@ -118,9 +128,10 @@ func (t *usageTap) Close() error { return t.rc.Close() }
 // complete reports whether the client was sent the whole answer: the body
 // was read to its end, or a stream reached its API's end marker ("data:
 // [DONE]", message_stop, response.completed): a client may close right
-// then, before the backend's end of body is read.
+// then, before the backend's end of body is read. A stream that ended
+// with gpuhost's error event is not complete.
 func (t *usageTap) complete() bool {
-	return t != nil && (t.eof || (t.mode == tapSSE && t.sawDone))
+	return t != nil && t.failed() == nil && (t.eof || (t.mode == tapSSE && t.sawDone))
 }
 
 // feed examines one piece of the body.
@@ -158,10 +169,14 @@ var (
 	usageKey   = []byte(`"usage"`)
 	doneMarker = []byte("[DONE]")
 	stopKey    = []byte(`"message_stop"`)
+	createdKey = []byte(`"response.created"`)
 )
 
 // sseField examines one field of the stream.
 func (t *usageTap) sseField(f sse.Field) {
+	if t.end != nil {
+		t.end.open = len(f.Name) > 0 // a blank line ends the event
+	}
 	switch string(f.Name) {
 	case "event":
 		t.event = append(t.event[:0], f.Value...)
@@ -175,6 +190,9 @@ func (t *usageTap) sseField(f sse.Field) {
 	}
 	payload := bytes.TrimLeft(f.Value, " ")
 	t.events++
+	if t.end != nil && t.end.backendError(t.kind, t.event, payload) {
+		return
+	}
 	switch t.kind {
 	case apishape.Messages:
 		t.messagesData(payload)
@@ -241,6 +259,10 @@ func (t *usageTap) anthropicUsage(u *usageFields, whole bool) {
 // response (completed, incomplete or failed) carries the usage.
 func (t *usageTap) responsesData(payload []byte) {
 	name := string(t.event)
+	if t.end != nil && t.end.respID == "" && (name == "response.created" || name == "" && bytes.Contains(payload, createdKey)) {
+		t.end.created(payload)
+		return
+	}
 	if name != "" && !terminalResponseEvent(name) {
 		return
 	}
