@@ -73,9 +73,14 @@
 // write at its end, which halves the syscalls of a small answer. The request body is read whole first (it is needed to
 // route, and to hold the request during a switch) and sent upstream as the
 // same bytes; a tap on the response body picks the token usage out of the
-// stream as it passes (usage.go). A stream the backend breaks off is aborted
-// towards the client too (ReverseProxy panics with http.ErrAbortHandler), so
-// a cut answer never looks complete.
+// stream as it passes (usage.go). A stream that cannot reach its API's end
+// marker (the backend broke it off, or a switch cut it) ends with an error
+// event in the API's shape instead (streamend.go), so a cut answer never
+// looks complete.
+//
+// Switches. A switch drains the requests in flight on the backend it takes
+// away (drain.go): they may finish up to switch.drain_timeout, then they
+// are cut, while new requests are held until the switch is done.
 //
 // Errors are JSON in the OpenAI shape {"error":{"message","type","param",
 // "code"}}, because the clients on /v1 are OpenAI SDKs that read that shape;
@@ -130,7 +135,8 @@ type Backend interface {
 // configured served name or "" (unknown or no model), never the client's
 // free text, so it is safe as a metric label too. status is what the
 // request ended with: the HTTP status sent, 499 when the client went away
-// first, 502 when the backend broke off mid-answer. Token counts are 0 when
+// first, 502 when the backend broke off mid-answer, 503 when a switch cut
+// it. Token counts are 0 when
 // the backend reported none; ttfb is 0 when no byte was sent.
 type Observer interface {
 	ObserveRequest(api apishape.Kind, model string, status int, promptTokens, completionTokens int, ttfb, dur time.Duration)
