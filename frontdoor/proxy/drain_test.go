@@ -247,7 +247,8 @@ func TestSwitchDrainsRequestsInFlight(t *testing.T) {
 	}{
 		// 40 tokens at 40 tok/s: about a second, well within the bound.
 		{"drained", 40, 2 * time.Minute, false},
-		// 4000 tokens at 40 tok/s: 100 s, far past the bound.
+		// The simulator's whole reply (64 tokens, its natural length) at
+		// 40 tok/s: 1.6 s, far past the bound.
 		{"cut", 4000, 50 * time.Millisecond, true},
 	} {
 		for _, apiName := range []string{"chat", "messages", "responses"} {
