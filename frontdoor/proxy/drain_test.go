@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -329,4 +330,40 @@ func stepOrder(evs []api.Event) []string {
 		}
 	}
 	return append(out, "", "")
+}
+
+// TestAbortedStream: vLLM ends a request it aborted (put to sleep under
+// it) with a chunk whose finish_reason is "abort" and then "data: [DONE]";
+// the client gets the chunk, then the error event instead of the [DONE],
+// whether the [DONE] came in a read of its own or with the chunk.
+func TestAbortedStream(t *testing.T) {
+	chunk := `{"id":"cmpl-1","choices":[{"index":0,"text":"","delta":{"content":""},"finish_reason":"abort","stop_reason":null}]}`
+	for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
+		for _, together := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/together=%v", path, together), func(t *testing.T) {
+				url, obs, _, _ := wireEnv(t, func(w http.ResponseWriter, r *http.Request) {
+					sw := sse.NewWriter(w)
+					_ = sw.Send(upstreamEvents["chat"][0])
+					if together {
+						_ = sw.Comment("") // headers and the first event out
+						b := sse.AppendEvent(nil, sse.Event{Data: []byte(chunk)})
+						_, _ = w.Write(sse.AppendEvent(b, sse.Event{Data: []byte("[DONE]")}))
+						return
+					}
+					_ = sw.Send(sse.Event{Data: []byte(chunk)})
+					time.Sleep(20 * time.Millisecond) // a read of its own, as a rule
+					_ = sw.Send(sse.Event{Data: []byte("[DONE]")})
+				})
+				resp := post(t, t.Context(), url+path, []byte(`{"model":"served","stream":true}`))
+				evs, err := readEvents(resp, nil)
+				if err != nil || len(evs) != 3 || evs[1].Data != chunk {
+					t.Fatalf("client got %v (end %v), want the chunk, the abort chunk, the error event", evs, err)
+				}
+				errorEvent(t, "chat", evs[2], "stream_aborted", "")
+				if o := obs.waitFor(t, 1)[0]; o.status != http.StatusBadGateway {
+					t.Fatalf("observation %+v, want 502", o)
+				}
+			})
+		}
+	}
 }

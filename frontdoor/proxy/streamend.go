@@ -25,7 +25,12 @@ import (
 //     SDKs retry; the retry is held until the switch is done;
 //   - the backend's body ended without the marker, or broke off (the
 //     backend was put to sleep, stopped or died mid-answer): 502
-//     stream_incomplete, Anthropic's api_error.
+//     stream_incomplete, Anthropic's api_error;
+//   - a chat or completions stream that the backend aborted: vLLM ends an
+//     aborted request (put to sleep under it, mode abort) with a chunk
+//     whose finish_reason is "abort" and then "data: [DONE]", which an
+//     OpenAI client takes for a finished answer. The [DONE] is dropped
+//     and the error event (502 stream_aborted) takes its place.
 //
 // When the client itself left, nothing is written (there is no one to
 // tell). A backend that sent its own error event (vLLM's, Ollama's) has
@@ -40,6 +45,11 @@ type streamEnd struct {
 	x      *exchange
 	open   bool // an event has begun and its blank line has not come yet
 	sawErr bool // the backend sent its own error event
+	// aborted is set by a chunk with finish_reason "abort"; dropDone by
+	// the [DONE] after it, and dropAt to where that line begins in the
+	// read that holds it (-1: none).
+	aborted, dropDone bool
+	dropAt            int
 	// respID, model and createdAt are the Responses stream's response,
 	// repeated by response.failed.
 	respID, model string
@@ -58,7 +68,7 @@ func (t *usageTap) guardEnd(x *exchange, status int) {
 	}
 	switch t.kind {
 	case apishape.Chat, apishape.Completions, apishape.Messages, apishape.Responses:
-		t.end = &streamEnd{x: x}
+		t.end = &streamEnd{x: x, dropAt: -1}
 	}
 }
 
@@ -94,6 +104,26 @@ func (t *usageTap) endStream(n int, err error) (int, error) {
 		apishape.Stream{ResponseID: e.respID, Model: e.model, Sequence: t.events, Created: e.createdOr(time.Now().Unix())})
 	e.tail = sse.AppendEvent(append([]byte(nil), prefix...), sse.Event{Type: ev, Data: data})
 	t.eof = false
+	if n > 0 {
+		return n, nil
+	}
+	return e.readTail(nil)
+}
+
+// abortedEnd returns the n bytes of the read before the aborted answer's
+// "data: [DONE]"; the error event follows in the next Reads, then io.EOF.
+func (t *usageTap) abortedEnd(n int) (int, error) {
+	e := t.end
+	e.dropAt = -1
+	e.fail = &apiErr{status: http.StatusBadGateway, typ: "server_error", code: "stream_aborted",
+		msg: `the backend aborted the answer (finish_reason "abort": it was put to sleep or stopped under it): the answer is incomplete; retry the request`}
+	prefix := ""
+	if n == 0 && e.open {
+		prefix = "\n\n" // the [DONE] line began in an earlier read, which went out
+	}
+	ev, data := apishape.StreamError(t.kind, &apishape.Error{Status: e.fail.status, Type: e.fail.typ, Code: e.fail.code, Message: e.fail.msg}, apishape.Stream{})
+	e.tail = sse.AppendEvent([]byte(prefix), sse.Event{Type: ev, Data: data})
+	t.lines = nil // nothing more of the backend is read
 	if n > 0 {
 		return n, nil
 	}
@@ -151,7 +181,10 @@ func (e *streamEnd) createdOr(now int64) int64 {
 	return now
 }
 
-var errorKey = []byte(`{"error"`)
+var (
+	errorKey = []byte(`{"error"`)
+	abortKey = []byte(`"finish_reason":"abort"`)
+)
 
 // backendError notes an error event of the backend's own (an "error"
 // event, or chat's data-only {"error":…}); after it the stream may end

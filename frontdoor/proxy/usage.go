@@ -113,6 +113,9 @@ func (t *usageTap) Read(p []byte) (int, error) {
 		t.bytes += int64(n)
 		t.feed(p[:n])
 	}
+	if t.end != nil && t.end.dropAt >= 0 {
+		return t.abortedEnd(t.end.dropAt)
+	}
 	if err != nil && t.end != nil {
 		return t.endStream(n, err)
 	}
@@ -156,12 +159,19 @@ func (t *usageTap) feed(p []byte) {
 // moment it reads "data: [DONE]" (see complete). An over-long line is
 // skipped by the Parser; its usage is not read.
 func (t *usageTap) feedSSE(p []byte) {
-	for t.lines != nil && len(p) > 0 {
-		n, f, ok, _ := t.lines.Feed(p)
-		p = p[n:]
+	off := 0
+	for t.lines != nil && off < len(p) {
+		n, f, ok, _ := t.lines.Feed(p[off:])
 		if ok {
 			t.sseField(f)
+			if e := t.end; e != nil && e.dropDone && e.dropAt < 0 {
+				// An aborted answer's "data: [DONE]": it and what
+				// follows are not passed on (streamend.go).
+				e.dropAt = off
+				return
+			}
 		}
+		off += n
 	}
 }
 
@@ -200,8 +210,15 @@ func (t *usageTap) sseField(f sse.Field) {
 		t.responsesData(payload)
 	default:
 		if bytes.Equal(payload, doneMarker) {
+			if t.end != nil && t.end.aborted {
+				t.end.dropDone = true
+				return
+			}
 			t.sawDone = true
 			return
+		}
+		if t.end != nil && bytes.Contains(payload, abortKey) {
+			t.end.aborted = true
 		}
 		if bytes.Contains(payload, usageKey) {
 			t.usageFrom(payload)
