@@ -16,6 +16,7 @@ import (
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/config"
 	"gpuhost/internal/sse"
+	"gpuhost/internal/testkit"
 	"gpuhost/units"
 )
 
@@ -365,5 +366,68 @@ func TestAbortedStream(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSwitchCutsWholeAnswer: a request that does not stream, still being
+// generated (no header sent yet) when switch.drain_timeout runs out, gets
+// 503 with Retry-After and the error in its API's shape: OpenAI's for
+// chat, Anthropic's overloaded_error for Messages.
+func TestSwitchCutsWholeAnswer(t *testing.T) {
+	e := newEnv(t, appliancetest.Options{Activate: "coder", Hook: func(cfg *config.Config) {
+		cfg.Profiles["coder"].Sim.DecodeTPS = 40 // the 64-token reply takes 1.6 s
+		*cfg.Switch.DrainTimeout = config.Duration(50 * time.Millisecond)
+	}})
+	e.f.Sup.SetDrainer(e.p)
+	for _, apiName := range []string{"chat", "messages"} {
+		t.Run(apiName, func(t *testing.T) {
+			body := drainBody(apiName, 4000)
+			var req map[string]any
+			_ = json.Unmarshal(body, &req)
+			req["stream"] = false
+			body, _ = json.Marshal(req)
+			got := make(chan *http.Response, 1)
+			go func() {
+				resp, err := doPost(t.Context(), e.url+apiPaths[apiName], body)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- resp
+			}()
+			backend := e.backendURL("coder")
+			if !testkit.Poll(20*time.Second, func() bool { return metric(t, backend, "vllm:num_requests_running", "") == 1 }) {
+				t.Fatal("the request never ran on the backend")
+			}
+			evs, err := e.f.SwitchTo(t, "llama")
+			if err != nil {
+				t.Fatalf("switch: %v%s", err, appliancetest.Describe(evs))
+			}
+			resp := <-got
+			if resp == nil {
+				return
+			}
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var doc struct {
+				Type  string `json:"type"`
+				Error struct{ Type, Code, Message string }
+			}
+			_ = json.Unmarshal(data, &doc)
+			wantType := "service_unavailable"
+			if apiName == "messages" {
+				wantType = "overloaded_error"
+			}
+			if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || doc.Error.Code != "switch_cut" ||
+				doc.Error.Type != wantType || (apiName == "messages") != (doc.Type == "error") {
+				t.Fatalf("cut answer %d (Retry-After %q): %s", resp.StatusCode, resp.Header.Get("Retry-After"), data)
+			}
+			if d := stepDone(t, evs, "drain"); d.Detail["cut"] != 1 {
+				t.Fatalf("drain step: %s", d.Message)
+			}
+			t.Logf("client's view: %d %s", resp.StatusCode, data)
+			if _, err := e.f.SwitchTo(t, "coder"); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
