@@ -51,7 +51,7 @@ func TestRealOllamaStandby(t *testing.T) {
 
 	// Away to coder: tiny's model is unloaded, its unit stays up.
 	evs = e.switchTo(t, "coder")
-	if got := strings.Join(stepsOf(evs), " "); got != "standby vram_release configure start ready verify wake_check" {
+	if got := strings.Join(stepsOf(evs), " "); got != "drain standby vram_release configure start ready verify wake_check" {
 		t.Errorf("tiny → coder: steps %q%s", got, describe(evs))
 	}
 	if ev, ok := stepEvent(evs, "standby", "info"); !ok || ev.Detail["mode"] != "unload" {
@@ -103,8 +103,8 @@ func TestRealOllamaStandby(t *testing.T) {
 
 	// Back to tiny: coder is stopped (standby off), tiny is woken, not started.
 	evs = e.switchTo(t, "tiny")
-	if got := strings.Join(stepsOf(evs), " "); got != "stop vram_release wake ready verify wake_check" {
-		t.Errorf("coder → tiny: steps %q, want a stop, the release of its memory, then a wake%s", got, describe(evs))
+	if got := strings.Join(stepsOf(evs), " "); got != "drain stop vram_release wake ready verify wake_check" {
+		t.Errorf("coder → tiny: steps %q, want a drain, a stop, the release of its memory, then a wake%s", got, describe(evs))
 	}
 	if _, ok := stepEvent(evs, "start", "started"); ok {
 		t.Errorf("coder → tiny started the Ollama unit instead of waking it%s", describe(evs))

@@ -80,6 +80,7 @@ type Supervisor struct {
 	drift     driftStats // the watcher's findings (watch.go)
 
 	telegram telegramSlot // the bot's status, for Status (SetTelegramStatus)
+	drainer  drainSlot    // the drain step's Drainer (SetDrainer; drain.go)
 	probes   probeSet     // the probe leases out now (probelease.go)
 
 	// ready closes once Run has reconciled from systemd and started the
@@ -674,7 +675,8 @@ type leg struct {
 	wake      bool
 }
 
-// sequence is the switch proper: stop what is in the way, wait for the VRAM,
+// sequence is the switch proper: drain the requests running on what is in
+// the way (drain.go), stop it, wait for the VRAM,
 // configure and start the target, wait until it answers, load, verify. From
 // the start on, a failed step stops the target again (leg.upStep).
 func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
@@ -683,6 +685,9 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 		return err
 	}
 	l.heldBefore = r.s.usedMiB(ctx)
+	if err := l.drainStep(ctx); err != nil {
+		return err
+	}
 	if len(l.toStandby) > 0 {
 		if err := r.step(ctx, "standby", l.standbyOld); err != nil {
 			return err

@@ -644,8 +644,8 @@ func TestSystemdStandbyExclusion(t *testing.T) {
 		}
 		// From the third switch on both units run: every switch puts one
 		// in standby and wakes the other, never starts or stops a unit.
-		if got := strings.Join(stepsOf(evs), " "); i >= 2 && got != "standby wake ready verify wake_check" {
-			t.Errorf("switch %d to %s steps = %q, want a standby and a wake", i, p, got)
+		if got := strings.Join(stepsOf(evs), " "); i >= 2 && got != "drain standby wake ready verify wake_check" {
+			t.Errorf("switch %d to %s steps = %q, want a drain, a standby and a wake", i, p, got)
 		}
 		if handWakesAt[i] {
 			handWake(lastSeq(evs))

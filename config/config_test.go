@@ -79,6 +79,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"agent steps", minimal + "agent:\n  max_steps: 99\n", []string{"agent.max_steps", "1..50"}},
 		{"activity log size", minimal + "panel:\n  activity_requests: -3\n", []string{"panel.activity_requests (line", "0..100000"}},
 		{"negative drain", minimal + "proxy:\n  drain_timeout: -1s\n", []string{"proxy.drain_timeout (line", "negative"}},
+		{"negative switch drain", minimal + "switch:\n  drain_timeout: -2s\n", []string{"switch.drain_timeout (line", "negative"}},
 		{"bad residency", minimal + "proxy:\n  min_residency: often\n", []string{"proxy.min_residency (line", "invalid duration"}},
 		{"drain beyond the hold", minimal + "proxy:\n  hold_timeout: 20s\n  drain_timeout: 1m\n", []string{"proxy.drain_timeout (line", "1m0s is longer than proxy.hold_timeout (20s)"}},
 		{"bench results", minimal + "bench:\n  max_results: -5\n", []string{"bench.max_results (line", "-5 is too small"}},
@@ -133,6 +134,9 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if d, r := cfg.Proxy.DrainTimeout.D(), cfg.Proxy.MinResidency.D(); d != DefaultDrainTimeout || r != DefaultMinResidency {
 		t.Errorf("proxy drain_timeout %s, min_residency %s; want the defaults", d, r)
+	}
+	if d := cfg.Switch.DrainTimeout.D(); d != DefaultSwitchDrainTimeout {
+		t.Errorf("switch.drain_timeout %s, want the default %s", d, DefaultSwitchDrainTimeout)
 	}
 	if cfg.Bench.MaxResults != DefaultBenchMaxResults || cfg.Bench.MaxBytes != DefaultBenchMaxBytes {
 		t.Errorf("bench %+v, want the defaults", cfg.Bench)

@@ -160,7 +160,7 @@ func New(sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) *Metrics {
 		}, []string{"profile", "result"}),
 		stepDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gpuhost_switch_step_duration_seconds",
-			Help:    "Wall time of the switch steps that succeeded (stop, vram_release, configure, start, ready, load_model, verify, wake_check; rollback.* during a rollback).",
+			Help:    "Wall time of the switch steps that succeeded (drain, stop, vram_release, configure, start, ready, load_model, verify, wake_check; rollback.* during a rollback).",
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}, []string{"step"}),
 		wakeFails: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -23,6 +23,9 @@ func TestStepLabel(t *testing.T) {
 	}{
 		{"stop", "started", nil, -1, "stopping"},
 		{"stop", "done", nil, -1, "stopped"},
+		{"drain", "started", nil, -1, "draining requests in flight"},
+		{"drain", "done", map[string]any{"drained": 2, "cut": 1}, -1, "requests drained: 2 finished, 1 cut"},
+		{"drain", "done", map[string]any{"drained": float64(0), "cut": float64(0)}, -1, "requests drained: 0 finished, 0 cut"},
 		{"vram_release", "done", map[string]any{"used_mib": uint64(18), "total_mib": uint64(24564)}, 22630, "VRAM released 22.1 → 0.0 GiB"},
 		{"vram_release", "done", map[string]any{"used_mib": float64(512)}, -1, "VRAM released → 0.5 GiB"},
 		{"vram_release", "done", nil, 100, "VRAM released"},

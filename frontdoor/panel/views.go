@@ -116,6 +116,7 @@ func ago(t time.Time) string {
 // stepLabels are the words of the progress line: running, then done. The
 // JavaScript in static/panel.js carries the same table.
 var stepLabels = map[string][2]string{
+	"drain":        {"draining requests in flight", "requests drained"},
 	"stop":         {"stopping", "stopped"},
 	"vram_release": {"waiting for VRAM release", "VRAM released"},
 	"configure":    {"configuring", "configured"},
@@ -172,6 +173,12 @@ func stepLabel(step, status string, detail map[string]any, beforeMiB int64) stri
 			label = fmt.Sprintf("VRAM released %.1f → %.1f GiB", float64(beforeMiB)/1024, float64(used)/1024)
 		} else if haveUsed {
 			label = fmt.Sprintf("VRAM released → %.1f GiB", float64(used)/1024)
+		}
+	case "drain":
+		drained, okD := detailMiB(detail, "drained")
+		cut, okC := detailMiB(detail, "cut")
+		if okD && okC {
+			label = fmt.Sprintf("requests drained: %d finished, %d cut", drained, cut)
 		}
 	case "verify":
 		if total, ok := detailMiB(detail, "total_mib"); haveUsed && ok {

@@ -73,9 +73,14 @@
 // write at its end, which halves the syscalls of a small answer. The request body is read whole first (it is needed to
 // route, and to hold the request during a switch) and sent upstream as the
 // same bytes; a tap on the response body picks the token usage out of the
-// stream as it passes (usage.go). A stream the backend breaks off is aborted
-// towards the client too (ReverseProxy panics with http.ErrAbortHandler), so
-// a cut answer never looks complete.
+// stream as it passes (usage.go). A stream that cannot reach its API's end
+// marker (the backend broke it off, or a switch cut it) ends with an error
+// event in the API's shape instead (streamend.go), so a cut answer never
+// looks complete.
+//
+// Switches. A switch drains the requests in flight on the backend it takes
+// away (drain.go): they may finish up to switch.drain_timeout, then they
+// are cut, while new requests are held until the switch is done.
 //
 // Errors are JSON in the OpenAI shape {"error":{"message","type","param",
 // "code"}}, because the clients on /v1 are OpenAI SDKs that read that shape;
@@ -130,7 +135,8 @@ type Backend interface {
 // configured served name or "" (unknown or no model), never the client's
 // free text, so it is safe as a metric label too. status is what the
 // request ended with: the HTTP status sent, 499 when the client went away
-// first, 502 when the backend broke off mid-answer. Token counts are 0 when
+// first, 502 when the backend broke off mid-answer, 503 when a switch cut
+// it. Token counts are 0 when
 // the backend reported none; ttfb is 0 when no byte was sent.
 type Observer interface {
 	ObserveRequest(api apishape.Kind, model string, status int, promptTokens, completionTokens int, ttfb, dur time.Duration)
@@ -193,6 +199,11 @@ type Proxy struct {
 	deferred      *prometheus.CounterVec
 	drainTimeouts prometheus.Counter
 
+	// flights are the forwardings under way, which a switch drains
+	// (drain.go); switchEnds counts how the drained ones ended.
+	flights    flights
+	switchEnds *prometheus.CounterVec
+
 	lenMu    sync.Mutex
 	lenCache map[string]int // "profile@since" → max_model_len reported by vLLM
 }
@@ -223,6 +234,7 @@ func New(sup Backend, cfg config.ProxyConfig, profiles func() map[string]*units.
 		created: time.Now().Unix(), lenCache: map[string]int{},
 		mem: &memBudget{limit: cfg.BodyMemoryBytes}, rejected: newRejectedCounter()}
 	p.deferred, p.drainTimeouts = newPolicyCounters()
+	p.switchEnds = newSwitchEndsCounter()
 	if cfg.AutoSwitch {
 		drain := min(config.DefaultDrainTimeout, cfg.HoldTimeout.D())
 		residency := min(config.DefaultMinResidency, cfg.HoldTimeout.D())
@@ -309,6 +321,8 @@ type exchange struct {
 	canRetry bool   // a dial failure may be retried (nothing written)
 	api      apishape.Kind
 	prof     *units.Profile
+	client   context.Context // the client's request context (the outgoing one is also cancelled by a drain)
+	flight   *flight
 
 	status  int
 	tap     *usageTap
@@ -339,6 +353,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	}
 	if mode := tapModeFor(resp.Header.Get("Content-Type"), resp.Header.Get("Content-Encoding")); mode != tapNone {
 		x.tap = newUsageTap(resp.Body, mode, x.api)
+		x.tap.guardEnd(x, resp.StatusCode)
 		resp.Body = x.tap
 	}
 	return nil
@@ -346,7 +361,8 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 
 // upstreamError handles a failed round trip (nothing has been written to the
 // client yet): a refused connection is left for the caller to retry, a
-// client that left gets nothing, anything else is 502.
+// client that left gets nothing, a request a switch cut gets 503, anything
+// else is 502.
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	x := r.Context().Value(exchangeKey{}).(*exchange)
 	x.err = err
@@ -354,8 +370,13 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	switch {
 	case x.dialErr && x.canRetry:
 		return
-	case r.Context().Err() != nil:
+	case x.client.Err() != nil:
 		x.status = statusClientClosed
+		return
+	case x.flight != nil && x.flight.cut.Load():
+		e := switchCut(x)
+		x.status = e.status
+		writeError(w, e, x.api)
 		return
 	}
 	x.status = http.StatusBadGateway
@@ -470,13 +491,27 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.start(r.Context(), p.cfg.HoldTimeout.D())
 	defer h.stop()
 
-	for attempt := 0; ; attempt++ {
+	for attempt, refused := 0, 0; ; attempt++ {
 		prof, aerr := p.route(r.Context(), &h, requested, rec)
 		if aerr != nil {
 			p.fail(w, rec, aerr)
 			return
 		}
-		x, cw := p.forward(w, r, rec, prof, body, field, peeked, attempt)
+		fl, fctx, ok := p.flights.admit(p.sup, prof.Name, r.Context())
+		if !ok {
+			// A switch began since routing: route again, which
+			// holds the request until the switch is done.
+			if p.pol != nil {
+				p.pol.release(rec)
+			}
+			if refused++; refused > maxRouteRounds {
+				p.fail(w, rec, switchIncomplete(requested, prof.Name, p.sup.State()))
+				return
+			}
+			attempt--
+			continue
+		}
+		x, cw := p.forward(w, r, fctx, fl, rec, prof, body, field, peeked, attempt)
 		if x.err != nil && x.dialErr && x.canRetry && r.Context().Err() == nil {
 			// Refused: the backend is restarting or a switch began after
 			// routing. Wait a moment and route again (held if switching).
@@ -492,8 +527,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// 499 only when the client left before it had the whole answer: a
 		// client that closes the moment it reads [DONE] (go-openai does)
 		// got everything, and the request counts as the backend's status.
-		if cw.err != nil || (r.Context().Err() != nil && !x.tap.complete()) {
+		switch {
+		case cw.err != nil || (r.Context().Err() != nil && !x.tap.complete()):
 			rec.status = statusClientClosed
+		case x.tap.failed() != nil:
+			f := x.tap.failed()
+			rec.status, rec.detail = f.status, f.msg
 		}
 		return
 	}
@@ -548,16 +587,18 @@ func (p *Proxy) endRequest(r *http.Request, rec *record) {
 
 // forward makes one forwarding attempt of the request to prof, with the
 // body's "model" rewritten to the name the backend serves, and notes its
-// outcome in rec. It returns the attempt and its writer to the client.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, rec *record, prof *units.Profile, body []byte, field modelField, peeked bool, attempt int) (*exchange, *clientWriter) {
+// outcome in rec. ctx is the outgoing request's context, which a drain
+// cancels when it cuts fl. It returns the attempt and its writer to the client.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ctx context.Context, fl *flight, rec *record, prof *units.Profile, body []byte, field modelField, peeked bool, attempt int) (*exchange, *clientWriter) {
 	rec.model, rec.profile = prof.ServedModelName(), prof.Name
 	out := body
 	if up := upstreamName(prof); peeked && (!field.IsString || field.Name != up) {
 		out = withModel(body, field, up)
 	}
-	x := &exchange{host: backendHost(prof), canRetry: attempt < maxDialRetries, api: rec.api, prof: prof}
+	defer p.flights.end(fl) // also when the copy panics (ErrAbortHandler)
+	x := &exchange{host: backendHost(prof), canRetry: attempt < maxDialRetries, api: rec.api, prof: prof, client: r.Context(), flight: fl}
 	p.noteBackend(prof)
-	req := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
+	req := r.WithContext(context.WithValue(ctx, exchangeKey{}, x))
 	req.Body = io.NopCloser(newBytesReader(out))
 	req.ContentLength = int64(len(out))
 	if len(out) == 0 {

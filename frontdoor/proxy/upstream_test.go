@@ -109,9 +109,9 @@ func TestWireBytes(t *testing.T) {
 }
 
 // TestBackendFailures: a backend that refuses connections gives 502 after a
-// few quick retries; one that breaks off mid-stream aborts the client's
-// connection (no clean end that would look like a complete answer) and is
-// recorded as 502.
+// few quick retries; one that breaks off mid-stream ends the client's
+// stream with an error event (never a clean end that would look like a
+// complete answer: TestStreamWithoutEndMarker) and is recorded as 502.
 func TestBackendFailures(t *testing.T) {
 	port := testkit.FreePort(t) // nothing listens here
 	url, obs := serveProxy(t, &units.Profile{Name: "p", Backend: units.VLLM, Model: "m", Port: port})
@@ -141,10 +141,9 @@ func TestBackendFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err == nil {
-		t.Fatal("a stream the backend broke off ended cleanly for the client")
+	evs, err := readEvents(resp, nil)
+	if err != nil || len(evs) != 2 || !strings.Contains(evs[1].Data, `"stream_incomplete"`) {
+		t.Fatalf("a stream the backend broke off: events %v, end %v; want the chunk and the error event", evs, err)
 	}
 	if o := obs.waitFor(t, 1)[0]; o.status != 502 || o.model != "served" {
 		t.Fatalf("observation %+v, want 502", o)

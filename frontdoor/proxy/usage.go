@@ -68,6 +68,10 @@ type usageTap struct {
 	sawDone   bool // the stream's own end marker went by
 	events    int
 	eof       bool // the backend's whole answer was read
+
+	// How the stream ends (streamend.go): set by guardEnd for an SSE
+	// answer of an API whose streams have an end marker.
+	end *streamEnd
 }
 
 // tapModeFor picks how to read usage from a response's media type; encoded
@@ -98,6 +102,9 @@ func newUsageTap(rc io.ReadCloser, mode tapMode, kind apishape.Kind) *usageTap {
 }
 
 func (t *usageTap) Read(p []byte) (int, error) {
+	if t.end != nil && t.end.tail != nil {
+		return t.end.readTail(p)
+	}
 	n, err := t.rc.Read(p)
 	if n > 0 {
 		if t.first.IsZero() {
@@ -105,6 +112,12 @@ func (t *usageTap) Read(p []byte) (int, error) {
 		}
 		t.bytes += int64(n)
 		t.feed(p[:n])
+	}
+	if t.end != nil && t.end.dropAt >= 0 {
+		return t.abortedEnd(t.end.dropAt)
+	}
+	if err != nil && t.end != nil {
+		return t.endStream(n, err)
 	}
 	if err == io.EOF {
 		t.eof = true
@@ -118,9 +131,10 @@ func (t *usageTap) Close() error { return t.rc.Close() }
 // complete reports whether the client was sent the whole answer: the body
 // was read to its end, or a stream reached its API's end marker ("data:
 // [DONE]", message_stop, response.completed): a client may close right
-// then, before the backend's end of body is read.
+// then, before the backend's end of body is read. A stream that ended
+// with gpuhost's error event is not complete.
 func (t *usageTap) complete() bool {
-	return t != nil && (t.eof || (t.mode == tapSSE && t.sawDone))
+	return t != nil && t.failed() == nil && (t.eof || (t.mode == tapSSE && t.sawDone))
 }
 
 // feed examines one piece of the body.
@@ -145,12 +159,19 @@ func (t *usageTap) feed(p []byte) {
 // moment it reads "data: [DONE]" (see complete). An over-long line is
 // skipped by the Parser; its usage is not read.
 func (t *usageTap) feedSSE(p []byte) {
-	for t.lines != nil && len(p) > 0 {
-		n, f, ok, _ := t.lines.Feed(p)
-		p = p[n:]
+	off := 0
+	for t.lines != nil && off < len(p) {
+		n, f, ok, _ := t.lines.Feed(p[off:])
 		if ok {
 			t.sseField(f)
+			if e := t.end; e != nil && e.dropDone && e.dropAt < 0 {
+				// An aborted answer's "data: [DONE]": it and what
+				// follows are not passed on (streamend.go).
+				e.dropAt = off
+				return
+			}
 		}
+		off += n
 	}
 }
 
@@ -158,10 +179,14 @@ var (
 	usageKey   = []byte(`"usage"`)
 	doneMarker = []byte("[DONE]")
 	stopKey    = []byte(`"message_stop"`)
+	createdKey = []byte(`"response.created"`)
 )
 
 // sseField examines one field of the stream.
 func (t *usageTap) sseField(f sse.Field) {
+	if t.end != nil {
+		t.end.open = len(f.Name) > 0 // a blank line ends the event
+	}
 	switch string(f.Name) {
 	case "event":
 		t.event = append(t.event[:0], f.Value...)
@@ -175,6 +200,9 @@ func (t *usageTap) sseField(f sse.Field) {
 	}
 	payload := bytes.TrimLeft(f.Value, " ")
 	t.events++
+	if t.end != nil && t.end.backendError(t.kind, t.event, payload) {
+		return
+	}
 	switch t.kind {
 	case apishape.Messages:
 		t.messagesData(payload)
@@ -182,8 +210,15 @@ func (t *usageTap) sseField(f sse.Field) {
 		t.responsesData(payload)
 	default:
 		if bytes.Equal(payload, doneMarker) {
+			if t.end != nil && t.end.aborted {
+				t.end.dropDone = true
+				return
+			}
 			t.sawDone = true
 			return
+		}
+		if t.end != nil && bytes.Contains(payload, abortKey) {
+			t.end.aborted = true
 		}
 		if bytes.Contains(payload, usageKey) {
 			t.usageFrom(payload)
@@ -241,6 +276,10 @@ func (t *usageTap) anthropicUsage(u *usageFields, whole bool) {
 // response (completed, incomplete or failed) carries the usage.
 func (t *usageTap) responsesData(payload []byte) {
 	name := string(t.event)
+	if t.end != nil && t.end.respID == "" && (name == "response.created" || name == "" && bytes.Contains(payload, createdKey)) {
+		t.end.created(payload)
+		return
+	}
 	if name != "" && !terminalResponseEvent(name) {
 		return
 	}

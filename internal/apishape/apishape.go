@@ -188,3 +188,59 @@ func Write(w http.ResponseWriter, k Kind, e *Error) {
 func Refuse(w http.ResponseWriter, urlPath string, status int, code, message string) {
 	Write(w, Of(path.Clean(urlPath)), &Error{Status: status, Type: OpenAIErrorType(status), Code: code, Message: message})
 }
+
+// Stream is what an error event needs of the stream it ends: the
+// Responses API's failed event repeats the response's id and model and
+// numbers itself after the events before it.
+type Stream struct {
+	ResponseID string // from response.created; a new one when unknown
+	Model      string
+	Sequence   int // the event's sequence_number: the events sent before it
+	Created    int64
+}
+
+// StreamError is the last event of a stream of API k that cannot finish
+// (a switch cut it, the backend broke off): its SSE event type ("" for
+// none) and data, in the shape that API's clients read in the middle of a
+// stream, so that the SDK raises an error instead of taking the answer so
+// far as whole.
+//
+//   - OpenAI chat, completions and the rest: a data-only event
+//     {"error":{"message","type","param","code"}}, the shape OpenAI sends
+//     and openai-python raises on; no "data: [DONE]" follows (vLLM sends
+//     one after its error event, which a client that skips the error
+//     would take for a finished answer).
+//   - Anthropic Messages: "event: error" with
+//     {"type":"error","error":{"type","message"}}, the type from e.Status
+//     (overloaded_error for 503, which Anthropic SDKs retry; api_error for
+//     502); no message_stop follows.
+//   - OpenAI Responses: "response.failed" with the response, status
+//     "failed" and error {"code":"server_error","message"}; no
+//     response.completed follows.
+func StreamError(k Kind, e *Error, s Stream) (event string, data []byte) {
+	var doc any
+	switch {
+	case k.Anthropic():
+		event = "error"
+		doc = map[string]any{"type": "error", "error": map[string]any{
+			"type": AnthropicErrorType(e.Status), "message": e.Message, "code": e.Code}}
+	case k == Responses:
+		event = "response.failed"
+		id := s.ResponseID
+		if id == "" {
+			id = "resp_gpuhost_" + strconv.FormatInt(s.Created, 36)
+		}
+		doc = map[string]any{"type": "response.failed", "sequence_number": s.Sequence, "response": map[string]any{
+			"id": id, "object": "response", "created_at": s.Created, "status": "failed", "model": s.Model,
+			"output": []any{}, "incomplete_details": nil,
+			"error": map[string]any{"code": "server_error", "message": e.Message}}}
+	default:
+		doc = map[string]any{"error": map[string]any{"message": e.Message, "type": e.Type, "param": nil, "code": e.Code}}
+	}
+	data, err := json.Marshal(doc)
+	if err != nil {
+		// Only our own values get here; a failure is a bug, not input.
+		data = []byte(`{"error":{"message":"internal error encoding an error","type":"internal_error","param":null,"code":"internal"}}`)
+	}
+	return event, data
+}

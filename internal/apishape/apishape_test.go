@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -117,5 +118,39 @@ func TestWriteKeepsCallerHeadersAndExtras(t *testing.T) {
 	if w.Header().Get("Retry-After") != "5" || w.Header().Get("Content-Length") != strconv.Itoa(w.Body.Len()) ||
 		doc.Error.Param != "model" || len(doc.Error.Models) != 1 || doc.Error.Code != "model_not_found" {
 		t.Errorf("headers %v body %s", w.Header(), w.Body)
+	}
+}
+
+// TestStreamError: the event that ends a stream, per API, in the shape its
+// SDKs read mid-stream: OpenAI's data-only {"error":…}, Anthropic's
+// "event: error" with the type for the status, Responses' response.failed
+// repeating the stream's response.
+func TestStreamError(t *testing.T) {
+	e := &Error{Status: 503, Type: "service_unavailable", Code: "switch_cut", Message: "cut"}
+	s := Stream{ResponseID: "resp_1", Model: "m", Sequence: 7, Created: 1700000000}
+	tests := []struct {
+		k         Kind
+		status    int
+		wantEvent string
+		want      string
+	}{
+		{Chat, 503, "", `{"error":{"code":"switch_cut","message":"cut","param":null,"type":"service_unavailable"}}`},
+		{Completions, 503, "", `{"error":{"code":"switch_cut","message":"cut","param":null,"type":"service_unavailable"}}`},
+		{Messages, 503, "error", `{"error":{"code":"switch_cut","message":"cut","type":"overloaded_error"},"type":"error"}`},
+		{Messages, 502, "error", `{"error":{"code":"switch_cut","message":"cut","type":"api_error"},"type":"error"}`},
+		{Responses, 503, "response.failed", `{"response":{"created_at":1700000000,"error":{"code":"server_error","message":"cut"},"id":"resp_1","incomplete_details":null,"model":"m","object":"response","output":[],"status":"failed"},"sequence_number":7,"type":"response.failed"}`},
+	}
+	for _, tc := range tests {
+		e.Status = tc.status
+		ev, data := StreamError(tc.k, e, s)
+		if ev != tc.wantEvent || string(data) != tc.want {
+			t.Errorf("%s %d: event %q data %s\nwant event %q data %s", tc.k, tc.status, ev, data, tc.wantEvent, tc.want)
+		}
+	}
+	// Without a response.created seen, the failed event still names a response.
+	_, data := StreamError(Responses, e, Stream{Created: 1700000000})
+	var d struct{ Response struct{ ID string } }
+	if err := json.Unmarshal(data, &d); err != nil || !strings.HasPrefix(d.Response.ID, "resp_") {
+		t.Errorf("response.failed without a known response: %s", data)
 	}
 }

@@ -176,6 +176,9 @@ func (c *Core) startProxy(ctx context.Context) (px *proxy.Proxy, m *metrics.Metr
 	cfg, log := c.cfg, c.log
 	px = proxy.New(c.Sup, cfg.Proxy, func() map[string]*units.Profile { return cfg.Profiles }, log.With("component", "proxy"))
 	px.DialBackends(c.backendDialer())
+	// A switch drains the requests running on the backend it takes away
+	// through the proxy, which forwards them.
+	c.Sup.SetDrainer(px)
 	if !cfg.Metrics.Disabled {
 		m = metrics.New(c.Sup, c.Doctor, log.With("component", "metrics"))
 		go m.Run(ctx)

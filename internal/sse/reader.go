@@ -105,6 +105,10 @@ func (p *Parser) Feed(b []byte) (n int, f Field, ok bool, err error) {
 	return n, Field{}, false, nil
 }
 
+// Pending reports that the Parser holds the start of a line that no line
+// end has finished yet: a stream cut now ends in the middle of a line.
+func (p *Parser) Pending() bool { return len(p.line) > 0 || p.skip }
+
 // End tells the Parser the stream ended. If its last line had no line
 // end, End returns that line's field (ok false when there is none, or it
 // was a comment or over the limit). The format says such a line is

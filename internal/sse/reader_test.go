@@ -310,3 +310,23 @@ func sameEnd(a, b error) bool {
 	}
 	return true
 }
+
+// TestParserPending: the Parser says when it holds a line no line end has
+// finished, the point where a cut stream would end mid-line.
+func TestParserPending(t *testing.T) {
+	p := NewParser(0)
+	steps := []struct {
+		feed string
+		want bool
+	}{{"data: {\"a\"", true}, {":1}", true}, {"\r", false}, {"\n", false}, {"\n", false}, {"data: x\n", false}}
+	for _, s := range steps {
+		b := []byte(s.feed)
+		for len(b) > 0 {
+			n, _, _, _ := p.Feed(b)
+			b = b[n:]
+		}
+		if got := p.Pending(); got != s.want {
+			t.Fatalf("after %q: Pending %v, want %v", s.feed, got, s.want)
+		}
+	}
+}

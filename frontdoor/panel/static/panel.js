@@ -13,6 +13,7 @@
 
   // The same words as stepLabels in views.go.
   const labels = {
+    drain: ['draining requests in flight', 'requests drained'],
     stop: ['stopping', 'stopped'],
     vram_release: ['waiting for VRAM release', 'VRAM released'],
     configure: ['configuring', 'configured'],
@@ -43,6 +44,8 @@
     const used = num(d.used_mib);
     if (base === 'vram_release' && used !== null) {
       label = beforeMiB >= 0 ? `VRAM released ${gib(beforeMiB)} → ${gib(used)} GiB` : `VRAM released → ${gib(used)} GiB`;
+    } else if (base === 'drain' && num(d.drained) !== null && num(d.cut) !== null) {
+      label = `requests drained: ${d.drained} finished, ${d.cut} cut`;
     } else if (base === 'verify' && used !== null && num(d.total_mib) !== null) {
       label = `verified · ${gib(used)}/${gib(d.total_mib)} GiB used`;
     }
