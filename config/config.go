@@ -364,6 +364,9 @@ func (c *Config) BackendUnits() []units.BackendUnit {
 			EnvFile: c.EnvFilePath(bc.Unit),
 			User:    bc.User,
 			Standby: standby,
+			// A backend this config does not own (adopted) keeps its own
+			// network settings; only a rendered unit is fenced or opened.
+			NetworkOpen: bc.Network == units.NetworkOpen,
 		}
 		if !standby {
 			u.Conflicts = []string{other}

@@ -357,3 +357,26 @@ func TestBackendSockets(t *testing.T) {
 		t.Errorf("a shared port under the process runner: %v, want no socket check", err)
 	}
 }
+
+// TestNetworkOpening: a profile opts out of the offline settings only with
+// its backend's unit open, and only that unit loses its fence.
+func TestNetworkOpening(t *testing.T) {
+	y := minimal + "    network: open\nbackends:\n  vllm:\n    network: open\n"
+	cfg, err := Parse("test.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Profiles["p1"].Offline() {
+		t.Error("profile p1 with network: open is still offline")
+	}
+	got := map[units.Backend]bool{}
+	for _, bu := range cfg.BackendUnits() {
+		got[bu.Backend] = bu.NetworkOpen
+	}
+	if !got[units.VLLM] || got[units.Ollama] {
+		t.Errorf("NetworkOpen per backend %v, want only vllm open", got)
+	}
+	if def, err := Parse("test.yaml", []byte(minimal)); err != nil || def.Backends.VLLM.Network != units.NetworkFenced || !def.Profiles["p1"].Offline() {
+		t.Errorf("defaults: backend network %q, profile offline %v (%v); want fenced and offline", def.Backends.VLLM.Network, def.Profiles["p1"].Offline(), err)
+	}
+}
