@@ -152,7 +152,7 @@ func modelCacheCheck(ctx context.Context, cfg *config.Config, us Units, p *units
 	case errors.Is(err, errUndecidable):
 		c.Severity = units.SeverityWarn
 		c.Message = fmt.Sprintf("cannot tell whether %s is in the cache of %s: %v", p.Model, st.user, err)
-		c.Fix = "run `gpuhost doctor` as root on the box (gpuhost.service itself reads other users' files only where their modes allow)"
+		c.Fix = fmt.Sprintf("gpuhost.service (root without CAP_DAC_READ_SEARCH) reads the cache through the group %s (SupplementaryGroups=, rendered for the default backend user): keep the home and cache group-readable, or run `gpuhost doctor` as root on the box", st.user)
 	case err != nil:
 		c.Severity, c.Message = units.SeverityWarn, err.Error()
 	case len(res.Missing) == 0:

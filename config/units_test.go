@@ -380,3 +380,32 @@ func TestNetworkOpening(t *testing.T) {
 		t.Errorf("defaults: backend network %q, profile offline %v (%v); want fenced and offline", def.Backends.VLLM.Network, def.Profiles["p1"].Offline(), err)
 	}
 }
+
+// TestDaemonJoinsBackendGroup: gpuhost.service joins the default backend
+// user's group (to read its model caches), and no other group, which might
+// not exist and would keep gpuhost from starting.
+func TestDaemonJoinsBackendGroup(t *testing.T) {
+	for _, tt := range []struct {
+		name, extra string
+		want        []string
+	}{
+		{"default user", "", []string{units.DefaultBackendUser}},
+		{"root", "backends:\n  vllm: {user: root}\n  ollama: {user: root}\n", nil},
+		{"another user", "backends:\n  vllm: {user: llm}\n  ollama: {user: root}\n", nil},
+		{"simulated", "backends:\n  vllm: {simulated: true, exec: [/usr/bin/gpuhost, simulate, vllm]}\n  ollama: {simulated: true, exec: [/usr/bin/gpuhost, simulate, ollama]}\n", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse("test.yaml", []byte(minimal+tt.extra))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := cfg.DaemonUnit("/usr/bin/gpuhost", "/etc/gpuhost/gpuhost.yaml")
+			if !slices.Equal(d.BackendGroups, tt.want) {
+				t.Errorf("BackendGroups %q, want %q", d.BackendGroups, tt.want)
+			}
+			if got := strings.Contains(units.RenderDaemonUnit(d), "\nSupplementaryGroups="); got != (tt.want != nil) {
+				t.Errorf("SupplementaryGroups= rendered %v, want %v", got, tt.want != nil)
+			}
+		})
+	}
+}

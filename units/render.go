@@ -266,9 +266,14 @@ func writeBackendNetwork(w func(string, ...any), u BackendUnit) {
 	w("IPAddressAllow=localhost")
 	w("IPAddressDeny=any")
 	if env := OfflineEnv(u.Backend); len(env) > 0 {
-		w("# Without a network the server must know it is offline: vLLM resolves its model")
-		w("# through the Hugging Face hub at start even when it is cached, and fails or waits on")
-		w("# timeouts unless HF_HUB_OFFLINE=1. The environment file repeats these per profile.")
+		if u.Backend == VLLM {
+			w("# Without a network the server must know it is offline: vLLM resolves its model")
+			w("# through the Hugging Face hub at start even when it is cached, and fails or waits on")
+			w("# timeouts unless HF_HUB_OFFLINE=1. The environment file repeats these per profile.")
+		} else {
+			w("# Without a network: no cloud models (served through the local API, answered by")
+			w("# ollama.com), no usage reports. The environment file repeats these per profile.")
+		}
 		words := make([]string, len(env))
 		for i, e := range env {
 			words[i] = e.String()
@@ -313,6 +318,11 @@ type DaemonUnit struct {
 	// Sockets are the backends' proxy socket units (BackendUnit.ProxySocketUnits):
 	// gpuhost.service wants them, so they listen whenever gpuhost runs.
 	Sockets []string
+	// BackendGroups are the backend users' groups gpuhost joins
+	// (SupplementaryGroups=): without CAP_DAC_READ_SEARCH even root reads
+	// the backend user's 0750 home and its model caches only through the
+	// group, and the switch checks that the model is there before a start.
+	BackendGroups []string
 }
 
 // DefaultWatchdogSec is the watchdog interval when DaemonUnit.WatchdogSec is unset.
@@ -338,6 +348,11 @@ func (d DaemonUnit) Validate() error {
 			errs = append(errs, fmt.Errorf("gpuhost.service: read-write path: %w", err))
 		}
 	}
+	for _, g := range d.BackendGroups {
+		if err := ValidUser(g); err != nil {
+			errs = append(errs, fmt.Errorf("gpuhost.service: backend group: %w", err))
+		}
+	}
 	if d.User != "" {
 		if err := ValidUser(d.User); err != nil {
 			errs = append(errs, fmt.Errorf("gpuhost.service: %w", err))
@@ -358,6 +373,11 @@ func RenderDaemonUnit(d DaemonUnit) string {
 	daemonServiceSection(w, d)
 	daemonSandbox(w, d)
 	daemonNotSet(w)
+	if len(d.BackendGroups) > 0 {
+		w("# Read access to the backend user's home (0750) and model caches, whose presence a switch")
+		w("# checks before it starts a backend; the group is the backend user's (scripts/install.sh).")
+		w("SupplementaryGroups=%s", strings.Join(d.BackendGroups, " "))
+	}
 	if d.User != "" {
 		w("# Not root: this user needs polkit rights for org.freedesktop.systemd1.manage-units and")
 		w("# write access to the unit directories above.")
