@@ -116,9 +116,6 @@ func ParseArgs(flavor string, args []string, getenv func(string) string) (Option
 	if err := fs.Parse(args); err != nil {
 		return opts, fmt.Errorf("simulate %s: %w", flavor, err)
 	}
-	if err := checkOffline(opts.Flavor, *network, getenv); err != nil {
-		return opts, err
-	}
 	if *port != 0 {
 		opts.Port = *port
 	}
@@ -154,5 +151,5 @@ func ParseArgs(flavor string, args []string, getenv func(string) string) (Option
 		}
 		opts.MaxModelLen = n
 	}
-	return opts, nil
+	return opts, checkOffline(opts.Flavor, *network, getenv)
 }
