@@ -405,6 +405,9 @@ For ollama the address also comes from OLLAMA_HOST.`,
 				return cmd.Help()
 			}
 			opts, err := simulator.ParseArgs(args[0], args[1:], os.Getenv)
+			if errors.Is(err, simulator.ErrNotOffline) {
+				return configError{err} // the unit's environment, not the command line
+			}
 			if err != nil {
 				return usageError{err}
 			}

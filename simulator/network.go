@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -28,6 +29,10 @@ const (
 	// NetworkOpen: the hub is reachable; no check.
 	NetworkOpen = "open"
 )
+
+// ErrNotOffline is the refusal of a fenced start without the offline
+// settings: a configuration error of the unit (gpuhost simulate exits 78).
+var ErrNotOffline = errors.New("not told it is offline")
 
 // onlyLoopback reports whether every network interface the process sees is
 // a loopback one (a fresh network namespace has only lo). A failure to list
@@ -73,8 +78,11 @@ func checkOffline(flavor Flavor, mode string, getenv func(string) string) error 
 	for _, e := range units.OfflineEnv(units.Backend(flavor)) {
 		want = append(want, e.String())
 	}
-	return fmt.Errorf("simulated %s refuses to start: the network is fenced (the Hugging Face hub is unreachable) and %s %s not set; "+
-		"a real %s would fail or wait on timeouts resolving its model. The unit gpuhost renders sets %s (Environment= and the environment file); "+
+	return fmt.Errorf("simulated %s refuses to start (%w): the network is fenced (%s unreachable) and %s %s not set; "+
+		"a real %s would %s. The unit gpuhost renders sets %s (Environment= and the environment file); "+
 		"render it again with `gpuhost units install`, or open the unit (backends.%s.network: open)",
-		flavor, strings.Join(missing, ", "), pickS(len(missing) == 1, "is", "are"), flavor, strings.Join(want, " "), flavor)
+		flavor, ErrNotOffline, pickS(flavor == FlavorVLLM, "the Hugging Face hub is", "ollama.com is"),
+		strings.Join(missing, ", "), pickS(len(missing) == 1, "is", "are"), flavor,
+		pickS(flavor == FlavorVLLM, "fail or wait on timeouts resolving its model", "offer cloud models that cannot answer"),
+		strings.Join(want, " "), flavor)
 }
