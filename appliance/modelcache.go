@@ -239,6 +239,6 @@ func ollamaModel(store, name string) (cacheResult, error) {
 			total += fi.Size()
 		}
 	}
-	res.Found = fmt.Sprintf("manifest and %d blob(s), %.1f GiB", len(m.Layers)+1, float64(total)/(1<<30))
+	res.Found = fmt.Sprintf("manifest and %d blob(s), %.1f MiB", len(m.Layers)+1, float64(total)/(1<<20))
 	return res, nil
 }
