@@ -21,7 +21,9 @@ import (
 // simulator sees only loopback and, run by systemd, counts itself fenced
 // (--network auto). As rendered it starts and answers /health through its
 // socket relay; with the offline settings dropped from the unit and the
-// environment file, the unit fails and its journal says why.
+// environment file, the unit fails and its journal says why. An open unit
+// (backends.vllm.network: open) answers through its relay too, which then
+// dials the host's loopback.
 func TestFencedUnitUnderRealSystemd(t *testing.T) {
 	bin := testbin.Binary(t)
 	dir := t.TempDir()
@@ -36,16 +38,17 @@ func TestFencedUnitUnderRealSystemd(t *testing.T) {
 		return strings.TrimSpace(out)
 	}
 	for _, tt := range []struct {
-		name string
-		drop bool // take the offline settings out of the unit and the env file
-	}{{"fenced-as-rendered", false}, {"fenced-without-offline", true}} {
+		name    string
+		drop    bool   // take the offline settings out of the unit and the env file
+		network string // backends.vllm.network
+	}{{"fenced-as-rendered", false, "fenced"}, {"fenced-without-offline", true, "fenced"}, {"open-unit", false, "open"}} {
 		t.Run(tt.name, func(t *testing.T) {
 			port := testkit.FreePort(t)
 			cfg, err := config.Parse("test", []byte(fmt.Sprintf(`
 state_dir: %[1]s/%[2]s
 gpu: {backend: sim, sim_dir: %[1]s/simgpu}
 backends:
-  vllm: {unit: %[2]s.service, exec: [%[3]s, simulate, vllm, --sim-dir, %[1]s/simgpu], simulated: true, user: root, read_write_paths: [%[1]s]}
+  vllm: {unit: %[2]s.service, exec: [%[3]s, simulate, vllm, --sim-dir, %[1]s/simgpu], simulated: true, user: root, read_write_paths: [%[1]s], network: %[5]s}
   ollama: {unit: other.service, exec: [/bin/false]}
 profiles:
   tiny:
@@ -53,7 +56,7 @@ profiles:
     model: Org/Tiny
     port: %[4]d
     sim: {load_time: 10ms, vram_mib: 1000}
-`, dir, tt.name, bin, port)))
+`, dir, tt.name, bin, port, tt.network)))
 			if err != nil {
 				t.Fatal(err)
 			}
