@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -114,14 +115,15 @@ func readUnitEnv(paths []string) (usr string, env map[string]string, ok bool) {
 	return usr, env, true
 }
 
-// vllmRevision is the --revision a profile passes in extra_args ("" = main).
-func vllmRevision(p *units.Profile) string {
+// vllmFlag is the value of a flag a profile passes in extra_args ("" when
+// not given).
+func vllmFlag(p *units.Profile, flag string) string {
 	x := p.VLLM.ExtraArgs
 	for i, a := range x {
-		if a == "--revision" && i+1 < len(x) {
+		if a == flag && i+1 < len(x) {
 			return x[i+1]
 		}
-		if v, ok := strings.CutPrefix(a, "--revision="); ok {
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
 			return v
 		}
 	}
@@ -189,8 +191,12 @@ func lookModel(st backendStore, bc config.BackendConfig, p *units.Profile) (cach
 		return res, fetch, err
 	}
 	hub := hfHubDir(st.env, st.home)
-	rev := vllmRevision(p)
+	rev := vllmFlag(p, "--revision")
 	res, err := hfModel(hub, p.Model, rev)
+	if vllmFlag(p, "--tokenizer") != "" {
+		// The tokenizer comes from elsewhere; this check does not follow it.
+		res.Missing = slices.DeleteFunc(res.Missing, func(m string) bool { return strings.HasPrefix(m, "a tokenizer") })
+	}
 	hfHome := filepath.Dir(hub)
 	fetch := fmt.Sprintf("sudo -u %s env HOME=%s HF_HOME=%s hf download %s", st.user, st.home, hfHome, p.Model)
 	if st.env["HF_HUB_CACHE"] != "" {

@@ -61,8 +61,15 @@ func hfHubDir(env map[string]string, home string) string {
 }
 
 // tokenizerFiles are the files of which a model needs one to tokenize:
-// fast (tokenizer.json), SentencePiece, BPE vocabularies, Mistral's tekken.
-var tokenizerFiles = []string{"tokenizer.json", "tokenizer.model", "vocab.json", "tekken.json", "tiktoken.model"}
+// fast (tokenizer.json), SentencePiece, BPE and WordPiece vocabularies,
+// Mistral's tekken, tiktoken (also any *.tiktoken).
+var tokenizerFiles = []string{"tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
+	"sentencepiece.bpe.model", "tekken.json", "tiktoken.model"}
+
+// isTokenizer reports whether a file name is one of tokenizerFiles.
+func isTokenizer(name string) bool {
+	return slices.Contains(tokenizerFiles, name) || strings.HasSuffix(name, ".tiktoken")
+}
 
 // hfModel checks that model (a repo id, or an absolute folder) at revision
 // (a branch or tag under refs/, or a commit; "" = main) is complete in the
@@ -117,8 +124,8 @@ func snapshotFiles(dir string, res cacheResult) (cacheResult, error) {
 	if !has("config.json") {
 		res.Missing = append(res.Missing, "config.json")
 	}
-	if !slices.ContainsFunc(tokenizerFiles, has) {
-		res.Missing = append(res.Missing, "a tokenizer ("+strings.Join(tokenizerFiles, ", ")+")")
+	if !slices.ContainsFunc(names, func(n string) bool { return isTokenizer(n) && has(n) }) {
+		res.Missing = append(res.Missing, "a tokenizer ("+strings.Join(tokenizerFiles, ", ")+", *.tiktoken)")
 	}
 	weights, missing, err := weightFiles(dir, names, has)
 	res.Missing = append(res.Missing, missing...)

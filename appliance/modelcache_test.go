@@ -73,6 +73,8 @@ func TestHFModelCache(t *testing.T) {
 		}(), "Org/Tiny", "", ""},
 		{"no config", hfRepo(map[string]string{"tokenizer.json": "{}", "model.safetensors": "w"}), "Org/Tiny", "", "config.json"},
 		{"no tokenizer", hfRepo(map[string]string{"config.json": "{}", "tokenizer_config.json": "{}", "model.safetensors": "w"}), "Org/Tiny", "", "a tokenizer"},
+		{"tiktoken tokenizer", hfRepo(map[string]string{"config.json": "{}", "qwen.tiktoken": "t", "model.safetensors": "w"}), "Org/Tiny", "", ""},
+		{"WordPiece tokenizer", hfRepo(map[string]string{"config.json": "{}", "vocab.txt": "t", "model.safetensors": "w"}), "Org/Tiny", "", ""},
 		{"no weights", hfRepo(map[string]string{"config.json": "{}", "tokenizer.json": "{}"}), "Org/Tiny", "", "weights"},
 		{"not fetched", nil, "Org/Tiny", "", "the repository folder"},
 		{"no refs/main", map[string]string{"models--Org--Tiny/snapshots/" + rev + "/config.json": "{}"}, "Org/Tiny", "", "refs/main and its snapshot"},
@@ -328,5 +330,33 @@ func TestSwitchToMissingModelIsRefused(t *testing.T) {
 	}
 	if n := f.sup.LastSeq(); n != since {
 		t.Errorf("a refused switch published events (sequence %d → %d), want none", since, n)
+	}
+}
+
+// TestModelCacheRevisionAndTokenizer: --revision in extra_args picks the
+// ref; a --tokenizer from elsewhere is not asked of the snapshot.
+func TestModelCacheRevisionAndTokenizer(t *testing.T) {
+	dir := t.TempDir()
+	hub := filepath.Join(dir, "hf", "hub")
+	files := map[string]string{"models--Org--Tiny/refs/v2": rev}
+	for n, c := range map[string]string{"config.json": "{}", "model.safetensors": "w"} {
+		files["models--Org--Tiny/snapshots/"+rev+"/"+n] = c
+	}
+	put(t, hub, files)
+	put(t, dir, map[string]string{"u.service": "[Service]\nEnvironment=HF_HOME=" + filepath.Join(dir, "hf") + "\n"})
+	for _, tt := range []struct {
+		extra []string
+		want  units.Severity
+	}{
+		{nil, units.SeverityFail},                          // refs/main is not there
+		{[]string{"--revision", "v2"}, units.SeverityFail}, // no tokenizer
+		{[]string{"--revision=v2", "--tokenizer", "Org/Tok"}, units.SeverityOK},
+	} {
+		cfg := cacheConfig(t, "")
+		cfg.Profiles["tiny"].VLLM.ExtraArgs = tt.extra
+		c := modelCacheCheck(context.Background(), cfg, unitFiles{fragment: filepath.Join(dir, "u.service")}, cfg.Profiles["tiny"])
+		if c.Severity != tt.want {
+			t.Errorf("extra_args %q: %s %s, want %s", tt.extra, c.Severity, c.Message, tt.want)
+		}
 	}
 }
