@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -76,11 +77,21 @@ func unitStore(ctx context.Context, cfg *config.Config, us Units, b units.Backen
 	return st, nil
 }
 
-// readUnitEnv reads the last User= and the accumulated Environment= of
-// unit files in order (an empty Environment= resets the list, as in
-// systemd). ok is false when the first file cannot be read.
+// readUnitEnv reads the last User= and the environment of unit files in
+// order: the accumulated Environment= (an empty one resets the list, as in
+// systemd), then the EnvironmentFile= files, whose assignments win (also
+// as in systemd; a missing '-' file is skipped). ok is false when the first
+// file cannot be read.
 func readUnitEnv(paths []string) (usr string, env map[string]string, ok bool) {
 	env = map[string]string{}
+	var envFiles []string
+	defer func() {
+		for _, f := range envFiles {
+			if raw, err := os.ReadFile(strings.TrimPrefix(f, "-")); err == nil {
+				maps.Copy(env, units.ParseEnvFile(string(raw)))
+			}
+		}
+	}()
 	for i, p := range paths {
 		raw, err := os.ReadFile(p)
 		if err != nil {
@@ -95,6 +106,13 @@ func readUnitEnv(paths []string) (usr string, env map[string]string, ok bool) {
 		}
 		if v := uf.Values("Service", "User"); len(v) > 0 {
 			usr = v[len(v)-1]
+		}
+		for _, f := range uf.Values("Service", "EnvironmentFile") {
+			if f == "" {
+				envFiles = nil
+			} else {
+				envFiles = append(envFiles, f)
+			}
 		}
 		for _, line := range uf.Values("Service", "Environment") {
 			if strings.TrimSpace(line) == "" {

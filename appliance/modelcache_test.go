@@ -247,6 +247,10 @@ func TestModelCacheCheck(t *testing.T) {
 		"ollama.service":      "[Service]\nUser=" + me.Username + "\n",
 		"ollama.service.d/ov": "[Service]\nEnvironment=OLLAMA_MODELS=" + models + "\n",
 		"plain.service":       "[Service]\nUser=" + me.Username + "\nEnvironment=HOME=" + filepath.Join(dir, "empty") + "\n",
+		// HF_HOME from an environment file, which wins over Environment=.
+		"envfile.service": "[Service]\nEnvironment=HF_HOME=/nowhere\nEnvironmentFile=-" + filepath.Join(dir, "absent.env") +
+			"\nEnvironmentFile=" + filepath.Join(dir, "vllm.env") + "\n",
+		"vllm.env": "# gpuhost's and the operator's\nHF_HUB_OFFLINE=1\nHF_HOME=\"" + hfHome + "\"\n",
 	})
 	frag := func(n string) string { return filepath.Join(dir, n) }
 	for _, tt := range []struct {
@@ -258,6 +262,7 @@ func TestModelCacheCheck(t *testing.T) {
 		want     []string
 	}{
 		{"vllm in the cache", "", "tiny", unitFiles{fragment: frag("vllm.service")}, units.SeverityOK, []string{"Org/Tiny is complete", rev, "1 weight file"}},
+		{"vllm in the cache of an environment file", "", "tiny", unitFiles{fragment: frag("envfile.service")}, units.SeverityOK, []string{"Org/Tiny is complete", hfHome}},
 		{"ollama in the store of a drop-in", "", "small", unitFiles{frag("ollama.service"), frag("ollama.service.d/ov")}, units.SeverityOK, []string{"tiny:q4 is complete", "manifest and 2 blob(s)"}},
 		{"vllm missing", "", "tiny", unitFiles{fragment: frag("plain.service")}, units.SeverityFail,
 			[]string{"Org/Tiny is not complete", "missing the repository folder", "no network to fetch it", "sudo -u " + me.Username + " env HOME=" + filepath.Join(dir, "empty") + " HF_HOME=" + filepath.Join(dir, "empty", ".cache", "huggingface") + " hf download Org/Tiny"}},
