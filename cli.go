@@ -391,6 +391,11 @@ content, or with arguments that are not JSON) and
 --wake-fault hang|output|slow|residual (vllm: a woken engine hangs, answers
 other words or decodes at half speed; or each sleep after the first keeps
 4 GiB above the residual), for tests.
+--network auto|fenced|open: where the network is fenced (auto: run by systemd
+with nothing but loopback, as under the rendered units' PrivateNetwork=yes)
+it refuses to start unless the offline settings are set (vllm:
+HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE, VLLM_NO_USAGE_STATS, DO_NOT_TRACK;
+ollama: OLLAMA_NO_CLOUD, DO_NOT_TRACK), as a real vLLM would fail there.
 For vllm every vLLM serve flag is accepted too (--gpu-memory-utilization,
 --max-num-seqs, --served-model-name, …), so a profile's argv runs unchanged.
 For ollama the address also comes from OLLAMA_HOST.`,
@@ -400,6 +405,9 @@ For ollama the address also comes from OLLAMA_HOST.`,
 				return cmd.Help()
 			}
 			opts, err := simulator.ParseArgs(args[0], args[1:], os.Getenv)
+			if errors.Is(err, simulator.ErrNotOffline) {
+				return configError{err} // the unit's environment, not the command line
+			}
 			if err != nil {
 				return usageError{err}
 			}

@@ -37,7 +37,8 @@ const exitCodesHelp = `Every gpuhost command ends with one of these exit statuse
       at --url / $GPUHOST_URL / the config's listen, systemd not reachable,
       the benchmarked endpoint down)
   78  configuration error: the config file is missing where one is needed,
-      unreadable, or invalid (the message names the file, key and line)
+      unreadable, or invalid (the message names the file, key and line);
+      for 'simulate', a fenced unit without the offline settings
 
 130 means a switch was left to run in the daemon after Ctrl-C.`
 

@@ -34,7 +34,14 @@ type DoctorError struct {
 func (e *DoctorError) Error() string {
 	var msgs []string
 	for _, c := range e.Checks {
-		msgs = append(msgs, c.ID+": "+c.Message)
+		m := c.ID + ": " + c.Message
+		if c.Fix != "" {
+			// The fix is what the operator runs next (for a model not in
+			// the cache: the command that fetches it), so every front
+			// door that shows the error shows it too.
+			m += " (fix: " + c.Fix + ")"
+		}
+		msgs = append(msgs, m)
 	}
 	return fmt.Sprintf("profile %q fails doctor checks (use force to override): %s", e.Profile, strings.Join(msgs, "; "))
 }

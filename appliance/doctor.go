@@ -101,8 +101,13 @@ func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 			pf.ReservedMiB = reservedMiB(d.Cfg, sf.ResidualMiB, p)
 		}
 		checks = append(checks, d.hostRAMCheck(ctx, p)...)
-		for _, c := range units.ProfileChecks(*p, pf, *d.Cfg.Policy) {
+		for _, c := range append(units.ProfileChecks(*p, pf, *d.Cfg.Policy), modelCacheCheck(ctx, d.Cfg, d.Units, p)) {
 			add(api.DoctorCheck{ID: c.ID, Severity: c.Severity, Profile: name, Message: c.Message, Fix: c.Fix, Value: c.Value})
+		}
+	}
+	if d.Profile == "" {
+		for _, c := range networkChecks(d.Cfg) {
+			add(api.DoctorCheck{ID: c.ID, Severity: c.Severity, Message: c.Message, Fix: c.Fix, Value: c.Value})
 		}
 	}
 

@@ -24,7 +24,8 @@ import (
 // a tiny model the project generates: the Supervisor's Ollama path
 // (readiness, model load, /api/ps check) against the real thing.
 func TestSwitchToRealOllama(t *testing.T) {
-	e := startRealOllamaE2E(t, prepareRealOllama(t), func(y string) string {
+	o := prepareRealOllama(t)
+	e := startRealOllamaE2E(t, o, func(y string) string {
 		return strings.Replace(y, "model: llama3.1:8b", "model: tiny", 1)
 	})
 	for _, p := range []string{"coder", "llama", "coder", "llama"} {
@@ -76,6 +77,11 @@ func TestSwitchToRealOllama(t *testing.T) {
 		}
 		if c.ID == "endpoint.health" && c.Severity != "ok" {
 			t.Errorf("doctor on the real Ollama: %+v", c)
+		}
+		// The daemon found the model where the unit's drop-in points
+		// Ollama (OLLAMA_MODELS), not in root's home.
+		if c.ID == CheckModelCache && c.Profile == "llama" && (c.Severity != "ok" || !strings.Contains(c.Message, "tiny is complete in root's cache: "+o.models)) {
+			t.Errorf("profile.model_cache of the real Ollama: %+v", c)
 		}
 	}
 }

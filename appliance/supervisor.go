@@ -519,7 +519,8 @@ func (s *Supervisor) lockSwitch(ctx context.Context) bool {
 	}
 }
 
-// failingChecks runs the pure profile checks against the GPU's size.
+// failingChecks runs the profile checks (the pure ones against the GPU's
+// size, and the model cache's) and returns the failing ones.
 func (s *Supervisor) failingChecks(ctx context.Context, p *units.Profile) []units.Check {
 	facts := units.GPUFacts{}
 	if snap, err := s.snapshot(ctx); err == nil {
@@ -531,7 +532,9 @@ func (s *Supervisor) failingChecks(ctx context.Context, p *units.Profile) []unit
 		}
 	}
 	var out []units.Check
-	for _, c := range units.ProfileChecks(*p, facts, *s.cfg.Policy) {
+	// The model cache too: a fenced backend cannot fetch a missing model,
+	// and its start would fail only after the ready timeout.
+	for _, c := range append(units.ProfileChecks(*p, facts, *s.cfg.Policy), modelCacheCheck(ctx, s.cfg, s.units, p)) {
 		if c.Severity == units.SeverityFail {
 			out = append(out, c)
 		}

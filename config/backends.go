@@ -29,6 +29,11 @@ type BackendConfig struct {
 	// default backend user's home, units.DefaultBackendHome, which holds
 	// ~/.cache/huggingface, ~/.cache/vllm and ~/.ollama.
 	ReadWritePaths []string `yaml:"read_write_paths"`
+	// Network is "fenced" (default: PrivateNetwork=yes, the backend told it is
+	// offline, models fetched into its cache beforehand) or "open" (no
+	// PrivateNetwork=: it may download, and its API port is on the host's
+	// loopback). Only an open backend's profiles may set network: open.
+	Network units.Network `yaml:"network"`
 }
 
 // backendsDefaults fills in the backends: section.
@@ -45,6 +50,9 @@ func (c *Config) backendsDefaults() {
 		}
 		if b.ReadWritePaths == nil {
 			b.ReadWritePaths = []string{units.DefaultBackendHome}
+		}
+		if b.Network == "" {
+			b.Network = units.NetworkFenced
 		}
 	}
 	if len(c.Backends.VLLM.Exec) == 0 {
@@ -90,6 +98,7 @@ func (c *Config) backendsValidate(add func(key, format string, args ...any), cle
 			}
 		}
 	}
+	problems += c.networkValidate(add)
 	if c.Backends.VLLM.Unit == c.Backends.Ollama.Unit {
 		add("backends.ollama.unit", "%q is the same unit as backends.vllm.unit", c.Backends.Ollama.Unit)
 	} else if clean && problems == 0 {
@@ -109,4 +118,32 @@ func (c *Config) BackendFor(b units.Backend) BackendConfig {
 		return c.Backends.Ollama
 	}
 	return c.Backends.VLLM
+}
+
+// networkValidate checks backends.*.network and that a profile opts out of
+// the offline settings (network: open) only where its backend's unit is
+// open too: in a fenced unit the backend would try a network that is not
+// there. It returns the number of problems.
+func (c *Config) networkValidate(add func(key, format string, args ...any)) int {
+	problems := 0
+	for _, b := range []struct {
+		key string
+		cfg BackendConfig
+	}{{"backends.vllm", c.Backends.VLLM}, {"backends.ollama", c.Backends.Ollama}} {
+		if b.cfg.Network != units.NetworkFenced && b.cfg.Network != units.NetworkOpen {
+			problems++
+			add(b.key+".network", "%q is not one of %s, %s", b.cfg.Network, units.NetworkFenced, units.NetworkOpen)
+		}
+	}
+	for _, name := range c.ProfileNames() {
+		p := c.Profiles[name]
+		if p == nil || p.Network != units.NetworkOpen {
+			continue
+		}
+		if bc := c.BackendFor(p.Backend); bc.Network != units.NetworkOpen {
+			problems++
+			add("profiles."+name+".network", "open needs backends.%s.network: open: %s is fenced (PrivateNetwork=yes), so the backend has no network to reach the hub; open the unit too, or leave network unset and fetch the model into the cache", p.Backend, bc.Unit)
+		}
+	}
+	return problems
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -364,6 +365,9 @@ func (c *Config) BackendUnits() []units.BackendUnit {
 			EnvFile: c.EnvFilePath(bc.Unit),
 			User:    bc.User,
 			Standby: standby,
+			// A backend this config does not own (adopted) keeps its own
+			// network settings; only a rendered unit is fenced or opened.
+			NetworkOpen: bc.Network == units.NetworkOpen,
 		}
 		if !standby {
 			u.Conflicts = []string{other}
@@ -401,6 +405,14 @@ func (c *Config) DaemonUnit(binary, configPath string) units.DaemonUnit {
 	}
 	for _, bu := range c.BackendUnits() {
 		d.Sockets = append(d.Sockets, bu.ProxySocketUnits()...)
+	}
+	for _, bc := range []BackendConfig{c.Backends.VLLM, c.Backends.Ollama} {
+		// Only the default user's group is known to exist (scripts/install.sh
+		// and the package create it with the user); a missing group would
+		// keep gpuhost.service from starting at all.
+		if !bc.Adopt && !bc.Simulated && bc.User == units.DefaultBackendUser && !slices.Contains(d.BackendGroups, bc.User) {
+			d.BackendGroups = append(d.BackendGroups, bc.User)
+		}
 	}
 	if c.StateDir != DefaultStateDir {
 		d.ReadWritePaths = append(d.ReadWritePaths, c.StateDir)

@@ -86,6 +86,9 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"bench bytes", minimal + "bench:\n  max_bytes: 1000\n", []string{"bench.max_bytes (line", "1000 is too small"}},
 		{"streams per client", minimal + "http:\n  max_streams_per_client: 5000\n", []string{"http.max_streams_per_client (line", "5000 is outside 1..http.max_connections (1024)"}},
 		{"mcp sessions", minimal + "mcp:\n  max_sessions: -1\n", []string{"mcp.max_sessions (line", "-1 is outside 1..1048576"}},
+		{"bad backend network", minimal + "backends:\n  vllm:\n    network: closed\n", []string{"backends.vllm.network (line", `"closed" is not one of fenced, open`}},
+		{"bad profile network", minimal + "    network: fenced\n", []string{"profiles.p1.network (line", `"fenced" is not one of offline, open`}},
+		{"open profile in a fenced unit", minimal + "    network: open\n", []string{"profiles.p1.network (line", "open needs backends.vllm.network: open", "PrivateNetwork=yes"}},
 		{"residency beyond the hold", minimal + "proxy:\n  hold_timeout: 20s\n  min_residency: 30s\n", []string{"proxy.min_residency (line", "30s is longer than proxy.hold_timeout (20s)"}},
 	}
 	for _, tt := range tests {

@@ -357,3 +357,55 @@ func TestBackendSockets(t *testing.T) {
 		t.Errorf("a shared port under the process runner: %v, want no socket check", err)
 	}
 }
+
+// TestNetworkOpening: a profile opts out of the offline settings only with
+// its backend's unit open, and only that unit loses its fence.
+func TestNetworkOpening(t *testing.T) {
+	y := minimal + "    network: open\nbackends:\n  vllm:\n    network: open\n"
+	cfg, err := Parse("test.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Profiles["p1"].Offline() {
+		t.Error("profile p1 with network: open is still offline")
+	}
+	got := map[units.Backend]bool{}
+	for _, bu := range cfg.BackendUnits() {
+		got[bu.Backend] = bu.NetworkOpen
+	}
+	if !got[units.VLLM] || got[units.Ollama] {
+		t.Errorf("NetworkOpen per backend %v, want only vllm open", got)
+	}
+	if def, err := Parse("test.yaml", []byte(minimal)); err != nil || def.Backends.VLLM.Network != units.NetworkFenced || !def.Profiles["p1"].Offline() {
+		t.Errorf("defaults: backend network %q, profile offline %v (%v); want fenced and offline", def.Backends.VLLM.Network, def.Profiles["p1"].Offline(), err)
+	}
+}
+
+// TestDaemonJoinsBackendGroup: gpuhost.service joins the default backend
+// user's group (to read its model caches), and no other group, which might
+// not exist and would keep gpuhost from starting.
+func TestDaemonJoinsBackendGroup(t *testing.T) {
+	for _, tt := range []struct {
+		name, extra string
+		want        []string
+	}{
+		{"default user", "", []string{units.DefaultBackendUser}},
+		{"root", "backends:\n  vllm: {user: root}\n  ollama: {user: root}\n", nil},
+		{"another user", "backends:\n  vllm: {user: llm}\n  ollama: {user: root}\n", nil},
+		{"simulated", "backends:\n  vllm: {simulated: true, exec: [/usr/bin/gpuhost, simulate, vllm]}\n  ollama: {simulated: true, exec: [/usr/bin/gpuhost, simulate, ollama]}\n", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse("test.yaml", []byte(minimal+tt.extra))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := cfg.DaemonUnit("/usr/bin/gpuhost", "/etc/gpuhost/gpuhost.yaml")
+			if !slices.Equal(d.BackendGroups, tt.want) {
+				t.Errorf("BackendGroups %q, want %q", d.BackendGroups, tt.want)
+			}
+			if got := strings.Contains(units.RenderDaemonUnit(d), "\nSupplementaryGroups="); got != (tt.want != nil) {
+				t.Errorf("SupplementaryGroups= rendered %v, want %v", got, tt.want != nil)
+			}
+		})
+	}
+}

@@ -17,7 +17,7 @@ var simFlags = map[string]bool{"--sim-dir": true, "--load-time": true, "--prefil
 	"--decode-tps": true, "--vram-mib": true, "--served-name": true, "--model": true,
 	"--schema-fault": true, "--tool-call-fault": true, "--transcription-fault": true, "--wake-fault": true, "--stop-delay": true,
 	"--sleep-residual-mib": true, "--weights-mib": true, "--h2d-gbps": true, "--reload-gbps": true,
-	"--jitter": true, "--jitter-seed": true}
+	"--jitter": true, "--jitter-seed": true, "--network": true}
 
 // simBoolFlags are the simulator's own flags without a value.
 var simBoolFlags = map[string]bool{"--scripted-tools": true}
@@ -46,7 +46,9 @@ func withoutSimFlags(args []string) []string {
 // --load-time, --prefill-tps, --decode-tps, --vram-mib, --sim-dir,
 // --stop-delay, --schema-fault, --tool-call-fault, --transcription-fault,
 // --wake-fault,
-// --scripted-tools, and for vllm's sleep mode --sleep-residual-mib,
+// --scripted-tools, --network auto|fenced|open (network.go: where the hub
+// is unreachable it refuses to start without the offline settings,
+// units.OfflineEnv), and for vllm's sleep mode --sleep-residual-mib,
 // --weights-mib, --h2d-gbps, --reload-gbps, and --jitter, --jitter-seed for
 // per-request rate noise) and, for vllm, the `vllm serve`
 // words (ApplyVLLMArgv) and VLLM_SERVER_DEV_MODE (an integer, non-zero
@@ -110,6 +112,7 @@ func ParseArgs(flavor string, args []string, getenv func(string) string) (Option
 	fs.Float64Var(&opts.ReloadGBps, "reload-gbps", 0, "")
 	fs.Float64Var(&opts.Jitter, "jitter", 0, "")
 	fs.Uint64Var(&opts.JitterSeed, "jitter-seed", 0, "")
+	network := fs.String("network", NetworkAuto, "")
 	if err := fs.Parse(args); err != nil {
 		return opts, fmt.Errorf("simulate %s: %w", flavor, err)
 	}
@@ -148,5 +151,5 @@ func ParseArgs(flavor string, args []string, getenv func(string) string) (Option
 		}
 		opts.MaxModelLen = n
 	}
-	return opts, nil
+	return opts, checkOffline(opts.Flavor, *network, getenv)
 }

@@ -158,7 +158,8 @@ func BackendArgs(p Profile, simulated bool) []string {
 
 // EnvFile renders the systemd EnvironmentFile for the backend unit: the
 // profile name, GPUHOST_ARGS (BackendArgs joined by single spaces, split again
-// by systemd at `$GPUHOST_ARGS`) and, for Ollama, its OLLAMA_* settings. Values
+// by systemd at `$GPUHOST_ARGS`), the offline settings (OfflineEnv) unless the
+// profile's network is open, and, for Ollama, its OLLAMA_* settings. Values
 // are quoted per systemd's EnvironmentFile rules where needed; ParseEnvFile
 // reads them back exactly.
 func EnvFile(p Profile, simulated bool) string {
@@ -174,6 +175,11 @@ func EnvFile(p Profile, simulated bool) string {
 	line(EnvArgs, strings.Join(BackendArgs(p, simulated), " "))
 	if p.Backend == VLLM && p.StandbyEnabled() {
 		line(EnvVLLMDevMode, "1")
+	}
+	if p.Offline() {
+		for _, e := range OfflineEnv(p.Backend) {
+			line(e.Name, e.Value)
+		}
 	}
 	if p.Backend == Ollama {
 		line(EnvOllamaHost, "127.0.0.1:"+strconv.Itoa(p.Port))

@@ -90,6 +90,19 @@ func TestEnvFile(t *testing.T) {
 	o := llamaOllama()
 	oDefault := llamaOllama()
 	oDefault.Ollama = OllamaOpts{}
+	vOpen := qwenCoder()
+	vOpen.Network = NetworkOpen
+	vOffline := qwenCoder()
+	vOffline.Network = NetworkOffline
+	oOpen := llamaOllama()
+	oOpen.Network = NetworkOpen
+	vllmOffline := map[string]string{"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+	ollamaOffline := map[string]string{"OLLAMA_NO_CLOUD": "1", "DO_NOT_TRACK": "1"}
+	with := func(a, b map[string]string) map[string]string {
+		m := maps.Clone(a)
+		maps.Copy(m, b)
+		return m
+	}
 
 	tests := []struct {
 		name      string
@@ -97,20 +110,32 @@ func TestEnvFile(t *testing.T) {
 		simulated bool
 		want      map[string]string
 	}{
-		{"vllm", v, false, map[string]string{
+		{"vllm", v, false, with(vllmOffline, map[string]string{
+			EnvProfile: "coder",
+			EnvArgs:    strings.Join(VLLMArgs(v), " "),
+		})},
+		{"vllm simulated", v, true, with(vllmOffline, map[string]string{
+			EnvProfile: "coder",
+			EnvArgs:    strings.Join(VLLMArgs(v), " ") + " --load-time 2s",
+		})},
+		{"vllm network offline", vOffline, false, with(vllmOffline, map[string]string{
+			EnvProfile: "coder",
+			EnvArgs:    strings.Join(VLLMArgs(v), " "),
+		})},
+		{"vllm network open", vOpen, false, map[string]string{
 			EnvProfile: "coder",
 			EnvArgs:    strings.Join(VLLMArgs(v), " "),
 		}},
-		{"vllm simulated", v, true, map[string]string{
-			EnvProfile: "coder",
-			EnvArgs:    strings.Join(VLLMArgs(v), " ") + " --load-time 2s",
-		}},
-		{"ollama", o, false, map[string]string{
+		{"ollama", o, false, with(ollamaOffline, map[string]string{
 			EnvProfile: "llama", EnvArgs: "serve", EnvOllamaHost: "127.0.0.1:11434",
 			EnvOllamaKeep: "-1", EnvOllamaContext: "8192",
-		}},
-		{"ollama defaults", oDefault, true, map[string]string{
+		})},
+		{"ollama defaults", oDefault, true, with(ollamaOffline, map[string]string{
 			EnvProfile: "llama", EnvArgs: "serve --model llama3.1:8b", EnvOllamaHost: "127.0.0.1:11434", EnvOllamaKeep: "-1",
+		})},
+		{"ollama network open", oOpen, false, map[string]string{
+			EnvProfile: "llama", EnvArgs: "serve", EnvOllamaHost: "127.0.0.1:11434",
+			EnvOllamaKeep: "-1", EnvOllamaContext: "8192",
 		}},
 	}
 	for _, tc := range tests {

@@ -49,7 +49,12 @@ type Profile struct {
 	Aliases []string `yaml:"aliases"`
 	Port    int      `yaml:"port"` // The port the backend listens on (loopback).
 	// Standby is what a switch away does with the backend (standby.go).
-	Standby Standby     `yaml:"standby"`
+	Standby Standby `yaml:"standby"`
+	// Network is "offline" (default: the backend is told it has no network,
+	// units.OfflineEnv) or "open" (it is not, so it may download the model
+	// at start); "open" needs backends.<kind>.network: open, since a fenced
+	// unit has no network to download over.
+	Network Network     `yaml:"network"`
 	VLLM    VLLMFlags   `yaml:"vllm"`
 	Ollama  OllamaOpts  `yaml:"ollama"`
 	Params  ModelParams `yaml:"model_params"` // for the VRAM fit estimate; zero = unknown
@@ -193,6 +198,9 @@ func (p Profile) Validate() []FieldError {
 	}
 	if msg := p.validateStandby(); msg != "" {
 		add("standby", "%s", msg)
+	}
+	if msg := p.validateNetwork(); msg != "" {
+		add("network", "%s", msg)
 	}
 
 	switch p.Backend {

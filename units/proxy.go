@@ -114,14 +114,21 @@ func renderProxyService(u BackendUnit, port int) string {
 	w("Description=%s", escapeSpecifiers(fmt.Sprintf("gpuhost: relay from %s to %s port %d", sock, u.Name, port)))
 	w("Requires=%s", sock)
 	w("After=%s", sock)
-	w("# Runs inside the backend's network namespace, where 127.0.0.1:%d is the backend.", port)
-	w("# Whichever of the two starts first creates the namespace; the other joins it.")
-	w("JoinsNamespaceOf=%s", u.Name)
+	if u.NetworkOpen {
+		w("# The backend's network is open (backends.%s.network: open): 127.0.0.1:%d is the", u.Backend, port)
+		w("# host's loopback, where the backend listens.")
+	} else {
+		w("# Runs inside the backend's network namespace, where 127.0.0.1:%d is the backend.", port)
+		w("# Whichever of the two starts first creates the namespace; the other joins it.")
+		w("JoinsNamespaceOf=%s", u.Name)
+	}
 	w("")
 	w("[Service]")
 	w("ExecStart=%s 127.0.0.1:%d", SocketProxyd, port)
-	w("PrivateNetwork=yes")
-	w("# Inside the namespace only loopback exists; the filter says so once more.")
+	if !u.NetworkOpen {
+		w("PrivateNetwork=yes")
+		w("# Inside the namespace only loopback exists; the filter says so once more.")
+	}
 	w("IPAddressAllow=localhost")
 	w("IPAddressDeny=any")
 	w("DynamicUser=yes")

@@ -33,6 +33,10 @@ type BackendUnit struct {
 	Ports []int
 	// SocketUser owns those sockets: gpuhost's own user (empty: root).
 	SocketUser string
+	// NetworkOpen drops PrivateNetwork= (backends.<kind>.network: open):
+	// the backend can reach the network, and its port is on the host's
+	// loopback. Fenced (false, the default), the unit sets OfflineEnv.
+	NetworkOpen bool
 }
 
 // DefaultBackendUser is the unprivileged user the backends run as unless
@@ -231,14 +235,7 @@ func writeBackendSandbox(w func(string, ...any), u BackendUnit) {
 	w("# AF_UNIX: vLLM's engine processes talk over Unix sockets (ZMQ). AF_NETLINK: interface")
 	w("# lookups. AF_INET/AF_INET6: the API port and model downloads.")
 	w("RestrictAddressFamilies=AF_UNIX AF_NETLINK AF_INET AF_INET6")
-	w("# Its own network: the server's 127.0.0.1 is not the host's, so no browser page, LAN")
-	w("# host or local user reaches its API (vLLM's sleep and RPC endpoints, Ollama's")
-	w("# /api/pull and /api/delete). gpuhost reaches it through the socket units")
-	w("# %s-proxy-PORT.socket (socket %s/...), relayed inside this namespace.", strings.TrimSuffix(u.Name, ".service"), ProxySocketDir)
-	w("# The price: the server cannot download models; fetch them into its cache first.")
-	w("PrivateNetwork=yes")
-	w("IPAddressAllow=localhost")
-	w("IPAddressDeny=any")
+	writeBackendNetwork(w, u)
 	w("# Deliberately not set (each would break the GPU or the server):")
 	w("#   PrivateDevices=, DevicePolicy=, DeviceAllow=: CUDA opens /dev/nvidiactl, /dev/nvidia0,")
 	w("#     /dev/nvidia-uvm and /dev/nvidia-caps/*, whose majors differ per driver.")
@@ -249,6 +246,40 @@ func writeBackendSandbox(w func(string, ...any), u BackendUnit) {
 	w("#   MemoryDenyWriteExecute=: the CUDA driver, Triton and PyTorch's inductor JIT-compile")
 	w("#     kernels into writable and executable memory.")
 	w("#   PrivateUsers=: the server's cache folders belong to its user on the host.")
+}
+
+// writeBackendNetwork writes the unit's network fence, or its opening.
+func writeBackendNetwork(w func(string, ...any), u BackendUnit) {
+	if u.NetworkOpen {
+		w("# NOT fenced (backends.%s.network: open): no PrivateNetwork=, so the server can", u.Backend)
+		w("# download models, and its API is on the host's loopback, where any local user or")
+		w("# a browser page can reach it. `gpuhost doctor` names this opening (units.network).")
+		return
+	}
+	w("# Its own network: the server's 127.0.0.1 is not the host's, so no browser page, LAN")
+	w("# host or local user reaches its API (vLLM's sleep and RPC endpoints, Ollama's")
+	w("# /api/pull and /api/delete). gpuhost reaches it through the socket units")
+	w("# %s-proxy-PORT.socket (socket %s/...), relayed inside this namespace.", strings.TrimSuffix(u.Name, ".service"), ProxySocketDir)
+	w("# The price: the server cannot download models; fetch them into its cache first")
+	w("# (`gpuhost doctor` checks the cache and names the command).")
+	w("PrivateNetwork=yes")
+	w("IPAddressAllow=localhost")
+	w("IPAddressDeny=any")
+	if env := OfflineEnv(u.Backend); len(env) > 0 {
+		if u.Backend == VLLM {
+			w("# Without a network the server must know it is offline: vLLM resolves its model")
+			w("# through the Hugging Face hub at start even when it is cached, and fails or waits on")
+			w("# timeouts unless HF_HUB_OFFLINE=1. The environment file repeats these per profile.")
+		} else {
+			w("# Without a network: no cloud models (served through the local API, answered by")
+			w("# ollama.com), no usage reports. The environment file repeats these per profile.")
+		}
+		words := make([]string, len(env))
+		for i, e := range env {
+			words[i] = e.String()
+		}
+		w("Environment=%s", strings.Join(words, " "))
+	}
 }
 
 // RenderAdoptDropIn renders the drop-in for a unit the operator owns. It adds
@@ -287,6 +318,11 @@ type DaemonUnit struct {
 	// Sockets are the backends' proxy socket units (BackendUnit.ProxySocketUnits):
 	// gpuhost.service wants them, so they listen whenever gpuhost runs.
 	Sockets []string
+	// BackendGroups are the backend users' groups gpuhost joins
+	// (SupplementaryGroups=): without CAP_DAC_READ_SEARCH even root reads
+	// the backend user's 0750 home and its model caches only through the
+	// group, and the switch checks that the model is there before a start.
+	BackendGroups []string
 }
 
 // DefaultWatchdogSec is the watchdog interval when DaemonUnit.WatchdogSec is unset.
@@ -312,6 +348,11 @@ func (d DaemonUnit) Validate() error {
 			errs = append(errs, fmt.Errorf("gpuhost.service: read-write path: %w", err))
 		}
 	}
+	for _, g := range d.BackendGroups {
+		if err := ValidUser(g); err != nil {
+			errs = append(errs, fmt.Errorf("gpuhost.service: backend group: %w", err))
+		}
+	}
 	if d.User != "" {
 		if err := ValidUser(d.User); err != nil {
 			errs = append(errs, fmt.Errorf("gpuhost.service: %w", err))
@@ -332,6 +373,11 @@ func RenderDaemonUnit(d DaemonUnit) string {
 	daemonServiceSection(w, d)
 	daemonSandbox(w, d)
 	daemonNotSet(w)
+	if len(d.BackendGroups) > 0 {
+		w("# Read access to the backend user's home (0750) and model caches, whose presence a switch")
+		w("# checks before it starts a backend; the group is the backend user's (scripts/install.sh).")
+		w("SupplementaryGroups=%s", strings.Join(d.BackendGroups, " "))
+	}
 	if d.User != "" {
 		w("# Not root: this user needs polkit rights for org.freedesktop.systemd1.manage-units and")
 		w("# write access to the unit directories above.")
