@@ -286,6 +286,10 @@ func (p *Proxy) Register(e *echo.Echo) {
 	e.GET("/v1/models", p.handleModels)
 	e.GET("/v1/models/*", p.handleModel)
 	e.Any("/v1/*", func(c echo.Context) error {
+		if c.Request().Method == http.MethodOptions {
+			answerOptions(c.Response())
+			return nil
+		}
 		p.ServeHTTP(c.Response(), c.Request())
 		return nil
 	})
@@ -334,6 +338,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	x := resp.Request.Context().Value(exchangeKey{}).(*exchange)
 	x.status = resp.StatusCode
+	ownResponseHeaders(resp.Header)
 	if p.unservedAPI(resp, x) {
 		return nil
 	}
