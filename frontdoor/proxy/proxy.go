@@ -184,8 +184,9 @@ type Proxy struct {
 	// changes (a switch), idle connections to the old process are closed.
 	backend atomic.Pointer[backendKey]
 
-	mem      *memBudget
-	rejected *prometheus.CounterVec
+	mem          *memBudget
+	rejected     *prometheus.CounterVec
+	usageRefused *prometheus.CounterVec // usagecheck.go
 
 	// pol is auto_switch's anti-thrash policy (policy.go); nil when
 	// auto_switch is off, and then no request pays for it.
@@ -221,7 +222,7 @@ func New(sup Backend, cfg config.ProxyConfig, profiles func() map[string]*units.
 	}
 	p := &Proxy{sup: sup, cfg: cfg, profiles: profiles, log: log,
 		created: time.Now().Unix(), lenCache: map[string]int{},
-		mem: &memBudget{limit: cfg.BodyMemoryBytes}, rejected: newRejectedCounter()}
+		mem: &memBudget{limit: cfg.BodyMemoryBytes}, rejected: newRejectedCounter(), usageRefused: newUsageRefusedCounter()}
 	p.deferred, p.drainTimeouts = newPolicyCounters()
 	if cfg.AutoSwitch {
 		drain := min(config.DefaultDrainTimeout, cfg.HoldTimeout.D())
@@ -393,6 +394,7 @@ type record struct {
 	switched  bool
 	stream    bool
 	tap       *usageTap
+	limits    usageLimits   // what the answer's usage may reach (usagecheck.go)
 	client    *clientWriter // the last forwarding attempt's writer
 	x         *exchange     // the last forwarding attempt
 	firstByte time.Time     // of an answer gpuhost wrote itself
@@ -576,6 +578,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, rec *record, pro
 		p.pol.release(rec)
 	}
 	rec.tap, rec.status = x.tap, x.status
+	rec.limits = limitsFor(field, prof)
 	if x.tap != nil {
 		rec.stream = x.tap.mode == tapSSE
 	}
@@ -701,10 +704,7 @@ func (p *Proxy) done(rec *record) {
 	if !first.IsZero() {
 		ttfb = first.Sub(rec.start)
 	}
-	prompt, compl := 0, 0
-	if rec.tap != nil && rec.tap.haveUsage {
-		prompt, compl = rec.tap.prompt, rec.tap.compl
-	}
+	prompt, compl, refused := p.countedUsage(rec)
 	if b := p.observer.Load(); b != nil {
 		b.o.ObserveRequest(rec.api, rec.model, rec.status, prompt, compl, ttfb, dur)
 		if d, ok := b.o.(DetailObserver); ok {
@@ -750,6 +750,9 @@ func (p *Proxy) done(rec *record) {
 	}
 	if rec.detail != "" {
 		attrs = append(attrs, slog.String("detail", rec.detail))
+	}
+	if refused != "" {
+		attrs = append(attrs, slog.String("usage_refused", refused))
 	}
 	p.log.LogAttrs(ctx, level, "v1 request", attrs...)
 }

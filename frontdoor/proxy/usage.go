@@ -66,6 +66,8 @@ type usageTap struct {
 	prompt    int
 	compl     int
 	sawDone   bool // the stream's own end marker went by
+	late      bool   // usage came after the end marker (ignored)
+	bad       string // why a usage report was refused (usagecheck.go)
 	events    int
 	eof       bool // the backend's whole answer was read
 }
@@ -175,6 +177,13 @@ func (t *usageTap) sseField(f sse.Field) {
 	}
 	payload := bytes.TrimLeft(f.Value, " ")
 	t.events++
+	if t.sawDone {
+		// The final event went by: nothing after it counts.
+		if bytes.Contains(payload, usageKey) {
+			t.late = true
+		}
+		return
+	}
 	switch t.kind {
 	case apishape.Messages:
 		t.messagesData(payload)
@@ -228,6 +237,9 @@ func (t *usageTap) messagesData(payload []byte) {
 // sets both counts; a delta's sets the output and, when it carries one, the
 // input.
 func (t *usageTap) anthropicUsage(u *usageFields, whole bool) {
+	if !t.takeCounts(u.InputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens, u.OutputTokens) {
+		return
+	}
 	if whole || u.InputTokens != nil {
 		t.prompt = deref(u.InputTokens) + deref(u.CacheCreationInputTokens) + deref(u.CacheReadInputTokens)
 	}
@@ -262,6 +274,9 @@ func terminalResponseEvent(typ string) bool {
 }
 
 func (t *usageTap) responsesUsage(u *usageFields) {
+	if !t.takeCounts(u.InputTokens, u.OutputTokens) {
+		return
+	}
 	t.haveUsage, t.prompt, t.compl = true, deref(u.InputTokens), deref(u.OutputTokens)
 }
 
@@ -308,6 +323,9 @@ func (t *usageTap) usageFrom(doc []byte) {
 	case apishape.Responses:
 		t.responsesUsage(v.Usage)
 	default:
+		if !t.takeCounts(v.Usage.PromptTokens, v.Usage.CompletionTokens) {
+			return
+		}
 		t.haveUsage, t.prompt, t.compl = true, deref(v.Usage.PromptTokens), deref(v.Usage.CompletionTokens)
 	}
 }
