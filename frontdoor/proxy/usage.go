@@ -65,7 +65,7 @@ type usageTap struct {
 	haveUsage bool
 	prompt    int
 	compl     int
-	sawDone   bool // the stream's own end marker went by
+	sawDone   bool   // the stream's own end marker went by
 	late      bool   // usage came after the end marker (ignored)
 	bad       string // why a usage report was refused (usagecheck.go)
 	events    int
