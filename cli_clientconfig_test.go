@@ -148,6 +148,20 @@ func TestWriteMergedKeepsFileAndBackups(t *testing.T) {
 		t.Errorf("owner after --write by root: %d:%d, want 65534:65534", st.Uid, st.Gid)
 	}
 
+	if asRoot {
+		userDir := filepath.Join(dir, "home")
+		if err := os.Mkdir(userDir, 0o755); err != nil || os.Chown(userDir, 65534, 65534) != nil {
+			t.Fatal("make a user's folder")
+		}
+		fresh := filepath.Join(userDir, "new.json")
+		if err := write(fresh, "{}"); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Stat(fresh); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 65534 {
+			t.Errorf("a new file in a user's folder, written by root, is not the user's: %v", err)
+		}
+	}
+
 	secret := filepath.Join(dir, "other.json")
 	if err := os.WriteFile(secret, []byte(`{"mine":1}`), 0o600); err != nil {
 		t.Fatal(err)

@@ -134,7 +134,8 @@ func writeOpencodeConfig(cmd *cobra.Command, path string, merge func([]byte) ([]
 
 // writeMerged merges into path for command name: the existing content
 // (none when the file is not there) goes through merge; a changed result
-// replaces the file atomically, with its mode and owner, after the old
+// replaces the file atomically, with its mode and owner (a new file gets
+// its folder's owner), after the old
 // content is saved as a new timestamped backup (PATH.bak.20261206T023600Z),
 // so no run ever overwrites an earlier backup, the user's first one
 // included. A symlinked path is refused: the link could point at any file
@@ -158,6 +159,14 @@ func writeMerged(cmd *cobra.Command, name, path, what string, merge func([]byte)
 		}
 	case !errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("%s --write: %w", name, err)
+	default:
+		// A new file belongs to whoever owns its folder (root writing
+		// into a user's ~/.config leaves a file the user can edit).
+		if di, err := os.Stat(filepath.Dir(path)); err == nil {
+			if st, ok := di.Sys().(*syscall.Stat_t); ok {
+				owner = &atomicfile.Owner{UID: int(st.Uid), GID: int(st.Gid)}
+			}
+		}
 	}
 	existing, err := os.ReadFile(path)
 	switch {
