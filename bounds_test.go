@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -329,5 +330,45 @@ func TestChunkedBodyMemoryBounded(t *testing.T) {
 	// rest (before: 4.3×).
 	if peak > base+3*(budget>>20)+64 {
 		t.Errorf("RSS peak %d MiB (at rest %d MiB) with a %d MiB body budget: more than three times the budget above rest", peak, base, budget>>20)
+	}
+}
+
+// TestBenchUploadInflatedRefused: a bench result under the byte cap but
+// with 580k one-character notes is refused before it is decoded (before:
+// 16 concurrent uploads were stored, RSS peaked near 600 MB and a cold
+// listing took 1.4 s); the store stays empty and the daemon small.
+func TestBenchUploadInflatedRefused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves 46 MB over loopback")
+	}
+	d := startBoundsDaemon(t, "127.0.0.1", "", "10ms")
+	base := d.rssMiB(t)
+	at := time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
+	r := bench.Result{SchemaVersion: bench.SchemaVersion, ID: bench.NewID(at, "upload"), Status: bench.StatusOK,
+		StartedAt: at, FinishedAt: at.Add(time.Minute), Notes: make([]string, 580_000)}
+	for i := range r.Notes {
+		r.Notes[i] = "x"
+	}
+	b, _ := json.Marshal(r)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			resp, err := http.Post(d.url+"/api/bench/results", "application/json", bytes.NewReader(b))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "JSON values") {
+				t.Errorf("inflated upload: %d %s", resp.StatusCode, body)
+			}
+		})
+	}
+	wg.Wait()
+	rss := d.rssMiB(t)
+	t.Logf("16 concurrent uploads of %d bytes with 580k notes: RSS %d → %d MiB", len(b), base, rss)
+	if rss > base+128 {
+		t.Errorf("RSS %d MiB (at rest %d MiB): the uploads were decoded", rss, base)
 	}
 }

@@ -24,8 +24,11 @@ func newClientConfigCmd() *cobra.Command {
 		Short: "Print (or merge into the client's own config) the settings that point a coding agent at the box",
 		Long: `Asks the running daemon which models it serves and prints the settings that
 point a coding agent at its /v1 endpoint; --write merges them into the client's
-own file instead (other keys are kept, the old file is kept as PATH.bak, the new
-one replaces it atomically; nothing is written when the daemon cannot be asked).
+own file instead (other keys are kept, the old file is kept as PATH.bak.<UTC time>
+and earlier backups are never overwritten, the new one replaces it atomically with
+the old one's mode and owner, a symbolic link is refused: give its target as PATH;
+nothing is written when the daemon cannot be asked). Model names that a client
+would expand ({…}, $, control characters) are left out, each named on stderr.
 Models without working tool calls are left out (every one of these clients sends
 tools), each named on stderr with the fix.
 
@@ -38,7 +41,7 @@ tools), each named on stderr with the fix.
   codex        OpenAI Responses. A [model_providers.gpuhost] table with
                wire_api = "responses" in ~/.codex/config.toml (or $CODEX_HOME), selected
                as model_provider with the model; beyond loopback it names the
-               variable holding the token (env_key). Comments are not kept (see .bak).
+               variable holding the token (env_key). Comments are not kept (see the backup).
   opencode     Chat Completions: the same as opencode-config.`,
 		Args:      cobra.RangeArgs(1, 2),
 		ValidArgs: []string{"claude-code", "codex", "opencode"},

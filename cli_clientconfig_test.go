@@ -6,10 +6,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/pelletier/go-toml/v2"
+	"github.com/spf13/cobra"
 )
 
 // demoClientConfig: against the demo daemon, client-config writes Claude
@@ -30,7 +33,7 @@ func demoClientConfig(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	out, errOut, code := gpuhostEnv(t, env, "client-config", "claude-code", "--write")
-	if code != 0 || !strings.Contains(out, "previous file: "+settings+".bak") || !strings.Contains(errOut, "gemma3-27b (profile gemma3-27b) left out: no tool calling") {
+	if code != 0 || !strings.Contains(out, "previous file: "+settings+".bak.") || !strings.Contains(errOut, "gemma3-27b (profile gemma3-27b) left out: no tool calling") {
 		t.Fatalf("client-config claude-code --write: exit %d\n%s%s", code, out, errOut)
 	}
 	var doc struct {
@@ -99,4 +102,82 @@ func postJSON(t *testing.T, url, body string) string {
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	return string(data)
+}
+
+// TestWriteMergedKeepsFileAndBackups: --write refuses a symlinked target
+// (it would rewrite whatever file the link names), keeps the file's mode
+// and owner, and saves each replaced version under its own timestamped
+// backup, so the user's first one is never overwritten.
+func TestWriteMergedKeepsFileAndBackups(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "opencode.json")
+	if err := os.WriteFile(path, []byte("original"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	asRoot := os.Geteuid() == 0
+	if asRoot {
+		if err := os.Chown(path, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := &cobra.Command{}
+	cmd.SetOut(io.Discard)
+	write := func(p, content string) error {
+		return writeMerged(cmd, "test", p, "x", func([]byte) ([]byte, error) { return []byte(content), nil })
+	}
+	for _, content := range []string{"second", "third"} {
+		if err := write(path, content); err != nil {
+			t.Fatal(err)
+		}
+	}
+	baks, _ := filepath.Glob(path + ".bak.*")
+	var got []string
+	for _, b := range baks {
+		data, _ := os.ReadFile(b)
+		got = append(got, string(data))
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"original", "second"}) {
+		t.Errorf("backups %v hold %q, want the original and the second version", baks, got)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode after --write: %v %v", fi, err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); asRoot && (st.Uid != 65534 || st.Gid != 65534) {
+		t.Errorf("owner after --write by root: %d:%d, want 65534:65534", st.Uid, st.Gid)
+	}
+
+	if asRoot {
+		userDir := filepath.Join(dir, "home")
+		if err := os.Mkdir(userDir, 0o755); err != nil || os.Chown(userDir, 65534, 65534) != nil {
+			t.Fatal("make a user's folder")
+		}
+		fresh := filepath.Join(userDir, "new.json")
+		if err := write(fresh, "{}"); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Stat(fresh); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 65534 {
+			t.Errorf("a new file in a user's folder, written by root, is not the user's: %v", err)
+		}
+	}
+
+	secret := filepath.Join(dir, "other.json")
+	if err := os.WriteFile(secret, []byte(`{"mine":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.json")
+	if err := os.Symlink(secret, link); err != nil {
+		t.Fatal(err)
+	}
+	err = write(link, "overwritten")
+	if data, _ := os.ReadFile(secret); err == nil || !strings.Contains(err.Error(), "symbolic link") || string(data) != `{"mine":1}` {
+		t.Errorf("--write through a symlink: err %v, target now %q", err, data)
+	}
+	if exitCodeOf(err) != exitUsage {
+		t.Errorf("symlink refusal exits %d, want %d", exitCodeOf(err), exitUsage)
+	}
+	if m, _ := filepath.Glob(secret + ".bak*"); len(m) != 0 {
+		t.Errorf("a backup was written beside the link's target: %v", m)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -35,8 +36,11 @@ so is a model whose context is below --min-context (opencode's own prompt and to
 schemas take about 8.2k tokens). Each one left out is named on stderr with the fix.
 
 --write merges the provider into PATH (default: ~/.config/opencode/opencode.json):
-other providers and keys are kept, the old file is kept as PATH.bak, the new one
-replaces it atomically; nothing is written when the daemon cannot be asked.
+other providers and keys are kept, the old file is kept as PATH.bak.<UTC time>
+(earlier backups are never overwritten), the new one replaces it atomically with
+the old one's mode and owner; a symbolic link is refused (give its target as PATH);
+nothing is written when the daemon cannot be asked. Model names a client would
+expand ({…}, $) are left out.
 Beyond loopback the API key is referenced as {env:VAR}, never written into the file.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -129,24 +133,46 @@ func writeOpencodeConfig(cmd *cobra.Command, path string, merge func([]byte) ([]
 }
 
 // writeMerged merges into path for command name: the existing content
-// (none when the file is not there) goes through merge; a changed result is
-// written atomically after the old content is saved as path.bak. A
-// symlinked file (dotfiles) is written through its link. what names what
-// was written, for the message.
+// (none when the file is not there) goes through merge; a changed result
+// replaces the file atomically, with its mode and owner (a new file gets
+// its folder's owner), after the old
+// content is saved as a new timestamped backup (PATH.bak.20261206T023600Z),
+// so no run ever overwrites an earlier backup, the user's first one
+// included. A symlinked path is refused: the link could point at any file
+// of the user's, and the merge would rewrite it and put a backup beside
+// it; give the link's target as PATH to write there. what names what was
+// written, for the message.
 func writeMerged(cmd *cobra.Command, name, path, what string, merge func([]byte) ([]byte, error)) error {
-	if real, err := filepath.EvalSymlinks(path); err == nil {
-		path = real
-	}
 	perm := fs.FileMode(0o644)
+	var owner *atomicfile.Owner
+	fi, err := os.Lstat(path)
+	switch {
+	case err == nil && fi.Mode()&fs.ModeSymlink != 0:
+		target, _ := filepath.EvalSymlinks(path)
+		return usageError{fmt.Errorf("%s --write: %s is a symbolic link (to %s); nothing was written: give the file it points to as PATH if that is the file to change", name, path, target)}
+	case err == nil && !fi.Mode().IsRegular():
+		return usageError{fmt.Errorf("%s --write: %s is not a regular file; nothing was written", name, path)}
+	case err == nil:
+		perm = fi.Mode().Perm()
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			owner = &atomicfile.Owner{UID: int(st.Uid), GID: int(st.Gid)}
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s --write: %w", name, err)
+	default:
+		// A new file belongs to whoever owns its folder (root writing
+		// into a user's ~/.config leaves a file the user can edit).
+		if di, err := os.Stat(filepath.Dir(path)); err == nil {
+			if st, ok := di.Sys().(*syscall.Stat_t); ok {
+				owner = &atomicfile.Owner{UID: int(st.Uid), GID: int(st.Gid)}
+			}
+		}
+	}
 	existing, err := os.ReadFile(path)
 	switch {
-	case err == nil:
-		if fi, err := os.Stat(path); err == nil {
-			perm = fi.Mode().Perm()
-		}
 	case errors.Is(err, fs.ErrNotExist):
 		existing = nil
-	default:
+	case err != nil:
 		return fmt.Errorf("%s --write: read %s: %w", name, path, err)
 	}
 	out, err := merge(existing)
@@ -158,20 +184,43 @@ func writeMerged(cmd *cobra.Command, name, path, what string, merge func([]byte)
 		fmt.Fprintf(w, "%s is up to date\n", path)
 		return nil
 	}
-	if existing != nil {
-		if err := atomicfile.Write(path+".bak", existing, perm); err != nil {
-			return fmt.Errorf("%s --write: back up %s (left as it was): %w", name, path, err)
+	opts := atomicfile.Options{Owner: owner}
+	if existing == nil {
+		if err := atomicfile.WriteWith(path, out, perm, opts); err != nil {
+			return fmt.Errorf("%s --write: %w", name, err)
 		}
+		fmt.Fprintf(w, "wrote %s\n", path)
+		return nil
 	}
-	if err := atomicfile.Write(path, out, perm); err != nil {
+	bak, err := writeBackup(path, existing, perm, owner, time.Now())
+	if err != nil {
+		return fmt.Errorf("%s --write: back up %s (left as it was): %w", name, path, err)
+	}
+	if err := atomicfile.WriteWith(path, out, perm, opts); err != nil {
 		return fmt.Errorf("%s --write: %w", name, err)
 	}
-	if existing != nil {
-		fmt.Fprintf(w, "wrote %s into %s (previous file: %s.bak)\n", what, path, path)
-	} else {
-		fmt.Fprintf(w, "wrote %s\n", path)
-	}
+	fmt.Fprintf(w, "wrote %s into %s (previous file: %s)\n", what, path, bak)
 	return nil
+}
+
+// writeBackup saves data as path.bak.<UTC time>, never replacing a file
+// already there (a second run within the same second gets -2, -3, …).
+func writeBackup(path string, data []byte, perm fs.FileMode, owner *atomicfile.Owner, now time.Time) (string, error) {
+	base := path + ".bak." + now.UTC().Format("20060102T150405Z")
+	for i := 1; i <= 100; i++ {
+		bak := base
+		if i > 1 {
+			bak = fmt.Sprintf("%s-%d", base, i)
+		}
+		err := atomicfile.WriteWith(bak, data, perm, atomicfile.Options{Owner: owner, NoReplace: true})
+		if err == nil {
+			return bak, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("%s and 99 more backups of this second exist", base)
 }
 
 // loopbackURL: the URL's host is localhost or a loopback address

@@ -196,7 +196,11 @@ func demoCLIWithoutConfig(t *testing.T, url string) {
 	}
 	out, errOut, code = gpuhostEnv(t, env, "opencode-config", "--write", path)
 	merged, _ := os.ReadFile(path)
-	bak, _ := os.ReadFile(path + ".bak")
+	baks, _ := filepath.Glob(path + ".bak.*")
+	var bak []byte
+	if len(baks) == 1 {
+		bak, _ = os.ReadFile(baks[0])
+	}
 	var m map[string]any
 	if code != 0 || json.Unmarshal(merged, &m) != nil || m["theme"] != "tokyonight" || string(bak) != orig {
 		t.Fatalf("--write PATH: exit %d\n%s%s\nfile:\n%s\nbak:\n%s", code, out, errOut, merged, bak)

@@ -21,8 +21,9 @@ import (
 // named <id>.json, written atomically. Files are the interface: an operator
 // may copy, delete or diff them, and a broken one only hides itself.
 //
-// The store is bounded: after each Save the oldest results beyond
-// MaxResults files or MaxBytes on disk are deleted. List parses a file only
+// The store is bounded: after each Save the earliest stored results
+// beyond MaxResults files, MaxBytes on disk or maxStoreValues JSON values
+// are deleted (storebound.go). List parses a file only
 // when it is new or changed (by size and modification time) and keeps what
 // it parsed; before, every /bench, /api/bench, chart.svg and MCP call
 // parsed every file whole (50 uploads of ~4 MB, then 4 concurrent GET
@@ -35,8 +36,9 @@ type Store struct {
 	MaxResults int
 	MaxBytes   int64
 
-	mu    sync.Mutex // serialises List's refresh and Save's pruning
-	cache map[string]cachedResult
+	mu     sync.Mutex // serialises List's refresh and Save's pruning
+	cache  map[string]cachedResult
+	counts map[string]storedFile // prune's value counts per file
 }
 
 // cachedResult is one file as List last read it.
@@ -97,41 +99,31 @@ func (s *Store) Save(r *Result) (string, error) {
 	return path, nil
 }
 
-// prune deletes the oldest results (by the time their ID starts with)
-// while more than MaxResults files or MaxBytes are stored; keep, the file
-// just saved, is never deleted. Failures are logged: a full store must not
-// fail the run that was just stored.
+// prune deletes the earliest arrivals (by the files' modification time,
+// which Save sets, never by the ID or started_at a client chose: an upload
+// dated 2999 must not outlive every genuine result) while more than
+// MaxResults files, MaxBytes or maxStoreValues values are stored; keep,
+// the file just saved, is never deleted. Failures are logged: a full store
+// must not fail the run that was just stored.
 func (s *Store) prune(keep string) {
 	if s.MaxResults <= 0 && s.MaxBytes <= 0 {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	entries, err := os.ReadDir(s.Dir)
+	files, err := s.storedFiles()
 	if err != nil {
 		s.logger().Warn("bench store not pruned", "dir", s.Dir, "err", err)
 		return
 	}
-	type file struct {
-		name string
-		size int64
-	}
-	var files []file
 	var total int64
-	for _, e := range entries {
-		if !resultFile(e) {
-			continue
-		}
-		info, err := e.Info()
-		if err != nil {
-			continue // deleted meanwhile
-		}
-		files = append(files, file{e.Name(), info.Size()})
-		total += info.Size()
+	values := 0
+	for _, f := range files {
+		total += f.size
+		values += f.values
 	}
-	// ReadDir sorts by name, and names start with the run's UTC time.
 	over := func(n int) bool {
-		return s.MaxResults > 0 && n > s.MaxResults || s.MaxBytes > 0 && total > s.MaxBytes
+		return s.MaxResults > 0 && n > s.MaxResults || s.MaxBytes > 0 && total > s.MaxBytes || values > maxStoreValues
 	}
 	n := len(files)
 	for _, f := range files {
@@ -148,9 +140,57 @@ func (s *Store) prune(keep string) {
 		}
 		n--
 		total -= f.size
+		values -= f.values
 		delete(s.cache, f.name)
+		delete(s.counts, f.name)
 		s.logger().Info("bench result pruned (bench.max_results / bench.max_bytes)", "file", path, "bytes", f.size)
 	}
+}
+
+// storedFile is one result file as prune sees it.
+type storedFile struct {
+	name   string
+	size   int64
+	mod    time.Time
+	values int
+}
+
+// storedFiles lists the result files, earliest arrival first (ties by
+// name), with their values counted once per size and modification time.
+// Called with s.mu held.
+func (s *Store) storedFiles() ([]storedFile, error) {
+	entries, err := os.ReadDir(s.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if s.counts == nil {
+		s.counts = map[string]storedFile{}
+	}
+	var files []storedFile
+	for _, e := range entries {
+		if !resultFile(e) {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue // deleted meanwhile
+		}
+		f := storedFile{name: e.Name(), size: info.Size(), mod: info.ModTime()}
+		if c, ok := s.counts[f.name]; ok && c.size == f.size && c.mod.Equal(f.mod) {
+			f.values = c.values
+		} else if data, err := os.ReadFile(filepath.Join(s.Dir, f.name)); err == nil {
+			f.values = countValues(data)
+		}
+		s.counts[f.name] = f
+		files = append(files, f)
+	}
+	slices.SortStableFunc(files, func(a, b storedFile) int {
+		if c := a.mod.Compare(b.mod); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	return files, nil
 }
 
 // resultFile reports whether a directory entry is a stored result (not a
@@ -270,9 +310,13 @@ func readResult(path string) (*Result, error) {
 	return ParseResult(data)
 }
 
-// ParseResult decodes a stored result and checks its schema version and
-// ID, so that a stray or damaged JSON file is refused with a reason.
+// ParseResult decodes a stored result and checks its size in values
+// (MaxResultValues, before decoding), schema version and ID, so that a
+// stray, damaged or inflated JSON file is refused with a reason.
 func ParseResult(data []byte) (*Result, error) {
+	if err := checkValues(data); err != nil {
+		return nil, err
+	}
 	var head struct {
 		SchemaVersion *int `json:"schema_version"`
 	}

@@ -2,10 +2,12 @@ package bench
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -318,5 +320,78 @@ func TestStoreListParsesOnce(t *testing.T) {
 	}
 	if all, warns, _ := s.List(); len(all) != 0 || len(warns) != 0 || len(s.cache) != 0 {
 		t.Fatalf("deleted file still listed: %d results, %d warnings, %d cached", len(all), len(warns), len(s.cache))
+	}
+}
+
+// TestStorePrunesByArrival: retention follows when results arrived, not
+// the ID or started_at a client chose: an upload dated 2999 that arrived
+// first is the first to go, and genuine later results stay.
+func TestStorePrunesByArrival(t *testing.T) {
+	s := &Store{Dir: t.TempDir(), Log: slog.New(slog.DiscardHandler), MaxResults: 3}
+	past := time.Now().Add(-time.Hour)
+	save := func(i int, at time.Time, name string) string {
+		t.Helper()
+		path, err := s.Save(testResult(NewID(at, name), at))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Arrival order made explicit (file times can tie within a tick).
+		arrived := past.Add(time.Duration(i) * time.Minute)
+		if err := os.Chtimes(path, arrived, arrived); err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Base(path)
+	}
+	future := time.Date(2999, 12, 31, 23, 59, 59, 0, time.UTC)
+	t0 := time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
+	save(0, future, "forged")
+	for i := 1; i <= 3; i++ {
+		save(i, t0.Add(time.Duration(i)*time.Second), "coder")
+	}
+	all, _, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range all {
+		got = append(got, r.ID)
+	}
+	want := []string{NewID(t0.Add(time.Second), "coder"), NewID(t0.Add(2*time.Second), "coder"), NewID(t0.Add(3*time.Second), "coder")}
+	if !slices.Equal(got, want) {
+		t.Errorf("kept %v, want the three genuine results (the forged 2999 one arrived first)", got)
+	}
+}
+
+// TestParseResultBoundsValues: a result inflated with many small values
+// (580k one-character notes held ~14 MB parsed) is refused before it is
+// decoded, naming the bound; real results pass.
+func TestParseResultBoundsValues(t *testing.T) {
+	at := time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
+	r := testResult(NewID(at, "coder"), at)
+	r.Notes = make([]string, MaxResultValues)
+	for i := range r.Notes {
+		r.Notes[i] = "x"
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseResult(data); err == nil || !strings.Contains(err.Error(), "JSON values") {
+		t.Errorf("inflated result: %v, want a refusal naming the values", err)
+	}
+	for _, f := range []string{"testdata/result-v1.json", "testdata/switch-result-v1.json"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ParseResult(data); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+		if n := countValues(data); n < 300 || n > 2000 {
+			t.Errorf("%s: %d values counted; a real result has a few hundred", f, n)
+		}
+	}
+	if n := countValues([]byte(`{"a":"x,{[","b":[1,2,{"c":"\"]"}]}`)); n != 7 {
+		t.Errorf("countValues: %d, want 7 (brackets and commas inside strings do not count)", n)
 	}
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -337,5 +338,48 @@ func TestTriagePlainIMAP(t *testing.T) {
 		if !tt.ok && (err == nil || !strings.Contains(err.Error(), "triage.source.security") || !strings.Contains(err.Error(), "loopback")) {
 			t.Errorf("%s: err = %v, want the plain-only-to-loopback refusal", tt.addr, err)
 		}
+	}
+}
+
+// TestCheckToken: a public listen without a token, a short token and an
+// api_token_file that cannot be read are configuration errors (*Error,
+// exit 78) naming the key and its line; a loopback listen needs no token.
+func TestCheckToken(t *testing.T) {
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short")
+	long := filepath.Join(dir, "long")
+	if err := os.WriteFile(short, []byte("abc\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(long, []byte(strings.Repeat("k", MinTokenLength)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GPUHOST_TEST_NO_TOKEN", "")
+	public := "listen: 0.0.0.0:8080" + minimal + "api_token_env: GPUHOST_TEST_NO_TOKEN\n"
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"loopback without a token", minimal, ""},
+		{"loopback with a missing token file", minimal + "api_token_file: " + filepath.Join(dir, "gone") + "\n", "api_token_file (line 8)"},
+		{"public without a token", public, "listen (line 1)"},
+		{"public with a missing token file", public + "api_token_file: " + filepath.Join(dir, "gone") + "\n", "api_token_file (line 9)"},
+		{"public with a short token", public + "api_token_file: " + short + "\n", "api_token_file (line 9): the bearer token in api_token_file " + short + " has 3 characters"},
+		{"public with a long token", public + "api_token_file: " + long + "\n", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse("t.yaml", []byte(tt.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = cfg.CheckToken()
+			var ce *Error
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("CheckToken = %v, want nil", err)
+			case tt.want != "" && (!errors.As(err, &ce) || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("CheckToken = %v (%T), want a *config.Error containing %q", err, err, tt.want)
+			}
+		})
 	}
 }

@@ -96,3 +96,40 @@ func (c *Config) httpValidate(add func(key, format string, args ...any)) {
 		add("proxy.body_memory_bytes", "%d is smaller than proxy.max_body_bytes (%d): one request could never be held", c.Proxy.BodyMemoryBytes, c.Proxy.MaxBodyBytes)
 	}
 }
+
+// KeyRef names key for a message: "key (line N)" when the file sets it,
+// the bare key when it is defaulted.
+func (c *Config) KeyRef(key string) string {
+	if ln, ok := c.keyLines[key]; ok {
+		return fmt.Sprintf("%s (line %d)", key, ln)
+	}
+	return key
+}
+
+// CheckToken is what `gpuhost serve` checks of the API token before it
+// listens, as a configuration error (*Error, exit 78): an api_token_file
+// that cannot be read (also on loopback: the operator asked for a token),
+// and, beyond loopback, a missing token or one shorter than
+// MinTokenLength. Messages name the source, never the value.
+func (c *Config) CheckToken() error {
+	tok, err := c.APIToken()
+	if err != nil {
+		return &Error{File: c.path, Problems: []string{c.KeyRef("api_token_file") + ": " + err.Error()}}
+	}
+	if c.IsLoopback() {
+		return nil
+	}
+	src, key := "$"+c.APITokenEnv, "api_token_env"
+	if c.APITokenFile != "" {
+		src, key = "api_token_file "+c.APITokenFile, "api_token_file"
+	}
+	if tok == "" {
+		return &Error{File: c.path, Problems: []string{fmt.Sprintf("%s: %s is not loopback, so a bearer token is needed: set one in $%s or api_token_file (%s is empty)",
+			c.KeyRef("listen"), c.Listen, c.APITokenEnv, src)}}
+	}
+	if n := len([]rune(tok)); n < MinTokenLength {
+		return &Error{File: c.path, Problems: []string{fmt.Sprintf("%s: the bearer token in %s has %d characters; %s is not loopback, so at least %d are needed (e.g. openssl rand -hex 32)",
+			c.KeyRef(key), src, n, c.Listen, MinTokenLength)}}
+	}
+	return nil
+}

@@ -63,15 +63,30 @@ func (c *Config) profilesValidate(add func(key, format string, args ...any)) {
 }
 
 // checkAliases refuses a model name that would resolve to two profiles or be
-// listed twice by /v1/models: an alias equal to a served name (its own
-// profile's or another's), or one alias in two profiles.
+// listed twice by /v1/models: one served name for two different models, an
+// alias equal to a served name (its own profile's or another's), or one
+// alias in two profiles.
 func (c *Config) checkAliases(add func(key, format string, args ...any), names []string) {
 	served := map[string]string{} // served name → first profile serving it
 	for _, name := range names {
-		if p := c.Profiles[name]; p != nil {
-			if _, ok := served[p.ServedModelName()]; !ok {
-				served[p.ServedModelName()] = name
+		p := c.Profiles[name]
+		if p == nil {
+			continue
+		}
+		owner, ok := served[p.ServedModelName()]
+		if !ok {
+			served[p.ServedModelName()] = name
+			continue
+		}
+		// Variants of one model (the same backend and model, other flags)
+		// may share its name: the active one answers. Two different models
+		// under one name would answer a client with whichever is loaded.
+		if o := c.Profiles[owner]; o.Backend != p.Backend || o.Model != p.Model {
+			key := "profiles." + name + ".served_name"
+			if _, written := c.keyLines[key]; !written {
+				key = "profiles." + name + ".model" // served_name defaults to the model
 			}
+			add(key, "%q is also the served name of profile %q, which runs another model (%s %s); profiles may share a served name only as variants of one model", p.ServedModelName(), owner, o.Backend, o.Model)
 		}
 	}
 	aliasOf := map[string]string{}

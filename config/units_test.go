@@ -223,11 +223,12 @@ func TestControlCharactersNeverReachUnitFiles(t *testing.T) {
 	// The walk must see the settings the issue found injectable, and the
 	// rest that reach a file; otherwise it proves nothing. (ollama.keep_alive
 	// and sim.load_time reach the environment file too, but only as valid
-	// durations, so no marker gets through them.)
+	// durations, and vllm.tool_call_parser only as one of vLLM's parser
+	// names, so no marker gets through them.)
 	for _, want := range []string{
 		"state_dir", "backends.vllm.unit", "backends.vllm.user", "backends.vllm.exec[0]", "backends.vllm.read_write_paths[0]",
 		"backends.ollama.unit", "backends.ollama.user", "gpu.sim_dir", "profiles.v.model", "profiles.v.served_name",
-		"profiles.v.vllm.extra_args[0]", "profiles.v.vllm.tool_call_parser", "systemd.unit_dir",
+		"profiles.v.vllm.extra_args[0]", "systemd.unit_dir",
 	} {
 		if !slices.Contains(reaching, want) {
 			t.Errorf("%s was not seen to reach a rendered file; settings that do: %v", want, reaching)
@@ -276,6 +277,8 @@ func TestAliasClashes(t *testing.T) {
 		{"alias is another profile's served name", strings.Replace(two, "port: 11434", "port: 11434\n    aliases: [org/model]", 1), `profiles.p2.aliases[0] (line 12): "org/model" is the served name of profile "p1"`},
 		{"alias is its own served name", strings.Replace(two, "port: 8000", "port: 8000\n    aliases: [org/model]", 1), `profiles.p1.aliases[0] (line 8): "org/model" is this profile's own served name`},
 		{"one alias in two profiles", strings.Replace(strings.Replace(two, "port: 8000", "port: 8000\n    aliases: [fast]", 1), "port: 11434", "port: 11434\n    aliases: [fast]", 1), `profiles.p2.aliases[0] (line 13): "fast" is already an alias of profile "p1"`},
+		{"one served name for two models", strings.Replace(two, "port: 11434", "port: 11434\n    served_name: org/model", 1), `profiles.p2.served_name (line 12): "org/model" is also the served name of profile "p1", which runs another model (vllm org/model)`},
+		{"a served name a client would expand", strings.Replace(two, "port: 11434", "port: 11434\n    served_name: \"{env:HOME}\"", 1), `profiles.p2.served_name (line 12)`},
 		{"alias with a control character", strings.Replace(two, "port: 11434", "port: 11434\n    aliases: [\"a\\rb\"]", 1), `profiles.p2.aliases[0] (line 12)`},
 	}
 	for _, tt := range tests {
@@ -288,6 +291,10 @@ func TestAliasClashes(t *testing.T) {
 	}
 	if _, err := Parse("test.yaml", []byte(strings.Replace(two, "port: 11434", "port: 11434\n    aliases: [llama]", 1))); err != nil {
 		t.Errorf("a distinct alias is refused: %v", err)
+	}
+	variant := two + "  p3:\n    backend: vllm\n    model: org/model\n    port: 8001\n    vllm: {max_num_seqs: 4}\n"
+	if _, err := Parse("test.yaml", []byte(variant)); err != nil {
+		t.Errorf("a variant of one model under its served name is refused: %v", err)
 	}
 }
 

@@ -147,7 +147,7 @@ func randomProfile(r *rand.Rand) Profile {
 	}
 	f.EnableAutoToolChoice = r.IntN(2) == 0
 	if r.IntN(2) == 0 {
-		f.ToolCallParser = pick()
+		f.ToolCallParser = VLLMToolCallParsers[r.IntN(len(VLLMToolCallParsers))]
 	}
 	if r.IntN(2) == 0 {
 		f.Quantization = pick()

@@ -43,7 +43,7 @@ type Profile struct {
 	Name       string  `yaml:"-"`
 	Backend    Backend `yaml:"backend"`     // Vllm or ollama.
 	Model      string  `yaml:"model"`       // HF repo id for vllm, tag for ollama (e.g. llama3.1:8b)
-	ServedName string  `yaml:"served_name"` // name clients use; default = Model
+	ServedName string  `yaml:"served_name"` // Name clients use (default = model); no `{`, `}` or `$`, which coding agents expand in their config files.
 	// Aliases are further model names clients may use for this profile
 	// (the /v1 proxy maps them to the served name).
 	Aliases []string `yaml:"aliases"`
@@ -68,10 +68,10 @@ type VLLMFlags struct {
 	MaxNumSeqs           int      `yaml:"max_num_seqs"`            // VLLM --max-num-seqs.
 	MaxModelLen          int      `yaml:"max_model_len"`           // VLLM --max-model-len: the context the doctor checks the live server against.
 	EnableAutoToolChoice bool     `yaml:"enable_auto_tool_choice"` // VLLM --enable-auto-tool-choice (tool calls need it and a parser).
-	ToolCallParser       string   `yaml:"tool_call_parser"`        // VLLM --tool-call-parser (Qwen3-Coder needs qwen3_xml).
+	ToolCallParser       string   `yaml:"tool_call_parser"`        // VLLM --tool-call-parser, one of vLLM's parser names (Qwen3-Coder needs qwen3_xml); another name only with --tool-parser-plugin in extra_args.
 	Quantization         string   `yaml:"quantization"`            // VLLM --quantization (awq_marlin or none on Ada, not awq).
 	KVCacheDtype         string   `yaml:"kv_cache_dtype"`          // VLLM --kv-cache-dtype.
-	ExtraArgs            []string `yaml:"extra_args"`              // Further vLLM arguments, passed as given.
+	ExtraArgs            []string `yaml:"extra_args"`              // Further vLLM arguments, passed word for word: no shell and no systemd expansion, so `$`, `%`, backticks and `;` are refused.
 }
 
 // OllamaOpts are the Ollama server settings gpuhost passes as environment.
@@ -163,6 +163,8 @@ func (p Profile) Validate() []FieldError {
 	word := func(key, v string) {
 		if err := argWord(v); err != nil {
 			add(key, "%v", err)
+		} else if err := ClientText(v); err != nil {
+			add(key, "%v", err)
 		}
 	}
 
@@ -191,6 +193,8 @@ func (p Profile) Validate() []FieldError {
 	for i, a := range p.Aliases {
 		if strings.TrimSpace(a) == "" || strings.ContainsAny(a, " \t\n\"'") || strings.ContainsFunc(a, unicode.IsControl) || !utf8.ValidString(a) {
 			add(fmt.Sprintf("aliases[%d]", i), "%q must be a non-empty UTF-8 name without spaces, quotes or control characters", a)
+		} else if err := ClientText(a); err != nil {
+			add(fmt.Sprintf("aliases[%d]", i), "%v", err)
 		}
 	}
 	if p.Port < 1 || p.Port > 65535 {
@@ -251,6 +255,10 @@ func (p Profile) validateVLLM() []FieldError {
 		if kv.v != "" {
 			if err := argWord(kv.v); err != nil {
 				add(kv.key, "%v", err)
+			} else if kv.key == "vllm.tool_call_parser" {
+				if err := toolCallParser(kv.v, f.ExtraArgs); err != nil {
+					add(kv.key, "%v", err)
+				}
 			}
 		}
 	}
@@ -263,6 +271,10 @@ func (p Profile) validateVLLM() []FieldError {
 	for i, a := range f.ExtraArgs {
 		key := fmt.Sprintf("vllm.extra_args[%d]", i)
 		if err := argWord(a); err != nil {
+			add(key, "%v", err)
+			continue
+		}
+		if err := literalArg(a); err != nil {
 			add(key, "%v", err)
 			continue
 		}

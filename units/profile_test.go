@@ -141,6 +141,23 @@ func TestValidate(t *testing.T) {
 		{name: "extra args bind a LAN address", base: qwenCoder, mod: func(p *Profile) { p.VLLM.ExtraArgs = []string{"--host=192.168.1.5"} }, wantKey: []string{"vllm.extra_args[0]"}},
 		{name: "extra args --host without value", base: qwenCoder, mod: func(p *Profile) { p.VLLM.ExtraArgs = []string{"--host"} }, wantKey: []string{"vllm.extra_args[0]"}},
 		{name: "extra args --host ::1 and localhost", base: qwenCoder, mod: func(p *Profile) { p.VLLM.ExtraArgs = []string{"--host", "::1", "--host=localhost"} }},
+		{name: "extra args with shell or systemd syntax", base: qwenCoder, mod: func(p *Profile) {
+			p.VLLM.ExtraArgs = []string{"--a=$(id)", "--b=`id`", "--c=$HOME", "--d=x;y", "--e=%n", "--f=ok"}
+		}, wantKey: []string{"vllm.extra_args[0]", "vllm.extra_args[1]", "vllm.extra_args[2]", "vllm.extra_args[3]", "vllm.extra_args[4]"}},
+		{name: "parser not vLLM's", base: qwenCoder, mod: func(p *Profile) { p.VLLM.ToolCallParser = "qwen3_xml;id" }, wantKey: []string{"vllm.tool_call_parser"}},
+		{name: "parser unknown", base: qwenCoder, mod: func(p *Profile) { p.VLLM.ToolCallParser = "qwen4" }, wantKey: []string{"vllm.tool_call_parser"}},
+		{name: "parser from a plugin", base: qwenCoder, mod: func(p *Profile) {
+			p.VLLM.ToolCallParser = "my_parser"
+			p.VLLM.ExtraArgs = []string{"--tool-parser-plugin=/opt/p.py"}
+		}},
+		{name: "plugin parser still a plain name", base: qwenCoder, mod: func(p *Profile) {
+			p.VLLM.ToolCallParser = "a/b"
+			p.VLLM.ExtraArgs = []string{"--tool-parser-plugin", "/opt/p.py"}
+		}, wantKey: []string{"vllm.tool_call_parser"}},
+		{name: "served name a client would expand", base: qwenCoder, mod: func(p *Profile) { p.ServedName = "{env:HOME}" }, wantKey: []string{"served_name"}},
+		{name: "served name with $ and %", base: qwenCoder, mod: func(p *Profile) { p.ServedName = "${PATH}%n" }, wantKey: []string{"served_name"}},
+		{name: "model a client would expand", base: llamaOllama, mod: func(p *Profile) { p.Model = "{file:/etc/shadow}" }, wantKey: []string{"model"}},
+		{name: "alias a client would expand", base: llamaOllama, mod: func(p *Profile) { p.Aliases = []string{"fast", "{env:X}"} }, wantKey: []string{"aliases[1]"}},
 		{name: "ollama options on a vllm profile", base: qwenCoder, mod: func(p *Profile) { p.Ollama.NumCtx = 4096 }, wantKey: []string{"ollama"}},
 		{name: "vllm flags on an ollama profile", base: llamaOllama, mod: func(p *Profile) { p.VLLM.MaxNumSeqs = 4 }, wantKey: []string{"vllm"}},
 		{name: "negative num_ctx", base: llamaOllama, mod: func(p *Profile) { p.Ollama.NumCtx = -1 }, wantKey: []string{"ollama.num_ctx"}},

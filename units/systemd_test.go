@@ -55,11 +55,15 @@ func TestUnitsUnderRealSystemd(t *testing.T) {
 	}
 
 	v := qwenCoder()
-	v.VLLM.ExtraArgs = []string{"--host=127.0.0.1", "--odd=$HOME%n`x;y"}
+	v.VLLM.ExtraArgs = []string{"--host=127.0.0.1"}
 	v.Sim = SimOpts{LoadTime: "1.5s", PrefillTPS: 2545.5}
 	if errs := v.Validate(); errs != nil {
 		t.Fatalf("profile: %v", errs)
 	}
+	// Validate refuses '$', '%', '`' and ';' in extra_args; were one to get
+	// through, systemd would still pass it on literally: it expands neither
+	// $VAR nor specifiers inside $GPUHOST_ARGS's value.
+	v.VLLM.ExtraArgs = append(v.VLLM.ExtraArgs, "--odd=$HOME%n`x;y${PATH}")
 	o := llamaOllama()
 	vu := BackendUnit{Backend: VLLM, Name: "gpuhost-vllm.service", EnvFile: filepath.Join(dir, "vllm.env"),
 		Exec:      []string{dump, "100%", "$HOME", `say "hi" \ there`, ";", "tab and ünï"},

@@ -71,10 +71,12 @@ func New(sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) (*echo.Echo, e
 		StreamPaths:         []string{"/api/events", "/activity/events"},
 		MaxStreamsPerClient: cfg.HTTP.MaxStreamsPerClient,
 	}).Middleware)
+	// A token file that cannot be read, and beyond loopback a missing or
+	// short token, are configuration errors: nothing listens.
+	if err := cfg.CheckToken(); err != nil {
+		return nil, err
+	}
 	if !cfg.IsLoopback() {
-		if err := checkToken(cfg); err != nil {
-			return nil, err
-		}
 		e.Use(bearerAuth(cfg, frontdoor.NewThrottle("bearer token", cfg.HTTP.AuthFailuresPerMinute, time.Minute, log, nil)))
 	}
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -117,27 +119,6 @@ func New(sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) (*echo.Echo, e
 // panel's CSRF token instead of a JSON content type (the panel's tests check
 // that its routes and this list agree).
 var PanelFormPaths = []string{"/switch", "/bench/run", "/ask", "/ask/stream", "/mail/rerun", "/login", "/logout"}
-
-// checkToken refuses to start beyond loopback without a token that is long
-// enough to withstand guessing (the throttle slows guesses; length makes
-// them hopeless). The message names the source, never the value.
-func checkToken(cfg *config.Config) error {
-	tok, err := cfg.APIToken()
-	if err != nil {
-		return err
-	}
-	src := "$" + cfg.APITokenEnv
-	if cfg.APITokenFile != "" {
-		src = "api_token_file " + cfg.APITokenFile
-	}
-	if tok == "" {
-		return fmt.Errorf("listen %s is not loopback: set a bearer token in $%s or api_token_file", cfg.Listen, cfg.APITokenEnv)
-	}
-	if n := len([]rune(tok)); n < config.MinTokenLength {
-		return fmt.Errorf("listen %s is not loopback: the bearer token in %s has %d characters, at least %d are needed (e.g. openssl rand -hex 32)", cfg.Listen, src, n, config.MinTokenLength)
-	}
-	return nil
-}
 
 // bearerAuth demands the bearer token on every request a front door has not
 // vouched for. The token is checked first: the right one always passes, also

@@ -267,7 +267,10 @@ func (p *Panel) vouch(next echo.HandlerFunc) echo.HandlerFunc {
 			p.mu.RLock()
 			owned := p.owned[c.Path()]
 			p.mu.RUnlock()
-			if owned {
+			// The not-found page answers unknown API paths only after the
+			// bearer check: before it, a 404 would tell a client without
+			// the token which routes exist.
+			if owned && !(c.Path() == "/*" && apiPath(req.URL.Path)) {
 				c.Set(frontdoor.AuthenticatedKey, true)
 				return next(c)
 			}
@@ -277,6 +280,17 @@ func (p *Panel) vouch(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return next(c)
 	}
+}
+
+// apiPath: the prefixes of the API, the /v1 proxy, MCP and metrics, which
+// the bearer token guards beyond loopback.
+func apiPath(path string) bool {
+	for _, p := range []string{"/api", "/v1", "/mcp", "/metrics"} {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // guard kinds: what a route needs before its handler runs.

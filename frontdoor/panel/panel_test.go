@@ -321,7 +321,16 @@ func TestNotFound(t *testing.T) {
 				{"/nope", "application/json", true},
 			}
 			for _, tt := range tests {
-				resp, body := do(t, c, "GET", ev.srv.URL+tt.path, nil, map[string]string{"Accept": tt.accept})
+				hdr := map[string]string{"Accept": tt.accept}
+				if public && strings.HasPrefix(tt.path, "/api/") {
+					// Beyond loopback an unknown API path answers only
+					// after the bearer check: 401 first, no route discovery.
+					if resp, body := do(t, c, "GET", ev.srv.URL+tt.path, nil, hdr); resp.StatusCode != http.StatusUnauthorized {
+						t.Errorf("%s without the token: status %d, want 401:\n%s", tt.path, resp.StatusCode, body)
+					}
+					hdr["Authorization"] = "Bearer " + ev.token
+				}
+				resp, body := do(t, c, "GET", ev.srv.URL+tt.path, nil, hdr)
 				if resp.StatusCode != http.StatusNotFound {
 					t.Errorf("%s: status %d, want 404:\n%s", tt.path, resp.StatusCode, body)
 					continue

@@ -106,7 +106,7 @@ func overBudget(limit int64) *apiErr {
 
 // Collectors are the proxy's own series for the daemon's /metrics.
 func (p *Proxy) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{p.rejected, p.deferred, p.drainTimeouts, p.switchEnds}
+	return []prometheus.Collector{p.rejected, p.usageRefused, p.deferred, p.drainTimeouts, p.switchEnds}
 }
 
 func newRejectedCounter() *prometheus.CounterVec {

@@ -38,8 +38,7 @@ func usableModels(models []OpencodeModelInfo) ([]OpencodeModelInfo, []OpencodeSk
 			continue
 		}
 		seen[m.ID] = true
-		if !m.ToolCalls() {
-			sk, _ := opencodeUnusable(m, 1)
+		if sk, unusable := opencodeUnusable(m, 1); unusable {
 			skipped = append(skipped, sk)
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 )
 
 // The proxy routes on the request's "model" but must not re-encode the body:
@@ -36,6 +37,12 @@ type modelField struct {
 	// without members (where an inserted member needs no comma).
 	ObjStart int
 	Empty    bool
+	// MaxTokens is the largest of the request's top-level max_tokens,
+	// max_completion_tokens and max_output_tokens (0: none given), and
+	// Choices its "n" (0: not given); they bound the usage the answer may
+	// report (usagecheck.go).
+	MaxTokens int64
+	Choices   int64
 }
 
 // syntaxError is a body that is not a JSON object, with the byte offset where
@@ -86,6 +93,7 @@ func peekModel(b []byte) (modelField, error) {
 		if err != nil {
 			return f, err
 		}
+		keyStart := i
 		isModel, err := keyIs(b[i:keyEnd], "model")
 		if err != nil {
 			return f, synErr(i, "invalid member name: %v", err)
@@ -98,6 +106,9 @@ func peekModel(b []byte) (modelField, error) {
 		valEnd, err := skipValue(b, i)
 		if err != nil {
 			return f, err
+		}
+		if !isModel {
+			f.noteLimit(b[keyStart:keyEnd], b[i:valEnd])
 		}
 		if isModel {
 			// Keep scanning even for a bad value: a later "model" wins.
@@ -132,6 +143,27 @@ func peekModel(b []byte) (modelField, error) {
 		default:
 			return f, synErr(i, "expected ',' or '}' after a member, found %q", b[i])
 		}
+	}
+}
+
+// noteLimit records a top-level output limit or choice count (plain
+// positive integers; anything else is the backend's to refuse). Only keys
+// without escapes are looked at: the comparison then allocates nothing.
+func (f *modelField) noteLimit(quoted, val []byte) {
+	if len(quoted) < 3 || len(val) == 0 || val[0] < '1' || val[0] > '9' {
+		return
+	}
+	var dst *int64
+	switch string(quoted[1 : len(quoted)-1]) {
+	case "max_tokens", "max_completion_tokens", "max_output_tokens":
+		dst = &f.MaxTokens
+	case "n":
+		dst = &f.Choices
+	default:
+		return
+	}
+	if v, err := strconv.ParseInt(string(val), 10, 64); err == nil && v > *dst {
+		*dst = v
 	}
 }
 

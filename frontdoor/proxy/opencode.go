@@ -201,6 +201,14 @@ func opencodeProviderBlock(baseURL string, models []OpencodeModelInfo, apiKeyEnv
 // opencodeUnusable says why opencode cannot use m, and the profile fix.
 func opencodeUnusable(m OpencodeModelInfo, minContext int) (OpencodeSkipped, bool) {
 	sk := OpencodeSkipped{Model: m.ID, Profile: m.Profile}
+	if err := clientSafe(m); err != nil {
+		// The fields come from the daemon's answer; printed with %q so
+		// that the note itself carries no control characters.
+		sk.Model, sk.Profile = fmt.Sprintf("%q", m.ID), fmt.Sprintf("%q", m.Profile)
+		sk.Reason = fmt.Sprintf("the daemon reported a name that a client would expand in its config file: %v", err)
+		sk.Fix = "check the daemon asked (--url): gpuhost refuses such names at config load"
+		return sk, true
+	}
 	switch {
 	case !m.ToolCalls():
 		sk.Reason = "no tool calling (vLLM refuses opencode's tools without enable_auto_tool_choice and tool_call_parser)"
@@ -216,6 +224,24 @@ func opencodeUnusable(m OpencodeModelInfo, minContext int) (OpencodeSkipped, boo
 		return sk, false
 	}
 	return sk, true
+}
+
+// clientSafe checks what a client config would carry of a model the daemon
+// reported (its id, profile and backend reach opencode's model entry and
+// the other clients' settings): nothing opencode expands ({env:…},
+// {file:…}), no '$' and no control characters (units.ClientText). The
+// daemon may be another one than the user thinks (--url), so its answer
+// is not trusted.
+func clientSafe(m OpencodeModelInfo) error {
+	for _, v := range []string{m.ID, m.Profile, string(m.Backend)} {
+		if err := units.ClientText(v); err != nil {
+			return err
+		}
+	}
+	if m.ID == "" {
+		return errors.New("an empty model id")
+	}
+	return nil
 }
 
 // MergeOpencodeConfig puts the gpuhost provider into an existing

@@ -311,3 +311,51 @@ func FuzzOpencodeConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestClientConfigsCarryNoExpandableText: names a daemon reports with text
+// that opencode expands ({file:…}, {env:…}), a '$' or a control character
+// are left out of every client's config, each named (quoted) on the skip
+// list; the safe model is kept.
+func TestClientConfigsCarryNoExpandableText(t *testing.T) {
+	hostile := []proxy.OpencodeModelInfo{
+		{ID: "{file:/etc/passwd}", Profile: "a", Backend: units.Ollama, Context: 32768},
+		{ID: "ok", Profile: "{env:HOME}", Backend: units.Ollama, Context: 32768},
+		{ID: "ok2", Profile: "b", Backend: "{file:/x}", Context: 32768},
+		{ID: "$HOME", Profile: "c", Backend: units.Ollama, Context: 32768},
+		{ID: "bell\a", Profile: "d", Backend: units.Ollama, Context: 32768},
+		{ID: "safe", Profile: "safe", Backend: units.Ollama, Context: 32768},
+	}
+	check := func(name string, out []byte, skipped []proxy.OpencodeSkipped) {
+		t.Helper()
+		for _, bad := range []string{"{file:", "{env:HOME", "$HOME", "\a", `\u0007`} {
+			if strings.Contains(string(out), bad) {
+				t.Errorf("%s config carries %q:\n%s", name, bad, out)
+			}
+		}
+		if len(skipped) != 5 {
+			t.Errorf("%s: %d skipped, want 5: %v", name, len(skipped), skipped)
+		}
+		for _, s := range skipped {
+			if strings.ContainsFunc(s.String(), func(r rune) bool { return r < 0x20 }) || !strings.Contains(s.Reason, "expand") {
+				t.Errorf("%s: skip note %q", name, s)
+			}
+		}
+	}
+	out, skipped, err := proxy.OpencodeConfig("http://box:8080", hostile, "", 0)
+	if err != nil || !strings.Contains(string(out), `"safe"`) {
+		t.Fatalf("opencode: %v\n%s", err, out)
+	}
+	check("opencode", out, skipped)
+	env, skipped, err := proxy.ClaudeCodeEnv("http://box:8080", hostile, true)
+	if err != nil || env["ANTHROPIC_MODEL"] != "safe" {
+		t.Fatalf("claude-code: %v %v", err, env)
+	}
+	b, _ := json.Marshal(env)
+	check("claude-code", b, skipped)
+	prov, model, skipped, err := proxy.CodexProvider("http://box:8080", hostile, "")
+	if err != nil || model != "safe" {
+		t.Fatalf("codex: %v %v", err, model)
+	}
+	b, _ = json.Marshal(prov)
+	check("codex", b, skipped)
+}

@@ -190,8 +190,9 @@ type Proxy struct {
 	// changes (a switch), idle connections to the old process are closed.
 	backend atomic.Pointer[backendKey]
 
-	mem      *memBudget
-	rejected *prometheus.CounterVec
+	mem          *memBudget
+	rejected     *prometheus.CounterVec
+	usageRefused *prometheus.CounterVec // usagecheck.go
 
 	// pol is auto_switch's anti-thrash policy (policy.go); nil when
 	// auto_switch is off, and then no request pays for it.
@@ -232,7 +233,7 @@ func New(sup Backend, cfg config.ProxyConfig, profiles func() map[string]*units.
 	}
 	p := &Proxy{sup: sup, cfg: cfg, profiles: profiles, log: log,
 		created: time.Now().Unix(), lenCache: map[string]int{},
-		mem: &memBudget{limit: cfg.BodyMemoryBytes}, rejected: newRejectedCounter()}
+		mem: &memBudget{limit: cfg.BodyMemoryBytes}, rejected: newRejectedCounter(), usageRefused: newUsageRefusedCounter()}
 	p.deferred, p.drainTimeouts = newPolicyCounters()
 	p.switchEnds = newSwitchEndsCounter()
 	if cfg.AutoSwitch {
@@ -298,6 +299,10 @@ func (p *Proxy) Register(e *echo.Echo) {
 	e.GET("/v1/models", p.handleModels)
 	e.GET("/v1/models/*", p.handleModel)
 	e.Any("/v1/*", func(c echo.Context) error {
+		if c.Request().Method == http.MethodOptions {
+			answerOptions(c.Response())
+			return nil
+		}
 		p.ServeHTTP(c.Response(), c.Request())
 		return nil
 	})
@@ -348,6 +353,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	x := resp.Request.Context().Value(exchangeKey{}).(*exchange)
 	x.status = resp.StatusCode
+	ownResponseHeaders(resp.Header)
 	if p.unservedAPI(resp, x) {
 		return nil
 	}
@@ -409,6 +415,7 @@ type record struct {
 	switched  bool
 	stream    bool
 	tap       *usageTap
+	limits    usageLimits   // what the answer's usage may reach (usagecheck.go)
 	client    *clientWriter // the last forwarding attempt's writer
 	x         *exchange     // the last forwarding attempt
 	firstByte time.Time     // of an answer gpuhost wrote itself
@@ -612,6 +619,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ctx context.Cont
 		p.pol.release(rec)
 	}
 	rec.tap, rec.status = x.tap, x.status
+	rec.limits = limitsFor(field, prof)
 	if x.tap != nil {
 		rec.stream = x.tap.mode == tapSSE
 	}
@@ -737,10 +745,7 @@ func (p *Proxy) done(rec *record) {
 	if !first.IsZero() {
 		ttfb = first.Sub(rec.start)
 	}
-	prompt, compl := 0, 0
-	if rec.tap != nil && rec.tap.haveUsage {
-		prompt, compl = rec.tap.prompt, rec.tap.compl
-	}
+	prompt, compl, refused := p.countedUsage(rec)
 	if b := p.observer.Load(); b != nil {
 		b.o.ObserveRequest(rec.api, rec.model, rec.status, prompt, compl, ttfb, dur)
 		if d, ok := b.o.(DetailObserver); ok {
@@ -786,6 +791,9 @@ func (p *Proxy) done(rec *record) {
 	}
 	if rec.detail != "" {
 		attrs = append(attrs, slog.String("detail", rec.detail))
+	}
+	if refused != "" {
+		attrs = append(attrs, slog.String("usage_refused", refused))
 	}
 	p.log.LogAttrs(ctx, level, "v1 request", attrs...)
 }

@@ -65,7 +65,9 @@ type usageTap struct {
 	haveUsage bool
 	prompt    int
 	compl     int
-	sawDone   bool // the stream's own end marker went by
+	sawDone   bool   // the stream's own end marker went by
+	late      bool   // usage came after the end marker (ignored)
+	bad       string // why a usage report was refused (usagecheck.go)
 	events    int
 	eof       bool // the backend's whole answer was read
 
@@ -203,6 +205,13 @@ func (t *usageTap) sseField(f sse.Field) {
 	if t.end != nil && t.end.backendError(t.kind, t.event, payload) {
 		return
 	}
+	if t.sawDone {
+		// The final event went by: nothing after it counts.
+		if bytes.Contains(payload, usageKey) {
+			t.late = true
+		}
+		return
+	}
 	switch t.kind {
 	case apishape.Messages:
 		t.messagesData(payload)
@@ -263,6 +272,9 @@ func (t *usageTap) messagesData(payload []byte) {
 // sets both counts; a delta's sets the output and, when it carries one, the
 // input.
 func (t *usageTap) anthropicUsage(u *usageFields, whole bool) {
+	if !t.takeCounts(u.InputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens, u.OutputTokens) {
+		return
+	}
 	if whole || u.InputTokens != nil {
 		t.prompt = deref(u.InputTokens) + deref(u.CacheCreationInputTokens) + deref(u.CacheReadInputTokens)
 	}
@@ -301,6 +313,9 @@ func terminalResponseEvent(typ string) bool {
 }
 
 func (t *usageTap) responsesUsage(u *usageFields) {
+	if !t.takeCounts(u.InputTokens, u.OutputTokens) {
+		return
+	}
 	t.haveUsage, t.prompt, t.compl = true, deref(u.InputTokens), deref(u.OutputTokens)
 }
 
@@ -347,6 +362,9 @@ func (t *usageTap) usageFrom(doc []byte) {
 	case apishape.Responses:
 		t.responsesUsage(v.Usage)
 	default:
+		if !t.takeCounts(v.Usage.PromptTokens, v.Usage.CompletionTokens) {
+			return
+		}
 		t.haveUsage, t.prompt, t.compl = true, deref(v.Usage.PromptTokens), deref(v.Usage.CompletionTokens)
 	}
 }

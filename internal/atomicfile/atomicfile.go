@@ -20,7 +20,19 @@ type Options struct {
 	// scans the directory can use its own pattern to recognise (skip, or
 	// clean up after a killed writer) files still being written.
 	TempPattern string
+	// Owner, when set, is the file's owner and group (chown of the temp
+	// file before the rename), so that a file rewritten by root keeps the
+	// user who owned it.
+	Owner *Owner
+	// NoReplace fails with an error wrapping fs.ErrExist instead of
+	// replacing a file already at path (the temp file is hard-linked into
+	// place, which never overwrites): for backups that must not clobber
+	// an earlier one.
+	NoReplace bool
 }
+
+// Owner is a numeric user and group.
+type Owner struct{ UID, GID int }
 
 // WriteWith is Write with options; the semantics are the same (temp file
 // in the same directory, fsync, rename, best-effort fsync of the
@@ -49,6 +61,11 @@ func WriteWith(path string, data []byte, perm os.FileMode, o Options) error {
 	if _, err := tmp.Write(data); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
+	if o.Owner != nil {
+		if err := tmp.Chown(o.Owner.UID, o.Owner.GID); err != nil {
+			return fmt.Errorf("write %s: chown: %w", path, err)
+		}
+	}
 	if err := tmp.Chmod(perm); err != nil {
 		return fmt.Errorf("write %s: chmod: %w", path, err)
 	}
@@ -58,7 +75,12 @@ func WriteWith(path string, data []byte, perm os.FileMode, o Options) error {
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("write %s: close: %w", path, err)
 	}
-	if err := os.Rename(name, path); err != nil {
+	if o.NoReplace {
+		if err := os.Link(name, path); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		os.Remove(name)
+	} else if err := os.Rename(name, path); err != nil {
 		return fmt.Errorf("write %s: rename: %w", path, err)
 	}
 	ok = true

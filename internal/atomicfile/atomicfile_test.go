@@ -1,8 +1,11 @@
 package atomicfile
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -72,5 +75,43 @@ func TestWriteWithTempPattern(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(p); string(got) != "x" {
 		t.Errorf("failed write changed the file: %q", got)
+	}
+}
+
+// TestNoReplaceKeepsTheFirst: a backup written with NoReplace never
+// clobbers one already there, and leaves no temp file behind.
+func TestNoReplaceKeepsTheFirst(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f.bak")
+	if err := WriteWith(p, []byte("first"), 0o600, Options{NoReplace: true}); err != nil {
+		t.Fatal(err)
+	}
+	err := WriteWith(p, []byte("second"), 0o600, Options{NoReplace: true})
+	if !errors.Is(err, fs.ErrExist) {
+		t.Errorf("second write = %v, want fs.ErrExist", err)
+	}
+	if got, _ := os.ReadFile(p); string(got) != "first" {
+		t.Errorf("content %q, want the first", got)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("directory holds %d entries, want 1", len(entries))
+	}
+}
+
+// TestOwnerIsSet: Owner chowns the file (as root, to another user).
+func TestOwnerIsSet(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown to another user needs root")
+	}
+	p := filepath.Join(t.TempDir(), "f")
+	if err := WriteWith(p, []byte("x"), 0o644, Options{Owner: &Owner{UID: 65534, GID: 65534}}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sys := st.Sys().(*syscall.Stat_t); sys.Uid != 65534 || sys.Gid != 65534 {
+		t.Errorf("owner %d:%d, want 65534:65534", sys.Uid, sys.Gid)
 	}
 }

@@ -8,8 +8,8 @@
 //     allowed_hosts; beyond loopback also any IP literal). A page that
 //     rebinds its own DNS name to 127.0.0.1 sends its own name as Host and
 //     gets 421, so it can neither read nor write through the browser.
-//   - Provenance of state-changing requests (every method but GET, HEAD,
-//     OPTIONS): a browser's Sec-Fetch-Site of cross-site or same-site, or an
+//   - Provenance of state-changing requests and preflights (every method
+//     but GET and HEAD): a browser's Sec-Fetch-Site of cross-site or same-site, or an
 //     Origin that is not the daemon's own, is refused with 403. Clients that
 //     are not browsers (opencode, curl, SDKs) send neither header.
 //   - Content type: state-changing requests must say application/json. A
@@ -124,7 +124,8 @@ func (g *Guard) Middleware(next echo.HandlerFunc) echo.HandlerFunc {
 			if err := sameOrigin(r, c.Scheme()); err != nil {
 				return refuse(c, http.StatusForbidden, "origin", err.Error())
 			}
-			if !g.contentTypeAllowed(r) {
+			// OPTIONS (a CORS preflight) carries no body to type.
+			if r.Method != http.MethodOptions && !g.contentTypeAllowed(r) {
 				return refuse(c, http.StatusUnsupportedMediaType, "content-type",
 					fmt.Sprintf("%s %s needs Content-Type: application/json (got %q)", r.Method, r.URL.Path, r.Header.Get("Content-Type")))
 			}
@@ -226,8 +227,11 @@ func refuse(c echo.Context, status int, rule, detail string) error {
 	return c.JSON(status, Refusal{Error: strings.ToLower(http.StatusText(status)), Detail: detail, Rule: rule})
 }
 
+// safeMethod: GET and HEAD change nothing and skip the provenance rules.
+// OPTIONS does not: it is how a page on another origin asks for access
+// (a CORS preflight), so it gets the origin rule like a write.
 func safeMethod(m string) bool {
-	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
+	return m == http.MethodGet || m == http.MethodHead
 }
 
 // sameOrigin refuses requests a browser marks as coming from another site,
