@@ -111,6 +111,7 @@ import (
 	"gpuhost/internal/activity"
 	"gpuhost/internal/apishape"
 	"gpuhost/internal/loopback"
+	"gpuhost/internal/membudget"
 	"gpuhost/units"
 )
 
@@ -184,7 +185,7 @@ type Proxy struct {
 	// changes (a switch), idle connections to the old process are closed.
 	backend atomic.Pointer[backendKey]
 
-	mem      *memBudget
+	mem      *membudget.Budget
 	rejected *prometheus.CounterVec
 
 	// pol is auto_switch's anti-thrash policy (policy.go); nil when
@@ -221,7 +222,7 @@ func New(sup Backend, cfg config.ProxyConfig, profiles func() map[string]*units.
 	}
 	p := &Proxy{sup: sup, cfg: cfg, profiles: profiles, log: log,
 		created: time.Now().Unix(), lenCache: map[string]int{},
-		mem: &memBudget{limit: cfg.BodyMemoryBytes}, rejected: newRejectedCounter()}
+		mem: membudget.New(cfg.BodyMemoryBytes), rejected: newRejectedCounter()}
 	p.deferred, p.drainTimeouts = newPolicyCounters()
 	if cfg.AutoSwitch {
 		drain := min(config.DefaultDrainTimeout, cfg.HoldTimeout.D())
@@ -444,7 +445,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rec.api = apishape.Of(clean)
 	body, reserved, aerr := p.readBody(w, r)
-	defer p.mem.give(reserved)
+	defer p.mem.Give(reserved)
 	if aerr != nil {
 		p.fail(w, rec, aerr)
 		return
