@@ -84,6 +84,9 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"bench results", minimal + "bench:\n  max_results: -5\n", []string{"bench.max_results (line", "-5 is too small"}},
 		{"bench bytes", minimal + "bench:\n  max_bytes: 1000\n", []string{"bench.max_bytes (line", "1000 is too small"}},
 		{"streams per client", minimal + "http:\n  max_streams_per_client: 5000\n", []string{"http.max_streams_per_client (line", "5000 is outside 1..http.max_connections (1024)"}},
+		{"streams fill a client's connections", minimal + "http:\n  max_connections_per_client: 16\n  max_streams_per_client: 16\n", []string{"http.max_streams_per_client (line", "leaves no connection of http.max_connections_per_client (16)"}},
+		{"decode memory below one request", minimal + "http:\n  decode_memory_bytes: 1048576\n", []string{"http.decode_memory_bytes (line", "smaller than one request at its bounds"}},
+		{"write timeout", minimal + "http:\n  write_timeout: 10ms\n", []string{"http.write_timeout (line", "too short"}},
 		{"mcp sessions", minimal + "mcp:\n  max_sessions: -1\n", []string{"mcp.max_sessions (line", "-1 is outside 1..1048576"}},
 		{"residency beyond the hold", minimal + "proxy:\n  hold_timeout: 20s\n  min_residency: 30s\n", []string{"proxy.min_residency (line", "30s is longer than proxy.hold_timeout (20s)"}},
 	}

@@ -52,7 +52,8 @@ func (c Counts) DecodeCost() int64 {
 	return int64(c.Values)*CostPerValue + int64(c.Bytes)
 }
 
-// Error is a document over a limit, or one whose brackets do not match.
+// Error is a document over a limit, or one that is not JSON (brackets
+// that do not match, a byte no JSON token starts with).
 type Error struct {
 	// Kind is "depth", "values", "strings" or "syntax".
 	Kind string
@@ -71,7 +72,7 @@ func (e *Error) Error() string {
 	case "strings":
 		return fmt.Sprintf("JSON holds more than %d strings (at byte %d)", e.Limit, e.Offset)
 	}
-	return fmt.Sprintf("JSON brackets do not match (at byte %d)", e.Offset)
+	return fmt.Sprintf("not JSON (at byte %d)", e.Offset)
 }
 
 // Check walks b and returns its counts, or an *Error at the first limit
@@ -107,12 +108,14 @@ func Check(b []byte, l Limits) (Counts, error) {
 			if err := over("strings", c.Strings, l.MaxStrings, i); err != nil {
 				return c, err
 			}
-		default:
+		case ch == '-' || ch >= '0' && ch <= '9' || ch == 't' || ch == 'f' || ch == 'n':
 			// A number or literal: one value up to the next delimiter.
 			for i+1 < len(b) && !delimiter(b[i+1]) {
 				i++
 			}
 			c.Values++
+		default: // not JSON (an HTML error page): the decoder's to refuse
+			return c, &Error{Kind: "syntax", Offset: i}
 		}
 		if err := over("values", c.Values, l.MaxValues, i); err != nil {
 			return c, err

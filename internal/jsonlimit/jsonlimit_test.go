@@ -28,6 +28,7 @@ func TestCheck(t *testing.T) {
 		{"keys count as strings", `{"a":1,"b":2}`, Limits{MaxStrings: 1}, Counts{}, "strings"},
 		{"unbalanced close", `[]]`, Limits{}, Counts{}, "syntax"},
 		{"unclosed", `{"a":[`, Limits{}, Counts{}, "syntax"},
+		{"an HTML page", `<html>error page, error page</html>`, Limits{MaxValues: 2}, Counts{}, "syntax"},
 		{"empty", ``, Limits{}, Counts{}, ""},
 	}
 	for _, tc := range tests {
