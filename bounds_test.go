@@ -321,7 +321,7 @@ func TestChunkedBodyMemoryBounded(t *testing.T) {
 	t.Logf("%d chunked bodies of %d MiB with proxy.body_memory_bytes %d MiB: %d answered at once (refused), RSS %d → peak %d MiB",
 		bodies, size>>20, budget>>20, refused, base, peak)
 	// The budget bounds the buffers alive at once (exactly: see
-	// TestReadBudgetedCountsCapacity); refused bodies' buffers and the
+	// membudget.TestReadCountsCapacity); refused bodies' buffers and the
 	// ones a growing body left behind are garbage until the collector
 	// runs, and Go's default pacing (GOGC=100) lets the heap reach twice
 	// what is alive, with freed pages returned to the system later still.
