@@ -135,6 +135,11 @@ type Refusal struct {
 func (g *Guard) Middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
+		if g.opts.WriteTimeout > 0 { // first: refusals are answers too
+			var rearm func()
+			c.Response().Writer, rearm = withWriteDeadline(c.Response().Writer, g.opts.WriteTimeout)
+			defer rearm()
+		}
 		if !g.HostAllowed(r.Host) {
 			return refuse(c, http.StatusMisdirectedRequest, "host",
 				fmt.Sprintf("this daemon does not answer to host %q (allowed: loopback names, the listen address, and http.allowed_hosts)", r.Host))
@@ -147,11 +152,6 @@ func (g *Guard) Middleware(next echo.HandlerFunc) echo.HandlerFunc {
 				return refuse(c, http.StatusUnsupportedMediaType, "content-type",
 					fmt.Sprintf("%s %s needs Content-Type: application/json (got %q)", r.Method, r.URL.Path, r.Header.Get("Content-Type")))
 			}
-		}
-		if g.opts.WriteTimeout > 0 {
-			var rearm func()
-			c.Response().Writer, rearm = withWriteDeadline(c.Response().Writer, g.opts.WriteTimeout)
-			defer rearm()
 		}
 		if r.Body != nil && r.Body != http.NoBody {
 			limited := g.limited(r.URL.Path) && g.opts.MaxBodyBytes > 0
