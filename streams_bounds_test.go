@@ -115,4 +115,3 @@ func openStream(ctx context.Context, c *http.Client, url, sid string) int {
 	}()
 	return resp.StatusCode
 }
-
