@@ -159,8 +159,9 @@ func TestOneClientCannotTakeEverySlot(t *testing.T) {
 	t.Logf("%d event streams from one client: %v (status: count); authenticated /api/status: served=%v after %s", slots, codes, ok, took.Round(time.Millisecond))
 	held := codes[http.StatusOK]
 	mu.Unlock()
-	if !ok || held > 16 {
-		t.Errorf("%d streams held by one client, /api/status served=%v; want at most http.max_streams_per_client (16) and status served", held, ok)
+	// At 64 slots the defaults are 16 connections and 8 streams per client.
+	if !ok || held > 8 {
+		t.Errorf("%d streams held by one client, /api/status served=%v; want at most http.max_streams_per_client (8 at 64 slots) and status served", held, ok)
 	}
 	cancel()
 	wg.Wait()

@@ -136,23 +136,23 @@ type statusProbe struct {
 	slowest          time.Duration
 }
 
-// probeStatus asks for /api/status on a fresh connection every 100 ms
-// until stop is closed, each within 10 s (a liveness bound, not a speed
+// probeStatus asks for /api/status on a fresh connection at once and then
+// every 100 ms until stop is closed, each within 10 s (a liveness bound, not a speed
 // one), and counts the answers.
 func probeStatus(t *testing.T, d *limitDaemon, stop <-chan struct{}) statusProbe {
 	var p statusProbe
 	for {
-		select {
-		case <-stop:
-			return p
-		case <-time.After(100 * time.Millisecond):
-		}
 		took, ok := statusWithin(d, 10*time.Second)
 		if ok {
 			p.answered++
 			p.slowest = max(p.slowest, took)
 		} else {
 			p.failed++
+		}
+		select {
+		case <-stop:
+			return p
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
