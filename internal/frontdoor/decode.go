@@ -36,6 +36,10 @@ func (g *Guard) readDecodable(c echo.Context) (done func(), refused bool, err er
 	}
 	switch {
 	case errors.Is(rerr, membudget.ErrOver):
+		// The rest of the body is read into nothing first (it costs no
+		// memory), so that closing the connection does not reset the
+		// answer away while the client is still sending.
+		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, g.opts.MaxBodyBytes+1))
 		return refuseWith(http.StatusServiceUnavailable, "decode-memory", decodeBudgetDetail(budget))
 	case rerr != nil:
 		return refuseWith(http.StatusBadRequest, "body", "reading the request body: "+rerr.Error())
