@@ -1,12 +1,21 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"gpuhost/bench"
 )
 
 // TestLongStreamsCannotTakeEverySlot: event streams that never end, 1,024
@@ -114,4 +123,60 @@ func openStream(ctx context.Context, c *http.Client, url, sid string) int {
 		resp.Body.Close()
 	}()
 	return resp.StatusCode
+}
+
+// TestClientThatStopsReadingIsCut: a client that pipelines requests for
+// large answers and never reads holds its connection until one write has
+// waited http.write_timeout, then the daemon closes it: what the client
+// finally reads ends early with the connection closed (before: nothing cut
+// such a client; it held its connection for as long as it liked).
+func TestClientThatStopsReadingIsCut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves ~40 MB over loopback")
+	}
+	d := startBoundsDaemon(t, "127.0.0.1", "http: {write_timeout: 1s}", "10ms")
+	at := time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
+	r := bench.Result{SchemaVersion: bench.SchemaVersion, ID: bench.NewID(at, "upload"), Status: bench.StatusOK,
+		StartedAt: at, FinishedAt: at.Add(time.Minute), Notes: []string{strings.Repeat("padding ", 3_900_000/8)}}
+	b, _ := json.Marshal(r)
+	resp, err := http.Post(d.url+"/api/bench/results", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("upload: %d", resp.StatusCode)
+	}
+	const pipelined = 12 // ~47 MB of answers: more than the sockets' buffers
+	conn, err := net.Dial("tcp", d.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for range pipelined {
+		fmt.Fprintf(conn, "GET /api/bench/%s HTTP/1.1\r\nHost: %s\r\n\r\n", r.ID, d.addr)
+	}
+	time.Sleep(5 * time.Second) // never reading: the daemon's write waits past its 1 s
+	br := bufio.NewReader(conn)
+	answers := 0
+	var readErr error
+	for answers < pipelined {
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(br, nil)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		if err != nil {
+			readErr = err
+			break
+		}
+		answers++
+	}
+	var ne net.Error
+	timedOut := errors.As(readErr, &ne) && ne.Timeout()
+	t.Logf("%d pipelined answers of %d bytes never read for 5 s: %d arrived whole, then %v", pipelined, len(b), answers, readErr)
+	if answers == pipelined || readErr == nil || timedOut {
+		t.Errorf("the daemon did not cut a client that stopped reading: %d of %d answers arrived, read ended with %v", answers, pipelined, readErr)
+	}
 }
