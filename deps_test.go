@@ -83,7 +83,7 @@ var depRules = []struct {
 		why:    "the triage worker reads the CRM through the MCP tool's answer (crmwire.Result), never through the connector or its PostgreSQL driver",
 	},
 	{
-		pkgs:   []string{"gpuhost/api/...", "gpuhost/config/...", "gpuhost/internal/atomicfile", "gpuhost/internal/pairing", "gpuhost/internal/redactlog", "gpuhost/internal/testkit", "gpuhost/internal/activity", "gpuhost/internal/apishape"},
+		pkgs:   []string{"gpuhost/api/...", "gpuhost/config/...", "gpuhost/internal/atomicfile", "gpuhost/internal/pairing", "gpuhost/internal/redactlog", "gpuhost/internal/testkit", "gpuhost/internal/activity", "gpuhost/internal/apishape", "gpuhost/internal/jsonlimit", "gpuhost/internal/membudget"},
 		forbid: []string{"gpuhost/appliance/...", "gpuhost/systemd/...", "gpuhost/frontdoor/...", "gpuhost/mcp/...", "gpuhost/triage/...", "gpuhost/agent/...", "gpuhost/bench/...", "github.com/godbus/dbus/v5/...", "github.com/labstack/echo/v4/..."},
 		why:    "leaf packages hold what everyone shares and pull in nothing heavy",
 	},

@@ -118,7 +118,9 @@ func (d *limitDaemon) rssMiB(t *testing.T) int {
 // daemon's file descriptors (before: one fd each, none ever closed).
 func TestIdleConnectionsBounded(t *testing.T) {
 	const maxConns, clients = 32, 300
-	d := startLimitDaemon(t, fmt.Sprintf("http: {max_connections: %d, idle_timeout: 10m}", maxConns), "10ms")
+	// One client (loopback) may use every connection here: this bound is
+	// the total one.
+	d := startLimitDaemon(t, fmt.Sprintf("http: {max_connections: %d, max_connections_per_client: %d, idle_timeout: 10m}", maxConns, maxConns), "10ms")
 	base := d.fds(t)
 	var conns []net.Conn
 	defer func() {

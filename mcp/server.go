@@ -838,7 +838,8 @@ const MountPath = "/mcp"
 // protection stays on: on a loopback connection, a Host header that is not
 // localhost gets 403.
 // Sessions are capped at ServerOptions.MaxSessions, the least recently
-// used evicted first (see sessionCap).
+// used evicted first (see sessionCap). A GET stream is opened only for a
+// live session (see getNeedsSession).
 func (s *Server) HTTPHandler() http.Handler {
 	sc := newSessionCap(s.opts.MaxSessions)
 	h := server.NewStreamableHTTPServer(s.mcp,
@@ -848,11 +849,43 @@ func (s *Server) HTTPHandler() http.Handler {
 		// Clients that vanish without DELETE must not leak session state
 		// in a daemon that runs for months.
 		server.WithSessionIdleTTL(SessionIdleTTL),
+		// A GET stream writes now and then, so a peer that is gone or
+		// stopped reading is found (http.write_timeout cuts the latter).
+		server.WithHeartbeatInterval(StreamHeartbeat),
 	)
 	sc.mu.Lock()
 	sc.drop = dropVia(h)
 	sc.mu.Unlock()
-	return h
+	return getNeedsSession(sc, h)
+}
+
+// StreamHeartbeat is how often a GET stream carries a ping.
+const StreamHeartbeat = 30 * time.Second
+
+// getNeedsSession refuses a GET stream (server-to-client messages of
+// protocol revisions before 2026-07-28) without the Mcp-Session-Id of a
+// live session: mcp-go opens one for any id, or mints a session for none,
+// each a stream that never ends and a session that evicts a real one.
+// This server always assigns sessions at initialize, so a client that
+// initialized has one; revision 2026-07-28 has no GET stream and mcp-go
+// answers it itself.
+func getNeedsSession(sc *sessionCap, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || mcpgo.IsModernProtocol(r.Header.Get(mcpgo.HeaderProtocolVersion)) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		id := r.Header.Get(server.HeaderKeySessionID)
+		if id == "" {
+			http.Error(w, "GET "+MountPath+" opens the stream of an initialized session: send its Mcp-Session-Id", http.StatusBadRequest)
+			return
+		}
+		if _, err := sc.Validate(id); err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Register mounts HTTPHandler on the daemon's echo server. It inherits

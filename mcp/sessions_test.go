@@ -158,3 +158,43 @@ func heapInUse() int64 {
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapInuse)
 }
+
+// TestGetStreamNeedsSession: a GET stream is opened only for a live
+// session (before: a GET without one opened a stream that never ended and
+// minted a session that evicted a real one; any made-up id did the same).
+func TestGetStreamNeedsSession(t *testing.T) {
+	srv := cappedServer(t, 1)
+	c := srv.Client()
+	sid := initialize(t, c, srv.URL)
+	get := func(id string) int {
+		req, _ := http.NewRequest("GET", srv.URL+mcp.MountPath, nil)
+		req.Header.Set("Accept", "text/event-stream")
+		if id != "" {
+			req.Header.Set("Mcp-Session-Id", id)
+			req.Header.Set("Mcp-Protocol-Version", legacyVersion)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close() // a stream that was opened ends here
+		return resp.StatusCode
+	}
+	tests := []struct {
+		name, id string
+		want     int
+	}{
+		{"no session", "", http.StatusBadRequest},
+		{"made-up session", "mcp-session-made-up", http.StatusNotFound},
+		{"live session", sid, http.StatusOK},
+	}
+	for _, tc := range tests {
+		if got := get(tc.id); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	// The refused GETs evicted nobody (the cap is 1).
+	if code := callStatus(t, c, srv.URL, sid); code != http.StatusOK {
+		t.Errorf("the session after the refused GETs: %d, want 200", code)
+	}
+}

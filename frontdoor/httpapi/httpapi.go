@@ -22,6 +22,7 @@ import (
 	"gpuhost/config"
 	"gpuhost/internal/apishape"
 	"gpuhost/internal/frontdoor"
+	"gpuhost/internal/jsonlimit"
 	"gpuhost/internal/sse"
 )
 
@@ -67,9 +68,14 @@ func New(sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) (*echo.Echo, e
 		MaxBodyBytes:      cfg.HTTP.MaxBodyBytes,
 		LimitedPrefixes:   []string{"/api", "/mcp"},
 		BodyReadTimeout:   cfg.HTTP.BodyReadTimeout.D(),
-		// The panel's activity stream is mounted on this echo too.
-		StreamPaths:         []string{"/api/events", "/activity/events"},
+		WriteTimeout:      cfg.HTTP.WriteTimeout.D(),
+		// The panel's activity stream and the MCP server's GET stream are
+		// mounted on this echo too.
+		StreamPaths:         []string{"/api/events", "/activity/events", "/mcp"},
 		MaxStreamsPerClient: cfg.HTTP.MaxStreamsPerClient,
+		MaxStreams:          cfg.HTTP.MaxStreams,
+		JSON:                jsonlimit.Limits{MaxDepth: cfg.HTTP.MaxJSONDepth, MaxValues: cfg.HTTP.MaxJSONValues, MaxStrings: cfg.HTTP.MaxJSONValues},
+		DecodeMemoryBytes:   cfg.HTTP.DecodeMemoryBytes,
 	}).Middleware)
 	// A token file that cannot be read, and beyond loopback a missing or
 	// short token, are configuration errors: nothing listens.

@@ -116,6 +116,7 @@ import (
 	"gpuhost/internal/activity"
 	"gpuhost/internal/apishape"
 	"gpuhost/internal/loopback"
+	"gpuhost/internal/membudget"
 	"gpuhost/units"
 )
 
@@ -190,7 +191,7 @@ type Proxy struct {
 	// changes (a switch), idle connections to the old process are closed.
 	backend atomic.Pointer[backendKey]
 
-	mem          *memBudget
+	mem          *membudget.Budget
 	rejected     *prometheus.CounterVec
 	usageRefused *prometheus.CounterVec // usagecheck.go
 
@@ -233,7 +234,7 @@ func New(sup Backend, cfg config.ProxyConfig, profiles func() map[string]*units.
 	}
 	p := &Proxy{sup: sup, cfg: cfg, profiles: profiles, log: log,
 		created: time.Now().Unix(), lenCache: map[string]int{},
-		mem: &memBudget{limit: cfg.BodyMemoryBytes}, rejected: newRejectedCounter(), usageRefused: newUsageRefusedCounter()}
+		mem: membudget.New(cfg.BodyMemoryBytes), rejected: newRejectedCounter(), usageRefused: newUsageRefusedCounter()}
 	p.deferred, p.drainTimeouts = newPolicyCounters()
 	p.switchEnds = newSwitchEndsCounter()
 	if cfg.AutoSwitch {
@@ -472,7 +473,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rec.api = apishape.Of(clean)
 	body, reserved, aerr := p.readBody(w, r)
-	defer p.mem.give(reserved)
+	defer p.mem.Give(reserved)
 	if aerr != nil {
 		p.fail(w, rec, aerr)
 		return

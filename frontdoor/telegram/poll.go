@@ -19,6 +19,7 @@ import (
 	"github.com/go-telegram/bot/models"
 
 	"gpuhost/api"
+	"gpuhost/internal/jsonlimit"
 )
 
 // The bot long-polls getUpdates itself rather than through the library's
@@ -212,6 +213,14 @@ func (b *Bot) call(ctx context.Context, method string, form url.Values, dest any
 	}
 	if len(body) > maxResponseBytes {
 		return &callError{kind: errInvalidResponse, code: resp.StatusCode, msg: fmt.Sprintf("%s: answer larger than %d bytes (HTTP %d)", method, maxResponseBytes, resp.StatusCode)}
+	}
+	// An answer of maxResponseBytes could hold millions of values, each
+	// allocated by the decoder: bounded before it is decoded.
+	if _, err := jsonlimit.Check(body, jsonlimit.Default); err != nil {
+		var le *jsonlimit.Error
+		if errors.As(err, &le) && le.Kind != "syntax" {
+			return &callError{kind: errInvalidResponse, code: resp.StatusCode, msg: fmt.Sprintf("%s: answer refused before decoding (HTTP %d): %v", method, resp.StatusCode, err)}
+		}
 	}
 	var env apiEnvelope
 	if err := json.Unmarshal(body, &env); err != nil {

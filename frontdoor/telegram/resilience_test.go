@@ -258,3 +258,20 @@ func TestStoppedStatus(t *testing.T) {
 		t.Errorf("StoppedStatus: %+v", st)
 	}
 }
+
+// An answer holding more values than jsonlimit.Default (a Bot API, or
+// whatever answers in its place, sending 60,000 empty updates) is refused
+// before it is decoded, counted as an invalid answer, and the bot goes on.
+func TestHostileAnswerRefusedBeforeDecoding(t *testing.T) {
+	h := startBot(t, harnessOpts{})
+	h.allow(t, operator)
+	h.sync(t)
+	hostile := `{"ok":true,"result":[` + strings.Repeat("{},", 60_000) + `{}]}`
+	h.api.FailNext("getUpdates", 1, telegramtest.Failure{Code: 200, Raw: hostile})
+	h.waitStatus(t, "the hostile answer counted", func(st api.TelegramStatus) bool { return st.Errors["invalid_response"] >= 1 })
+	if logs := h.logs.String(); !strings.Contains(logs, "refused before decoding") {
+		t.Errorf("log does not say the answer was refused before decoding:\n%.2000s", logs)
+	}
+	h.api.Push(operator, telegramtest.Private(operator), "/gpu help")
+	h.api.WaitMessage(t, operator.ID, "/gpu")
+}

@@ -25,6 +25,7 @@ import (
 	"gpuhost/frontdoor/proxy"
 	"gpuhost/frontdoor/telegram"
 	"gpuhost/internal/activity"
+	"gpuhost/internal/frontdoor"
 	"gpuhost/internal/wiring"
 	"gpuhost/nvml"
 	"gpuhost/units"
@@ -158,7 +159,8 @@ func LocalDoctor(ctx context.Context, cfg *config.Config, profile string) api.Do
 }
 
 // listen opens the API's listener on cfg.Listen, limited to
-// http.max_connections.
+// http.max_connections in all and http.max_connections_per_client for each
+// client (every loopback address being one).
 func listen(cfg *config.Config) (net.Listener, error) {
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -166,7 +168,9 @@ func listen(cfg *config.Config) (net.Listener, error) {
 	}
 	// Connections beyond http.max_connections wait in the kernel's backlog
 	// until one closes, so idle keep-alive floods cannot exhaust fds.
-	return netutil.LimitListener(ln, cfg.HTTP.MaxConnections), nil
+	// A client past its own cap is answered 503 and closed without taking
+	// one of them.
+	return netutil.LimitListener(frontdoor.LimitPerClient(ln, cfg.HTTP.MaxConnectionsPerClient), cfg.HTTP.MaxConnections), nil
 }
 
 // startProxy builds the /v1 proxy and, unless metrics.disabled, the
@@ -264,7 +268,8 @@ func (c *Core) startTelegram(ctx context.Context, asker *agent.Limiter) {
 func (c *Core) run(ctx, runCtx context.Context, ln net.Listener, ready func(addr string)) error {
 	cfg, sup, log := c.cfg, c.Sup, c.log
 	// No ReadTimeout or WriteTimeout: answers stream for minutes. Request
-	// bodies get http.body_read_timeout from the front-door guard instead.
+	// bodies get http.body_read_timeout and each write of an answer
+	// http.write_timeout from the front-door guard instead.
 	srv := &http.Server{Handler: c.api, ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout: cfg.HTTP.IdleTimeout.D(), MaxHeaderBytes: cfg.HTTP.MaxHeaderBytes}
 	errc := make(chan error, 2)

@@ -45,3 +45,49 @@ func (b *deadlineBody) clear() {
 		_ = b.rc.SetReadDeadline(time.Time{})
 	}
 }
+
+// withWriteDeadline arms the connection's write deadline before each write
+// and flush of the answer, d from then: a client that stops reading is cut
+// once one write has waited d, while a stream that a client reads may run
+// for as long as it likes (a server-wide http.Server.WriteTimeout would cut
+// every answer d after its request). The returned function re-arms it when
+// the handler returns, for what net/http still writes then. w is returned
+// unchanged when it has no deadlines (tests' recorders).
+func withWriteDeadline(w http.ResponseWriter, d time.Duration) (http.ResponseWriter, func()) {
+	rc := http.NewResponseController(w)
+	if err := rc.SetWriteDeadline(time.Now().Add(d)); err != nil {
+		return w, func() {}
+	}
+	dw := &deadlineWriter{ResponseWriter: w, rc: rc, d: d}
+	return dw, dw.arm
+}
+
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+	d  time.Duration
+}
+
+func (w *deadlineWriter) arm() { _ = w.rc.SetWriteDeadline(time.Now().Add(w.d)) }
+
+func (w *deadlineWriter) Write(p []byte) (int, error) {
+	w.arm()
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *deadlineWriter) WriteHeader(code int) {
+	w.arm()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// FlushError is what http.ResponseController.Flush calls.
+func (w *deadlineWriter) FlushError() error {
+	w.arm()
+	return w.rc.Flush()
+}
+
+// Flush serves handlers that assert http.Flusher.
+func (w *deadlineWriter) Flush() { _ = w.FlushError() }
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -18,20 +18,23 @@
 //     cross-site requests even from browsers that send no fetch metadata.
 //     The panel's own form posts (which carry its CSRF token) are exempt by
 //     path.
-//   - Body size on /api and /mcp, and a read deadline for request bodies
-//     (not for responses: a stream may run for minutes).
-//   - Event streams (SSE) per client address, so that one client cannot
-//     hold every connection slot with them.
+//   - Body size on /api and /mcp, and what decoding a body there may
+//     allocate: JSON depth and values are checked before any handler
+//     decodes it, and the bodies being read and decoded at once share one
+//     memory budget (internal/jsonlimit, internal/membudget).
+//   - A read deadline for request bodies and a per-write deadline for
+//     answers: a stream may run for as long as its client reads it.
+//   - Event streams (SSE) per client and in total, so that streams cannot
+//     hold every connection slot. Every loopback address is one client
+//     (ClientKey); LimitPerClient caps each client's connections.
 //
 // Failed authentication (bearer tokens, panel logins) is throttled per
 // client by Throttle.
 package frontdoor
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
+	"math"
 	"mime"
 	"net"
 	"net/http"
@@ -42,7 +45,9 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"gpuhost/internal/apishape"
+	"gpuhost/internal/jsonlimit"
 	"gpuhost/internal/loopback"
+	"gpuhost/internal/membudget"
 )
 
 // Options configure Guard. Zero sizes and durations disable that limit.
@@ -65,10 +70,19 @@ type Options struct {
 	LimitedPrefixes []string
 	// BodyReadTimeout bounds the time to receive a request body.
 	BodyReadTimeout time.Duration
+	// WriteTimeout bounds each write of an answer (see withWriteDeadline).
+	WriteTimeout time.Duration
 	// StreamPaths are the GET routes that answer with a long-lived event
-	// stream; each client address may hold MaxStreamsPerClient of them.
+	// stream; each client may hold MaxStreamsPerClient of them, all
+	// clients together MaxStreams (0: no total).
 	StreamPaths         []string
 	MaxStreamsPerClient int
+	MaxStreams          int
+	// JSON bounds the JSON bodies on LimitedPrefixes before they are
+	// decoded; DecodeMemoryBytes bounds those bodies and what decoding
+	// them is estimated to allocate, all requests together (0: no bound).
+	JSON              jsonlimit.Limits
+	DecodeMemoryBytes int64
 }
 
 // Guard holds the compiled rules.
@@ -78,12 +92,17 @@ type Guard struct {
 	anyIP     bool
 	formPaths map[string]bool
 	streams   *streams
+	decode    *membudget.Budget
 }
 
 // New compiles the options.
 func New(opts Options) *Guard {
 	g := &Guard{opts: opts, hosts: map[string]bool{}, formPaths: map[string]bool{},
-		streams: newStreams(opts.MaxStreamsPerClient, opts.StreamPaths)}
+		streams: newStreams(opts.MaxStreamsPerClient, opts.MaxStreams, opts.StreamPaths),
+		decode:  membudget.New(opts.DecodeMemoryBytes)}
+	if opts.DecodeMemoryBytes <= 0 {
+		g.decode = membudget.New(math.MaxInt64)
+	}
 	host, _, err := net.SplitHostPort(opts.Listen)
 	if err != nil {
 		host = opts.Listen
@@ -116,6 +135,11 @@ type Refusal struct {
 func (g *Guard) Middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
+		if g.opts.WriteTimeout > 0 { // first: refusals are answers too
+			var rearm func()
+			c.Response().Writer, rearm = withWriteDeadline(c.Response().Writer, g.opts.WriteTimeout)
+			defer rearm()
+		}
 		if !g.HostAllowed(r.Host) {
 			return refuse(c, http.StatusMisdirectedRequest, "host",
 				fmt.Sprintf("this daemon does not answer to host %q (allowed: loopback names, the listen address, and http.allowed_hosts)", r.Host))
@@ -131,53 +155,25 @@ func (g *Guard) Middleware(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 		}
 		if r.Body != nil && r.Body != http.NoBody {
-			if g.limited(r.URL.Path) && g.opts.MaxBodyBytes > 0 {
-				if r.ContentLength > g.opts.MaxBodyBytes {
-					c.Response().Header().Set("Connection", "close")
-					return refuse(c, http.StatusRequestEntityTooLarge, "body-size",
-						fmt.Sprintf("request body of %d bytes is larger than http.max_body_bytes (%d bytes)", r.ContentLength, g.opts.MaxBodyBytes))
-				}
-				r.Body = &limitedBody{ReadCloser: http.MaxBytesReader(c.Response(), r.Body, g.opts.MaxBodyBytes), limit: g.opts.MaxBodyBytes}
+			limited := g.limited(r.URL.Path) && g.opts.MaxBodyBytes > 0
+			if limited && r.ContentLength > g.opts.MaxBodyBytes {
+				c.Response().Header().Set("Connection", "close")
+				return refuse(c, http.StatusRequestEntityTooLarge, "body-size",
+					fmt.Sprintf("request body of %d bytes is larger than http.max_body_bytes (%d bytes)", r.ContentLength, g.opts.MaxBodyBytes))
 			}
 			if g.opts.BodyReadTimeout > 0 {
 				r.Body = withReadDeadline(c.Response(), r.Body, g.opts.BodyReadTimeout)
 			}
-			if g.limited(r.URL.Path) && g.opts.MaxBodyBytes > 0 && r.ContentLength < 0 {
-				// A chunked body has no length to check up front: read it
-				// here (the handlers read it whole anyway), so an oversized
-				// one gets 413 naming the key whatever the handler does
-				// with read errors.
-				b, err := io.ReadAll(r.Body)
-				if err != nil {
-					c.Response().Header().Set("Connection", "close")
-					var mbe *http.MaxBytesError
-					if errors.As(err, &mbe) {
-						return refuse(c, http.StatusRequestEntityTooLarge, "body-size",
-							fmt.Sprintf("request body is larger than http.max_body_bytes (%d bytes)", g.opts.MaxBodyBytes))
-					}
-					return refuse(c, http.StatusBadRequest, "body", "reading the request body: "+err.Error())
+			if limited {
+				done, refused, err := g.readDecodable(c)
+				if refused {
+					return err
 				}
-				r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+				defer done()
 			}
 		}
 		return g.streams.guard(c, next)
 	}
-}
-
-// limitedBody names the limit in the error a handler sees when a body is
-// cut off, so the JSON error the handler writes says which key to raise.
-type limitedBody struct {
-	io.ReadCloser
-	limit int64
-}
-
-func (b *limitedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		err = fmt.Errorf("request body is larger than http.max_body_bytes (%d bytes): %w", b.limit, err)
-	}
-	return n, err
 }
 
 func (g *Guard) limited(path string) bool { return underAny(path, g.opts.LimitedPrefixes) }
@@ -217,14 +213,32 @@ func (g *Guard) HostAllowed(hostport string) bool {
 
 // refuse writes the refusal. /v1 clients get their API's error shape
 // (Anthropic's on /v1/messages, OpenAI's on the rest: apishape.Refuse),
-// with the rule as the code, since their SDKs show nothing else; the rest
+// with the rule as the code, since their SDKs show nothing else; MCP
+// clients a JSON-RPC error (id null: the request was not read); the rest
 // get Refusal.
 func refuse(c echo.Context, status int, rule, detail string) error {
-	if p := c.Request().URL.Path; apishape.IsV1(p) {
+	p := c.Request().URL.Path
+	if apishape.IsV1(p) {
 		apishape.Refuse(c.Response(), p, status, "frontdoor_"+strings.ReplaceAll(rule, "-", "_"), detail)
 		return nil
 	}
+	if p == "/mcp" && c.Request().Method == http.MethodPost {
+		return c.JSON(status, rpcRefusal{JSONRPC: "2.0", Error: rpcError{Code: -32600, Message: detail, Data: map[string]string{"rule": rule}}})
+	}
 	return c.JSON(status, Refusal{Error: strings.ToLower(http.StatusText(status)), Detail: detail, Rule: rule})
+}
+
+// rpcRefusal is a JSON-RPC 2.0 error response.
+type rpcRefusal struct {
+	JSONRPC string   `json:"jsonrpc"`
+	ID      any      `json:"id"`
+	Error   rpcError `json:"error"`
+}
+
+type rpcError struct {
+	Code    int               `json:"code"`
+	Message string            `json:"message"`
+	Data    map[string]string `json:"data"`
 }
 
 // safeMethod: GET and HEAD change nothing and skip the provenance rules.

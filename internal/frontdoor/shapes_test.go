@@ -67,7 +67,7 @@ func TestRefusalShapes(t *testing.T) {
 				for h, v := range k.headers {
 					r.Header.Set(h, v)
 				}
-				if k.rule == "streams" && !g.streams.acquire(clientIP(r.RemoteAddr)) {
+				if k.rule == "streams" && g.streams.acquire(ClientKey(r.RemoteAddr)) != "" {
 					t.Fatal("could not hold the client's one stream")
 				}
 				w, ran, _ := serve(t, g, r)

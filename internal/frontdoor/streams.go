@@ -8,45 +8,54 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// streams counts the long-lived event streams (SSE) each client address
-// holds open. Without it one client could hold every connection slot with
-// streams (1,024 /activity/events from one loopback client: every other
-// request, an authenticated /api/status too, waited for a slot).
+// streams counts the long-lived event streams (SSE) each client (ClientKey)
+// holds open, and all of them together. Without it one client could hold
+// every connection slot with streams (1,024 /activity/events or GET /mcp
+// from one loopback client: every other request, an authenticated
+// /api/status too, waited for a slot).
 type streams struct {
 	max   int
+	total int // 0: no total
 	paths map[string]bool
 
 	mu   sync.Mutex
-	open map[string]int // by client address
+	open map[string]int // by client; only clients with open streams
+	all  int
 }
 
-func newStreams(limit int, paths []string) *streams {
+func newStreams(limit, total int, paths []string) *streams {
 	if limit <= 0 || len(paths) == 0 {
 		return nil
 	}
-	s := &streams{max: limit, paths: map[string]bool{}, open: map[string]int{}}
+	s := &streams{max: limit, total: total, paths: map[string]bool{}, open: map[string]int{}}
 	for _, p := range paths {
 		s.paths[p] = true
 	}
 	return s
 }
 
-// acquire takes one of the client's stream slots; false when all are held.
-func (s *streams) acquire(ip string) bool {
+// acquire takes one of the client's stream slots; "" when it got one,
+// else the key of the cap that is reached.
+func (s *streams) acquire(client string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.open[ip] >= s.max {
-		return false
+	if s.open[client] >= s.max {
+		return "http.max_streams_per_client"
 	}
-	s.open[ip]++
-	return true
+	if s.total > 0 && s.all >= s.total {
+		return "http.max_streams"
+	}
+	s.open[client]++
+	s.all++
+	return ""
 }
 
-func (s *streams) release(ip string) {
+func (s *streams) release(client string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.open[ip]--; s.open[ip] <= 0 {
-		delete(s.open, ip) // the table holds only clients with open streams
+	s.all--
+	if s.open[client]--; s.open[client] <= 0 {
+		delete(s.open, client) // the table holds only clients with open streams
 	}
 }
 
@@ -58,13 +67,20 @@ func (s *streams) guard(c echo.Context, next echo.HandlerFunc) error {
 	if s == nil || r.Method != http.MethodGet || !s.paths[r.URL.Path] {
 		return next(c)
 	}
-	ip := clientIP(r.RemoteAddr)
-	if !s.acquire(ip) {
+	client := ClientKey(r.RemoteAddr)
+	switch key := s.acquire(client); key {
+	case "":
+	case "http.max_streams_per_client":
 		c.Response().Header().Set("Connection", "close")
 		c.Response().Header().Set("Retry-After", "5")
 		return refuse(c, http.StatusTooManyRequests, "streams",
-			fmt.Sprintf("this address holds %d event streams already (http.max_streams_per_client); close one (another tab?) and retry", s.max))
+			fmt.Sprintf("this client holds %d event streams already (%s; every loopback address is one client); close one (another tab?) and retry", s.max, key))
+	default:
+		c.Response().Header().Set("Connection", "close")
+		c.Response().Header().Set("Retry-After", "5")
+		return refuse(c, http.StatusTooManyRequests, "streams",
+			fmt.Sprintf("the daemon holds %d event streams already (%s); retry later", s.total, key))
 	}
-	defer s.release(ip)
+	defer s.release(client)
 	return next(c)
 }
