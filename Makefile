@@ -41,7 +41,7 @@ build:
 build-gpu:
 	CGO_ENABLED=1 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) .
 
-## deb: $(DEB_DIR)/gpuhost_VERSION_ARCH.deb with nfpm: the cgo binary, the three units, the example config as a conffile
+## deb: $(DEB_DIR)/gpuhost_VERSION_ARCH.deb with nfpm: the cgo binary, every unit `units render --example` writes, the example config as a conffile
 # The binary is build-gpu's, as a stripped PIE (Debian's hardening and lintian want both).
 # Not -z now (lintian's hardening-no-bindnow): go-nvml leaves the NVML symbols
 # unresolved until first use, so immediate binding fails at start-up.
