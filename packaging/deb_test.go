@@ -5,11 +5,13 @@ package packaging
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -101,6 +103,65 @@ chroot "$r" dpkg -P gpuhost > "$out/purge.log" 2>&1
 snap purge
 `
 
+// shared holds the package both tests use, built once per test binary
+// (a cgo build takes minutes on a loaded 2-core machine).
+var shared struct {
+	once sync.Once
+	dir  string // DEB_DIR of the build, removed by TestMain
+	deb  string
+	err  error
+}
+
+// sharedVersion is the shared build's version; the installed-box journey
+// upgrades from it to a newer one.
+const sharedVersion = "0.0.0+test1"
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.dir != "" {
+		os.RemoveAll(filepath.Dir(shared.dir))
+	}
+	os.Exit(code)
+}
+
+// builtDeb runs `make deb` once (version sharedVersion) and returns the
+// package and its DEB_DIR, which holds the packaged binary as gpuhost.
+func builtDeb(t *testing.T, ctx context.Context) (deb, dir string) {
+	t.Helper()
+	shared.once.Do(func() {
+		tmp, err := os.MkdirTemp("", "gpuhost-deb-")
+		if err != nil {
+			shared.err = err
+			return
+		}
+		shared.dir = filepath.Join(tmp, "deb")
+		shared.deb, shared.err = makeDeb(ctx, shared.dir, sharedVersion)
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.deb, shared.dir
+}
+
+// makeDeb runs `make deb` with the version (and further make variables)
+// into dir and returns the package.
+func makeDeb(ctx context.Context, dir, version string, vars ...string) (string, error) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "make", append([]string{"deb", "DEB_DIR=" + dir, "DEB_VERSION=" + version}, vars...)...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("make deb DEB_VERSION=%s: %w\n%s", version, err, out)
+	}
+	debs, _ := filepath.Glob(filepath.Join(dir, "gpuhost_*.deb"))
+	if len(debs) != 1 {
+		return "", fmt.Errorf("make deb left %d packages in %s, want 1", len(debs), dir)
+	}
+	return debs[0], nil
+}
+
 // TestDebPackage builds the package with `make deb`, checks it with
 // dpkg-deb and lintian (no errors, no warnings beyond the overrides), and
 // installs, upgrades (the same package again), removes and purges it in a
@@ -131,12 +192,7 @@ func TestDebPackage(t *testing.T) {
 		}
 		return string(out)
 	}
-	run("make", "deb", "DEB_DIR="+filepath.Join(dir, "deb"))
-	debs, _ := filepath.Glob(filepath.Join(dir, "deb", "gpuhost_*.deb"))
-	if len(debs) != 1 {
-		t.Fatalf("make deb left %d packages, want 1", len(debs))
-	}
-	deb := debs[0]
+	deb, debDir := builtDeb(t, ctx)
 
 	// Control data and contents.
 	if got := strings.TrimSpace(run("dpkg-deb", "--info", deb, "conffiles")); got != "/etc/gpuhost/gpuhost.yaml" {
@@ -156,7 +212,7 @@ func TestDebPackage(t *testing.T) {
 		}
 	}
 	renderDir := filepath.Join(dir, "rendered")
-	rendered := renderedUnits(t, ctx, filepath.Join(dir, "deb", "gpuhost"), renderDir)
+	rendered := renderedUnits(t, ctx, filepath.Join(debDir, "gpuhost"), renderDir)
 	checkPackagedUnits(t, ctx, deb, filepath.Join(dir, "extracted"), renderDir, rendered)
 
 	// lintian: errors and warnings fail (the accepted ones are overridden

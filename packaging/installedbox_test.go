@@ -111,8 +111,28 @@ type box struct {
 	pid1   int
 }
 
+// bootScript runs in a private mount namespace. On a cgroup v1 or hybrid
+// host it also gives nspawn a /sys/fs/cgroup of its own (a tmpfs there)
+// with every hierarchy this process is in mounted: nspawn mounts them again
+// inside the container's cgroup namespace, where the kernel refuses to
+// create a hierarchy, and one that is not mounted anywhere (the private
+// systemd of another test may have just let go of perf_event or net_cls)
+// would fail the boot ("Failed to mount cgroup ... Operation not
+// permitted"). Mounted here, in the first cgroup namespace, each exists
+// while nspawn runs; the host's mounts are untouched.
 const bootScript = `set -eu
 mount -t tmpfs -o mode=0755 tmpfs /run
+if [ "$(stat -f -c %T /sys/fs/cgroup)" = tmpfs ]; then
+	mount -t tmpfs -o mode=0755 tmpfs /sys/fs/cgroup
+	while IFS=: read -r id ctrl path; do
+		case "$id:$ctrl" in
+		0:) d=unified; mkdir "/sys/fs/cgroup/$d"; mount -t cgroup2 cgroup2 "/sys/fs/cgroup/$d" ;;
+		*:name=*) d=${ctrl#name=}; mkdir "/sys/fs/cgroup/$d"; mount -t cgroup -o "none,$ctrl" cgroup "/sys/fs/cgroup/$d" ;;
+		*) mkdir "/sys/fs/cgroup/$ctrl"; mount -t cgroup -o "$ctrl" cgroup "/sys/fs/cgroup/$ctrl"
+			for c in $(echo "$ctrl" | tr , ' '); do [ "$c" = "$ctrl" ] || ln -s "$ctrl" "/sys/fs/cgroup/$c"; done ;;
+		esac
+	done < /proc/self/cgroup
+fi
 exec systemd-nspawn -q -D "$1" --boot --register=no --keep-unit --private-network --console=passive`
 
 // boot starts the container and returns once its manager has finished
@@ -361,14 +381,18 @@ func TestInstalledBox(t *testing.T) {
 		tarball = boxRootTarball(t, ctx)
 		return filepath.Base(tarball)
 	})
-	debs := map[string]string{}
+	var debs []string
+	var debDir string
 	j.step("make deb, twice (the build, and a newer version of it to upgrade to)", func() string {
-		debs["0.0.0+box1"] = makeDeb(t, ctx, filepath.Join(dir, "0.0.0+box1"), "0.0.0+box1")
-		debs["0.0.0+box2"] = makeDeb(t, ctx, filepath.Join(dir, "0.0.0+box2"), "0.0.0+box2",
-			"DEB_BINARY="+filepath.Join(dir, "0.0.0+box1", "gpuhost"))
-		return filepath.Base(debs["0.0.0+box1"]) + ", " + filepath.Base(debs["0.0.0+box2"])
+		first, d := builtDeb(t, ctx)
+		second, err := makeDeb(ctx, filepath.Join(dir, "newer"), upgradeVersion, "DEB_BINARY="+filepath.Join(d, "gpuhost"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		debs, debDir = []string{first, second}, d
+		return filepath.Base(first) + ", " + filepath.Base(second)
 	})
-	rendered := renderedUnits(t, ctx, filepath.Join(dir, "0.0.0+box1", "gpuhost"), filepath.Join(dir, "rendered"))
+	rendered := renderedUnits(t, ctx, filepath.Join(debDir, "gpuhost"), filepath.Join(dir, "rendered"))
 	b := &box{t: t, root: filepath.Join(dir, "root"), log: filepath.Join(dir, "console.log")}
 	j.step("unpack the root, copy the packages in", func() string {
 		unpackRoot(t, ctx, tarball, b.root, debs)
@@ -395,28 +419,9 @@ func TestInstalledBox(t *testing.T) {
 	})
 }
 
-// makeDeb runs `make deb` with the version into dir and returns the package.
-func makeDeb(t *testing.T, ctx context.Context, dir, version string, vars ...string) string {
-	t.Helper()
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(ctx, "make", append([]string{"deb", "DEB_DIR=" + dir, "DEB_VERSION=" + version}, vars...)...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make deb DEB_VERSION=%s: %v\n%s", version, err, out)
-	}
-	debs, _ := filepath.Glob(filepath.Join(dir, "gpuhost_*.deb"))
-	if len(debs) != 1 {
-		t.Fatalf("make deb left %d packages in %s, want 1", len(debs), dir)
-	}
-	return debs[0]
-}
-
 // unpackRoot unpacks the root tarball into root and copies the packages
 // into its /root/debs.
-func unpackRoot(t *testing.T, ctx context.Context, tarball, root string, debs map[string]string) {
+func unpackRoot(t *testing.T, ctx context.Context, tarball, root string, debs []string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Join(root, "root", "debs"), 0o755); err != nil {
 		t.Fatal(err)
@@ -434,6 +439,9 @@ func unpackRoot(t *testing.T, ctx context.Context, tarball, root string, debs ma
 		}
 	}
 }
+
+// upgradeVersion is the newer package the journey upgrades to.
+const upgradeVersion = "0.0.0+test2"
 
 // boxURL is gpuhost's listener inside the box (the container's own network).
 const boxURL = "http://127.0.0.1:8080"
@@ -485,8 +493,8 @@ func (b *box) waitServing(ctx context.Context, model string, budget time.Duratio
 // systemctl start, and /v1 through the relay sockets.
 func installAndStart(ctx context.Context, j *journey, b *box, rendered []string) {
 	t := j.t
-	j.step("apt install ./gpuhost_0.0.0+box1_*.deb", func() string {
-		b.must(ctx, "cd /root/debs && apt-get install -y ./gpuhost_0.0.0+box1_*.deb")
+	j.step("apt install ./gpuhost_"+sharedVersion+"_*.deb", func() string {
+		b.must(ctx, "cd /root/debs && apt-get install -y ./gpuhost_"+sharedVersion+"_*.deb")
 		listed := strings.Fields(b.must(ctx, `dpkg-query -L gpuhost | grep '^/usr/lib/systemd/system/.' | sed 's|.*/||' | sort`))
 		if strings.Join(listed, " ") != strings.Join(rendered, " ") {
 			t.Errorf("the installed package holds the units %v; the renderer writes %v", listed, rendered)
@@ -620,10 +628,10 @@ func restartRebootUpgrade(ctx context.Context, j *journey, b *box) {
 		b.waitServing(ctx, "llama3.1:8b", 2*time.Minute)
 		return fmt.Sprintf("booted in %.2fs; llama3.1:8b serves %.2fs after the boot began", booted.Seconds(), time.Since(begin).Seconds())
 	})
-	j.step("apt install ./gpuhost_0.0.0+box2_*.deb (upgrade) while llama3-8b serves", func() string {
+	j.step("apt install ./gpuhost_"+upgradeVersion+"_*.deb (upgrade) while llama3-8b serves", func() string {
 		ollama, daemon := b.mainPID(ctx, "gpuhost-ollama.service"), b.mainPID(ctx, "gpuhost.service")
-		b.must(ctx, "cd /root/debs && apt-get install -y ./gpuhost_0.0.0+box2_*.deb")
-		if v := strings.TrimSpace(b.must(ctx, "dpkg-query -W -f '${Version}' gpuhost")); v != "0.0.0+box2" {
+		b.must(ctx, "cd /root/debs && apt-get install -y ./gpuhost_"+upgradeVersion+"_*.deb")
+		if v := strings.TrimSpace(b.must(ctx, "dpkg-query -W -f '${Version}' gpuhost")); v != upgradeVersion {
 			t.Errorf("after the upgrade gpuhost is %q", v)
 		}
 		b.waitServing(ctx, "llama3.1:8b", time.Minute)
@@ -631,7 +639,7 @@ func restartRebootUpgrade(ctx context.Context, j *journey, b *box) {
 		if ollama2 != ollama || daemon2 == daemon {
 			t.Errorf("upgrade: Ollama pid %d → %d (want the same), gpuhost pid %d → %d (want restarted)", ollama, ollama2, daemon, daemon2)
 		}
-		return fmt.Sprintf("0.0.0+box2; gpuhost pid %d → %d; Ollama pid %d unchanged and serving", daemon, daemon2, ollama2)
+		return fmt.Sprintf(upgradeVersion+"; gpuhost pid %d → %d; Ollama pid %d unchanged and serving", daemon, daemon2, ollama2)
 	})
 }
 
