@@ -46,13 +46,15 @@ build:
 build-gpu:
 	CGO_ENABLED=1 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) .
 
-## deb: $(DEB_DIR)/gpuhost_VERSION_ARCH.deb with nfpm: the cgo binary, the three units, the example config as a conffile
+## deb: $(DEB_DIR)/gpuhost_VERSION_ARCH.deb with nfpm: the cgo binary, every unit `units render --example` writes, the example config as a conffile
 # The binary is build-gpu's, as a stripped PIE (Debian's hardening and lintian want both).
 # Not -z now (lintian's hardening-no-bindnow): go-nvml leaves the NVML symbols
 # unresolved until first use, so immediate binding fails at start-up.
+# DEB_BINARY=path packages that binary instead of building one (the
+# installed-box test packages one build twice, as two versions).
 deb:
 	rm -rf $(DEB_DIR) && mkdir -p $(DEB_DIR)/units
-	CGO_ENABLED=1 $(GO) build -buildmode=pie -ldflags "$(LDFLAGS) -s -w" -o $(DEB_DIR)/gpuhost .
+	$(if $(DEB_BINARY),cp $(DEB_BINARY) $(DEB_DIR)/gpuhost,CGO_ENABLED=1 $(GO) build -buildmode=pie -ldflags "$(LDFLAGS) -s -w" -o $(DEB_DIR)/gpuhost .)
 	$(DEB_DIR)/gpuhost units render --example --binary /usr/bin/gpuhost --config /etc/gpuhost/gpuhost.yaml --dir $(DEB_DIR)/units
 	gzip -9n < packaging/changelog > $(DEB_DIR)/changelog.gz
 	sed -e 's|@BIN@|$(DEB_DIR)/gpuhost|g' -e 's|@STAGE@|$(DEB_DIR)|g' -e 's|@VERSION@|$(DEB_VERSION)|g' \

@@ -5,10 +5,13 @@ package packaging
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -69,7 +72,8 @@ snap() {
 	for p in /usr/bin/gpuhost /etc/gpuhost/gpuhost.yaml /etc/gpuhost/api-token /var/lib/gpuhost /var/lib/gpuhost/state.json \
 		/var/lib/gpuhost-backend /usr/lib/systemd/system/gpuhost.service \
 		/etc/systemd/system/multi-user.target.wants/gpuhost.service /etc/systemd/system/gpuhost.service \
-		/etc/systemd/system/gpuhost-vllm.service /etc/systemd/system/other.service; do
+		/etc/systemd/system/gpuhost-vllm.service /etc/systemd/system/gpuhost-vllm-proxy-8000.socket \
+		/etc/systemd/system/gpuhost-ollama-proxy-11434.service /etc/systemd/system/other.service; do
 		if [ -L "$r$p" ]; then echo "$p link $(readlink "$r$p")"; elif [ -e "$r$p" ]; then echo "$p exists"; else echo "$p missing"; fi
 	done > "$out/$1/paths"
 	chroot "$r" getent passwd gpuhost-backend > "$out/$1/passwd" || true
@@ -86,8 +90,8 @@ snap upgrade
 cp "$r/etc/gpuhost/gpuhost.yaml" "$out/upgrade/gpuhost.yaml"
 mkdir -p "$out/install/render" "$out/install/packaged"
 chroot "$r" /usr/bin/gpuhost units render --binary /usr/bin/gpuhost --dir /tmp/render
-cp "$r"/tmp/render/*.service "$out/install/render/"
-cp "$r"/usr/lib/systemd/system/gpuhost*.service "$out/install/packaged/"
+cp "$r"/tmp/render/* "$out/install/render/"
+cp "$r"/usr/lib/systemd/system/gpuhost* "$out/install/packaged/"
 # What ` + "`gpuhost units install`" + ` leaves, a state file, an operator's own unit and token.
 chroot "$r" /usr/bin/gpuhost units render --binary /usr/bin/gpuhost --dir /etc/systemd/system
 echo '{}' > "$r/var/lib/gpuhost/state.json"
@@ -98,6 +102,65 @@ snap remove
 chroot "$r" dpkg -P gpuhost > "$out/purge.log" 2>&1
 snap purge
 `
+
+// shared holds the package both tests use, built once per test binary
+// (a cgo build takes minutes on a loaded 2-core machine).
+var shared struct {
+	once sync.Once
+	dir  string // DEB_DIR of the build, removed by TestMain
+	deb  string
+	err  error
+}
+
+// sharedVersion is the shared build's version; the installed-box journey
+// upgrades from it to a newer one.
+const sharedVersion = "0.0.0+test1"
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.dir != "" {
+		os.RemoveAll(filepath.Dir(shared.dir))
+	}
+	os.Exit(code)
+}
+
+// builtDeb runs `make deb` once (version sharedVersion) and returns the
+// package and its DEB_DIR, which holds the packaged binary as gpuhost.
+func builtDeb(t *testing.T, ctx context.Context) (deb, dir string) {
+	t.Helper()
+	shared.once.Do(func() {
+		tmp, err := os.MkdirTemp("", "gpuhost-deb-")
+		if err != nil {
+			shared.err = err
+			return
+		}
+		shared.dir = filepath.Join(tmp, "deb")
+		shared.deb, shared.err = makeDeb(ctx, shared.dir, sharedVersion)
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.deb, shared.dir
+}
+
+// makeDeb runs `make deb` with the version (and further make variables)
+// into dir and returns the package.
+func makeDeb(ctx context.Context, dir, version string, vars ...string) (string, error) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "make", append([]string{"deb", "DEB_DIR=" + dir, "DEB_VERSION=" + version}, vars...)...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("make deb DEB_VERSION=%s: %w\n%s", version, err, out)
+	}
+	debs, _ := filepath.Glob(filepath.Join(dir, "gpuhost_*.deb"))
+	if len(debs) != 1 {
+		return "", fmt.Errorf("make deb left %d packages in %s, want 1", len(debs), dir)
+	}
+	return debs[0], nil
+}
 
 // TestDebPackage builds the package with `make deb`, checks it with
 // dpkg-deb and lintian (no errors, no warnings beyond the overrides), and
@@ -129,12 +192,7 @@ func TestDebPackage(t *testing.T) {
 		}
 		return string(out)
 	}
-	run("make", "deb", "DEB_DIR="+filepath.Join(dir, "deb"))
-	debs, _ := filepath.Glob(filepath.Join(dir, "deb", "gpuhost_*.deb"))
-	if len(debs) != 1 {
-		t.Fatalf("make deb left %d packages, want 1", len(debs))
-	}
-	deb := debs[0]
+	deb, debDir := builtDeb(t, ctx)
 
 	// Control data and contents.
 	if got := strings.TrimSpace(run("dpkg-deb", "--info", deb, "conffiles")); got != "/etc/gpuhost/gpuhost.yaml" {
@@ -148,13 +206,14 @@ func TestDebPackage(t *testing.T) {
 	}
 	contents := run("dpkg-deb", "--contents", deb)
 	for _, w := range []string{"-rwxr-xr-x root/root", "./usr/bin/gpuhost\n", "-rw-r----- root/root", "./etc/gpuhost/gpuhost.yaml\n",
-		"./usr/lib/systemd/system/gpuhost.service\n", "./usr/lib/systemd/system/gpuhost-vllm.service\n",
-		"./usr/lib/systemd/system/gpuhost-ollama.service\n", "./usr/share/doc/gpuhost/copyright\n",
-		"./usr/share/lintian/overrides/gpuhost\n"} {
+		"./usr/share/doc/gpuhost/copyright\n", "./usr/share/lintian/overrides/gpuhost\n"} {
 		if !strings.Contains(contents, w) {
 			t.Errorf("dpkg-deb --contents lacks %q:\n%s", w, contents)
 		}
 	}
+	renderDir := filepath.Join(dir, "rendered")
+	rendered := renderedUnits(t, ctx, filepath.Join(debDir, "gpuhost"), renderDir)
+	checkPackagedUnits(t, ctx, deb, filepath.Join(dir, "extracted"), renderDir, rendered)
 
 	// lintian: errors and warnings fail (the accepted ones are overridden
 	// in packaging/lintian-overrides); info tags are listed.
@@ -192,7 +251,11 @@ func TestDebPackage(t *testing.T) {
 	}
 
 	// `gpuhost units render` on the installed config gives the packaged units.
-	for _, u := range []string{"gpuhost.service", "gpuhost-vllm.service", "gpuhost-ollama.service"} {
+	installed, _ := os.ReadDir(filepath.Join(out, "install", "packaged"))
+	if len(installed) != len(rendered) {
+		t.Errorf("installed %d gpuhost units, the renderer writes %d: %v", len(installed), len(rendered), rendered)
+	}
+	for _, u := range rendered {
 		if r, p := read("install/render/"+u), read("install/packaged/"+u); r != p {
 			t.Errorf("%s: `gpuhost units render` of the installed config differs from the packaged unit", u)
 		}
@@ -209,6 +272,7 @@ func TestDebPackage(t *testing.T) {
 			"/var/lib/gpuhost/state.json exists", "/var/lib/gpuhost-backend exists",
 			"/usr/lib/systemd/system/gpuhost.service missing",
 			"/etc/systemd/system/gpuhost.service link /dev/null", "/etc/systemd/system/gpuhost-vllm.service missing",
+			"/etc/systemd/system/gpuhost-vllm-proxy-8000.socket missing", "/etc/systemd/system/gpuhost-ollama-proxy-11434.service missing",
 			"/etc/systemd/system/other.service exists"},
 		"purge": {"/etc/gpuhost/gpuhost.yaml missing", "/etc/gpuhost/api-token missing", "/var/lib/gpuhost missing",
 			"/var/lib/gpuhost-backend exists", "/etc/systemd/system/multi-user.target.wants/gpuhost.service missing",
@@ -257,17 +321,93 @@ func TestDebPackage(t *testing.T) {
 			}
 		}
 	}
-	rm := read("remove/systemctl.log")
-	stopped := false
-	for _, l := range strings.Split(rm, "\n") {
-		if strings.Contains(l, "stop gpuhost.service gpuhost-vllm.service gpuhost-ollama.service") {
-			stopped = true
-		}
-	}
-	if !stopped || !strings.Contains(rm, "daemon-reload") {
-		t.Errorf("remove: want a stop of the three units and a daemon-reload; systemctl calls:\n%s", rm)
-	}
+	checkRemoveStops(t, read("remove/systemctl.log"), rendered)
 	if bytes.Contains([]byte(read("install.log")), []byte("warning")) {
 		t.Logf("dpkg -i warned:\n%s", read("install.log"))
+	}
+}
+
+// renderedUnits runs the packaged binary's `gpuhost units render --example`
+// (what `make deb` stages) into dir and returns the file names it wrote:
+// the list the package must hold, taken from the renderer so that the two
+// cannot drift apart.
+func renderedUnits(t *testing.T, ctx context.Context, bin, dir string) []string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, "units", "render", "--example", "--binary", "/usr/bin/gpuhost",
+		"--config", "/etc/gpuhost/gpuhost.yaml", "--dir", dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("units render --example: %v\n%s", err, out)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	// The daemon, two backends, and a socket and relay per backend.
+	if len(names) < 7 || !slices.Contains(names, "gpuhost.service") {
+		t.Fatalf("units render --example wrote %v; want gpuhost.service, the backends and their relays", names)
+	}
+	return names
+}
+
+// checkPackagedUnits extracts deb into dir and checks that its systemd unit
+// folder holds exactly the units rendered into renderDir, byte for byte,
+// mode 0644.
+func checkPackagedUnits(t *testing.T, ctx context.Context, deb, dir, renderDir string, rendered []string) {
+	t.Helper()
+	if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", deb, dir).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb -x: %v\n%s", err, out)
+	}
+	unitDir := filepath.Join(dir, "usr", "lib", "systemd", "system")
+	entries, err := os.ReadDir(unitDir)
+	if err != nil {
+		t.Fatalf("the package has no /usr/lib/systemd/system: %v", err)
+	}
+	var packaged []string
+	for _, e := range entries {
+		packaged = append(packaged, e.Name())
+		if info, err := e.Info(); err != nil || info.Mode() != 0o644 {
+			t.Errorf("packaged %s: mode %v, want 0644 (%v)", e.Name(), info.Mode(), err)
+		}
+	}
+	if !slices.Equal(packaged, rendered) {
+		t.Fatalf("packaged units %v, rendered %v: the package must hold exactly what `gpuhost units render --example` writes", packaged, rendered)
+	}
+	for _, u := range rendered {
+		p, _ := os.ReadFile(filepath.Join(unitDir, u))
+		r, _ := os.ReadFile(filepath.Join(renderDir, u))
+		if !bytes.Equal(p, r) {
+			t.Errorf("packaged %s differs from the rendered one", u)
+		}
+	}
+}
+
+// checkRemoveStops: removal stops gpuhost first and then every other
+// packaged unit (backends, relays, sockets), and daemon-reloads.
+func checkRemoveStops(t *testing.T, log string, rendered []string) {
+	t.Helper()
+	var stops [][]string
+	for _, l := range strings.Split(log, "\n") {
+		f := strings.Fields(l)
+		if i := slices.Index(f, "stop"); i >= 0 {
+			stops = append(stops, f[i+1:])
+		}
+	}
+	var rest []string
+	for _, u := range rendered {
+		if u != "gpuhost.service" {
+			rest = append(rest, u)
+		}
+	}
+	var second []string
+	if len(stops) == 2 {
+		second = slices.Sorted(slices.Values(stops[1]))
+	}
+	if len(stops) != 2 || !slices.Equal(stops[0], []string{"gpuhost.service"}) || !slices.Equal(second, rest) ||
+		!strings.Contains(log, "daemon-reload") {
+		t.Errorf("remove: want a stop of gpuhost.service, then of %v, and a daemon-reload; systemctl calls:\n%s", rest, log)
 	}
 }
