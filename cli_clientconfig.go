@@ -52,7 +52,7 @@ tools), each named on stderr with the fix.
 				return runOpencodeConfig(cmd, args[1:], baseURL, write, minContext)
 			case "claude-code", "codex":
 			default:
-				return fmt.Errorf("client-config: unknown client %q (claude-code, codex or opencode)", client)
+				return usageError{fmt.Errorf("client-config: unknown client %q (claude-code, codex or opencode)", client)}
 			}
 			return runAgentClientConfig(cmd, client, args[1:], baseURL, write)
 		},

@@ -198,7 +198,7 @@ func openTriage(cmd *cobra.Command, cfg *config.Config) (*triage.Worker, func(),
 		return nil, nil, err
 	}
 	if !cfg.Triage.Enabled {
-		return nil, nil, fmt.Errorf("%s: triage.enabled is false; configure the triage: section first", cfg.Path())
+		return nil, nil, configError{fmt.Errorf("%s: triage.enabled is false; configure the triage: section first", cfg.Path())}
 	}
 	src := daemon.TriageSources{Log: log.With("component", "triage"), ActiveModel: daemonActiveModel(cfg)}
 	closeGPU := func() {}
