@@ -45,7 +45,7 @@ tools), each named on stderr with the fix.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client := args[0]
 			if len(args) == 2 && !write {
-				return fmt.Errorf("client-config: PATH %q is only taken with --write", args[1])
+				return usageError{fmt.Errorf("client-config: PATH %q is only taken with --write", args[1])}
 			}
 			switch client {
 			case "opencode":

@@ -94,7 +94,7 @@ func newLogger(cmd *cobra.Command) (*slog.Logger, error) {
 	lvl, _ := cmd.Flags().GetString("log-level")
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(lvl)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", lvl)
+		return nil, usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", lvl)}
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	if os.Getenv("JOURNAL_STREAM") != "" {
