@@ -28,13 +28,15 @@ const exitCodesHelp = `Every gpuhost command ends with one of these exit statuse
   1   the command ran and found a problem: a doctor failure, a failed
       switch, a worse 'bench compare', a partial or failed bench run, an
       ask without an answer, an 'mcp test' target that failed
-  64  usage error: an unknown command or flag, a bad flag value or argument
-      count, an unknown profile; nothing was run
+  64  usage error: an unknown command, flag or help topic, a bad flag value
+      or argument count, an unknown name (profile, client, bench result,
+      connector, pairing code, Telegram user); nothing was run
   69  the daemon or a service the command needs is unreachable (no answer
       at --url / $GPUHOST_URL / the config's listen, systemd not reachable,
       the benchmarked endpoint down)
   78  configuration error: the config file is missing where one is needed,
-      unreadable, or invalid (the message names the file, key and line)
+      unreadable, or invalid (the message names the file, key and line);
+      a listen address beyond loopback without a bearer token
 
 130 means a switch was left to run in the daemon after Ctrl-C.`
 
