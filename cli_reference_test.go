@@ -31,7 +31,6 @@ var cliExtraExits = map[string]string{
 var cliProblems = map[string]string{
 	"gpuhost ask":            "no answer",
 	"gpuhost bench capacity": "no level met the SLO, or the search failed",
-	"gpuhost bench compare":  "a metric worse, or a failed run given",
 	"gpuhost bench switch":   "a switch or a measurement failed",
 	"gpuhost mcp test":       "a target failed",
 	"gpuhost serve":          "the daemon stopped on an error",

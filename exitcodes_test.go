@@ -60,7 +60,8 @@ func unknownFlag() exitCase { return ec(cFlag, 64, "--no-such-flag") }
 // running demo, {missing} a config file that does not exist, {bad} one
 // that is not YAML, {good} a valid config whose listen has no daemon and
 // whose GPU (nvml, none here) fails the doctor, {public} a wildcard
-// listen address, {dir} an empty folder, {eml} a mail file.
+// listen address, {dir} an empty folder, {eml} a mail file, {failedrun}
+// the id of a failed bench run kept in the folder {failed}.
 var exitTable = map[string][]exitCase{
 	"gpuhost": {unknownFlag(), ec(cArgs, 64, "no-such-command")},
 	"gpuhost serve": {unknownFlag(), ec(cValue, 64, "--log-level", "loud"), ec(cArgs, 64, "extra"),
@@ -99,7 +100,7 @@ var exitTable = map[string][]exitCase{
 	"gpuhost bench list": {unknownFlag(), ec(cArgs, 64, "extra")},
 	"gpuhost bench show": {unknownFlag(), ec(cArgs, 64), ec(cName, 64, "nosuch", "--dir", "{dir}"), ec(cName, 64, "nosuch", "--url", "{daemon}")},
 	"gpuhost bench compare": {unknownFlag(), ec(cValue, 64, "a", "b", "--alpha", "2", "--dir", "{dir}"), ec(cArgs, 64, "a"),
-		ec(cName, 64, "a", "b", "--dir", "{dir}")},
+		ec(cName, 64, "a", "b", "--dir", "{dir}"), ec(cProblem, 1, "{failedrun}", "{failedrun}", "--dir", "{failed}")},
 	"gpuhost mcp": {unknownFlag(), ec(cArgs, 64, "nosuch"), ec(cConfig, 78, "--config", "{missing}"), ec(cConfig, 78, "--config", "{bad}")},
 	"gpuhost mcp test": {unknownFlag(), ec(cArgs, 64, "a", "b"), ec(cName, 64, "nosuch", "--config", "{good}"),
 		ec(cConfig, 78, "--config", "{missing}"), ec(cConfig, 78, "--config", "{bad}")},
@@ -285,16 +286,28 @@ func exitPlaces(t *testing.T) map[string]string {
 			t.Fatal(err)
 		}
 	}
+	failed := filepath.Join(dir, "failed")
+	down := "http://" + testkit.FreeAddr(t)
+	// A run against nothing, kept: compare must refuse it (1).
+	if _, errOut, code := runIsolated(home, []string{"bench", "run", "--url", down, "--repeats", "1", "--keep-failed", "--dir", failed}); code != 69 {
+		t.Fatalf("bench run --keep-failed against %s: exit %d, want 69\n%s", down, code, errOut)
+	}
+	kept, _ := filepath.Glob(filepath.Join(failed, "*.json"))
+	if len(kept) != 1 {
+		t.Fatalf("bench run --keep-failed stored %v, want one result", kept)
+	}
 	return map[string]string{
-		"{down}":    "http://" + testkit.FreeAddr(t),
-		"{daemon}":  startExitDemo(t),
-		"{missing}": filepath.Join(dir, "none.yaml"),
-		"{bad}":     write("bad.yaml", "listen: [\n"),
-		"{good}":    write("good.yaml", good),
-		"{public}":  fmt.Sprintf("0.0.0.0:%d", testkit.FreePort(t)),
-		"{dir}":     empty,
-		"{eml}":     write("m.eml", "From: a@b.example\r\nSubject: hi\r\n\r\nhello\r\n"),
-		"{home}":    home,
+		"{failed}":    failed,
+		"{failedrun}": strings.TrimSuffix(filepath.Base(kept[0]), ".json"),
+		"{down}":      down,
+		"{daemon}":    startExitDemo(t),
+		"{missing}":   filepath.Join(dir, "none.yaml"),
+		"{bad}":       write("bad.yaml", "listen: [\n"),
+		"{good}":      write("good.yaml", good),
+		"{public}":    fmt.Sprintf("0.0.0.0:%d", testkit.FreePort(t)),
+		"{dir}":       empty,
+		"{eml}":       write("m.eml", "From: a@b.example\r\nSubject: hi\r\n\r\nhello\r\n"),
+		"{home}":      home,
 	}
 }
 
