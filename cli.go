@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -273,11 +272,7 @@ func newSwitchCmd() *cobra.Command {
 					"Follow it with:  %s status --url %s   (or: curl -N '%s%s')\n", args[0], det.SwitchID, selfCommand(), c.BaseURL, c.BaseURL, det.Events)
 				return exitError{130}
 			}
-			var re *api.RemoteError
-			if errors.As(err, &re) && re.Status == http.StatusNotFound {
-				return usageError{err} // no such profile: the daemon lists them
-			}
-			return err
+			return err // an unknown profile is the daemon's 404: a usage error (64)
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "switch even if the profile fails doctor checks")

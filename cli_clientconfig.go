@@ -48,14 +48,14 @@ tools), each named on stderr with the fix.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client := args[0]
 			if len(args) == 2 && !write {
-				return fmt.Errorf("client-config: PATH %q is only taken with --write", args[1])
+				return usageError{fmt.Errorf("client-config: PATH %q is only taken with --write", args[1])}
 			}
 			switch client {
 			case "opencode":
 				return runOpencodeConfig(cmd, args[1:], baseURL, write, minContext)
 			case "claude-code", "codex":
 			default:
-				return fmt.Errorf("client-config: unknown client %q (claude-code, codex or opencode)", client)
+				return usageError{fmt.Errorf("client-config: unknown client %q (claude-code, codex or opencode)", client)}
 			}
 			return runAgentClientConfig(cmd, client, args[1:], baseURL, write)
 		},

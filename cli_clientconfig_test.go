@@ -88,8 +88,8 @@ func demoClientConfig(t *testing.T, url string) {
 	if code != 0 || a != b || a == "" {
 		t.Errorf("client-config opencode differs from opencode-config:\n%s\n%s", a, b)
 	}
-	if _, errOut, code := gpuhostEnv(t, env, "client-config", "cursor"); code == 0 || !strings.Contains(errOut, `unknown client "cursor"`) {
-		t.Errorf("unknown client: exit %d %s", code, errOut)
+	if _, errOut, code := gpuhostEnv(t, env, "client-config", "cursor"); code != 64 || !strings.Contains(errOut, `unknown client "cursor"`) {
+		t.Errorf("unknown client: exit %d, want 64 (usage) %s", code, errOut)
 	}
 }
 

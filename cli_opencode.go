@@ -57,7 +57,7 @@ Beyond loopback the API key is referenced as {env:VAR}, never written into the f
 // runOpencodeConfig is opencode-config (and client-config opencode).
 func runOpencodeConfig(cmd *cobra.Command, args []string, baseURL string, write bool, minContext int) error {
 	if len(args) == 1 && !write {
-		return fmt.Errorf("opencode-config: PATH %q is only taken with --write", args[0])
+		return usageError{fmt.Errorf("opencode-config: PATH %q is only taken with --write", args[0])}
 	}
 	t, err := resolveDaemon(cmd)
 	if err != nil {

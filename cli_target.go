@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 
@@ -49,6 +50,11 @@ func resolveDaemon(cmd *cobra.Command) (daemonTarget, error) {
 	} else if v := strings.TrimSpace(os.Getenv(envDaemonURL)); v != "" {
 		t.URL, t.Origin, t.Explicit = v, "from $"+envDaemonURL, true
 	}
+	if t.Explicit {
+		if err := checkDaemonURL(t.URL); err != nil {
+			return t, usageError{fmt.Errorf("%s %q: %w", strings.TrimPrefix(t.Origin, "from "), t.URL, err)}
+		}
+	}
 	path, _ := cmd.Flags().GetString("config")
 	explicitCfg := path != ""
 	t.Cfg, t.CfgErr = loadConfig(cmd)
@@ -73,6 +79,22 @@ func resolveDaemon(cmd *cobra.Command) (daemonTarget, error) {
 	t.URL = DefaultDaemonURL
 	t.Origin = fmt.Sprintf("the default; tried --url (not given), $%s (not set), config %s (%s)", envDaemonURL, path, shortCfgErr(t.CfgErr))
 	return t, nil
+}
+
+// checkDaemonURL refuses an address that is not an http(s) URL with a
+// host, before anything is dialled: a bad --url is the caller's usage
+// error, not an unreachable daemon.
+func checkDaemonURL(raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return err
+	case u.Scheme != "http" && u.Scheme != "https":
+		return errors.New("want an http:// or https:// URL, e.g. " + DefaultDaemonURL)
+	case u.Host == "":
+		return errors.New("no host in the URL, e.g. " + DefaultDaemonURL)
+	}
+	return nil
 }
 
 // shortCfgErr says why a config was not used, in a few words.

@@ -235,7 +235,7 @@ func demoCLIWithoutConfig(t *testing.T, url string) {
 	}
 	// A daemon that is not there: the error names where the URL came from.
 	_, errOut, code = gpuhostEnv(t, bad, "status")
-	if code != exitUnavailable || !strings.Contains(errOut, "reach gpuhost at http://127.0.0.1:1 (from $GPUHOST_URL)") {
+	if code != 69 || !strings.Contains(errOut, "reach gpuhost at http://127.0.0.1:1 (from $GPUHOST_URL)") {
 		t.Errorf("status without a daemon: exit %d %s", code, errOut)
 	}
 	demoTriageWithoutConfig(t, url, env, bad)

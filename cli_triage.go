@@ -101,7 +101,7 @@ posted. --uid needs the mailbox of a config's triage: section.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if (uid == 0) == (eml == "") {
-				return errors.New("give exactly one of --uid N (a mailbox UID, > 0) or --eml FILE")
+				return usageError{errors.New("give exactly one of --uid N (a mailbox UID, > 0) or --eml FILE")}
 			}
 			var raw []byte
 			if eml != "" {
@@ -174,7 +174,7 @@ func readEML(path string) ([]byte, error) {
 	} else {
 		f, err := os.Open(path)
 		if err != nil {
-			return nil, fmt.Errorf("--eml: %w", err)
+			return nil, usageError{fmt.Errorf("--eml: %w", err)} // a file that cannot be opened is a bad flag value
 		}
 		defer f.Close()
 		r = f
@@ -198,7 +198,7 @@ func openTriage(cmd *cobra.Command, cfg *config.Config) (*triage.Worker, func(),
 		return nil, nil, err
 	}
 	if !cfg.Triage.Enabled {
-		return nil, nil, fmt.Errorf("%s: triage.enabled is false; configure the triage: section first", cfg.Path())
+		return nil, nil, configError{fmt.Errorf("%s: triage.enabled is false; configure the triage: section first", cfg.Path())}
 	}
 	src := daemon.TriageSources{Log: log.With("component", "triage"), ActiveModel: daemonActiveModel(cfg)}
 	closeGPU := func() {}

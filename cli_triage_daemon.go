@@ -46,7 +46,7 @@ func noTriageConfigError(cmd *cobra.Command, what string) error {
 	if note := daemonTriageNote(cmd); note != "" {
 		msg += "; " + note
 	}
-	return errors.New(msg + "; one mail without a config: gpuhost triage mail --eml FILE (classified through the daemon's /v1)")
+	return configError{errors.New(msg + "; one mail without a config: gpuhost triage mail --eml FILE (classified through the daemon's /v1)")}
 }
 
 // daemonTriageNote tells, in a few words, whether the daemon the rule finds

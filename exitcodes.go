@@ -1,27 +1,24 @@
 package main
 
 import (
-	"errors"
-	"net"
+	"fmt"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
-	"gpuhost/api"
-	"gpuhost/bench/benchcmd"
-	"gpuhost/config"
+	"gpuhost/internal/exitclass"
 )
 
 // The exit statuses of every gpuhost command: one contract, so that a
 // script can tell "it ran and found a problem" from "it could not run".
-// 64, 69 and 78 are sysexits.h's EX_USAGE, EX_UNAVAILABLE and EX_CONFIG.
+// The classes live in internal/exitclass, where every package that knows
+// why it failed takes them from; these are their names in package main.
 const (
-	exitOK          = 0
-	exitProblem     = 1
-	exitUsage       = 64
-	exitUnavailable = 69
-	exitConfig      = 78
+	exitOK          = int(exitclass.OK)
+	exitProblem     = int(exitclass.Problem)
+	exitUsage       = int(exitclass.Usage)
+	exitUnavailable = int(exitclass.Unavailable)
+	exitConfig      = int(exitclass.Config)
 )
 
 // exitCodesHelp is `gpuhost help exit-codes` (and docs/cli.md says the same).
@@ -31,72 +28,48 @@ const exitCodesHelp = `Every gpuhost command ends with one of these exit statuse
   1   the command ran and found a problem: a doctor failure, a failed
       switch, a worse 'bench compare', a partial or failed bench run, an
       ask without an answer, an 'mcp test' target that failed
-  64  usage error: an unknown command or flag, a bad flag value or argument
-      count, an unknown profile; nothing was run
+  64  usage error: an unknown command, flag or help topic, a bad flag value
+      or argument count, an unknown name (profile, client, bench result,
+      connector, pairing code, Telegram user); nothing was run
   69  the daemon or a service the command needs is unreachable (no answer
       at --url / $GPUHOST_URL / the config's listen, systemd not reachable,
       the benchmarked endpoint down)
   78  configuration error: the config file is missing where one is needed,
       unreadable, or invalid (the message names the file, key and line);
-      for 'simulate', a fenced unit without the offline settings
+      for 'simulate', a fenced unit without the offline settings;
+      a listen address beyond loopback without a bearer token
 
 130 means a switch was left to run in the daemon after Ctrl-C.`
 
 // usageError marks an error as the caller's wrong use of a command (64).
 type usageError struct{ err error }
 
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
+func (e usageError) Error() string              { return e.err.Error() }
+func (e usageError) Unwrap() error              { return e.err }
+func (e usageError) ExitClass() exitclass.Class { return exitclass.Usage }
 
 // configError marks an error as a configuration error (78).
 type configError struct{ err error }
 
-func (e configError) Error() string { return e.err.Error() }
-func (e configError) Unwrap() error { return e.err }
+func (e configError) Error() string              { return e.err.Error() }
+func (e configError) Unwrap() error              { return e.err }
+func (e configError) ExitClass() exitclass.Class { return exitclass.Config }
 
 // unavailableError marks an error as "a needed service is unreachable" (69).
 type unavailableError struct{ err error }
 
-func (e unavailableError) Error() string { return e.err.Error() }
-func (e unavailableError) Unwrap() error { return e.err }
+func (e unavailableError) Error() string              { return e.err.Error() }
+func (e unavailableError) Unwrap() error              { return e.err }
+func (e unavailableError) ExitClass() exitclass.Class { return exitclass.Unavailable }
 
-// exitCodeOf maps a command's error to the contract above. The most
-// specific mark wins: an explicit status, then usage, configuration and
-// reachability, then bench's own statuses; anything else is a problem
-// the command found (1).
+// exitCodeOf is the status a command's error ends the process with: the
+// class the error carries (exitclass.Of), or usage for the few errors
+// cobra returns unmarked.
 func exitCodeOf(err error) int {
-	var ee exitError
-	var ce *config.Error
-	var ue *api.UnreachableError
-	var be *benchcmd.ExitError
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.As(err, &ee):
-		return ee.code
-	case errors.As(err, new(usageError)) || isCobraUsage(err):
+	if err != nil && !exitclass.Has(err) && isCobraUsage(err) {
 		return exitUsage
-	case errors.As(err, new(configError)) || errors.As(err, &ce):
-		return exitConfig
-	case errors.As(err, new(unavailableError)) || errors.As(err, &ue) || refused(err):
-		return exitUnavailable
-	case errors.As(err, &be):
-		switch be.ExitCode() {
-		case benchcmd.ExitUsage:
-			return exitUsage
-		case benchcmd.ExitOK:
-			return exitOK
-		}
-		return exitProblem
 	}
-	return exitProblem
-}
-
-// refused reports a connection that could not be made (nothing listens,
-// no route): the daemon, or the endpoint a command needs, is unreachable.
-func refused(err error) bool {
-	var oe *net.OpError
-	return errors.As(err, &oe) && oe.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED)
+	return int(exitclass.Of(err))
 }
 
 // isCobraUsage recognises the usage errors cobra returns unwrapped: an
@@ -118,8 +91,38 @@ func markUsageErrors(c *cobra.Command) {
 			return nil
 		}
 	}
+	if !c.Runnable() && c.HasSubCommands() && c.HasParent() {
+		// A group (bench, pair, …) given a word that is none of its
+		// commands is a usage error; cobra would print the group's help
+		// and exit 0. Bare, it prints its help.
+		c.Args = func(cmd *cobra.Command, a []string) error {
+			if err := cobra.NoArgs(cmd, a); err != nil {
+				return usageError{err}
+			}
+			return nil
+		}
+		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
 	for _, sub := range c.Commands() {
 		markUsageErrors(sub)
+	}
+}
+
+// newHelpCmd replaces cobra's help command, which prints "Unknown help
+// topic" and exits 0: an unknown topic or command is a usage error (64).
+func newHelpCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Long:  "Help provides help for any command in the application.\nSimply type gpuhost help [path to command] for full details.",
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if err != nil || cmd == nil || len(rest) > 0 {
+				return usageError{fmt.Errorf("unknown help topic %q (gpuhost help lists the commands)", strings.Join(args, " "))}
+			}
+			cmd.InitDefaultHelpFlag()
+			return cmd.Help()
+		},
 	}
 }
 
@@ -132,10 +135,10 @@ func newExitCodesTopic() *cobra.Command {
 	}
 }
 
-// doctorExit is the doctor's CLI status: its report's 2 (a failure) is
-// the contract's 1; warnings (the report's 1) are printed, not a failure.
+// doctorExit is the doctor's CLI status: the report's exit, which is the
+// contract's 0 (ok, warnings printed) or 1 (a check failed).
 func doctorExit(reportExit int) error {
-	if reportExit >= 2 {
+	if reportExit != exitOK {
 		return exitError{exitProblem}
 	}
 	return nil

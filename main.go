@@ -17,6 +17,7 @@ import (
 
 	"gpuhost/bench/benchcmd"
 	"gpuhost/frontdoor/telegram"
+	"gpuhost/internal/exitclass"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -26,7 +27,8 @@ var version = "dev"
 // command without printing anything more.
 type exitError struct{ code int }
 
-func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+func (e exitError) Error() string              { return fmt.Sprintf("exit status %d", e.code) }
+func (e exitError) ExitClass() exitclass.Class { return exitclass.Class(e.code) }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -64,6 +66,12 @@ func newRootCmd() *cobra.Command {
 			return cfg.StateDir, nil
 		}),
 	)
+	// cobra adds help and completion when it executes; added here, they
+	// are in the tree that markUsageErrors marks and that docs/cli.md and
+	// the exit-code test walk.
+	root.SetHelpCommand(newHelpCmd())
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
 	markUsageErrors(root)
 	return root
 }
@@ -86,7 +94,7 @@ func newLogger(cmd *cobra.Command) (*slog.Logger, error) {
 	lvl, _ := cmd.Flags().GetString("log-level")
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(lvl)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", lvl)
+		return nil, usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", lvl)}
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	if os.Getenv("JOURNAL_STREAM") != "" {

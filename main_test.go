@@ -61,11 +61,11 @@ func TestBadConfigNamesKeyAndExits78(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, code := gpuhost(t, "serve", "--config", bad)
-	if code != exitConfig || !strings.Contains(out, bad) || !strings.Contains(out, "profiles.a.vllm.max_num_seq") {
+	if code != 78 || !strings.Contains(out, bad) || !strings.Contains(out, "profiles.a.vllm.max_num_seq") {
 		t.Errorf("exit %d, output %q", code, out)
 	}
 	out, code = gpuhost(t, "doctor", "--config", filepath.Join(t.TempDir(), "none.yaml"))
-	if code != exitConfig || !strings.Contains(out, "none.yaml") {
+	if code != 78 || !strings.Contains(out, "none.yaml") {
 		t.Errorf("missing config: exit %d, %q", code, out)
 	}
 }
@@ -218,7 +218,7 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	out, code = gpuhost(t, "switch", "nope", "--url", url)
-	if code != exitUsage || !strings.Contains(out, "gemma3-27b, llama3-8b, qwen3-coder") {
+	if code != 64 || !strings.Contains(out, "gemma3-27b, llama3-8b, qwen3-coder") {
 		t.Errorf("unknown profile: exit %d %s", code, out)
 	}
 	out, code = gpuhost(t, "doctor", "--url", url, "--json")

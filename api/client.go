@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 
+	"gpuhost/internal/exitclass"
 	"gpuhost/internal/sse"
 )
 
@@ -38,6 +39,21 @@ type RemoteError struct {
 
 func (e *RemoteError) Error() string {
 	return fmt.Sprintf("%s (HTTP %d): %s", e.APIError.Error, e.Status, e.Detail)
+}
+
+// ExitClass: the daemon refused what it was asked for by name or value
+// (400, or a 404 for a name it does not know, such as an unknown
+// profile or result) is the caller's usage error (64); any other
+// refusal is a problem the command found (1). A 404 from the router
+// itself ("not found": no such route, e.g. an older daemon) is not the
+// caller's name being wrong.
+func (e *RemoteError) ExitClass() exitclass.Class {
+	switch {
+	case e.Status == http.StatusBadRequest,
+		e.Status == http.StatusNotFound && e.APIError.Error != "not found" && e.APIError.Error != http.StatusText(http.StatusNotFound):
+		return exitclass.Usage
+	}
+	return exitclass.Problem
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
@@ -109,6 +125,9 @@ type UnreachableError struct {
 	Origin string
 	Err    error
 }
+
+// ExitClass: the daemon did not answer (69).
+func (e *UnreachableError) ExitClass() exitclass.Class { return exitclass.Unavailable }
 
 func (e *UnreachableError) Error() string {
 	if e.Origin == "" {

@@ -13,10 +13,21 @@ type DoctorCheck struct {
 	Value    string         `json:"value,omitempty"`
 }
 
-// DoctorReport is the whole run; Exit is the CLI's exit status.
+// The values of DoctorReport.Exit: the contract's 0 (ok) and 1 (the
+// command ran and found a problem).
+const (
+	DoctorExitOK   = 0
+	DoctorExitFail = 1
+)
+
+// DoctorReport is the whole run.
 type DoctorReport struct {
 	Checks []DoctorCheck `json:"checks"`
 	Worst  string        `json:"worst"`
-	Exit   int           `json:"exit"`
-	TookMS float64       `json:"took_ms"`
+	// Exit is the status `gpuhost doctor` ends with for this report, in
+	// the one exit-code contract: DoctorExitOK when every check is ok or
+	// only warns (warnings are printed, not a failure), DoctorExitFail
+	// when a check failed.
+	Exit   int     `json:"exit"`
+	TookMS float64 `json:"took_ms"`
 }

@@ -142,10 +142,10 @@ func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 	for _, c := range checks {
 		switch c.Severity {
 		case units.SeverityFail:
-			rep.Worst, rep.Exit = string(units.SeverityFail), 2
+			rep.Worst, rep.Exit = string(units.SeverityFail), api.DoctorExitFail
 		case units.SeverityWarn:
-			if rep.Exit < 1 {
-				rep.Worst, rep.Exit = string(units.SeverityWarn), 1
+			if rep.Worst != string(units.SeverityFail) {
+				rep.Worst = string(units.SeverityWarn)
 			}
 		}
 	}

@@ -21,6 +21,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"gpuhost/internal/exitclass"
 	"gpuhost/internal/loopback"
 	"gpuhost/units"
 )
@@ -106,11 +107,15 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("config %s: %s", e.File, strings.Join(e.Problems, "; "))
 }
 
+// ExitClass: an invalid config ends a command with the configuration
+// status (78).
+func (e *Error) ExitClass() exitclass.Class { return exitclass.Config }
+
 // Load reads, decodes, defaults and validates a config file.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
+		return nil, exitclass.ConfigErr(fmt.Errorf("read config: %w", err))
 	}
 	return Parse(path, data)
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"gpuhost/internal/exitclass"
 )
 
 func TestExampleAndDemoConfigsLoad(t *testing.T) {
@@ -384,5 +386,25 @@ func TestCheckToken(t *testing.T) {
 				t.Errorf("CheckToken = %v (%T), want a *config.Error containing %q", err, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestDemoPublicListenNeedsToken: a demo beyond loopback without a token
+// long enough is a config error (exit 78), refused before any port is
+// probed; with one it is accepted.
+func TestDemoPublicListenNeedsToken(t *testing.T) {
+	t.Setenv("GPUHOST_API_TOKEN", "")
+	_, err := Demo("/usr/local/bin/gpuhost", t.TempDir(), "0.0.0.0:8099")
+	var ce *Error
+	if !errors.As(err, &ce) || exitclass.Of(err) != 78 || !strings.Contains(err.Error(), "--listen 0.0.0.0:8099 is not loopback") {
+		t.Errorf("no token: %v (exit %d), want a config error naming --listen", err, exitclass.Of(err))
+	}
+	t.Setenv("GPUHOST_API_TOKEN", "short")
+	if _, err := Demo("/usr/local/bin/gpuhost", t.TempDir(), "0.0.0.0:8099"); exitclass.Of(err) != 78 || !strings.Contains(err.Error(), "5 characters") {
+		t.Errorf("short token: %v", err)
+	}
+	t.Setenv("GPUHOST_API_TOKEN", strings.Repeat("x", MinTokenLength))
+	if _, err := Demo("/usr/local/bin/gpuhost", t.TempDir(), "0.0.0.0:8099"); err != nil {
+		t.Errorf("with a token: %v", err)
 	}
 }

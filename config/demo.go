@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"gpuhost/internal/loopback"
 )
 
 //go:embed demo.yaml
@@ -27,10 +29,35 @@ func Demo(self, state, listen string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Checked before anything is started or a port is probed: a demo on
+	// a public address without a token is refused as a config error.
+	if err := demoListenToken(cfg); err != nil {
+		return nil, err
+	}
 	if err := pickDemoPorts(cfg); err != nil {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// demoListenToken refuses a --listen beyond loopback unless a bearer
+// token long enough for that is set (the demo config reads it from
+// $GPUHOST_API_TOKEN), with the same rule serve applies.
+func demoListenToken(cfg *Config) error {
+	if loopback.ListensOnly(cfg.Listen) {
+		return nil
+	}
+	tok, err := cfg.APIToken()
+	if err != nil {
+		return &Error{File: "embedded demo config", Problems: []string{err.Error()}}
+	}
+	switch n := len([]rune(tok)); {
+	case n == 0:
+		return &Error{File: "embedded demo config", Problems: []string{fmt.Sprintf("--listen %s is not loopback: set a bearer token in $%s (at least %d characters, e.g. openssl rand -hex 32)", cfg.Listen, cfg.APITokenEnv, MinTokenLength)}}
+	case n < MinTokenLength:
+		return &Error{File: "embedded demo config", Problems: []string{fmt.Sprintf("--listen %s is not loopback: the bearer token in $%s has %d characters, at least %d are needed", cfg.Listen, cfg.APITokenEnv, n, MinTokenLength)}}
+	}
+	return nil
 }
 
 // pickDemoPorts moves every profile whose port is busy on loopback to a

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gpuhost/internal/exitclass"
 	"gpuhost/mcp/connector"
 	"io"
 	"log/slog"
@@ -296,7 +297,8 @@ func RunChecks(ctx context.Context, s *Server, only string, w io.Writer) (int, e
 	if only != "" {
 		_, on := disabled[only]
 		if !on && !contains(enabled, only) {
-			return 0, fmt.Errorf("connector %q is not configured (enabled: %s)", only, strings.Join(enabled, ", "))
+			// An unknown connector name is the caller's usage error (64).
+			return 0, exitclass.UsageErr(fmt.Errorf("connector %q is not configured (enabled: %s)", only, strings.Join(enabled, ", ")))
 		}
 	}
 	failed := 0

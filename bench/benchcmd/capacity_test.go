@@ -148,14 +148,12 @@ func TestBenchCapacityNoUser(t *testing.T) {
 		{"capacity", "--url", url, "--dir", dir, "--ttft-p95", "1s", "--repeats", "-1"},
 	} {
 		_, _, err := runCmd(t, noConfig, args...)
-		var ee *ExitError
-		if !errors.As(err, &ee) || ee.Code != ExitUsage {
+		if exitOf(err) != 64 {
 			t.Errorf("%v: %v, want a usage error", args, err)
 		}
 	}
 	_, _, err = runCmd(t, noConfig, "capacity", "--ttft-p95", "1s")
-	var ee *ExitError
-	if !errors.As(err, &ee) || ee.Code != ExitFailed || !strings.Contains(err.Error(), "no --url given") {
+	if exitOf(err) != 1 || !strings.Contains(err.Error(), "no --url given") {
 		t.Errorf("without --url or config: %v", err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/bench"
+	"gpuhost/internal/exitclass"
 	"gpuhost/nvml"
 	"gpuhost/units"
 )
@@ -71,14 +72,13 @@ test across repeats. "bench switch A B" measures switching between two profiles;
 "bench capacity --ttft-p95 1s --min-tps 20" finds how many concurrent users the endpoint
 serves within that SLO.
 
-Exit status: 0 ok; 1 partial (some figures missing, or the run aborted); 2 failed
-(nothing measured, or list/show/compare could not do their job); 64 usage (bad flag
-or argument).`,
+Exit status: 0 ok; 1 a problem found (a partial, aborted or failed run, a worse
+compare); 64 usage (bad flag or argument, unknown profile or result); 69 the endpoint
+or the daemon unreachable; 78 the config needed and missing or invalid.`,
 	}
 	cmd.AddCommand(newRunCmd(deps), newSwitchCmd(deps), newCapacityCmd(deps), newListCmd(deps), newShowCmd(deps), newCompareCmd(deps))
-	// Every error leaves with a documented exit status (see ExitOK …):
-	// flag and argument errors are usage, anything else a failure unless
-	// the command said otherwise (a partial run).
+	// Flag and argument errors are usage (64); every other error carries
+	// its own class or is a problem found (1).
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	for _, sub := range cmd.Commands() {
 		if args := sub.Args; args != nil {
@@ -88,9 +88,6 @@ or argument).`,
 				}
 				return nil
 			}
-		}
-		if run := sub.RunE; run != nil {
-			sub.RunE = func(c *cobra.Command, a []string) error { return withExitCode(run(c, a), ExitFailed) }
 		}
 	}
 	return cmd
@@ -299,7 +296,7 @@ func (rf *runFlags) target(ctx context.Context, env Env) error {
 		return nil
 	}
 	if env.Active == nil {
-		return errors.New("no --url given and the daemon's /v1 is unknown: give --url and --model, or --config")
+		return usageError(errors.New("no --url given and the daemon's /v1 is unknown: give --url and --model, or --config"))
 	}
 	t, p, err := env.Active(ctx)
 	if err != nil {
@@ -369,7 +366,7 @@ func printResult(out io.Writer, r *bench.Result, path string, asJSON, noSave boo
 	return nil
 }
 
-// resultExit turns a failed or partial result into its ExitError, named
+// resultExit turns a failed or partial result into its error, named
 // after what ("bench run"); missing explains a partial result without an
 // error of its own.
 func resultExit(r *bench.Result, runErr error, what, missing string) error {
@@ -378,13 +375,14 @@ func resultExit(r *bench.Result, runErr error, what, missing string) error {
 		if runErr == nil {
 			runErr = errors.New("nothing was measured")
 		}
-		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("%s failed: %w", what, runErr)}
+		// The cause's class decides (an endpoint down is 69), else 1.
+		return fmt.Errorf("%s failed: %w", what, runErr)
 	case bench.StatusPartial:
 		why := missing
 		if runErr != nil {
 			why = runErr.Error()
 		}
-		return &ExitError{Code: ExitPartial, Err: fmt.Errorf("%s partial: %s", what, why)}
+		return exitclass.ProblemErr(fmt.Errorf("%s partial: %s", what, why))
 	}
 	return nil
 }
@@ -564,7 +562,7 @@ func (b *bar) finish() {
 }
 
 // worseExit makes a comparison that found a metric worse end with
-// ExitPartial (1, "ran and found a problem"), so a CI step can gate on it.
+// status 1 ("ran and found a problem"), so a CI step can gate on it.
 func worseExit(c bench.Comparison) error {
 	var worse []string
 	for _, r := range c.Rows {
@@ -575,5 +573,5 @@ func worseExit(c bench.Comparison) error {
 	if len(worse) == 0 {
 		return nil
 	}
-	return &ExitError{Code: ExitPartial, Err: fmt.Errorf("%s is worse than %s in %s", c.B, c.A, strings.Join(worse, ", "))}
+	return exitclass.ProblemErr(fmt.Errorf("%s is worse than %s in %s", c.B, c.A, strings.Join(worse, ", ")))
 }

@@ -110,22 +110,21 @@ func TestCmdErrors(t *testing.T) {
 		want string
 		code int
 	}{
-		{[]string{"run"}, "no --url given", ExitFailed},
-		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--flavor", "tgi"}, "--flavor", ExitUsage},
-		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--profile", "x"}, "no such profile", ExitUsage},
-		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--api-key-env", "GPUHOST_TEST_UNSET_KEY"}, "GPUHOST_TEST_UNSET_KEY", ExitUsage},
-		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--repeats", "-1"}, "repeats -1", ExitUsage},
-		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--no-such-flag"}, "unknown flag", ExitUsage},
-		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--repeats", "1"}, "endpoint down", ExitFailed},
-		{[]string{"show", "nope", "--dir", dir}, "no such bench result", ExitFailed},
-		{[]string{"show", "--dir", dir}, "accepts 1 arg", ExitUsage},
-		{[]string{"compare", "a", "b", "--dir", dir, "--alpha", "2"}, "--alpha", ExitUsage},
-		{[]string{"compare", "a", "b", "--dir", dir, "--min-repeats", "1"}, "--min-repeats", ExitUsage},
-		{[]string{"compare", "a", "--dir", dir}, "accepts 2 arg", ExitUsage},
+		{[]string{"run"}, "no --url given", 1},
+		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--flavor", "tgi"}, "--flavor", 64},
+		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--profile", "x"}, "no such profile", 64},
+		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--api-key-env", "GPUHOST_TEST_UNSET_KEY"}, "GPUHOST_TEST_UNSET_KEY", 64},
+		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--repeats", "-1"}, "repeats -1", 64},
+		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--no-such-flag"}, "unknown flag", 64},
+		{[]string{"run", "--url", "http://127.0.0.1:1", "--dir", dir, "--repeats", "1"}, "endpoint down", 69},
+		{[]string{"show", "nope", "--dir", dir}, "no such bench result", 64},
+		{[]string{"show", "--dir", dir}, "accepts 1 arg", 64},
+		{[]string{"compare", "a", "b", "--dir", dir, "--alpha", "2"}, "--alpha", 64},
+		{[]string{"compare", "a", "b", "--dir", dir, "--min-repeats", "1"}, "--min-repeats", 64},
+		{[]string{"compare", "a", "--dir", dir}, "accepts 2 arg", 64},
 	} {
 		_, _, err := runCmd(t, noConfig, c.args...)
-		var ee *ExitError
-		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.As(err, &ee) || ee.Code != c.code {
+		if err == nil || !strings.Contains(err.Error(), c.want) || exitOf(err) != c.code {
 			t.Errorf("%v: err %v, want %q with exit status %d", c.args, err, c.want, c.code)
 		}
 	}
@@ -137,9 +136,8 @@ func TestCmdErrors(t *testing.T) {
 
 // TestCmdExitStatus runs the real gpuhost binary: each outcome of `bench
 // run` ends with the status of gpuhost's one exit-code contract (a failed
-// run is 1, or 69 when the endpoint is unreachable: package main maps
-// ExitFailed), failed runs are stored only with --keep-failed, and compare
-// refuses them.
+// run is 1, or 69 when the endpoint is unreachable), failed runs are
+// stored only with --keep-failed, and compare refuses them.
 func TestCmdExitStatus(t *testing.T) {
 	const exitUnavailable = 69 // gpuhost's contract: the endpoint is unreachable
 	bin := testbin.Binary(t)
@@ -183,15 +181,15 @@ func TestCmdExitStatus(t *testing.T) {
 		want   string
 		stored int // results in the store afterwards
 	}{
-		{"ok", append([]string{"run", "--url", vllm}, quick...), ExitOK, "saved ", 1},
-		{"partial", append([]string{"run", "--url", flaky}, quick...), ExitPartial, "bench run partial", 2},
+		{"ok", append([]string{"run", "--url", vllm}, quick...), 0, "saved ", 1},
+		{"partial", append([]string{"run", "--url", flaky}, quick...), 1, "bench run partial", 2},
 		{"failed: endpoint down", append([]string{"run", "--url", closed}, quick...), exitUnavailable, "not saved: the run failed", 2},
 		{"failed, kept", append([]string{"run", "--url", closed, "--keep-failed"}, quick...), exitUnavailable, "saved ", 3},
-		{"usage", append([]string{"run", "--url", vllm, "--flavor", "tgi"}, quick...), ExitUsage, "--flavor", 3},
-		{"usage: unknown flag", []string{"list", "--bogus"}, ExitUsage, "unknown flag", 3},
-		{"usage: serving API", append([]string{"run", "--url", vllm, "--serving-api", "grpc"}, quick...), ExitUsage, `serving API "grpc": want v1 or native`, 3},
+		{"usage", append([]string{"run", "--url", vllm, "--flavor", "tgi"}, quick...), 64, "--flavor", 3},
+		{"usage: unknown flag", []string{"list", "--bogus"}, 64, "unknown flag", 3},
+		{"usage: serving API", append([]string{"run", "--url", vllm, "--serving-api", "grpc"}, quick...), 64, `serving API "grpc": want v1 or native`, 3},
 		{"native serving API on vLLM", []string{"run", "--url", vllm, "--dir", dir, "--phases", "serving", "--concurrency", "1",
-			"--serving-api", "native"}, ExitPartial, "serving API native is Ollama's /api/chat, and this server is vllm: use v1", 3},
+			"--serving-api", "native"}, 1, "serving API native is Ollama's /api/chat, and this server is vllm: use v1", 3},
 	} {
 		out, code := gpuhost(c.args...)
 		if code != c.code || !strings.Contains(out, c.want) {
@@ -211,10 +209,10 @@ func TestCmdExitStatus(t *testing.T) {
 			failed = r.ID
 		}
 	}
-	if out, code := gpuhost("compare", ok, failed, "--dir", dir); code != ExitPartial || !strings.Contains(out, "failed run") {
+	if out, code := gpuhost("compare", ok, failed, "--dir", dir); code != 1 || !strings.Contains(out, "failed run") {
 		t.Errorf("compare with a failed run: exit %d\n%s", code, out)
 	}
-	if out, code := gpuhost("compare", ok, ok, "--dir", dir); code != ExitOK || !strings.Contains(out, "Holm") {
+	if out, code := gpuhost("compare", ok, ok, "--dir", dir); code != 0 || !strings.Contains(out, "Holm") {
 		t.Errorf("compare: exit %d\n%s", code, out)
 	}
 }

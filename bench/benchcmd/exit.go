@@ -1,47 +1,18 @@
 package benchcmd
 
-import "errors"
+import "gpuhost/internal/exitclass"
 
-// Exit statuses of `gpuhost bench …`, so that scripts and CI can tell a
-// complete run from a partial or failed one:
+// The statuses `gpuhost bench …` ends with are the CLI's one contract
+// (internal/exitclass), so scripts and CI can tell a complete run from a
+// partial or failed one:
 //
 //	0   ok: the run measured everything it was asked for (or list/show/compare worked)
-//	1   partial: some figures are missing, or the run was aborted (the endpoint
-//	    stopped answering); the result is printed and stored
-//	2   failed: nothing was measured (pre-flight failed: endpoint down, not an
-//	    inference server, model not served …), or list/show/compare could not
-//	    do their job (no such result, a failed run refused by compare)
-//	64  usage: a bad flag, flag value or argument count (nothing was run)
-const (
-	ExitOK      = 0
-	ExitPartial = 1
-	ExitFailed  = 2
-	ExitUsage   = 64
-)
-
-// ExitError is an error with the exit status the command should end with;
-// package main ends the process with ExitCode after printing Error.
-type ExitError struct {
-	Code int
-	Err  error
-}
-
-func (e *ExitError) Error() string { return e.Err.Error() }
-func (e *ExitError) Unwrap() error { return e.Err }
-
-// ExitCode is the process exit status.
-func (e *ExitError) ExitCode() int { return e.Code }
-
-func usageError(err error) error { return &ExitError{Code: ExitUsage, Err: err} }
-
-// withExitCode gives err an exit status: its own if it has one, else code.
-func withExitCode(err error, code int) error {
-	if err == nil {
-		return nil
-	}
-	var ee *ExitError
-	if errors.As(err, &ee) {
-		return err
-	}
-	return &ExitError{Code: code, Err: err}
-}
+//	1   a problem found: some figures are missing, the run was aborted or
+//	    measured nothing (the endpoint answered but is not an inference
+//	    server, the model is not served), compare found a metric worse or
+//	    was given a failed run
+//	64  usage: a bad flag, flag value or argument count, an unknown
+//	    profile or result (nothing was run)
+//	69  the endpoint or the daemon is unreachable
+//	78  the config is needed and missing or invalid
+func usageError(err error) error { return exitclass.UsageErr(err) }

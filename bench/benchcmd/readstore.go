@@ -45,7 +45,8 @@ func (d daemonReader) Load(ctx context.Context, id string) (*bench.Result, error
 	var re *api.RemoteError
 	switch {
 	case errors.As(err, &re) && re.Status == http.StatusNotFound:
-		return nil, fmt.Errorf("%w: %s in %s (%s)", bench.ErrNotFound, id, d.Where(), re.Detail)
+		// An unknown result id is the caller's usage error (64).
+		return nil, usageError(fmt.Errorf("%w: %s in %s (%s)", bench.ErrNotFound, id, d.Where(), re.Detail))
 	case err != nil:
 		return nil, fmt.Errorf("read bench result %s from %s: %w", id, d.Where(), err)
 	case r.SchemaVersion == 0:
@@ -82,7 +83,15 @@ func (l localReader) List(context.Context) ([]bench.Summary, []bench.Warning, er
 	return sums, warns, nil
 }
 
-func (l localReader) Load(_ context.Context, id string) (*bench.Result, error) { return l.s.Load(id) }
+// Load reads one result; an id the folder does not hold is the caller's
+// usage error (64).
+func (l localReader) Load(_ context.Context, id string) (*bench.Result, error) {
+	r, err := l.s.Load(id)
+	if errors.Is(err, bench.ErrNotFound) {
+		return nil, usageError(err)
+	}
+	return r, err
+}
 
 // daemonProbeTimeout bounds the first request that decides whether the
 // daemon holds the results.

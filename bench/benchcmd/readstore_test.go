@@ -1,7 +1,6 @@
 package benchcmd
 
 import (
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -97,9 +96,8 @@ func TestBenchReadFallsBack(t *testing.T) {
 	}))
 	defer refusing.Close()
 	_, _, err = runCmd(t, deps, "list", "--url", refusing.URL)
-	var ee *ExitError
-	if err == nil || !errors.As(err, &ee) || ee.Code != ExitFailed || !strings.Contains(err.Error(), "the daemon at "+refusing.URL) {
-		t.Errorf("list, daemon refuses: %v, want exit %d naming the daemon", err, ExitFailed)
+	if err == nil || exitOf(err) != 1 || !strings.Contains(err.Error(), "the daemon at "+refusing.URL) {
+		t.Errorf("list, daemon refuses: %v, want exit 1 naming the daemon", err)
 	}
 	// An id the daemon does not have is the daemon's "no such bench result".
 	_, url := switchDaemon(t, appliancetest.Options{Activate: "coder"})

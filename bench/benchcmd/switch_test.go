@@ -2,7 +2,6 @@ package benchcmd
 
 import (
 	"encoding/json"
-	"errors"
 	"net"
 	"net/http/httptest"
 	"slices"
@@ -259,16 +258,15 @@ func TestBenchSwitchFailures(t *testing.T) {
 		code int
 	}{
 		{[]string{"switch", "coder", "broken", "--rounds", "1", "--url", url},
-			[]string{"bench switch failed: coder → broken (round 1, switch path): switch ", "the switch failed at step "}, ExitFailed},
-		{[]string{"switch", "coder", "nope", "--url", url}, []string{`no such profile on the daemon: "nope"`, "coder, coder-greedy"}, ExitUsage},
-		{[]string{"switch", "coder", "coder", "--url", url}, []string{"are the same"}, ExitUsage},
-		{[]string{"switch", "coder", "llama", "--rounds", "0", "--url", url}, []string{"rounds 0"}, ExitUsage},
-		{[]string{"switch", "coder", "--url", url}, []string{"accepts 2 arg"}, ExitUsage},
-		{[]string{"switch", "coder", "llama", "--url", "http://" + testkit.FreeAddr(t)}, []string{"bench switch failed: read the daemon's status", "reach gpuhost"}, ExitFailed},
+			[]string{"bench switch failed: coder → broken (round 1, switch path): switch ", "the switch failed at step "}, 1},
+		{[]string{"switch", "coder", "nope", "--url", url}, []string{`no such profile on the daemon: "nope"`, "coder, coder-greedy"}, 64},
+		{[]string{"switch", "coder", "coder", "--url", url}, []string{"are the same"}, 64},
+		{[]string{"switch", "coder", "llama", "--rounds", "0", "--url", url}, []string{"rounds 0"}, 64},
+		{[]string{"switch", "coder", "--url", url}, []string{"accepts 2 arg"}, 64},
+		{[]string{"switch", "coder", "llama", "--url", "http://" + testkit.FreeAddr(t)}, []string{"bench switch failed: read the daemon's status", "reach gpuhost"}, 69},
 	} {
 		out, _, err := runCmd(t, deps, c.args...)
-		var ee *ExitError
-		if err == nil || !errors.As(err, &ee) || ee.Code != c.code {
+		if err == nil || exitOf(err) != c.code {
 			t.Errorf("%v: err %v, want exit status %d\n%s", c.args, err, c.code, out)
 			continue
 		}

@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"gpuhost/internal/exitclass"
 	"gpuhost/internal/pairing"
 )
 
@@ -98,7 +100,7 @@ func newPairApproveCmd(store pairStore) *cobra.Command {
 			}
 			e, err := s.Approve(args[0])
 			if err != nil {
-				return err
+				return pairNameError(err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "approved user %d (%s): the bot answers them from their next message and sends them notifications\n",
 				e.UserID, describeUser(e.Username, e.FirstName))
@@ -153,6 +155,16 @@ func userIDArg(verb, hint string) cobra.PositionalArgs {
 	}
 }
 
+// pairNameError marks a code or user the store does not know (or a code
+// that cannot be one) as the caller's usage error (64); an expired or
+// replaced code and a file that cannot be read keep their own class.
+func pairNameError(err error) error {
+	if errors.Is(err, pairing.ErrUnknownCode) || errors.Is(err, pairing.ErrMalformedCode) || errors.Is(err, pairing.ErrNotAllowlisted) {
+		return exitclass.UsageErr(err)
+	}
+	return err
+}
+
 // newPairRevokeCmd is `gpuhost pair revoke USER_ID`.
 func newPairRevokeCmd(store pairStore) *cobra.Command {
 	return &cobra.Command{
@@ -167,7 +179,7 @@ func newPairRevokeCmd(store pairStore) *cobra.Command {
 			}
 			e, err := s.Revoke(id)
 			if err != nil {
-				return err
+				return pairNameError(err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "revoked user %d (%s): the bot ignores them from their next message\n", e.UserID, describeUser(e.Username, e.FirstName))
 			return nil
