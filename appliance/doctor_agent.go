@@ -54,10 +54,37 @@ func (d *Doctor) agentChecks(ctx context.Context, act backendState, p *units.Pro
 // per backend start instead of sending the GPU two requests a minute that
 // would also disturb a running benchmark. Only verdicts from answers are
 // kept; a request that failed (timeout, refused) is asked again next run.
-var toolProbeCache struct {
+var toolProbeCache probeCache
+
+// probeCache keeps one endpoint probe's verdict for one backend process.
+// A verdict read from it says how old it is: the backend may have been
+// changed by hand since (a sleep and wake through its port keeps its PID),
+// so a kept verdict is never shown as if it had just been asked.
+type probeCache struct {
 	sync.Mutex
 	key   string
+	at    time.Time
 	check api.DoctorCheck
+}
+
+// get returns the verdict kept for key, its message saying when it was
+// probed.
+func (pc *probeCache) get(key string) (api.DoctorCheck, bool) {
+	pc.Lock()
+	defer pc.Unlock()
+	if key == "" || pc.key != key {
+		return api.DoctorCheck{}, false
+	}
+	c := pc.check
+	c.Message += fmt.Sprintf(" (probed %s ago, at %s, once per backend process)",
+		time.Since(pc.at).Round(time.Second), pc.at.Local().Format("15:04:05"))
+	return c, true
+}
+
+func (pc *probeCache) put(key string, c api.DoctorCheck) {
+	pc.Lock()
+	defer pc.Unlock()
+	pc.key, pc.at, pc.check = key, time.Now(), c
 }
 
 // toolProbeKey names the backend process and what it serves; "" when the
@@ -126,13 +153,8 @@ func toolCallsCheck(ctx context.Context, client *http.Client, base string, act b
 		return c
 	}
 	key := toolProbeKey(act, p, ts)
-	if key != "" {
-		toolProbeCache.Lock()
-		cached, hit := toolProbeCache.check, toolProbeCache.key == key
-		toolProbeCache.Unlock()
-		if hit {
-			return cached
-		}
+	if cached, hit := toolProbeCache.get(key); hit {
+		return cached
 	}
 	if toolProbeHook != nil {
 		toolProbeHook(ctx)
@@ -140,11 +162,7 @@ func toolCallsCheck(ctx context.Context, client *http.Client, base string, act b
 	sevW, whole, answeredW := probeToolCall(ctx, client, base, p.ServedModelName(), false)
 	sevS, streamed, answeredS := probeToolCall(ctx, client, base, p.ServedModelName(), true)
 	if key != "" && answeredW && answeredS {
-		defer func() {
-			toolProbeCache.Lock()
-			toolProbeCache.key, toolProbeCache.check = key, c
-			toolProbeCache.Unlock()
-		}()
+		defer func() { toolProbeCache.put(key, c) }()
 	}
 	worst := sevW
 	if rank(sevS) > rank(worst) {

@@ -85,11 +85,15 @@ func TestDoctorAgentChecks(t *testing.T) {
 		}
 		if tt.profile == "coder" {
 			// The verdict is kept per backend process: later runs (the
-			// background doctor, every minute) send no further probe.
+			// background doctor, every minute) send no further probe, and
+			// say when the kept verdict was probed.
 			before := simRequests(t, f.cfg.Profiles["coder"].Port)
 			c2 := agentCheck(t, f, "endpoint.tool_calls", "coder")
-			if after := simRequests(t, f.cfg.Profiles["coder"].Port); after != before || c2 != c {
-				t.Errorf("a second doctor run sent %v probe requests (check %+v)", after-before, c2)
+			kept := c2
+			kept.Message = c.Message
+			if after := simRequests(t, f.cfg.Profiles["coder"].Port); after != before || kept != c ||
+				!strings.HasPrefix(c2.Message, c.Message+" (probed ") || !strings.Contains(c2.Message, "once per backend process") {
+				t.Errorf("a second doctor run sent %v probe requests (check %+v, first %+v)", after-before, c2, c)
 			}
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 
 	"gpuhost/api"
 	"gpuhost/backend"
@@ -22,23 +21,14 @@ import (
 // vLLM) leaves those clients without service: a warning with the fix.
 // Like endpoint.tool_calls, the verdict is kept per backend process.
 
-var apisProbeCache struct {
-	sync.Mutex
-	key   string
-	check api.DoctorCheck
-}
+var apisProbeCache probeCache
 
 // apisCheck probes /v1/messages and /v1/responses of profile p's running
 // backend with one tool each.
 func (d *Doctor) apisCheck(ctx context.Context, act backendState, p *units.Profile) api.DoctorCheck {
 	key := toolProbeKey(act, p, liveToolSetting(act, p))
-	if key != "" {
-		apisProbeCache.Lock()
-		cached, hit := apisProbeCache.check, apisProbeCache.key == key
-		apisProbeCache.Unlock()
-		if hit {
-			return cached
-		}
+	if cached, hit := apisProbeCache.get(key); hit {
+		return cached
 	}
 	ctx, cancel := context.WithTimeout(ctx, doctorAgentBudget)
 	defer cancel()
@@ -94,9 +84,7 @@ func (d *Doctor) apisCheck(ctx context.Context, act backendState, p *units.Profi
 		c.Message += "; " + strings.Join(notes, "; ")
 	}
 	if key != "" && answered {
-		apisProbeCache.Lock()
-		apisProbeCache.key, apisProbeCache.check = key, c
-		apisProbeCache.Unlock()
+		apisProbeCache.put(key, c)
 	}
 	return c
 }
