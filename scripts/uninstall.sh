@@ -13,11 +13,17 @@ for a in "$@"; do
   esac
 done
 if [ "$(id -u)" -ne 0 ]; then echo "uninstall.sh: run as root (sudo)" >&2; exit 1; fi
+# gpuhost first, so it does not react to its backends going away; then every
+# unit `gpuhost units install` wrote (both backends, and the socket relays
+# and their sockets, whose names carry the port).
 systemctl disable --now gpuhost.service 2>/dev/null || true
-for u in gpuhost-vllm.service gpuhost-ollama.service; do
+written=$(grep -l 'written by .*gpuhost units' /etc/systemd/system/gpuhost*.service /etc/systemd/system/gpuhost*.socket 2>/dev/null || true)
+for f in $written; do
+  u=${f##*/}
+  [ "$u" = gpuhost.service ] && continue
   systemctl stop "$u" 2>/dev/null || true
-  rm -f "/etc/systemd/system/$u"
 done
+for f in $written; do rm -f "$f"; done
 rm -f /etc/systemd/system/gpuhost.service
 for d in /etc/systemd/system/*.service.d/10-gpuhost.conf; do
   [ -e "$d" ] && rm -f "$d"
