@@ -390,7 +390,10 @@ content, or with arguments that are not JSON) and
 --transcription-fault error (/v1/audio/transcriptions answers 500), and
 --wake-fault hang|output|slow|residual (vllm: a woken engine hangs, answers
 other words or decodes at half speed; or each sleep after the first keeps
-4 GiB above the residual), for tests.
+4 GiB above the residual),
+--crash-file PATH (exit with status 3 at start while PATH exists) and
+--crash-after-requests N (exit with status 3 after answering N inference
+requests), for tests.
 For vllm every vLLM serve flag is accepted too (--gpu-memory-utilization,
 --max-num-seqs, --served-model-name, …), so a profile's argv runs unchanged.
 For ollama the address also comes from OLLAMA_HOST.`,

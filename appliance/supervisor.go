@@ -78,6 +78,7 @@ type Supervisor struct {
 	exclusion exclusionStats
 	wake      wakeState  // verified wake's references and failures (wakecheck.go)
 	drift     driftStats // the watcher's findings (watch.go)
+	heal      healStats  // crashes of the active backend (heal.go)
 
 	telegram telegramSlot // the bot's status, for Status (SetTelegramStatus)
 	probes   probeSet     // the probe leases out now (probelease.go)
@@ -86,6 +87,9 @@ type Supervisor struct {
 	// restore switch, if any (see Ready).
 	ready     chan struct{}
 	readyOnce sync.Once
+	// live is set while Run runs: only the daemon records what it learns
+	// from hand actions (a Supervisor of `gpuhost status` only reads).
+	live bool
 }
 
 // LastSwitch returns the most recent finished switch, or nil.
@@ -159,7 +163,8 @@ func NewSupervisor(cfg *config.Config, gpu GPU, u Units, journal JournalFunc, lo
 		ready:   make(chan struct{}),
 	}
 	s.baseline = cfg.GPU.IdleBaselineMiB
-	s.state.LastWanted = s.readLastWanted()
+	lw := s.readStateFile()
+	s.state.LastWanted, s.state.Paused = lw.Profile, lw.Paused
 	sf := s.readStandby()
 	s.standby, s.residuals = sf.Units, sf.ResidualMiB
 	return s
@@ -171,8 +176,10 @@ func (s *Supervisor) Config() *config.Config { return s.cfg }
 // State returns a copy of the current state.
 func (s *Supervisor) State() api.State {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.state
+	st := s.state
+	s.mu.Unlock()
+	st.NotServing = NotServing(st)
+	return st
 }
 
 // Subscribe streams events after seq since (0: only the buffered ones
@@ -195,6 +202,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	defer s.cancel()
 	// Ready also when Run fails early, so READY=1 is never held back for good.
 	defer s.readyOnce.Do(func() { close(s.ready) })
+	s.mu.Lock()
+	s.live = true
+	s.mu.Unlock()
 	evs, err := s.units.Subscribe(ctx, s.cfg.Backends.VLLM.Unit, s.cfg.Backends.Ollama.Unit)
 	if err != nil {
 		return fmt.Errorf("subscribe to backend unit changes: %w", err)
@@ -347,11 +357,11 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 	bs, err := s.backends(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.current != nil || s.gen != gen {
+	if s.current != nil || s.gen != gen || s.heal.running {
 		return s.state
 	}
 	prev := s.state
-	next := api.State{Phase: api.PhaseIdle, LastWanted: prev.LastWanted, LastError: prev.LastError, Since: prev.Since}
+	next := api.State{Phase: api.PhaseIdle, LastWanted: prev.LastWanted, Paused: prev.Paused, LastError: prev.LastError, Since: prev.Since}
 	if err != nil {
 		next.Phase = api.PhaseFailed
 		next.Error = err.Error()
@@ -364,12 +374,22 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 				// Stopped or restarted behind our back: no longer in standby.
 				delete(s.standby, b.unit)
 				s.writeStandbyLocked()
+				s.publishStandbyLostLocked(b, e)
 			case asleep:
 				continue // in standby: holds its residual, serves nothing
 			}
 			if b.status.Active() {
 				active = append(active, b)
 			}
+		}
+		if l, ok := s.lostActiveLocked(prev, bs, active); ok {
+			next = healState(prev, l.profile, stepHealCheck)
+			next.Standby = s.standbyInfosLocked()
+			s.bus.publish(api.Event{Kind: "state", Profile: next.Target, Message: fmt.Sprintf("%s (%s) left active (%s, result %s) without gpuhost asking",
+				l.unit, l.profile, l.status.ActiveState, orDash(l.status.Result)), Detail: map[string]any{"phase": next.Phase, "unit": l.unit}})
+			s.state = next
+			s.startHealLocked(l)
+			return next
 		}
 		switch len(active) {
 		case 0:
@@ -393,12 +413,21 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 				next.Profile, next.Backend, next.Unit = a.profile, a.backend, a.unit
 				break
 			}
+			if a, ok := s.pickServingLocked(prev, active); ok {
+				// Several units run and none is active (started by
+				// hand): the wanted one serves, the watcher puts the
+				// others into standby or stops them (watch.go).
+				next.Phase = api.PhaseActive
+				next.Profile, next.Backend, next.Unit = a.profile, a.backend, a.unit
+				break
+			}
 			next.Phase = api.PhaseFailed
 			next.Error = fmt.Sprintf("two backends active at once: %s (%s) and %s (%s)",
 				active[0].unit, active[0].status.ActiveState, active[1].unit, active[1].status.ActiveState)
 		}
 	}
 	next.Standby = s.standbyInfosLocked()
+	s.resumeByHandLocked(&next)
 	if next.Phase != prev.Phase || next.Profile != prev.Profile || next.Unit != prev.Unit || next.Error != prev.Error {
 		next.Since = time.Now()
 		// The bus never takes s.mu, so publishing under it keeps the order
@@ -436,6 +465,9 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts api.Switch
 			return "", nil, &api.DoctorError{Profile: profile, Checks: failing}
 		}
 	}
+	s.mu.Lock()
+	s.resetHealLocked() // a switch asked for ends a heal's wait and its crash count
+	s.mu.Unlock()
 	if !s.lockSwitch(ctx) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -463,7 +495,7 @@ func (s *Supervisor) startSwitch(p *units.Profile, opts api.SwitchOptions) (stri
 	s.revokeProbesLocked()
 	s.state.Phase, s.state.Target, s.state.SwitchID, s.state.Step, s.state.Error = api.PhaseSwitching, p.Name, r.id, "starting", ""
 	s.state.Since = time.Now()
-	s.state.LastWanted = p.Name
+	s.state.LastWanted, s.state.Paused = p.Name, ""
 	s.mu.Unlock()
 	if err := s.writeLastWanted(p.Name); err != nil {
 		s.log.Error("persist last wanted profile", "err", err)

@@ -40,6 +40,7 @@ const (
 	driftAsleep       = "asleep"        // the active backend was put to sleep
 	driftForeignModel = "foreign_model" // another model in the active Ollama
 	driftStandbyAwake = "standby_awake" // a unit in standby above its residual (standby.go)
+	driftSeveral      = "several_active" // several units run and none is active (heal.go)
 )
 
 // driftStats counts the watcher's findings, for the doctor.
