@@ -36,10 +36,10 @@ import (
 
 // Kinds of drift (Detail["drift"], the metric's label).
 const (
-	driftStray        = "stray_unit"    // a unit neither active nor in standby
-	driftAsleep       = "asleep"        // the active backend was put to sleep
-	driftForeignModel = "foreign_model" // another model in the active Ollama
-	driftStandbyAwake = "standby_awake" // a unit in standby above its residual (standby.go)
+	driftStray        = "stray_unit"     // a unit neither active nor in standby
+	driftAsleep       = "asleep"         // the active backend was put to sleep
+	driftForeignModel = "foreign_model"  // another model in the active Ollama
+	driftStandbyAwake = "standby_awake"  // a unit in standby above its residual (standby.go)
 	driftSeveral      = "several_active" // several units run and none is active (heal.go)
 )
 
