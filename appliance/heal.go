@@ -34,6 +34,7 @@ import (
 const (
 	stepHealCheck = "heal_check" // telling a crash from a hand action
 	stepHealWait  = "heal_wait"  // the back-off before a restart
+	stepHandStart = "hand_start" // which hand-started unit to serve
 )
 
 // handStopGrace is how long a unit found inactive with result success may
@@ -473,21 +474,66 @@ func (s *Supervisor) pickServingLocked(prev api.State, active []backendState) (b
 	return best, true
 }
 
-// resumeByHandLocked: a backend started by hand while nothing was wanted
-// (its profile stopped by hand) makes its profile the wanted one again, so
-// a later crash of it is healed. Only the running daemon records it. s.mu
-// is held.
-func (s *Supervisor) resumeByHandLocked(next *api.State) {
-	if next.Phase != api.PhaseActive || next.Paused == "" || next.LastWanted != "" || !s.live {
+// resumeOnHandStartLocked: a backend started by hand while nothing is
+// wanted (its profile stopped by hand) makes a profile wanted again. Hand
+// starts come in bursts (`systemctl start A B` brings A up before B), so
+// the decision waits handStopGrace, holding requests, and then takes the
+// paused profile when its unit runs it, else the first unit running a
+// known profile. Only the running daemon does this. s.mu is held; true
+// when it took the state over.
+func (s *Supervisor) resumeOnHandStartLocked(prev api.State, active []backendState) (api.State, bool) {
+	if prev.Paused == "" || prev.LastWanted != "" || !s.live || s.heal.running || len(active) == 0 {
+		return api.State{}, false
+	}
+	s.heal.running = true
+	next := healState(prev, prev.Paused, stepHandStart)
+	next.Standby = s.standbyInfosLocked()
+	s.state = next
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.resumeAfterHandStart(s.baseCtx, prev.Paused)
+		s.mu.Lock()
+		s.heal.running = false
+		s.mu.Unlock()
+		s.Reconcile(s.baseCtx)
+	}()
+	return next, true
+}
+
+// resumeAfterHandStart decides, after the grace, which profile a hand start
+// made wanted (see resumeOnHandStartLocked).
+func (s *Supervisor) resumeAfterHandStart(ctx context.Context, paused string) {
+	select {
+	case <-time.After(handStopGrace):
+	case <-ctx.Done():
 		return
 	}
-	if _, ok := s.cfg.Profiles[next.Profile]; !ok {
+	bs, err := s.backends(ctx)
+	if err != nil {
 		return
 	}
-	next.LastWanted, next.Paused = next.Profile, ""
-	if err := s.writeLastWanted(next.Profile); err != nil {
+	want, unit := "", ""
+	for _, b := range bs {
+		if _, ok := s.cfg.Profiles[b.profile]; !ok || !b.status.Active() {
+			continue
+		}
+		if _, asleep := s.standbyOf(b.unit); asleep {
+			continue
+		}
+		if want == "" || b.profile == paused {
+			want, unit = b.profile, b.unit
+		}
+	}
+	if want == "" {
+		return // stopped again meanwhile: still paused
+	}
+	if err := s.writeLastWanted(want); err != nil {
 		s.log.Error("persist last wanted profile", "err", err)
 	}
-	s.bus.publish(api.Event{Kind: "hand", Profile: next.Profile, Status: "info", Detail: map[string]any{"unit": next.Unit, "action": "start"},
-		Message: fmt.Sprintf("%s was started by hand while nothing was wanted: %s is the wanted profile again", next.Unit, next.Profile)})
+	s.mu.Lock()
+	s.state.LastWanted, s.state.Paused = want, ""
+	s.mu.Unlock()
+	s.bus.publish(api.Event{Kind: "hand", Profile: want, Status: "info", Detail: map[string]any{"unit": unit, "action": "start"},
+		Message: fmt.Sprintf("%s was started by hand while nothing was wanted: %s is the wanted profile again", unit, want)})
 }

@@ -216,10 +216,22 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.readyOnce.Do(func() { close(s.ready) })
 	watch := time.NewTicker(s.cfg.GPU.StandbyWatchInterval.D())
 	defer watch.Stop()
+	// After a unit event that no switch caused (a hand action), the
+	// watcher looks every handWatchInterval for handWatchFor: what follows
+	// a hand start without a unit event of its own (a model loaded by hand
+	// through the socket) is found within that, not the watch interval.
+	fast := time.NewTicker(handWatchInterval)
+	defer fast.Stop()
+	var fastUntil time.Time
 	for {
 		select {
 		case <-watch.C:
 			if !s.isSwitching() {
+				s.enforceStandby(ctx)
+				s.watchBackends(ctx)
+			}
+		case now := <-fast.C:
+			if now.Before(fastUntil) && !s.isSwitching() {
 				s.enforceStandby(ctx)
 				s.watchBackends(ctx)
 			}
@@ -238,12 +250,20 @@ func (s *Supervisor) Run(ctx context.Context) error {
 				Detail: map[string]any{"unit": ev.Unit, "active_state": ev.ActiveState, "sub_state": ev.SubState,
 					"log": logHint(s.cfg, ev.Unit)}})
 			if !s.isSwitching() {
+				fastUntil = time.Now().Add(handWatchFor)
 				s.Reconcile(ctx)
 				s.watchBackends(ctx)
 			}
 		}
 	}
 }
+
+// handWatchInterval and handWatchFor: how often and how long the watcher
+// looks after a unit changed without a switch (see Run).
+const (
+	handWatchInterval = 100 * time.Millisecond
+	handWatchFor      = 30 * time.Second
+)
 
 // Close cancels running switches' background context and waits for them.
 func (s *Supervisor) Close() {
@@ -391,6 +411,9 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 			s.startHealLocked(l)
 			return next
 		}
+		if held, ok := s.resumeOnHandStartLocked(prev, active); ok {
+			return held
+		}
 		switch len(active) {
 		case 0:
 			// A failed switch stays "failed" (with its reason) until the
@@ -427,7 +450,6 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 		}
 	}
 	next.Standby = s.standbyInfosLocked()
-	s.resumeByHandLocked(&next)
 	if next.Phase != prev.Phase || next.Profile != prev.Profile || next.Unit != prev.Unit || next.Error != prev.Error {
 		next.Since = time.Now()
 		// The bus never takes s.mu, so publishing under it keeps the order
