@@ -79,6 +79,7 @@ func TestExitCodeContract(t *testing.T) {
 	}{
 		{down, []string{"status"}, exitUnavailable},
 		{down, []string{"switch", "llama3-8b"}, exitUnavailable},
+		{down, []string{"heal"}, exitUnavailable},
 		{down, []string{"doctor"}, exitUnavailable},
 		{down, []string{"ask", "what is the GPU status?"}, exitUnavailable},
 		{down, []string{"mcp", "tools"}, exitUnavailable},
