@@ -59,6 +59,13 @@ type healStats struct {
 	cancel context.CancelFunc
 }
 
+// healRunning reports whether a heal decides, waits or restarts now.
+func (s *Supervisor) healRunning() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.heal.running
+}
+
 // lostBackend is the active backend whose unit left "active".
 type lostBackend struct {
 	unit, profile string

@@ -128,7 +128,9 @@ func (s *Supervisor) AwaitActive(ctx context.Context) (*units.Profile, error) {
 		case api.PhaseIdle:
 			return nil, api.ErrNoBackend
 		case api.PhaseFailed:
-			return nil, fmt.Errorf("%w: %s", api.ErrNoBackend, st.Error)
+			if !s.healRunning() { // a failed restart of a heal is followed by the next
+				return nil, fmt.Errorf("%w: %s", api.ErrNoBackend, st.Error)
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -218,7 +218,9 @@ func TestSystemdHealAndHandActions(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = run("crash loop of coder (crashes at every start)", func() { systemctl("kill", "--signal=KILL", vllm) },
-		func(st api.Status) bool { return st.State.Phase == api.PhaseFailed })
+		func(st api.Status) bool {
+			return st.State.Phase == api.PhaseFailed && strings.Contains(st.State.Error, "stopped restarting")
+		})
 	crashes, restarts := 0, 0
 	for _, ev := range r.events {
 		if strings.HasPrefix(ev, "crash ") {
