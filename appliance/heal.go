@@ -91,9 +91,25 @@ func (s *Supervisor) lostActiveLocked(prev api.State, bs []backendState, active 
 		return lostBackend{}, false
 	}
 	for _, a := range active {
-		if a.unit == prev.Unit {
+		if a.unit != prev.Unit {
+			continue
+		}
+		// Still running; but a new main process without a switch is a
+		// hand restart whose stop and start systemd's signals folded
+		// into one change: it is proved again like one.
+		pid := a.status.MainPID
+		if a.profile != prev.Profile || a.status.ActiveState != "active" || pid == 0 || s.activePID == 0 || pid == s.activePID {
+			if a.status.ActiveState == "active" && pid != 0 && s.activePID == 0 {
+				s.activePID = pid
+			}
 			return lostBackend{}, false
 		}
+		s.activePID = pid
+		if _, ok := s.cfg.Profiles[prev.Profile]; !ok || !s.live {
+			return lostBackend{}, false
+		}
+		s.heal.running = true
+		return lostBackend{unit: prev.Unit, profile: prev.Profile, status: a.status, at: time.Now()}, true
 	}
 	l := lostBackend{unit: prev.Unit, profile: prev.Profile, at: time.Now()}
 	for _, b := range bs {
@@ -200,6 +216,9 @@ const (
 // file comment); l.status is updated to the last reading.
 func (s *Supervisor) classifyLoss(ctx context.Context, l *lostBackend) int {
 	st := l.status
+	if st.Active() {
+		return lossHandRestart
+	}
 	if st.ActiveState != "inactive" || (st.Result != "success" && st.Result != "") {
 		return lossCrash
 	}

@@ -79,6 +79,10 @@ type Supervisor struct {
 	wake      wakeState  // verified wake's references and failures (wakecheck.go)
 	drift     driftStats // the watcher's findings (watch.go)
 	heal      healStats  // crashes of the active backend (heal.go)
+	// activePID is the active unit's main process as first seen active
+	// after a switch (0 until then): another one without a switch is a
+	// restart behind gpuhost's back (heal.go).
+	activePID int
 
 	telegram telegramSlot // the bot's status, for Status (SetTelegramStatus)
 	probes   probeSet     // the probe leases out now (probelease.go)
@@ -515,6 +519,7 @@ func (s *Supervisor) startSwitch(p *units.Profile, opts api.SwitchOptions) (stri
 		r.prev = ""
 	}
 	s.current = r
+	s.activePID = 0
 	s.gen++
 	s.revokeProbesLocked()
 	s.state.Phase, s.state.Target, s.state.SwitchID, s.state.Step, s.state.Error = api.PhaseSwitching, p.Name, r.id, "starting", ""
