@@ -25,6 +25,7 @@ package appliance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -197,7 +198,23 @@ func (s *Supervisor) adopt(ctx context.Context, p *units.Profile, b backendState
 	} else if _, known := s.residualOf(p.Name); !known {
 		from = 0 // asleep already: its first steady reading is the residual
 	}
+	if known, ok := s.residualOf(p.Name); asleep && ok && s.unitHeldMiB(cctx, b.status) > known+residualToleranceMiB {
+		// Asleep a moment ago, above its residual now: something loaded
+		// into it right after it started (a hand request through its
+		// socket). Put it back to sleep at once.
+		if _, err := sl.Sleep(cctx, modeLevel(mode)); err != nil {
+			return "putting it back into standby failed: " + err.Error(), false, false
+		}
+	}
 	used, _, err := s.waitResidual(cctx, p, b.status, from)
+	if err != nil && asleep && errors.Is(err, errResidualHigh) {
+		// Found asleep, but it took memory while being adopted (a model
+		// loaded by hand right after a hand start): put it back to sleep
+		// rather than stopping it once the wait settled.
+		if _, serr := sl.Sleep(cctx, modeLevel(mode)); serr == nil {
+			used, _, err = s.waitResidual(cctx, p, b.status, from)
+		}
+	}
 	if err != nil {
 		return "not at its residual: " + err.Error(), false, false
 	}
