@@ -222,3 +222,35 @@ func findCheck(rep api.DoctorReport, id string) api.DoctorCheck {
 	}
 	return api.DoctorCheck{}
 }
+
+// TestStandbyBackendDeathIsDropped: the unit in standby dying is a crash
+// of its own (event with the reason): it leaves standby, the active
+// profile serves on, nothing is restarted.
+func TestStandbyBackendDeathIsDropped(t *testing.T) {
+	f := newProcFixtureYAML(t, standbyYAML(t))
+	for _, p := range []string{"coder", "llama"} {
+		if evs, err := f.switchTo(t, p); err != nil {
+			t.Fatalf("switch %s: %v%s", p, err, describe(evs))
+		}
+	}
+	if st := f.sup.State(); len(st.Standby) != 1 || st.Standby[0].Profile != "coder" {
+		t.Fatalf("coder not in standby: %+v", st)
+	}
+	since := f.sup.LastSeq()
+	killMain(t, f, "gpuhost-vllm.service")
+	evs := waitEvent(t, f.sup, since, 20*time.Second, func(e api.Event) bool { return e.Kind == "crash" })
+	e := evs[len(evs)-1]
+	if e.Profile != "coder" || e.Detail["reason"] != "signal" || e.Detail["standby"] != true || !strings.Contains(e.Message, "dropped from standby") {
+		t.Errorf("crash event %+v", e)
+	}
+	time.Sleep(300 * time.Millisecond)
+	st := f.sup.State()
+	if st.Phase != api.PhaseActive || st.Profile != "llama" || len(st.Standby) != 0 || st.NotServing != "" {
+		t.Errorf("after the standby backend died: %+v", st)
+	}
+	_, after, cancel := f.sup.Subscribe(since)
+	cancel()
+	if n := count(after, "switch", "started"); n != 0 {
+		t.Errorf("%d switches after a standby backend died, want none", n)
+	}
+}
