@@ -117,6 +117,7 @@ func (s *Supervisor) lostActiveLocked(prev api.State, bs []backendState, active 
 			l.status = b.status
 		}
 	}
+	s.activePID = 0 // whatever runs next is new to gpuhost
 	if _, ok := s.cfg.Profiles[l.profile]; !ok {
 		return lostBackend{}, false
 	}
