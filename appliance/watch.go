@@ -198,6 +198,7 @@ func (s *Supervisor) adopt(ctx context.Context, p *units.Profile, b backendState
 	} else if _, known := s.residualOf(p.Name); !known {
 		from = 0 // asleep already: its first steady reading is the residual
 	}
+	reslept := false
 	if known, ok := s.residualOf(p.Name); asleep && ok && s.unitHeldMiB(cctx, b.status) > known+residualToleranceMiB {
 		// Asleep a moment ago, above its residual now: something loaded
 		// into it right after it started (a hand request through its
@@ -205,6 +206,7 @@ func (s *Supervisor) adopt(ctx context.Context, p *units.Profile, b backendState
 		if _, err := sl.Sleep(cctx, modeLevel(mode)); err != nil {
 			return "putting it back into standby failed: " + err.Error(), false, false
 		}
+		reslept = true
 	}
 	used, _, err := s.waitResidual(cctx, p, b.status, from)
 	if err != nil && asleep && errors.Is(err, errResidualHigh) {
@@ -212,6 +214,7 @@ func (s *Supervisor) adopt(ctx context.Context, p *units.Profile, b backendState
 		// loaded by hand right after a hand start): put it back to sleep
 		// rather than stopping it once the wait settled.
 		if _, serr := sl.Sleep(cctx, modeLevel(mode)); serr == nil {
+			reslept = true
 			used, _, err = s.waitResidual(cctx, p, b.status, from)
 		}
 	}
@@ -220,6 +223,9 @@ func (s *Supervisor) adopt(ctx context.Context, p *units.Profile, b backendState
 	}
 	s.setStandby(b.unit, standbyEntry{Profile: p.Name, Mode: mode, Since: time.Now()})
 	how := "adopted into standby"
+	if reslept {
+		how = "it took memory while being adopted: put back into standby and adopted"
+	}
 	if !asleep {
 		how = "put into standby (" + string(mode) + ") and adopted"
 	}
