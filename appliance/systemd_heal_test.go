@@ -185,31 +185,40 @@ func TestSystemdHealAndHandActions(t *testing.T) {
 	// The Ollama in standby stopped, started and loaded by hand.
 	e.switchTo(t, "coder")
 	hc := e.backendHTTP(60 * time.Second)
-	loadSeq := e.lastSeq(t)
-	r = run("stop+start of the ollama in standby, then a hand load", func() {
-		systemctl("stop", ollama)
-		systemctl("start", ollama)
-		var err error
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			var resp *http.Response
-			resp, err = hc.Post(fmt.Sprintf("http://127.0.0.1:%d/api/generate", llama.Port), "application/json",
-				strings.NewReader(`{"model":"llama3.1:8b","prompt":"hi","stream":false}`))
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
-				err = fmt.Errorf("HTTP %d", resp.StatusCode)
+	handLoad := func(name string, waitAdopted bool) {
+		loadSeq := e.lastSeq(t)
+		run(name, func() {
+			systemctl("stop", ollama)
+			systemctl("start", ollama)
+			if waitAdopted {
+				e.waitState(t, "adopted", 30*time.Second, func(st api.Status) bool { return inStandby(st, "llama") })
 			}
-		}
-		if err != nil {
-			t.Errorf("the hand load: %v", err)
-		}
-	}, func(st api.Status) bool {
-		// Put back into standby (or, when it would not settle, stopped).
-		evs := e.eventsSince(t, loadSeq, "exclusion")
-		return active("coder")(st) && (hasEvent(evs, "exclusion", "back into standby") || hasEvent(evs, "exclusion", "stopped"))
-	})
+			var err error
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				var resp *http.Response
+				resp, err = hc.Post(fmt.Sprintf("http://127.0.0.1:%d/api/generate", llama.Port), "application/json",
+					strings.NewReader(`{"model":"llama3.1:8b","prompt":"hi","stream":false}`))
+				if err == nil {
+					resp.Body.Close()
+					if resp.StatusCode == http.StatusOK {
+						break
+					}
+					err = fmt.Errorf("HTTP %d", resp.StatusCode)
+				}
+			}
+			if err != nil {
+				t.Errorf("the hand load: %v", err)
+			}
+		}, func(st api.Status) bool {
+			// Put back into standby (or, when it would not settle, stopped).
+			evs := e.eventsSince(t, loadSeq, "exclusion")
+			return active("coder")(st) && (hasEvent(evs, "exclusion", "back into standby") || hasEvent(evs, "exclusion", "stopped"))
+		})
+	}
+	handLoad("stop+start of the ollama in standby, then a hand load", false)
+	// The load after the adoption: no unit event of its own, found by the
+	// 100 ms look that follows a hand action, not the 2 s interval.
+	handLoad("stop+start of the ollama in standby, adopted, then a hand load", true)
 
 	// A crash loop: every start crashes. Starts are spaced beyond systemd's
 	// default start limit (5 in 10 s) of the units as rendered.
