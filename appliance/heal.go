@@ -170,6 +170,9 @@ func (s *Supervisor) healLoop(ctx context.Context, l lostBackend) {
 	case lossHandStop:
 		s.pause(l)
 		return
+	case lossReplaced:
+		s.followReplacement(ctx, l)
+		return
 	}
 	for {
 		reason := crashReason(l.status)
@@ -211,6 +214,7 @@ const (
 	lossCrash = iota
 	lossHandRestart
 	lossHandStop
+	lossReplaced // another backend unit started by hand stopped it (Conflicts=)
 )
 
 // classifyLoss tells a crash from a hand stop and a hand restart (see the
@@ -229,6 +233,10 @@ func (s *Supervisor) classifyLoss(ctx context.Context, l *lostBackend) int {
 		if st.Active() {
 			l.status = st
 			return lossHandRestart
+		}
+		if s.otherRunning(ctx, l.unit) != nil {
+			l.status = st
+			return lossReplaced
 		}
 		select {
 		case <-ctx.Done():
@@ -563,4 +571,44 @@ func (s *Supervisor) resumeAfterHandStart(ctx context.Context, paused string) {
 	s.mu.Unlock()
 	s.bus.publish(api.Event{Kind: "hand", Profile: want, Status: "info", Detail: map[string]any{"unit": unit, "action": "start"},
 		Message: fmt.Sprintf("%s was started by hand while nothing was wanted: %s is the wanted profile again", unit, want)})
+}
+
+// otherRunning is a backend unit other than unit that runs and is not in
+// standby (nil when none).
+func (s *Supervisor) otherRunning(ctx context.Context, unit string) *backendState {
+	bs, err := s.backends(ctx)
+	if err != nil {
+		return nil
+	}
+	for _, b := range bs {
+		if b.unit == unit || !b.status.Active() {
+			continue
+		}
+		if _, asleep := s.standbyOf(b.unit); asleep {
+			continue
+		}
+		if _, ok := s.cfg.Profiles[b.profile]; ok {
+			return &b
+		}
+	}
+	return nil
+}
+
+// followReplacement: the active unit stopped cleanly because another
+// backend unit was started by hand (with Conflicts= systemd stops the one
+// to start the other): a switch by hand. gpuhost follows it and its
+// profile becomes the wanted one.
+func (s *Supervisor) followReplacement(ctx context.Context, l lostBackend) {
+	b := s.otherRunning(ctx, l.unit)
+	if b == nil {
+		return // gone again: Reconcile reads what is left
+	}
+	if err := s.writeLastWanted(b.profile); err != nil {
+		s.log.Error("persist last wanted profile", "err", err)
+	}
+	s.mu.Lock()
+	s.state.LastWanted, s.state.Paused = b.profile, ""
+	s.mu.Unlock()
+	s.bus.publish(api.Event{Kind: "hand", Profile: b.profile, Status: "info", Detail: map[string]any{"unit": b.unit, "action": "start"},
+		Message: fmt.Sprintf("%s was started by hand and %s (%s) stopped for it: gpuhost follows; %s is the wanted profile", b.unit, l.unit, l.profile, b.profile)})
 }

@@ -212,7 +212,8 @@ func TestSystemdHealAndHandActions(t *testing.T) {
 		}, func(st api.Status) bool {
 			// Put back into standby (or, when it would not settle, stopped).
 			evs := e.eventsSince(t, loadSeq, "exclusion")
-			return active("coder")(st) && (hasEvent(evs, "exclusion", "back into standby") || hasEvent(evs, "exclusion", "stopped"))
+			return active("coder")(st) && (hasEvent(evs, "exclusion", "back into standby") || hasEvent(evs, "exclusion", "put into standby") ||
+				hasEvent(evs, "exclusion", "stopped"))
 		})
 	}
 	handLoad("stop+start of the ollama in standby, then a hand load", false)
