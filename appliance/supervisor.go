@@ -94,7 +94,14 @@ type Supervisor struct {
 	// live is set while Run runs: only the daemon records what it learns
 	// from hand actions (a Supervisor of `gpuhost status` only reads).
 	live bool
+	// handWatchUntil: the watcher looks every handWatchInterval until then
+	// (handActionLocked).
+	handWatchUntil time.Time
 }
+
+// handActionLocked notes that a hand action was found: the watcher looks
+// closely for what may follow it. s.mu is held.
+func (s *Supervisor) handActionLocked() { s.handWatchUntil = time.Now().Add(handWatchFor) }
 
 // LastSwitch returns the most recent finished switch, or nil.
 func (s *Supervisor) LastSwitch() *api.SwitchSummary {
@@ -222,13 +229,12 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.readyOnce.Do(func() { close(s.ready) })
 	watch := time.NewTicker(s.cfg.GPU.StandbyWatchInterval.D())
 	defer watch.Stop()
-	// After a unit event that no switch caused (a hand action), the
-	// watcher looks every handWatchInterval for handWatchFor: what follows
-	// a hand start without a unit event of its own (a model loaded by hand
-	// through the socket) is found within that, not the watch interval.
+	// After a hand action is found (handActionLocked), the watcher looks
+	// every handWatchInterval for handWatchFor: what follows a hand start
+	// without a unit event of its own (a model loaded by hand through the
+	// socket) is found within that, not the watch interval.
 	fast := time.NewTicker(handWatchInterval)
 	defer fast.Stop()
-	var fastUntil time.Time
 	for {
 		select {
 		case <-watch.C:
@@ -237,7 +243,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 				s.watchBackends(ctx)
 			}
 		case now := <-fast.C:
-			if now.Before(fastUntil) && !s.isSwitching() {
+			s.mu.Lock()
+			watching := now.Before(s.handWatchUntil)
+			s.mu.Unlock()
+			if watching && !s.isSwitching() {
 				s.enforceStandby(ctx)
 				s.watchBackends(ctx)
 			}
@@ -256,7 +265,6 @@ func (s *Supervisor) Run(ctx context.Context) error {
 				Detail: map[string]any{"unit": ev.Unit, "active_state": ev.ActiveState, "sub_state": ev.SubState,
 					"log": logHint(s.cfg, ev.Unit)}})
 			if !s.isSwitching() {
-				fastUntil = time.Now().Add(handWatchFor)
 				s.Reconcile(ctx)
 				s.watchBackends(ctx)
 			}
@@ -265,7 +273,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 }
 
 // handWatchInterval and handWatchFor: how often and how long the watcher
-// looks after a unit changed without a switch (see Run).
+// looks after it found a hand action (see Run).
 const (
 	handWatchInterval = 100 * time.Millisecond
 	handWatchFor      = 30 * time.Second

@@ -133,6 +133,9 @@ func (s *Supervisor) handleStray(ctx context.Context, b backendState, active api
 	if cur, ok := s.standbyOf(b.unit); ok && cur.Profile == b.profile {
 		return // a switch put it there meanwhile
 	}
+	s.mu.Lock()
+	s.handActionLocked()
+	s.mu.Unlock()
 	p := s.cfg.Profiles[b.profile]
 	held := s.unitHeldMiB(ctx, b.status)
 	why := fmt.Sprintf("%s runs %s beside the active %s, not in standby, holding %d MiB: ", b.unit, orDash(b.profile), active.Profile, held)
