@@ -148,9 +148,15 @@ func newStatusCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), st)
+				if err := writeJSON(cmd.OutOrStdout(), st); err != nil {
+					return err
+				}
+			} else {
+				printStatus(cmd.OutOrStdout(), st)
 			}
-			printStatus(cmd.OutOrStdout(), st)
+			if st.State.NotServing != "" {
+				return exitError{exitProblem} // the wanted profile does not serve
+			}
 			return nil
 		},
 	}
@@ -178,11 +184,16 @@ func fetchStatus(ctx context.Context, cmd *cobra.Command) (api.Status, error) {
 }
 
 func printStatus(w io.Writer, st api.Status) {
+	if ns := st.State.NotServing; ns != "" {
+		fmt.Fprintf(w, "NOT SERVING: %s; `gpuhost doctor` says why, `gpuhost heal` starts %s again\n", ns, st.State.LastWanted)
+	} else if p := st.State.Paused; p != "" && st.State.LastWanted == "" {
+		fmt.Fprintf(w, "paused:  %s was stopped by hand; nothing is served until `gpuhost heal`\n", p)
+	}
 	fmt.Fprintf(w, "state:   %s\n", api.StatusLine(st.State, st.GPU))
 	if st.State.LastError != "" {
 		fmt.Fprintf(w, "last error: %s\n", st.State.LastError)
 	}
-	if drift := appliance.WantedDrift(st.State); drift != "" {
+	if drift := appliance.WantedDrift(st.State); drift != "" && st.State.NotServing == "" {
 		fmt.Fprintf(w, "wanted:  %s; `gpuhost switch %s` completes it\n", drift, st.State.LastWanted)
 	}
 	for _, sb := range st.State.Standby {
@@ -276,6 +287,29 @@ func newSwitchCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "switch even if the profile fails doctor checks")
+	urlFlag(cmd)
+	return cmd
+}
+
+func newHealCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "heal",
+		Short: "Start the wanted profile again (after a crash loop, a failed switch or a hand stop) and follow it",
+		Long: `Starts the last wanted profile again through a switch, or the profile whose
+backend was stopped by hand, and forgets the crash count that made the
+daemon stop restarting it. Exit 0 when it serves again, 1 when the switch
+failed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			// Nothing to heal is the daemon's 409: a problem found (exit 1).
+			return c.HealAndFollow(cmd.Context(), func(e api.Event) { fmt.Fprintln(out, api.FormatEvent(e)) })
+		},
+	}
 	urlFlag(cmd)
 	return cmd
 }
@@ -385,7 +419,10 @@ content, or with arguments that are not JSON) and
 --transcription-fault error (/v1/audio/transcriptions answers 500), and
 --wake-fault hang|output|slow|residual (vllm: a woken engine hangs, answers
 other words or decodes at half speed; or each sleep after the first keeps
-4 GiB above the residual), for tests.
+4 GiB above the residual),
+--crash-file PATH (exit with status 3 at start while PATH exists) and
+--crash-after-requests N (exit with status 3 after answering N inference
+requests), for tests.
 --network auto|fenced|open: where the network is fenced (auto: run by systemd
 with nothing but loopback, as under the rendered units' PrivateNetwork=yes)
 it refuses to start unless the offline settings are set (vllm:

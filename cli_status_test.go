@@ -84,3 +84,29 @@ func TestPrintStatusStandbyAndTelegram(t *testing.T) {
 		t.Errorf("lines without a bot or standby:\n%s", b.String())
 	}
 }
+
+// TestPrintStatusNotServing: while the wanted profile does not serve, the
+// first line says so (and the command exits 1, see newStatusCmd); a hand
+// stop says it is paused.
+func TestPrintStatusNotServing(t *testing.T) {
+	tests := []struct {
+		name  string
+		state api.State
+		first string
+	}{
+		{"crash loop", api.State{Phase: api.PhaseFailed, Error: "coder crashed 4 times", LastWanted: "coder",
+			NotServing: "last wanted profile coder does not run (failed: coder crashed 4 times)"},
+			"NOT SERVING: last wanted profile coder does not run (failed: coder crashed 4 times); `gpuhost doctor` says why, `gpuhost heal` starts coder again"},
+		{"paused", api.State{Phase: api.PhaseIdle, Paused: "coder"}, "paused:  coder was stopped by hand; nothing is served until `gpuhost heal`"},
+		{"serving", api.State{Phase: api.PhaseActive, Profile: "coder", LastWanted: "coder"}, "state:   active: coder ()"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b strings.Builder
+			printStatus(&b, api.Status{State: tt.state})
+			if first, _, _ := strings.Cut(b.String(), "\n"); first != tt.first {
+				t.Errorf("first line %q, want %q", first, tt.first)
+			}
+		})
+	}
+}

@@ -25,7 +25,8 @@ const (
 const exitCodesHelp = `Every gpuhost command ends with one of these exit statuses:
 
   0   success (the doctor may still print warnings)
-  1   the command ran and found a problem: a doctor failure, a failed
+  1   the command ran and found a problem: a doctor failure, 'status'
+      while the wanted profile does not serve, a failed
       switch, a worse 'bench compare', a partial or failed bench run, an
       ask without an answer, an 'mcp test' target that failed
   64  usage error: an unknown command, flag or help topic, a bad flag value

@@ -72,6 +72,8 @@ var exitTable = map[string][]exitCase{
 		ec(cConfig, 78, "--config", "{missing}"), ec(cConfig, 78, "--config", "{bad}")},
 	"gpuhost switch": {unknownFlag(), ec(cValue, 64, "p", "--url", "notaurl"), ec(cArgs, 64), ec(cArgs, 64, "a", "b"),
 		ec(cName, 64, "nosuch", "--url", "{daemon}"), ec(cDown, 69, "p", "--url", "{down}"), ec(cConfig, 78, "p", "--config", "{missing}")},
+	"gpuhost heal": {unknownFlag(), ec(cValue, 64, "--url", "notaurl"), ec(cArgs, 64, "extra"), ec(cDown, 69, "--url", "{down}"),
+		ec(cConfig, 78, "--config", "{missing}"), ec(cProblem, 1, "--url", "{daemon}")},
 	"gpuhost doctor": {unknownFlag(), ec(cValue, 64, "--url", "notaurl"), ec(cArgs, 64, "extra"),
 		ec(cName, 64, "--profile", "nosuch", "--url", "{daemon}"), ec(cName, 64, "--profile", "nosuch", "--config", "{good}"),
 		ec(cDown, 69, "--url", "{down}"), ec(cConfig, 78, "--config", "{missing}"), ec(cConfig, 78, "--config", "{bad}"),

@@ -45,6 +45,7 @@ func TestJourneys(t *testing.T) {
 			"democonsole": demoConsoleCmd,
 			"rc":          exitCodeCmd,
 			"backendpost": backendPostCmd,
+			"killbackend": killBackendCmd,
 			"waitmetric":  waitMetricCmd,
 		},
 	})
@@ -174,6 +175,24 @@ func backendPostCmd(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	resp.Body.Close()
 	ts.Logf("POST %s on %s's backend: %s", args[1], args[0], resp.Status)
+}
+
+// killBackendCmd is `killbackend UNIT`: SIGKILL to the unit's main
+// process, as `kill -9 PID` from `gpuhost status` would.
+func killBackendCmd(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: killbackend UNIT")
+	}
+	st, err := api.NewClient(ts.Getenv(envDaemonURL), "").Status(context.Background())
+	ts.Check(err)
+	for _, u := range st.Units {
+		if u.Name == args[0] && u.MainPID > 0 {
+			ts.Check(syscall.Kill(u.MainPID, syscall.SIGKILL))
+			ts.Logf("kill -9 %d (%s)", u.MainPID, u.Name)
+			return
+		}
+	}
+	ts.Fatalf("killbackend: %s has no main process", args[0])
 }
 
 // waitMetricCmd is `waitmetric REGEXP`: polls the daemon's /metrics (60 s

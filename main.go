@@ -53,7 +53,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().String("config", "", "config file (default /etc/gpuhost/gpuhost.yaml)")
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(
-		newServeCmd(), newDemoCmd(), newStatusCmd(), newSwitchCmd(), newDoctorCmd(),
+		newServeCmd(), newDemoCmd(), newStatusCmd(), newSwitchCmd(), newHealCmd(), newDoctorCmd(),
 		newUnitsCmd(), newSimulateCmd(), newVersionCmd(), newOpencodeConfigCmd(), newClientConfigCmd(),
 		benchcmd.NewCmd(benchcmd.Deps{GpuhostVersion: version, Env: benchEnv, Daemon: apiClient}),
 		newMCPCmd(), newAskCmd(), newTriageCmd(), newExitCodesTopic(),

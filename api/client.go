@@ -293,6 +293,27 @@ func (c *Client) SwitchAndFollow(ctx context.Context, req SwitchRequest, step fu
 	if err != nil {
 		return err
 	}
+	return c.follow(ctx, acc, step)
+}
+
+// Heal asks the daemon to start the wanted profile again (POST /api/heal).
+func (c *Client) Heal(ctx context.Context) (SwitchAccepted, error) {
+	var acc SwitchAccepted
+	err := c.do(ctx, http.MethodPost, "/api/heal", HealRequest{}, &acc)
+	return acc, err
+}
+
+// HealAndFollow is Heal followed like SwitchAndFollow.
+func (c *Client) HealAndFollow(ctx context.Context, step func(Event)) error {
+	acc, err := c.Heal(ctx)
+	if err != nil {
+		return err
+	}
+	return c.follow(ctx, acc, step)
+}
+
+// follow calls step for each event of the accepted switch until it ends.
+func (c *Client) follow(ctx context.Context, acc SwitchAccepted, step func(Event)) (err error) {
 	defer func() {
 		if err != nil && ctx.Err() != nil {
 			err = &SwitchDetachedError{SwitchID: acc.SwitchID, Events: acc.Events, Err: err}

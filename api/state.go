@@ -31,6 +31,15 @@ type State struct {
 	LastError  string        `json:"last_error,omitempty"`
 	Since      time.Time     `json:"since"`
 	LastWanted string        `json:"last_wanted,omitempty"`
+	// Paused is the profile whose active backend the operator stopped by
+	// hand (a clean `systemctl stop`): nothing is wanted until
+	// `gpuhost heal` (which resumes it) or a switch.
+	Paused string `json:"paused,omitempty"`
+	// NotServing says why the last wanted profile does not serve (a crash
+	// loop, a failed switch, nothing running although it is wanted); ""
+	// while it serves, while a switch runs, or when nothing is wanted.
+	// `gpuhost status` and the doctor fail while it is set.
+	NotServing string `json:"not_serving,omitempty"`
 	// Standby lists the backends kept running in standby (asleep or
 	// unloaded), ready to wake in seconds instead of a cold start.
 	Standby []StandbyInfo `json:"standby,omitempty"`

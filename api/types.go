@@ -93,6 +93,14 @@ type SwitchRequest struct {
 	Wait bool `json:"wait"`
 }
 
+// HealRequest is the body of POST /api/heal, which starts the wanted
+// profile again (the last wanted, else the one stopped by hand) and resets
+// the crash count; it answers like POST /api/switch.
+type HealRequest struct {
+	// Wait makes the request return when the switch has finished.
+	Wait bool `json:"wait"`
+}
+
 // SwitchAccepted answers a started switch.
 type SwitchAccepted struct {
 	SwitchID string `json:"switch_id"`

@@ -76,9 +76,15 @@ func (d *Doctor) endpointChecks(ctx context.Context, bs []backendState, sf stand
 // between two states, so it names the switch instead.
 func (d *Doctor) wantedCheck(bs []backendState, asleep map[string]standbyEntry) api.DoctorCheck {
 	if d.Gate != nil {
-		if st := d.Gate.State(); st.Phase == api.PhaseSwitching {
+		st := d.Gate.State()
+		switch {
+		case st.NotServing != "":
+			return notServingCheck(st.LastWanted, st.NotServing)
+		case st.Phase == api.PhaseSwitching:
 			return api.DoctorCheck{ID: "state.last_wanted", Severity: units.SeverityOK, Value: st.LastWanted,
 				Message: SwitchingMessage(st) + ": the last wanted profile is " + st.LastWanted}
+		case st.Paused != "" && st.LastWanted == "":
+			return pausedCheck(st.Paused)
 		}
 	}
 	return wantedCheck(d.Cfg, bs, asleep)

@@ -19,6 +19,9 @@ import (
 type lastWantedFile struct {
 	Profile string    `json:"last_wanted_profile"`
 	At      time.Time `json:"at"`
+	// Paused is the profile whose backend the operator stopped by hand
+	// (Profile is "" then): what `gpuhost heal` resumes.
+	Paused string `json:"paused,omitempty"`
 }
 
 func (s *Supervisor) statePath() string { return filepath.Join(s.cfg.StateDir, "state.json") }
@@ -31,38 +34,45 @@ const maxStateFileBytes = 64 << 10
 // readLastWanted returns the last wanted profile from state.json, or "" when
 // there is none or the file is not usable (too large, not JSON, not a
 // profile name). What it logs about the file is bounded too.
-func (s *Supervisor) readLastWanted() string {
+func (s *Supervisor) readLastWanted() string { return s.readStateFile().Profile }
+
+// readStateFile reads state.json (see readLastWanted); the zero value when
+// there is none or it is not usable.
+func (s *Supervisor) readStateFile() lastWantedFile {
 	path := s.statePath()
 	f, err := os.Open(path)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			s.log.Warn("ignoring unreadable state file", "file", path, "err", err)
 		}
-		return ""
+		return lastWantedFile{}
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, maxStateFileBytes+1))
 	if err != nil {
 		s.log.Warn("ignoring unreadable state file", "file", path, "err", err)
-		return ""
+		return lastWantedFile{}
 	}
 	if len(data) > maxStateFileBytes {
 		s.log.Warn("ignoring state file larger than its limit", "file", path, "limit_bytes", maxStateFileBytes)
-		return ""
+		return lastWantedFile{}
 	}
 	var lw lastWantedFile
 	if err := json.Unmarshal(data, &lw); err != nil {
 		s.log.Warn("ignoring unreadable state file", "file", path, "err", err)
-		return ""
+		return lastWantedFile{}
 	}
-	if lw.Profile != "" {
-		if err := units.ValidProfileName(lw.Profile); err != nil {
+	for _, name := range []string{lw.Profile, lw.Paused} {
+		if name == "" {
+			continue
+		}
+		if err := units.ValidProfileName(name); err != nil {
 			s.log.Warn("ignoring state file: last_wanted_profile is not a profile name", "file", path,
-				"profile_prefix", clipForLog(lw.Profile, 64), "profile_bytes", len(lw.Profile))
-			return ""
+				"profile_prefix", clipForLog(name, 64), "profile_bytes", len(name))
+			return lastWantedFile{}
 		}
 	}
-	return lw.Profile
+	return lw
 }
 
 // clipForLog shortens s to at most n bytes (on a rune boundary) for a log
@@ -80,6 +90,17 @@ func clipForLog(s string, n int) string {
 
 // writeLastWanted records p as the last wanted profile, atomically.
 func (s *Supervisor) writeLastWanted(p string) error {
-	data, _ := json.Marshal(lastWantedFile{Profile: p, At: time.Now().UTC()})
+	return s.writeStateFile(lastWantedFile{Profile: p})
+}
+
+// writePaused records that nothing is wanted since the operator stopped
+// profile p's backend by hand.
+func (s *Supervisor) writePaused(p string) error {
+	return s.writeStateFile(lastWantedFile{Paused: p})
+}
+
+func (s *Supervisor) writeStateFile(lw lastWantedFile) error {
+	lw.At = time.Now().UTC()
+	data, _ := json.Marshal(lw)
 	return atomicfile.Write(s.statePath(), append(data, '\n'), 0o644)
 }

@@ -53,6 +53,10 @@ func (s *Supervisor) restore(ctx context.Context, st api.State) {
 		}
 		return
 	}
+	if st.Paused != "" && st.LastWanted == "" {
+		s.bus.publish(api.Event{Kind: "reconcile", Profile: st.Paused, Message: st.Paused + " was stopped by hand: nothing is wanted; `gpuhost heal` resumes it"})
+		return
+	}
 	explicit := st.LastWanted
 	if explicit != "" {
 		if _, ok := s.cfg.Profiles[explicit]; !ok {
@@ -129,7 +133,11 @@ func WantedDrift(st api.State) string {
 // units.exclusive: both count the same servingBackends.
 func wantedCheck(cfg *config.Config, bs []backendState, asleep map[string]standbyEntry) api.DoctorCheck {
 	s := &Supervisor{cfg: cfg, log: slog.Default()}
-	st := api.State{Phase: api.PhaseIdle, LastWanted: s.readLastWanted()}
+	lw := s.readStateFile()
+	st := api.State{Phase: api.PhaseIdle, LastWanted: lw.Profile}
+	if lw.Profile == "" && lw.Paused != "" {
+		return pausedCheck(lw.Paused)
+	}
 	c := api.DoctorCheck{ID: "state.last_wanted", Severity: units.SeverityOK, Value: st.LastWanted}
 	active, _ := servingBackends(bs, asleep)
 	switch len(active) {
@@ -149,11 +157,27 @@ func wantedCheck(cfg *config.Config, bs []backendState, asleep map[string]standb
 	case msg == "":
 		c.Message = "the last wanted profile " + st.LastWanted + " runs"
 	case *cfg.Switch.RestoreOnBoot:
-		c.Severity, c.Message = units.SeverityWarn, msg
-		c.Fix = "the daemon completes the last wanted switch when it starts; if it runs, `gpuhost switch " + st.LastWanted + "`"
+		c = notServingCheck(st.LastWanted, msg)
+		c.Fix = "the daemon completes the last wanted switch when it starts (`systemctl start gpuhost`); if it runs, `gpuhost heal`"
 	default:
-		c.Severity, c.Message = units.SeverityWarn, msg+" (switch.restore_on_boot is off)"
-		c.Fix = "`gpuhost switch " + st.LastWanted + "` completes it; switching to the running profile makes that the wanted one"
+		c = notServingCheck(st.LastWanted, msg+" (switch.restore_on_boot is off)")
+		c.Fix = "`gpuhost heal` (or `gpuhost switch " + st.LastWanted + "`) completes it; switching to the running profile makes that the wanted one"
 	}
 	return c
+}
+
+// notServingCheck fails the doctor while the last wanted profile does not
+// serve: the box answers /v1 with errors, whatever else is fine.
+func notServingCheck(wanted, why string) api.DoctorCheck {
+	return api.DoctorCheck{ID: "state.last_wanted", Severity: units.SeverityFail, Value: wanted,
+		Message: "not serving: " + why,
+		Fix:     "find the cause in the backend's log (the message says where), then `gpuhost heal` starts " + wanted + " again (or `gpuhost switch PROFILE`)"}
+}
+
+// pausedCheck warns that nothing is served because the operator stopped
+// the active backend by hand.
+func pausedCheck(paused string) api.DoctorCheck {
+	return api.DoctorCheck{ID: "state.last_wanted", Severity: units.SeverityWarn, Value: "",
+		Message: paused + " was stopped by hand (systemctl stop): nothing is wanted, /v1 serves nothing",
+		Fix:     "`gpuhost heal` resumes " + paused + "; `gpuhost switch PROFILE` serves another"}
 }

@@ -78,6 +78,11 @@ type Supervisor struct {
 	exclusion exclusionStats
 	wake      wakeState  // verified wake's references and failures (wakecheck.go)
 	drift     driftStats // the watcher's findings (watch.go)
+	heal      healStats  // crashes of the active backend (heal.go)
+	// activePID is the active unit's main process as first seen active
+	// after a switch (0 until then): another one without a switch is a
+	// restart behind gpuhost's back (heal.go).
+	activePID int
 
 	telegram telegramSlot // the bot's status, for Status (SetTelegramStatus)
 	drainer  drainSlot    // the drain step's Drainer (SetDrainer; drain.go)
@@ -87,7 +92,17 @@ type Supervisor struct {
 	// restore switch, if any (see Ready).
 	ready     chan struct{}
 	readyOnce sync.Once
+	// live is set while Run runs: only the daemon records what it learns
+	// from hand actions (a Supervisor of `gpuhost status` only reads).
+	live bool
+	// handWatchUntil: the watcher looks every handWatchInterval until then
+	// (handActionLocked).
+	handWatchUntil time.Time
 }
+
+// handActionLocked notes that a hand action was found: the watcher looks
+// closely for what may follow it. s.mu is held.
+func (s *Supervisor) handActionLocked() { s.handWatchUntil = time.Now().Add(handWatchFor) }
 
 // LastSwitch returns the most recent finished switch, or nil.
 func (s *Supervisor) LastSwitch() *api.SwitchSummary {
@@ -125,7 +140,9 @@ func (s *Supervisor) AwaitActive(ctx context.Context) (*units.Profile, error) {
 		case api.PhaseIdle:
 			return nil, api.ErrNoBackend
 		case api.PhaseFailed:
-			return nil, fmt.Errorf("%w: %s", api.ErrNoBackend, st.Error)
+			if !s.healRunning() { // a failed restart of a heal is followed by the next
+				return nil, fmt.Errorf("%w: %s", api.ErrNoBackend, st.Error)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -160,7 +177,8 @@ func NewSupervisor(cfg *config.Config, gpu GPU, u Units, journal JournalFunc, lo
 		ready:   make(chan struct{}),
 	}
 	s.baseline = cfg.GPU.IdleBaselineMiB
-	s.state.LastWanted = s.readLastWanted()
+	lw := s.readStateFile()
+	s.state.LastWanted, s.state.Paused = lw.Profile, lw.Paused
 	sf := s.readStandby()
 	s.standby, s.residuals = sf.Units, sf.ResidualMiB
 	return s
@@ -172,8 +190,10 @@ func (s *Supervisor) Config() *config.Config { return s.cfg }
 // State returns a copy of the current state.
 func (s *Supervisor) State() api.State {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.state
+	st := s.state
+	s.mu.Unlock()
+	st.NotServing = NotServing(st)
+	return st
 }
 
 // Subscribe streams events after seq since (0: only the buffered ones
@@ -196,6 +216,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	defer s.cancel()
 	// Ready also when Run fails early, so READY=1 is never held back for good.
 	defer s.readyOnce.Do(func() { close(s.ready) })
+	s.mu.Lock()
+	s.live = true
+	s.mu.Unlock()
 	evs, err := s.units.Subscribe(ctx, s.cfg.Backends.VLLM.Unit, s.cfg.Backends.Ollama.Unit)
 	if err != nil {
 		return fmt.Errorf("subscribe to backend unit changes: %w", err)
@@ -207,10 +230,24 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.readyOnce.Do(func() { close(s.ready) })
 	watch := time.NewTicker(s.cfg.GPU.StandbyWatchInterval.D())
 	defer watch.Stop()
+	// After a hand action is found (handActionLocked), the watcher looks
+	// every handWatchInterval for handWatchFor: what follows a hand start
+	// without a unit event of its own (a model loaded by hand through the
+	// socket) is found within that, not the watch interval.
+	fast := time.NewTicker(handWatchInterval)
+	defer fast.Stop()
 	for {
 		select {
 		case <-watch.C:
 			if !s.isSwitching() {
+				s.enforceStandby(ctx)
+				s.watchBackends(ctx)
+			}
+		case now := <-fast.C:
+			s.mu.Lock()
+			watching := now.Before(s.handWatchUntil)
+			s.mu.Unlock()
+			if watching && !s.isSwitching() {
 				s.enforceStandby(ctx)
 				s.watchBackends(ctx)
 			}
@@ -235,6 +272,13 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// handWatchInterval and handWatchFor: how often and how long the watcher
+// looks after it found a hand action (see Run).
+const (
+	handWatchInterval = 100 * time.Millisecond
+	handWatchFor      = 30 * time.Second
+)
 
 // Close cancels running switches' background context and waits for them.
 func (s *Supervisor) Close() {
@@ -348,11 +392,11 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 	bs, err := s.backends(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.current != nil || s.gen != gen {
+	if s.current != nil || s.gen != gen || s.heal.running {
 		return s.state
 	}
 	prev := s.state
-	next := api.State{Phase: api.PhaseIdle, LastWanted: prev.LastWanted, LastError: prev.LastError, Since: prev.Since}
+	next := api.State{Phase: api.PhaseIdle, LastWanted: prev.LastWanted, Paused: prev.Paused, LastError: prev.LastError, Since: prev.Since}
 	if err != nil {
 		next.Phase = api.PhaseFailed
 		next.Error = err.Error()
@@ -365,12 +409,25 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 				// Stopped or restarted behind our back: no longer in standby.
 				delete(s.standby, b.unit)
 				s.writeStandbyLocked()
+				s.publishStandbyLostLocked(b, e)
 			case asleep:
 				continue // in standby: holds its residual, serves nothing
 			}
 			if b.status.Active() {
 				active = append(active, b)
 			}
+		}
+		if l, ok := s.lostActiveLocked(prev, bs, active); ok {
+			next = healState(prev, l.profile, stepHealCheck)
+			next.Standby = s.standbyInfosLocked()
+			s.bus.publish(api.Event{Kind: "state", Profile: next.Target, Message: fmt.Sprintf("%s (%s) left active (%s, result %s) without gpuhost asking",
+				l.unit, l.profile, l.status.ActiveState, orDash(l.status.Result)), Detail: map[string]any{"phase": next.Phase, "unit": l.unit}})
+			s.state = next
+			s.startHealLocked(l)
+			return next
+		}
+		if held, ok := s.resumeOnHandStartLocked(prev, active); ok {
+			return held
 		}
 		switch len(active) {
 		case 0:
@@ -390,6 +447,14 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 			if a, ok := stillServing(prev, active); ok {
 				// A second unit came up beside the active one: it keeps
 				// serving while the watcher decides on the other (watch.go).
+				next.Phase = api.PhaseActive
+				next.Profile, next.Backend, next.Unit = a.profile, a.backend, a.unit
+				break
+			}
+			if a, ok := s.pickServingLocked(prev, active); ok {
+				// Several units run and none is active (started by
+				// hand): the wanted one serves, the watcher puts the
+				// others into standby or stops them (watch.go).
 				next.Phase = api.PhaseActive
 				next.Profile, next.Backend, next.Unit = a.profile, a.backend, a.unit
 				break
@@ -437,6 +502,9 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts api.Switch
 			return "", nil, &api.DoctorError{Profile: profile, Checks: failing}
 		}
 	}
+	s.mu.Lock()
+	s.resetHealLocked() // a switch asked for ends a heal's wait and its crash count
+	s.mu.Unlock()
 	if !s.lockSwitch(ctx) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -460,11 +528,12 @@ func (s *Supervisor) startSwitch(p *units.Profile, opts api.SwitchOptions) (stri
 		r.prev = ""
 	}
 	s.current = r
+	s.activePID = 0
 	s.gen++
 	s.revokeProbesLocked()
 	s.state.Phase, s.state.Target, s.state.SwitchID, s.state.Step, s.state.Error = api.PhaseSwitching, p.Name, r.id, "starting", ""
 	s.state.Since = time.Now()
-	s.state.LastWanted = p.Name
+	s.state.LastWanted, s.state.Paused = p.Name, ""
 	s.mu.Unlock()
 	if err := s.writeLastWanted(p.Name); err != nil {
 		s.log.Error("persist last wanted profile", "err", err)

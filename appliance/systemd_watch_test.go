@@ -99,7 +99,9 @@ func TestSystemdStandbyHandActions(t *testing.T) {
 		{"stop+start ollama (empty) beside serving vllm", "coder", nil, stopStart(ollama), []string{"exclusion"}, "adopted into standby"},
 		{"restart ollama (empty) beside serving vllm", "coder", nil, systemctl("restart", ollama), nil, ""},
 		{"hand load into the unloaded ollama", "coder", nil, post(obase+"/api/generate", `{"model":"llama3.1:8b","prompt":"hi","stream":false}`), []string{"exclusion"}, "put back into standby"},
-		{"stop+start vllm beside serving ollama", "llama", []string{"llama"}, stopStart(vllm), []string{"exclusion"}, "stopped"},
+		// Found while it loads its weights it is stopped; found once it
+		// answers, put into standby: which depends on the host's speed.
+		{"stop+start vllm beside serving ollama", "llama", []string{"llama"}, stopStart(vllm), []string{"exclusion"}, "stopped|put into standby"},
 		{"restart vllm beside serving ollama", "llama", []string{"coder", "llama"}, systemctl("restart", vllm), []string{"exclusion"}, "stopped"},
 		{"hand wake_up of the sleeping vllm", "llama", []string{"coder", "llama"}, post(vbase+"/wake_up", ""), []string{"exclusion"}, "put back into standby"},
 		{"hand /sleep of the active vllm", "coder", []string{"coder"}, post(vbase+"/sleep?level=1", ""), []string{"drift"}, "waking it"},
@@ -145,7 +147,7 @@ func TestSystemdStandbyHandActions(t *testing.T) {
 				}
 				since = max(since, ev.Seq)
 				for _, k := range a.kinds {
-					if ev.Kind == k && strings.Contains(ev.Message, a.want) {
+					if ev.Kind == k && containsAny(ev.Message, strings.Split(a.want, "|")) {
 						r.event, r.found = ev.Message, time.Since(t0)
 						return false
 					}
@@ -212,4 +214,13 @@ func TestSystemdStandbyHandActions(t *testing.T) {
 	if rep.Both != 0 {
 		t.Errorf("outside the hand actions %d instants with two holders; first %s", rep.Both, rep.First)
 	}
+}
+
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
 }

@@ -25,6 +25,7 @@ package appliance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -36,10 +37,11 @@ import (
 
 // Kinds of drift (Detail["drift"], the metric's label).
 const (
-	driftStray        = "stray_unit"    // a unit neither active nor in standby
-	driftAsleep       = "asleep"        // the active backend was put to sleep
-	driftForeignModel = "foreign_model" // another model in the active Ollama
-	driftStandbyAwake = "standby_awake" // a unit in standby above its residual (standby.go)
+	driftStray        = "stray_unit"     // a unit neither active nor in standby
+	driftAsleep       = "asleep"         // the active backend was put to sleep
+	driftForeignModel = "foreign_model"  // another model in the active Ollama
+	driftStandbyAwake = "standby_awake"  // a unit in standby above its residual (standby.go)
+	driftSeveral      = "several_active" // several units run and none is active (heal.go)
 )
 
 // driftStats counts the watcher's findings, for the doctor.
@@ -131,6 +133,9 @@ func (s *Supervisor) handleStray(ctx context.Context, b backendState, active api
 	if cur, ok := s.standbyOf(b.unit); ok && cur.Profile == b.profile {
 		return // a switch put it there meanwhile
 	}
+	s.mu.Lock()
+	s.handActionLocked()
+	s.mu.Unlock()
 	p := s.cfg.Profiles[b.profile]
 	held := s.unitHeldMiB(ctx, b.status)
 	why := fmt.Sprintf("%s runs %s beside the active %s, not in standby, holding %d MiB: ", b.unit, orDash(b.profile), active.Profile, held)
@@ -196,12 +201,34 @@ func (s *Supervisor) adopt(ctx context.Context, p *units.Profile, b backendState
 	} else if _, known := s.residualOf(p.Name); !known {
 		from = 0 // asleep already: its first steady reading is the residual
 	}
+	reslept := false
+	if known, ok := s.residualOf(p.Name); asleep && ok && s.unitHeldMiB(cctx, b.status) > known+residualToleranceMiB {
+		// Asleep a moment ago, above its residual now: something loaded
+		// into it right after it started (a hand request through its
+		// socket). Put it back to sleep at once.
+		if _, err := sl.Sleep(cctx, modeLevel(mode)); err != nil {
+			return "putting it back into standby failed: " + err.Error(), false, false
+		}
+		reslept = true
+	}
 	used, _, err := s.waitResidual(cctx, p, b.status, from)
+	if err != nil && asleep && errors.Is(err, errResidualHigh) {
+		// Found asleep, but it took memory while being adopted (a model
+		// loaded by hand right after a hand start): put it back to sleep
+		// rather than stopping it once the wait settled.
+		if _, serr := sl.Sleep(cctx, modeLevel(mode)); serr == nil {
+			reslept = true
+			used, _, err = s.waitResidual(cctx, p, b.status, from)
+		}
+	}
 	if err != nil {
 		return "not at its residual: " + err.Error(), false, false
 	}
 	s.setStandby(b.unit, standbyEntry{Profile: p.Name, Mode: mode, Since: time.Now()})
 	how := "adopted into standby"
+	if reslept {
+		how = "it took memory while being adopted: put back into standby and adopted"
+	}
 	if !asleep {
 		how = "put into standby (" + string(mode) + ") and adopted"
 	}

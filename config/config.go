@@ -47,6 +47,7 @@ type Config struct {
 	Systemd        SystemdConfig             `yaml:"systemd"`
 	Backends       BackendsConfig            `yaml:"backends"`
 	Switch         SwitchConfig              `yaml:"switch"`
+	Heal           HealConfig                `yaml:"heal"`
 	DefaultProfile string                    `yaml:"default_profile"` // The profile a fresh box (no state.json) and the demo switch to.
 	Policy         *units.Policy             `yaml:"policy"`          // The utilisation and max_num_seqs ceilings the doctor checks (default: measured on the reference RTX 4090).
 	Profiles       map[string]*units.Profile `yaml:"profiles"`
@@ -277,6 +278,7 @@ func (c *Config) applyDefaults() {
 	c.systemdDefaults()
 	c.backendsDefaults()
 	c.switchDefaults()
+	c.healDefaults()
 	c.proxyDefaults()
 	c.httpDefaults()
 	c.mcpDefaults()
@@ -315,6 +317,7 @@ func (c *Config) validate() []string {
 	c.proxyValidate(add)
 	c.telegramValidate(add)
 	c.switchValidate(add)
+	c.healValidate(add)
 	c.triageValidate(add)
 	c.agentValidate(add)
 	c.httpValidate(add)

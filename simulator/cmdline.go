@@ -17,7 +17,7 @@ var simFlags = map[string]bool{"--sim-dir": true, "--load-time": true, "--prefil
 	"--decode-tps": true, "--vram-mib": true, "--served-name": true, "--model": true,
 	"--schema-fault": true, "--tool-call-fault": true, "--transcription-fault": true, "--wake-fault": true, "--stop-delay": true,
 	"--sleep-residual-mib": true, "--weights-mib": true, "--h2d-gbps": true, "--reload-gbps": true,
-	"--jitter": true, "--jitter-seed": true, "--network": true}
+	"--jitter": true, "--jitter-seed": true, "--network": true, "--crash-file": true, "--crash-after-requests": true}
 
 // simBoolFlags are the simulator's own flags without a value.
 var simBoolFlags = map[string]bool{"--scripted-tools": true}
@@ -45,7 +45,7 @@ func withoutSimFlags(args []string) []string {
 // It reads the simulator's own flags (--port, --host, --model, --served-name,
 // --load-time, --prefill-tps, --decode-tps, --vram-mib, --sim-dir,
 // --stop-delay, --schema-fault, --tool-call-fault, --transcription-fault,
-// --wake-fault,
+// --wake-fault, --crash-file, --crash-after-requests,
 // --scripted-tools, --network auto|fenced|open (network.go: where the hub
 // is unreachable it refuses to start without the offline settings,
 // units.OfflineEnv), and for vllm's sleep mode --sleep-residual-mib,
@@ -105,6 +105,8 @@ func ParseArgs(flavor string, args []string, getenv func(string) string) (Option
 	fs.StringVar(&opts.TranscriptionFault, "transcription-fault", "", "")
 	fs.StringVar(&opts.ToolCallFault, "tool-call-fault", "", "")
 	fs.StringVar(&opts.WakeFault, "wake-fault", "", "")
+	fs.StringVar(&opts.CrashFile, "crash-file", "", "")
+	fs.IntVar(&opts.CrashAfterRequests, "crash-after-requests", 0, "")
 	fs.BoolVar(&opts.ScriptedTools, "scripted-tools", false, "")
 	fs.IntVar(&opts.SleepResidualMiB, "sleep-residual-mib", 0, "")
 	fs.IntVar(&opts.WeightsMiB, "weights-mib", 0, "")

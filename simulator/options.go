@@ -171,6 +171,14 @@ type Options struct {
 	// (`--wake-fault`, wakefault.go): "hang", "output", "slow" after a
 	// wake_up, "residual" at every sleep after the first; "" is healthy.
 	WakeFault string
+	// CrashFile makes the server crash at start (exit status 3, as a
+	// backend dying of a CUDA error) while that file exists
+	// (`--crash-file`); the crash-loop tests create and remove it.
+	CrashFile string
+	// CrashAfterRequests makes the server crash (exit status 3) right
+	// after answering that many inference requests (`--crash-after-requests`);
+	// 0 never.
+	CrashAfterRequests int
 	// StopDelay is how long the server keeps running (listening, holding
 	// its simulated VRAM) after its context ends, like a backend that takes
 	// seconds to stop (`--stop-delay`); default 0.

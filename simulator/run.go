@@ -32,6 +32,7 @@ func Run(ctx context.Context, opts Options) error {
 	o.Logger = log
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	crashAtStart(o)
 	s := newServer(o)
 	addr := o.Addr
 	if addr == "" {
@@ -71,7 +72,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("simulated %s: listen on %s: %w", o.Flavor, addr, err)
 	}
 	srv := &http.Server{
-		Handler:           accessLog(log, handler),
+		Handler:           accessLog(log, crashAfter(o, handler)),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return runCtx },

@@ -117,6 +117,7 @@ func New(sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) (*echo.Echo, e
 		return c.JSON(http.StatusOK, doctor(ctx, profile))
 	})
 	e.POST("/api/switch", func(c echo.Context) error { return handleSwitch(c, sup) })
+	e.POST("/api/heal", func(c echo.Context) error { return handleHeal(c, sup) })
 	e.GET("/api/events", func(c echo.Context) error { return handleEvents(c, sup) })
 	return e, nil
 }
@@ -197,6 +198,35 @@ func handleSwitch(c echo.Context, sup Supervisor) error {
 	if req.Profile == "" {
 		return c.JSON(http.StatusBadRequest, api.APIError{Error: "bad request", Detail: "missing \"profile\""})
 	}
+	return answerSwitch(c, sup, req)
+}
+
+// handleHeal is POST /api/heal: the wanted profile (the last wanted, else
+// the one stopped by hand) is started again through a switch, which also
+// forgets the crash count that made the daemon give up. Its body is a JSON
+// object ({} or {"wait": true}).
+func handleHeal(c echo.Context, sup Supervisor) error {
+	var req api.HealRequest
+	dec := json.NewDecoder(http.MaxBytesReader(c.Response(), c.Request().Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return c.JSON(http.StatusBadRequest, api.APIError{Error: "bad request", Detail: "body must be a JSON object like {} or {\"wait\": true}: " + err.Error()})
+	}
+	st := sup.State()
+	profile := st.LastWanted
+	if profile == "" {
+		profile = st.Paused
+	}
+	if profile == "" {
+		return c.JSON(http.StatusConflict, api.APIError{Error: "nothing to heal",
+			Detail: "no profile was wanted yet: `gpuhost switch PROFILE` chooses one"})
+	}
+	return answerSwitch(c, sup, api.SwitchRequest{Profile: profile, Force: true, Wait: req.Wait})
+}
+
+// answerSwitch starts the switch req asks for and answers with where to
+// follow it (or, with req.Wait, its outcome).
+func answerSwitch(c echo.Context, sup Supervisor, req api.SwitchRequest) error {
 	since := sup.LastSeq()
 	id, done, err := sup.Switch(c.Request().Context(), req.Profile, api.SwitchOptions{Force: req.Force})
 	if err != nil {

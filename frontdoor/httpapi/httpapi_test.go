@@ -45,6 +45,8 @@ func TestAPIErrorsAreJSONWithTheRightStatus(t *testing.T) {
 		{"doctor unknown profile", "GET", "/api/doctor?profile=x", "", 404, "no profile \"x\""},
 		{"no such route", "GET", "/api/nothing", "", 404, "Not Found"},
 		{"bad since", "GET", "/api/events?since=abc", "", 400, "since="},
+		{"heal with nothing wanted", "POST", "/api/heal", `{}`, 409, "no profile was wanted yet"},
+		{"heal unknown field", "POST", "/api/heal", `{"profile":"coder"}`, 400, "unknown field"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -140,6 +142,15 @@ func TestAPISwitchStatusAndEvents(t *testing.T) {
 	}
 	if rep.Exit != 1 {
 		t.Errorf("doctor exit = %d, want 1 (coder-greedy fails)", rep.Exit)
+	}
+
+	// Heal starts the last wanted profile (llama) again through a switch.
+	lines = nil
+	if err := c.HealAndFollow(ctx, func(e api.Event) { lines = append(lines, api.FormatEvent(e)) }); err != nil {
+		t.Fatalf("heal: %v", err)
+	}
+	if out := strings.Join(lines, "\n"); !strings.Contains(out, "llama is active") {
+		t.Errorf("heal output:\n%s", out)
 	}
 }
 

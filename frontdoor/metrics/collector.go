@@ -64,6 +64,9 @@ var (
 	standbyResidualDesc = prometheus.NewDesc("gpuhost_backend_standby_residual_bytes",
 		"The GPU memory a backend in standby may hold: its residual as NVML measured it at the profile's first sleep (0 before it was measured).",
 		[]string{"profile", "unit"}, nil)
+	servingWantedDesc = prometheus.NewDesc("gpuhost_serving_wanted",
+		"1 while the last wanted profile serves (or nothing is wanted, or a switch runs), 0 while it does not: a crash loop, a failed switch, nothing running although a profile is wanted; /api/status's state.not_serving says why.",
+		nil, nil)
 	stateDesc = prometheus.NewDesc("gpuhost_state",
 		"The Supervisor's phase: 1 for the current one (idle, switching, active, failed), 0 for the others.",
 		[]string{"phase"}, nil)
@@ -121,7 +124,7 @@ func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, g := range dcgmGauges {
 		ch <- g.desc
 	}
-	for _, d := range []*prometheus.Desc{gpuUpDesc, activeProfileDesc, standbyDesc, standbyResidualDesc, stateDesc, unitStateDesc, doctorCheckDesc, doctorRunDesc,
+	for _, d := range []*prometheus.Desc{gpuUpDesc, activeProfileDesc, standbyDesc, standbyResidualDesc, servingWantedDesc, stateDesc, unitStateDesc, doctorCheckDesc, doctorRunDesc,
 		telegramUpDesc, telegramStateDesc, telegramErrorsDesc, telegramSkippedDesc, telegramDroppedDesc} {
 		ch <- d
 	}
@@ -168,6 +171,7 @@ func (c *scrapeCollector) collectGPU(ch chan<- prometheus.Metric, st api.Status)
 }
 
 func collectState(ch chan<- prometheus.Metric, st api.Status) {
+	ch <- prometheus.MustNewConstMetric(servingWantedDesc, prometheus.GaugeValue, boolValue(st.State.NotServing == ""))
 	for _, p := range phases {
 		ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, boolValue(st.State.Phase == p), string(p))
 	}

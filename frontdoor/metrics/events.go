@@ -60,6 +60,9 @@ func (m *Metrics) handle(e api.Event) {
 		m.requestDoctor()
 	case e.Kind == "wake_check" && e.Status == "failed":
 		m.wakeFails.WithLabelValues(cleanLabel(detailString(e, "reason"))).Inc()
+	case e.Kind == "crash":
+		m.crashes.WithLabelValues(cleanLabel(e.Profile), cleanLabel(detailString(e, "reason"))).Inc()
+		m.requestDoctor()
 	case e.Kind == "drift" || e.Kind == "exclusion":
 		m.drift.WithLabelValues(cleanLabel(detailString(e, "drift"))).Inc()
 	case e.Kind == "step" && e.Status == "done" && e.Step != "":

@@ -96,6 +96,7 @@ type Metrics struct {
 	stepDur     *prometheus.HistogramVec
 	wakeFails   *prometheus.CounterVec
 	drift       *prometheus.CounterVec
+	crashes     *prometheus.CounterVec
 	eventsLost  prometheus.Counter
 	proxyReqs   *prometheus.CounterVec
 	proxyTokens *prometheus.CounterVec
@@ -169,8 +170,12 @@ func New(sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) *Metrics {
 		}, []string{"reason"}),
 		drift: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuhost_backend_drift_total",
-			Help: "Backend changes made behind gpuhost's back that the watcher found, by kind (asleep, foreign_model, stray_unit, standby_awake).",
+			Help: "Backend changes made behind gpuhost's back that the watcher found, by kind (asleep, foreign_model, stray_unit, standby_awake, several_active).",
 		}, []string{"kind"}),
+		crashes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuhost_backend_crashes_total",
+			Help: "Backend units that left active without gpuhost asking (the active one, or one in standby), by profile and reason (systemd's result: exit-code, signal, core-dump, oom-kill, …; start-failed for a restart that did not come up).",
+		}, []string{"profile", "reason"}),
 		eventsLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gpuhost_metrics_events_lost_total",
 			Help: "Supervisor events the metrics missed because their subscription fell behind; switch counts may be low by as much.",
@@ -208,7 +213,7 @@ func New(sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&scrapeCollector{m: m},
-		m.switches, m.switchDur, m.stepDur, m.eventsLost, m.wakeFails, m.drift,
+		m.switches, m.switchDur, m.stepDur, m.eventsLost, m.wakeFails, m.drift, m.crashes,
 		m.proxyReqs, m.proxyTokens, m.proxyTTFB, m.proxyDur, m.proxyHold, m.proxyTokPS,
 	)
 	return m

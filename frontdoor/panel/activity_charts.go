@@ -61,6 +61,10 @@ type switchMark struct {
 	Slow  bool
 	Times string
 	Steps []stepMark
+	// Crash: a backend that died (Reason, Message) rather than a switch.
+	Crash   bool
+	Reason  string
+	Message string
 }
 
 // stepMark is one step of a switch in the list; Long marks one over
@@ -183,6 +187,10 @@ func markOf(sw activity.Switch, now time.Time, xOf func(time.Time) float64) swit
 		m.Class += " mark-slow"
 		m.Times = fmt.Sprintf("%.1f× the median %s", sw.DurationMS/sw.MedianMS, msText(sw.MedianMS))
 		m.Label += " (" + m.Times + ")"
+	}
+	if sw.Kind == "crash" {
+		m.Crash, m.Reason, m.Message, m.Duration = true, sw.Reason, sw.Message, ""
+		m.Label = fmt.Sprintf("crash of %s (%s) at %s", sw.Profile, sw.Reason, m.Start)
 	}
 	for _, st := range sw.Steps {
 		m.Steps = append(m.Steps, stepMark{Name: st.Name, Duration: msText(st.MS), Message: st.Message, Long: st.Long, Failed: st.Status == "failed"})

@@ -23,6 +23,11 @@ const liveSnapshotTimeout = 2 * time.Second
 type liveAnswer struct {
 	Phase string `json:"phase"`
 	Pill  string `json:"pill"`
+	// PillClass colours the pill (phase-PillClass): "failed" (red) while
+	// the wanted profile does not serve, else the phase; Title is its
+	// tooltip, saying why.
+	PillClass string `json:"pill_class"`
+	Title     string `json:"title"`
 	// Gauges are keyed as the dashboard's data-live attributes; absent
 	// when the GPU could not be read.
 	Gauges map[string]string `json:"gauges,omitempty"`
@@ -36,7 +41,7 @@ type liveAnswer struct {
 // NVML calls), else from a snapshot.
 func (p *Panel) handleLive(c echo.Context) error {
 	st := p.sup.State()
-	ans := liveAnswer{Phase: string(st.Phase), Pill: phaseLine(st)}
+	ans := liveAnswer{Phase: string(st.Phase), Pill: phaseLine(st), PillClass: pillClass(st), Title: pillTitle(st)}
 	c.Response().Header().Set("Cache-Control", "no-store")
 	g, ok := p.liveGPU(c.Request().Context())
 	if !ok {

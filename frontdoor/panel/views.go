@@ -21,6 +21,8 @@ var funcs = template.FuncMap{
 	"ago":       ago,
 	"clock":     func(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05") },
 	"phaseLine": phaseLine,
+	"pillClass": pillClass,
+	"pillTitle": pillTitle,
 	"codeSpans": codeSpans,
 	"idBreaks":  idBreaks,
 }
@@ -70,6 +72,9 @@ func phaseLine(st api.State) string {
 	case api.PhaseFailed:
 		line = "failed"
 	}
+	if st.NotServing != "" && st.Phase != api.PhaseFailed {
+		line = "not serving " + st.LastWanted + " · " + line
+	}
 	if len(st.Standby) == 0 {
 		return line
 	}
@@ -78,6 +83,23 @@ func phaseLine(st api.State) string {
 		names[i] = sb.Profile
 	}
 	return line + " · " + strings.Join(names, ", ") + " in standby"
+}
+
+// pillClass is the header pill's colour class: red (failed) whenever the
+// wanted profile does not serve, whatever the phase.
+func pillClass(st api.State) string {
+	if st.NotServing != "" {
+		return string(api.PhaseFailed)
+	}
+	return string(st.Phase)
+}
+
+// pillTitle is the pill's tooltip: why it is red, else the phase.
+func pillTitle(st api.State) string {
+	if st.NotServing != "" {
+		return "not serving: " + st.NotServing
+	}
+	return string(st.Phase)
 }
 
 // formatDuration renders milliseconds the way the progress line shows them.

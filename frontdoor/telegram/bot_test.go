@@ -139,7 +139,7 @@ func TestPairedOperatorGetsStatusDoctorAndNotifications(t *testing.T) {
 		}
 	})
 
-	t.Run("backend unit failure is notified", func(t *testing.T) {
+	t.Run("backend crash is notified", func(t *testing.T) {
 		unit := h.f.Cfg.Backends.Ollama.Unit
 		st, err := h.f.Units.Unit(context.Background(), unit)
 		if err != nil || st.MainPID <= 0 {
@@ -148,12 +148,15 @@ func TestPairedOperatorGetsStatusDoctorAndNotifications(t *testing.T) {
 		if err := syscall.Kill(st.MainPID, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		n := h.api.WaitMessage(t, operator.ID, "⚠️ backend unit "+unit+" failed")
+		n := h.api.WaitMessage(t, operator.ID, "💥 the backend of ")
+		if !strings.Contains(n, unit) || !strings.Contains(n, "signal") {
+			t.Errorf("crash notification does not name the unit and the signal: %q", n)
+		}
 		// The fixture runs its backends with the process runner, as the
 		// demo does: the note points at the unit's log file, not a journal
 		// the demo does not have.
 		if strings.Contains(n, "journalctl") || !strings.Contains(n, "its log: ") || !strings.Contains(n, "no journal") {
-			t.Errorf("unit notification does not say where the process runner's log is: %q", n)
+			t.Errorf("crash notification does not say where the process runner's log is: %q", n)
 		}
 	})
 

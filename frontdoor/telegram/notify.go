@@ -57,19 +57,31 @@ func (n *noteState) note(e api.Event, profiles map[string]*units.Profile) string
 		if e.Status == "failed" && len(e.Journal) > 0 {
 			n.journal = e.Journal
 		}
-	case "unit":
-		state, _ := e.Detail["active_state"].(string)
-		if state != "failed" || n.switching {
-			return ""
-		}
+	case "crash":
+		// A backend that died without gpuhost asking: the active one
+		// (restarted, or given up on) or one in standby (dropped). The
+		// unit events around it say less, so they are not notes.
 		unit, _ := e.Detail["unit"].(string)
-		// The event says where the unit's log is for the runner in use
-		// (the journal under systemd, a file in the demo).
 		where, _ := e.Detail["log"].(string)
 		if where == "" {
 			where = "its log: journalctl -u " + unit
 		}
-		return fmt.Sprintf("⚠️ backend unit %s failed: nothing is served until it is restarted (gpuhost switch PROFILE); %s", unit, strings.ReplaceAll(where, "`", ""))
+		return "💥 " + clip(e.Message, 1000) + "; " + strings.ReplaceAll(where, "`", "")
+	case "heal":
+		if e.Status != "failed" {
+			return "" // the restart's own switch note says it is active again
+		}
+		var b strings.Builder
+		b.WriteString("❌ " + clip(strings.ReplaceAll(e.Message, "`", ""), 1500))
+		if len(e.Journal) > 0 {
+			b.WriteString("\n\nlast journal lines:")
+			for _, l := range e.Journal[max(0, len(e.Journal)-maxJournalLines):] {
+				b.WriteString("\n" + clip(l, 300))
+			}
+		}
+		return b.String()
+	case "paused":
+		return "⏸ " + clip(strings.ReplaceAll(e.Message, "`", ""), 1000)
 	}
 	return ""
 }

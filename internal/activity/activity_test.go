@@ -362,3 +362,25 @@ func TestHistorySwitchJudged(t *testing.T) {
 		t.Errorf("cold %+v other %+v", got[cold], got[other])
 	}
 }
+
+// TestHistoryCrashMarks: a backend's crash is a line of its own among the
+// switches, with its reason, and does not close a switch that runs.
+func TestHistoryCrashMarks(t *testing.T) {
+	clk := testkit.NewClock(time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC))
+	h := NewHistory(HistoryOptions{Now: clk.Now, Keep: time.Hour})
+	t0 := clk.Now()
+	h.Observe(api.Event{Kind: "crash", Seq: 7, Profile: "coder", Message: "crashed", Detail: map[string]any{"reason": "signal"}, Time: t0})
+	h.Observe(api.Event{Kind: "switch", SwitchID: "a", Profile: "coder", Status: "started", Time: t0.Add(time.Second)})
+	h.Observe(api.Event{Kind: "switch", SwitchID: "a", Profile: "coder", Status: "done", Time: t0.Add(3 * time.Second)})
+	clk.Advance(time.Minute)
+	w := h.Window(time.Hour)
+	if len(w.Switches) != 2 {
+		t.Fatalf("marks %+v", w.Switches)
+	}
+	if c := w.Switches[0]; c.Kind != "crash" || c.Reason != "signal" || c.Profile != "coder" || c.Status != "crash" {
+		t.Errorf("crash mark %+v", c)
+	}
+	if s := w.Switches[1]; s.Kind != "" || s.Status != "done" {
+		t.Errorf("the restart's switch %+v", s)
+	}
+}

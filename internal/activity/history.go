@@ -2,6 +2,7 @@ package activity
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -74,6 +75,12 @@ type Switch struct {
 	// Slow says this one took more than SlowFactor times it.
 	MedianMS float64 `json:"median_ms,omitempty"`
 	Slow     bool    `json:"slow,omitempty"`
+	// Kind is "crash" for a backend that died without gpuhost asking
+	// (Status "crash", Reason systemd's result, Message what gpuhost
+	// does about it); "" for a switch.
+	Kind    string `json:"kind,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // Step is one finished step of a switch, from its done or failed event.
@@ -227,6 +234,14 @@ func (h *History) Sample(ctx context.Context) Sample {
 // (Kind "switch"); other events are ignored. An end whose start was not
 // seen (it left the event buffer) is marked from its duration.
 func (h *History) Observe(e api.Event) {
+	if e.Kind == "crash" {
+		reason, _ := e.Detail["reason"].(string)
+		h.mu.Lock()
+		h.addSwitch(Switch{ID: fmt.Sprintf("crash-%d", e.Seq), Kind: "crash", Profile: e.Profile, Start: e.Time, End: e.Time,
+			Status: "crash", Reason: reason, Message: e.Message, Steps: []Step{}})
+		h.mu.Unlock()
+		return
+	}
 	if (e.Kind != "switch" && e.Kind != "step") || e.SwitchID == "" {
 		return
 	}
@@ -248,7 +263,7 @@ func (h *History) Observe(e api.Event) {
 			// here lost its end event (a full subscriber buffer drops
 			// events), so it ended by now, how is unknown.
 			for k := range h.switches {
-				if h.switches[k].End.IsZero() {
+				if h.switches[k].End.IsZero() && h.switches[k].Kind == "" {
 					h.switches[k].End, h.switches[k].Status = e.Time, "unknown"
 				}
 			}

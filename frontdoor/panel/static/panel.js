@@ -462,8 +462,8 @@
         if (!res.ok) return;
         const data = await res.json();
         pill.textContent = data.pill;
-        pill.title = data.phase;
-        pill.className = 'pill phase-' + data.phase;
+        pill.title = data.title || data.phase;
+        pill.className = 'pill phase-' + (data.pill_class || data.phase);
         const g = data.gauges || {};
         $$('[data-live]').forEach((el) => {
           if (typeof g[el.dataset.live] === 'string') el.textContent = g[el.dataset.live];
