@@ -219,6 +219,24 @@ func New(sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) *Metrics {
 	return m
 }
 
+// crashReasons are the results systemd gives a unit that left active on
+// its own, and start-failed for a restart that did not come up.
+var crashReasons = []string{"exit-code", "signal", "core-dump", "oom-kill", "watchdog", "timeout", "start-limit-hit", "start-failed"}
+
+// zeroCrashes exports gpuhost_backend_crashes_total at 0 for every profile
+// and reason before any crash: Prometheus's increase() cannot count the
+// first crash of a series that appears already at 1, and an alert on it
+// would stay silent.
+func (m *Metrics) zeroCrashes(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(ctx, m.scrapeTimeout)
+	defer cancel()
+	for _, p := range m.sup.Status(sctx).Profiles {
+		for _, r := range crashReasons {
+			m.crashes.WithLabelValues(cleanLabel(p.Name), r)
+		}
+	}
+}
+
 // Register mounts GET /metrics on e. Errors of single collectors are logged
 // and the rest is served (ContinueOnError): a scrape that loses one family is
 // better than a scrape that loses all of them.
@@ -260,6 +278,7 @@ func (l slogPrintln) Println(v ...any) {
 // switches still in the Supervisor's event buffer (such as the restore at
 // start-up) are counted even when Run starts after them.
 func (m *Metrics) Run(ctx context.Context) {
+	m.zeroCrashes(ctx)
 	ch, backlog, cancel := m.sup.Subscribe(0)
 	defer cancel()
 	var wg sync.WaitGroup
