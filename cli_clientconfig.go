@@ -134,8 +134,11 @@ func runAgentClientConfig(cmd *cobra.Command, client string, args []string, base
 			if err != nil {
 				return err
 			}
-			_, err = cmd.OutOrStdout().Write(append(out, '\n'))
-			return err
+			if _, err = cmd.OutOrStdout().Write(append(out, '\n')); err != nil {
+				return err
+			}
+			printedOnly(cmd, func() (string, error) { return defaultClientPath(client) })
+			return nil
 		}
 	} else {
 		prov, model, skipped, err := proxy.CodexProvider(public, models, tokenEnv)
@@ -151,8 +154,11 @@ func runAgentClientConfig(cmd *cobra.Command, client string, args []string, base
 			if err != nil {
 				return err
 			}
-			_, err = cmd.OutOrStdout().Write(out)
-			return err
+			if _, err = cmd.OutOrStdout().Write(out); err != nil {
+				return err
+			}
+			printedOnly(cmd, func() (string, error) { return defaultClientPath(client) })
+			return nil
 		}
 	}
 	path := ""

@@ -25,6 +25,22 @@ func demoClientConfig(t *testing.T, url string) {
 	home := t.TempDir()
 	env := []string{envDaemonURL + "=" + url, "HOME=" + home, "XDG_CONFIG_HOME=", "CODEX_HOME=", "CLAUDE_CONFIG_DIR="}
 
+	// Without --write each prints its config and says that nothing was
+	// written and where --write would merge it.
+	for client, where := range map[string]string{
+		"opencode":    filepath.Join(home, ".config", "opencode", "opencode.json"),
+		"claude-code": filepath.Join(home, ".claude", "settings.json"),
+		"codex":       filepath.Join(home, ".codex", "config.toml"),
+	} {
+		out, errOut, code := gpuhostEnv(t, env, "client-config", client)
+		if code != 0 || out == "" || !strings.Contains(errOut, "printed only, nothing was written; gpuhost client-config "+client+" --write merges it into "+where) {
+			t.Errorf("client-config %s without --write: exit %d\n%s%s", client, code, out, errOut)
+		}
+		if _, err := os.Stat(where); err == nil {
+			t.Errorf("client-config %s without --write wrote %s", client, where)
+		}
+	}
+
 	settings := filepath.Join(home, ".claude", "settings.json")
 	if err := os.MkdirAll(filepath.Dir(settings), 0o755); err != nil {
 		t.Fatal(err)

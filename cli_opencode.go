@@ -98,8 +98,11 @@ func runOpencodeConfig(cmd *cobra.Command, args []string, baseURL string, write 
 		if err != nil {
 			return err
 		}
-		_, err = cmd.OutOrStdout().Write(out)
-		return err
+		if _, err = cmd.OutOrStdout().Write(out); err != nil {
+			return err
+		}
+		printedOnly(cmd, defaultOpencodePath)
+		return nil
 	}
 	path := ""
 	if len(args) == 1 {
@@ -112,6 +115,22 @@ func runOpencodeConfig(cmd *cobra.Command, args []string, baseURL string, write 
 		note(skipped)
 		return out, err
 	})
+}
+
+// printedOnly tells, on stderr, that the printed config went nowhere and
+// where --write would merge it: a user who ran the command without --write
+// otherwise cannot tell whether a file was changed.
+func printedOnly(cmd *cobra.Command, defaultPath func() (string, error)) {
+	where := "the client's config file"
+	if p, err := defaultPath(); err == nil {
+		where = p
+	}
+	label := cmd.CommandPath()
+	if cmd.Name() == "client-config" && cmd.Flags().NArg() > 0 {
+		label += " " + cmd.Flags().Arg(0)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "note: printed only, nothing was written; %s --write merges it into %s (or give PATH), keeping a backup of the file\n",
+		label, where)
 }
 
 // defaultOpencodePath is opencode's global config file.

@@ -171,7 +171,7 @@ func demoCLIWithoutConfig(t *testing.T, url string) {
 	if p.Options.BaseURL != url+"/v1" || p.Options.APIKey != nil || len(p.Models) != 1 {
 		t.Errorf("opencode-config provider: %+v", p)
 	}
-	if m := p.Models["qwen3-coder"]; m.Limit.Context != 65536 || m.Limit.Output != 16384 || !m.ToolCall {
+	if m := p.Models["qwen3-coder"]; m.Limit.Context != 32768 || m.Limit.Output != 8192 || !m.ToolCall {
 		t.Errorf("qwen3-coder = %+v", m)
 	}
 	for _, w := range []string{"gemma3-27b (profile gemma3-27b) left out: no tool calling", "vllm.enable_auto_tool_choice: true",

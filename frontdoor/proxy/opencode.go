@@ -211,7 +211,7 @@ func opencodeUnusable(m OpencodeModelInfo, minContext int) (OpencodeSkipped, boo
 	}
 	switch {
 	case !m.ToolCalls():
-		sk.Reason = "no tool calling (vLLM refuses opencode's tools without enable_auto_tool_choice and tool_call_parser)"
+		sk.Reason = "no tool calling (vLLM refuses an agent's tools without enable_auto_tool_choice and tool_call_parser)"
 		sk.Fix = fmt.Sprintf("set vllm.enable_auto_tool_choice: true and vllm.tool_call_parser (the model's parser, e.g. hermes, llama3_json, qwen3_xml) in profile %s", m.Profile)
 	case m.Context > 0 && m.Context < minContext:
 		sk.Reason = fmt.Sprintf("context %d tokens is below %d (opencode's prompt and tool schemas take about 8.2k; it compacts and loops)", m.Context, minContext)
