@@ -56,13 +56,6 @@ func (e configError) Error() string              { return e.err.Error() }
 func (e configError) Unwrap() error              { return e.err }
 func (e configError) ExitClass() exitclass.Class { return exitclass.Config }
 
-// unavailableError marks an error as "a needed service is unreachable" (69).
-type unavailableError struct{ err error }
-
-func (e unavailableError) Error() string              { return e.err.Error() }
-func (e unavailableError) Unwrap() error              { return e.err }
-func (e unavailableError) ExitClass() exitclass.Class { return exitclass.Unavailable }
-
 // exitCodeOf is the status a command's error ends the process with: the
 // class the error carries (exitclass.Of), or usage for the few errors
 // cobra returns unmarked.

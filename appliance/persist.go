@@ -31,13 +31,10 @@ func (s *Supervisor) statePath() string { return filepath.Join(s.cfg.StateDir, "
 // than read whole into memory.
 const maxStateFileBytes = 64 << 10
 
-// readLastWanted returns the last wanted profile from state.json, or "" when
-// there is none or the file is not usable (too large, not JSON, not a
-// profile name). What it logs about the file is bounded too.
-func (s *Supervisor) readLastWanted() string { return s.readStateFile().Profile }
-
-// readStateFile reads state.json (see readLastWanted); the zero value when
-// there is none or it is not usable.
+// readStateFile reads state.json (the last wanted profile, and a profile
+// paused by hand); the zero value when there is none or the file is not
+// usable (too large, not JSON, not a profile name). What it logs about the
+// file is bounded too.
 func (s *Supervisor) readStateFile() lastWantedFile {
 	path := s.statePath()
 	f, err := os.Open(path)
