@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
@@ -91,6 +92,13 @@ func ClaudeCodeEnv(baseURL string, models []OpencodeModelInfo, loopback bool) (m
 		"ANTHROPIC_DEFAULT_HAIKU_MODEL":            ok[0].ID,
 		"DISABLE_TELEMETRY":                        "1",
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+	}
+	if ok[0].Context > 0 {
+		// Claude Code asks for 32,000 output tokens by default; with the
+		// prompt of a coding session that exceeds a 32k context, and vLLM
+		// refuses every request. The same share of the context as
+		// opencode's output limit.
+		env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = strconv.Itoa(outputLimit(ok[0].Context))
 	}
 	if loopback {
 		env["ANTHROPIC_AUTH_TOKEN"] = "gpuhost-loopback"

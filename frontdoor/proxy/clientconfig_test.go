@@ -26,7 +26,10 @@ func TestClaudeCodeSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env["ANTHROPIC_BASE_URL"] != "http://box:8080" || env["ANTHROPIC_MODEL"] != "qwen3-coder" || env["ANTHROPIC_SMALL_FAST_MODEL"] != "qwen3-coder" {
+	// The output limit leaves the prompt room in the 64k context (Claude
+	// Code's default of 32,000 would not fit a 32k one).
+	if env["ANTHROPIC_BASE_URL"] != "http://box:8080" || env["ANTHROPIC_MODEL"] != "qwen3-coder" || env["ANTHROPIC_SMALL_FAST_MODEL"] != "qwen3-coder" ||
+		env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] != "16384" {
 		t.Errorf("env %v", env)
 	}
 	if _, has := env["ANTHROPIC_AUTH_TOKEN"]; has {

@@ -24,6 +24,11 @@ import (
 // then selected as "gpuhost/<served name>".
 const OpencodeProviderID = "gpuhost"
 
+// outputLimit is the output tokens a client config allows a model with a
+// context of ctx tokens: a quarter of it (the rest is the prompt), at most
+// opencodeOutputCap.
+func outputLimit(ctx int) int { return min(max(ctx/4, 1), opencodeOutputCap) }
+
 // opencodeOutputCap is opencode's own ceiling on max output tokens.
 const opencodeOutputCap = 32000
 
@@ -184,7 +189,7 @@ func opencodeProviderBlock(baseURL string, models []OpencodeModelInfo, apiKeyEnv
 		}
 		om := opencodeModel{Name: fmt.Sprintf("%s (%s, gpuhost profile %s)", m.ID, m.Backend, m.Profile), ToolCall: true}
 		if m.Context > 0 {
-			om.Limit = &opencodeLimit{Context: m.Context, Output: min(max(m.Context/4, 1), opencodeOutputCap)}
+			om.Limit = &opencodeLimit{Context: m.Context, Output: outputLimit(m.Context)}
 		}
 		prov.Models[m.ID] = om
 	}
