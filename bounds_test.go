@@ -144,17 +144,7 @@ func TestOneClientCannotTakeEverySlot(t *testing.T) {
 	}
 	// Wait until every stream was answered one way or the other (the
 	// refused ones at once; before the bound, all were held).
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		mu.Lock()
-		n := 0
-		for _, v := range codes {
-			n += v
-		}
-		mu.Unlock()
-		if n == slots {
-			break
-		}
-	}
+	waitAnswered(&mu, codes, slots, 30*time.Second)
 	took, ok = statusServed(t, d)
 	mu.Lock()
 	t.Logf("%d event streams from one client: %v (status: count); authenticated /api/status: served=%v after %s", slots, codes, ok, took.Round(time.Millisecond))
@@ -386,5 +376,22 @@ func TestBenchUploadInflatedRefused(t *testing.T) {
 	t.Logf("16 concurrent uploads of %d bytes with 580k notes: RSS %d → %d MiB", len(b), base, rss)
 	if rss > base+128 {
 		t.Errorf("RSS %d MiB (at rest %d MiB): the uploads were decoded", rss, base)
+	}
+}
+
+// waitAnswered waits, at most budget, until the status counts in codes
+// (guarded by mu) add up to total: every stream was answered one way or
+// the other.
+func waitAnswered(mu *sync.Mutex, codes map[int]int, total int, budget time.Duration) {
+	for deadline := time.Now().Add(budget); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		n := 0
+		for _, v := range codes {
+			n += v
+		}
+		mu.Unlock()
+		if n == total {
+			return
+		}
 	}
 }

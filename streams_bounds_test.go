@@ -73,17 +73,7 @@ func TestLongStreamsCannotTakeEverySlot(t *testing.T) {
 			}
 			// Wait until every stream was answered one way or the other
 			// (before the bounds the last ones waited for a slot forever).
-			for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-				mu.Lock()
-				n := 0
-				for _, v := range codes {
-					n += v
-				}
-				mu.Unlock()
-				if n == total {
-					break
-				}
-			}
+			waitAnswered(&mu, codes, total, 60*time.Second)
 			took, ok := statusWithin(d, 10*time.Second)
 			took2, ok2 := statusWithin(d, 10*time.Second)
 			mu.Lock()
