@@ -32,6 +32,36 @@ type Claim struct {
 	// Omitted when 0, so claims written before it existed read the same.
 	HostMiB uint64 `json:"host_mib,omitempty"`
 	Name    string `json:"name"`
+	// GPUs are the simulated GPU indices the process holds MiB on, each
+	// (tensor parallelism allocates on every card it spans), as
+	// comma-separated indices, see ClaimGPUs. Empty means device 0, so
+	// claims written before it existed read the same.
+	GPUs string `json:"gpus,omitempty"`
+}
+
+// ClaimGPUs is the Claim.GPUs text for indices ("" for none or just 0).
+func ClaimGPUs(indices []int) string {
+	if len(indices) == 0 || (len(indices) == 1 && indices[0] == 0) {
+		return ""
+	}
+	words := make([]string, len(indices))
+	for i, d := range indices {
+		words[i] = strconv.Itoa(d)
+	}
+	return strings.Join(words, ",")
+}
+
+// On reports whether the claim holds memory on simulated device index.
+func (c Claim) On(index int) bool {
+	if c.GPUs == "" {
+		return index == 0
+	}
+	for _, w := range strings.Split(c.GPUs, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(w)); err == nil && n == index {
+			return true
+		}
+	}
+	return false
 }
 
 // claimTempPrefix starts the name of a claim being written. Readers skip

@@ -41,6 +41,12 @@ type Snapshot struct {
 	// e.g. "13.0" (NVML reports 13000).
 	CUDADriverVersion string   `json:"cuda_driver_version"`
 	Devices           []Device `json:"devices"`
+	// P2P is the peer-to-peer status of every pair of devices (A < B), as
+	// the driver reports it. Tensor parallelism over a pair without working
+	// P2P must tell NCCL not to use it, so placement reads it from here
+	// rather than guessing from the card's name. Empty with fewer than two
+	// devices.
+	P2P []P2PLink `json:"p2p,omitempty"`
 	// TakenAt is when the snapshot was started.
 	TakenAt time.Time `json:"taken_at"`
 }
@@ -48,9 +54,15 @@ type Snapshot struct {
 // Device holds the facts about one GPU. Optional facts the card cannot report
 // (NVML_ERROR_NOT_SUPPORTED and the like) are zero and named in FactErrors.
 type Device struct {
-	Index          int    `json:"index"`
-	Name           string `json:"name"`
-	UUID           string `json:"uuid"`
+	Index int    `json:"index"`
+	Name  string `json:"name"`
+	// UUID is the driver's stable name of the card ("GPU-…"). Backends are
+	// pinned by it, because CUDA's default device order (fastest first)
+	// differs from NVML's PCI order, so an index can name another card.
+	UUID string `json:"uuid"`
+	// PCIBusID is the card's PCI address ("00000000:01:00.0"), the order
+	// NVML and nvidia-smi number devices in; empty when unreadable.
+	PCIBusID       string `json:"pci_bus_id,omitempty"`
 	MemoryTotalMiB uint64 `json:"memory_total_mib"`
 	MemoryUsedMiB  uint64 `json:"memory_used_mib"`
 	MemoryFreeMiB  uint64 `json:"memory_free_mib"`
@@ -84,13 +96,83 @@ type Process struct {
 	Name string `json:"name"`
 }
 
-// Device0 returns the first GPU, because gpuhost runs single-GPU boxes and
-// most callers want just that one; ok is false when there is no GPU.
+// P2P statuses as NVML names them (nvmlGpuP2PStatus_t), lower-case. Only
+// P2POK means peers can read and write each other's memory directly.
+const (
+	P2POK                   = "ok"
+	P2PChipsetNotSupported  = "chipset_not_supported"
+	P2PGPUNotSupported      = "gpu_not_supported"
+	P2PTopologyNotSupported = "ioh_topology_not_supported"
+	P2PDisabledByRegkey     = "disabled_by_regkey"
+	P2PNotSupported         = "not_supported"
+	P2PUnknown              = "unknown"
+)
+
+// P2PLink is the peer-to-peer status between devices A and B (indices,
+// A < B): Status is P2POK only when both directions can read and write.
+type P2PLink struct {
+	A      int    `json:"a"`
+	B      int    `json:"b"`
+	Status string `json:"status"`
+	// Err is why the status could not be read (Status is then P2PUnknown).
+	Err string `json:"error,omitempty"`
+}
+
+// OK reports whether the pair has working peer-to-peer access.
+func (l P2PLink) OK() bool { return l.Status == P2POK }
+
+// Device0 returns the first GPU, the one a profile without a GPU placement
+// runs on; ok is false when there is no GPU.
 func (s Snapshot) Device0() (Device, bool) {
 	if len(s.Devices) == 0 {
 		return Device{}, false
 	}
 	return s.Devices[0], true
+}
+
+// Device returns the GPU with NVML index i; ok is false when there is none.
+func (s Snapshot) Device(i int) (Device, bool) {
+	for _, d := range s.Devices {
+		if d.Index == i {
+			return d, true
+		}
+	}
+	return Device{}, false
+}
+
+// P2PBetween returns the peer-to-peer status of devices a and b in either
+// order; ok is false when the snapshot does not know it (a device missing,
+// or a == b).
+func (s Snapshot) P2PBetween(a, b int) (P2PLink, bool) {
+	if a > b {
+		a, b = b, a
+	}
+	for _, l := range s.P2P {
+		if l.A == a && l.B == b {
+			return l, true
+		}
+	}
+	return P2PLink{}, false
+}
+
+// P2PMissing returns the pairs among indices whose peer-to-peer status is
+// not P2POK (unknown counts as missing: NCCL must not rely on what NVML did
+// not confirm), in index order. Empty for fewer than two devices.
+func (s Snapshot) P2PMissing(indices []int) []P2PLink {
+	var out []P2PLink
+	for i := 0; i < len(indices); i++ {
+		for j := i + 1; j < len(indices); j++ {
+			l, ok := s.P2PBetween(indices[i], indices[j])
+			if !ok {
+				a, b := min(indices[i], indices[j]), max(indices[i], indices[j])
+				l = P2PLink{A: a, B: b, Status: P2PUnknown, Err: "not reported by the GPU backend"}
+			}
+			if !l.OK() {
+				out = append(out, l)
+			}
+		}
+	}
+	return out
 }
 
 // DriverMajor returns the major number of an NVIDIA driver version

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -51,11 +53,50 @@ type SimConfig struct {
 	// HostMemMiB is the simulated host's RAM (default 65536, 64 GiB); see
 	// HostMemAvailableMiB.
 	HostMemMiB uint64
+	// Devices are the simulated cards, in index order. Empty means one card
+	// made of Name and TotalMiB above; a device's zero fields take those.
+	Devices []SimDevice
+	// P2P makes every pair of simulated cards report working peer-to-peer
+	// access. Off, they report P2PGPUNotSupported, as consumer cards such
+	// as the RTX 4090 do.
+	P2P bool
 }
 
-// Sim is a simulated single GPU for the demo and for tests of everything
-// above this package: it behaves like NVML on an RTX 4090 whose processes
-// are the live claims in its Dir. Its figures are deterministic functions of
+// SimDevice is one simulated card.
+type SimDevice struct {
+	Name     string
+	TotalMiB uint64
+}
+
+// SimUUIDFor is the fixed, GPU-looking UUID of simulated device index;
+// device 0's is SimUUID.
+func SimUUIDFor(index int) string {
+	return fmt.Sprintf("GPU-5a1f4090-0000-4000-8000-%012x", index)
+}
+
+// SimDeviceIndex returns the simulated device index a UUID made by SimUUIDFor
+// names; ok is false for any other text.
+func SimDeviceIndex(uuid string) (int, bool) {
+	rest, ok := strings.CutPrefix(uuid, "GPU-5a1f4090-0000-4000-8000-")
+	if !ok || len(rest) != 12 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(rest, 16, 31)
+	if err != nil {
+		return 0, false
+	}
+	return int(n), true
+}
+
+// simPCIBusID is the PCI address of simulated device index, one bus each.
+func simPCIBusID(index int) string {
+	return fmt.Sprintf("00000000:%02X:00.0", index+1)
+}
+
+// Sim is a simulated box of GPUs (one RTX 4090 by default) for the demo and
+// for tests of everything above this package: it behaves like NVML on cards
+// whose processes are the live claims in its Dir, each on the devices it
+// names. Its figures are deterministic functions of
 // the claimed memory. It is safe for concurrent use.
 type Sim struct {
 	cfg    SimConfig
@@ -83,6 +124,20 @@ func NewSim(cfg SimConfig) *Sim {
 	if cfg.HostMemMiB == 0 {
 		cfg.HostMemMiB = DefaultSimHostMemMiB
 	}
+	devs := make([]SimDevice, 0, max(len(cfg.Devices), 1))
+	devs = append(devs, cfg.Devices...)
+	if len(devs) == 0 {
+		devs = append(devs, SimDevice{})
+	}
+	for i := range devs {
+		if devs[i].Name == "" {
+			devs[i].Name = cfg.Name
+		}
+		if devs[i].TotalMiB == 0 {
+			devs[i].TotalMiB = cfg.TotalMiB
+		}
+	}
+	cfg.Devices = devs
 	return &Sim{cfg: cfg}
 }
 
@@ -114,9 +169,36 @@ func (s *Sim) Snapshot(ctx context.Context) (Snapshot, error) {
 	}
 
 	cfg := s.cfg
+	snap := Snapshot{
+		Backend:           "sim",
+		DriverVersion:     cfg.DriverVersion,
+		CUDADriverVersion: cfg.CUDAVersion,
+		Devices:           make([]Device, 0, len(cfg.Devices)),
+		TakenAt:           taken,
+	}
+	for i, sd := range cfg.Devices {
+		snap.Devices = append(snap.Devices, simDevice(cfg, i, sd, claims))
+	}
+	for a := range cfg.Devices {
+		for b := a + 1; b < len(cfg.Devices); b++ {
+			st := P2PGPUNotSupported
+			if cfg.P2P {
+				st = P2POK
+			}
+			snap.P2P = append(snap.P2P, P2PLink{A: a, B: b, Status: st})
+		}
+	}
+	return snap, nil
+}
+
+// simDevice derives simulated device index's state from the claims on it.
+func simDevice(cfg SimConfig, index int, sd SimDevice, claims []Claim) Device {
 	var claimed uint64
 	procs := make([]Process, 0, len(claims))
 	for _, c := range claims {
+		if !c.On(index) {
+			continue
+		}
 		claimed = satAdd(claimed, c.MiB)
 		name := c.Name
 		if name == "" {
@@ -124,20 +206,21 @@ func (s *Sim) Snapshot(ctx context.Context) (Snapshot, error) {
 		}
 		procs = append(procs, Process{PID: c.PID, UsedMiB: c.MiB, Name: name})
 	}
-	used := min(satAdd(cfg.BaselineMiB, claimed), cfg.TotalMiB)
+	used := min(satAdd(cfg.BaselineMiB, claimed), sd.TotalMiB)
 
 	// load is the claimed share of the memory an idle GPU leaves free.
 	load := 0.0
-	if room := cfg.TotalMiB - min(cfg.BaselineMiB, cfg.TotalMiB); room > 0 {
+	if room := sd.TotalMiB - min(cfg.BaselineMiB, sd.TotalMiB); room > 0 {
 		load = math.Min(1, float64(claimed)/float64(room))
 	}
 	d := Device{
-		Index:          0,
-		Name:           cfg.Name,
-		UUID:           SimUUID,
-		MemoryTotalMiB: cfg.TotalMiB,
+		Index:          index,
+		Name:           sd.Name,
+		UUID:           SimUUIDFor(index),
+		PCIBusID:       simPCIBusID(index),
+		MemoryTotalMiB: sd.TotalMiB,
 		MemoryUsedMiB:  used,
-		MemoryFreeMiB:  cfg.TotalMiB - used,
+		MemoryFreeMiB:  sd.TotalMiB - used,
 		TemperatureC:   simIdleTempC + int(math.Round(simLoadTempC*load)),
 		PowerW:         math.Round((simIdlePowerW+simLoadPowerW*load)*100) / 100,
 		PowerLimitW:    simPowerLimitW,
@@ -148,20 +231,14 @@ func (s *Sim) Snapshot(ctx context.Context) (Snapshot, error) {
 		BandwidthGBs:   Bandwidth(simMaxMemClockMHz, simBusWidthBits),
 		Processes:      procs,
 	}
-	if len(claims) > 0 {
+	if len(procs) > 0 {
 		// A process holding the GPU keeps it out of its idle state.
 		d.UtilizationGPU = 5 + int(math.Round(90*load))
 		d.UtilizationMemory = 2 + int(math.Round(60*load))
 		d.SMClockMHz = simBusySMClock
 		d.MemClockMHz = simMaxMemClockMHz
 	}
-	return Snapshot{
-		Backend:           "sim",
-		DriverVersion:     cfg.DriverVersion,
-		CUDADriverVersion: cfg.CUDAVersion,
-		Devices:           []Device{d},
-		TakenAt:           taken,
-	}, nil
+	return d
 }
 
 // HostMemTotalMiB is the simulated host's RAM (SimConfig.HostMemMiB).

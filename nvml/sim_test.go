@@ -49,7 +49,7 @@ func TestSimDefaults(t *testing.T) {
 		t.Errorf("DriverMajor(sim driver) = %d, %v; want 610", major, err)
 	}
 	want := Device{
-		Index: 0, Name: "NVIDIA GeForce RTX 4090", UUID: SimUUID,
+		Index: 0, Name: "NVIDIA GeForce RTX 4090", UUID: SimUUID, PCIBusID: "00000000:01:00.0",
 		MemoryTotalMiB: 24564, MemoryUsedMiB: 18, MemoryFreeMiB: 24546,
 		TemperatureC: simIdleTempC, PowerW: simIdlePowerW, PowerLimitW: 450,
 		SMClockMHz: simIdleSMClock, MemClockMHz: simIdleMemClock, MaxMemClockMHz: 10501, BusWidthBits: 384,

@@ -41,6 +41,8 @@ type device interface {
 	GetMemoryBusWidth() (uint32, gonvml.Return)
 	GetComputeRunningProcesses() ([]gonvml.ProcessInfo, gonvml.Return)
 	GetGraphicsRunningProcesses() ([]gonvml.ProcessInfo, gonvml.Return)
+	GetPciInfo() (gonvml.PciInfo, gonvml.Return)
+	GetP2PStatus(other gonvml.Device, index gonvml.GpuP2PCapsIndex) (gonvml.GpuP2PStatus, gonvml.Return)
 }
 
 // Compile-time proof that go-nvml's interfaces cover ours, so Open can hand
@@ -152,6 +154,7 @@ func (n *NVML) Snapshot(ctx context.Context) (nvml.Snapshot, error) {
 	}
 
 	snap.Devices = make([]nvml.Device, 0, max(count, 0))
+	handles := make([]gonvml.Device, 0, max(count, 0))
 	for i := 0; i < count; i++ {
 		if err := ctx.Err(); err != nil {
 			return nvml.Snapshot{}, fmt.Errorf("NVML snapshot: before device %d: %w", i, err)
@@ -168,8 +171,71 @@ func (n *NVML) Snapshot(ctx context.Context) (nvml.Snapshot, error) {
 			return nvml.Snapshot{}, fmt.Errorf("NVML snapshot: %w", err)
 		}
 		snap.Devices = append(snap.Devices, d)
+		handles = append(handles, h)
 	}
+	snap.P2P = readP2P(handles)
 	return snap, nil
+}
+
+// p2pCaps are the capabilities NCCL's peer-to-peer transport needs: a pair
+// counts as P2POK only when both are OK.
+var p2pCaps = []gonvml.GpuP2PCapsIndex{gonvml.P2P_CAPS_INDEX_READ, gonvml.P2P_CAPS_INDEX_WRITE}
+
+// readP2P asks the driver for the peer-to-peer status of every pair of
+// devices (nvmlDeviceGetP2PStatus). A pair whose status cannot be read is
+// P2PUnknown with the reason, never a failed snapshot: P2P only matters for
+// tensor parallelism, and unknown is treated as missing there.
+func readP2P(handles []gonvml.Device) []nvml.P2PLink {
+	var out []nvml.P2PLink
+	for a := range handles {
+		for b := a + 1; b < len(handles); b++ {
+			l := nvml.P2PLink{A: a, B: b, Status: nvml.P2POK}
+			for _, c := range p2pCaps {
+				st, ret := handles[a].GetP2PStatus(handles[b], c)
+				if ret != gonvml.SUCCESS {
+					l.Status, l.Err = nvml.P2PUnknown, gonvml.ErrorString(ret)
+					break
+				}
+				if st != gonvml.P2P_STATUS_OK {
+					l.Status = p2pStatusName(st)
+					break
+				}
+			}
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// p2pStatusName maps NVML's P2P status to nvml's names.
+func p2pStatusName(st gonvml.GpuP2PStatus) string {
+	switch st {
+	case gonvml.P2P_STATUS_OK:
+		return nvml.P2POK
+	case gonvml.P2P_STATUS_CHIPSET_NOT_SUPPORTED:
+		return nvml.P2PChipsetNotSupported
+	case gonvml.P2P_STATUS_GPU_NOT_SUPPORTED:
+		return nvml.P2PGPUNotSupported
+	case gonvml.P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED:
+		return nvml.P2PTopologyNotSupported
+	case gonvml.P2P_STATUS_DISABLED_BY_REGKEY:
+		return nvml.P2PDisabledByRegkey
+	case gonvml.P2P_STATUS_NOT_SUPPORTED:
+		return nvml.P2PNotSupported
+	}
+	return nvml.P2PUnknown
+}
+
+// busID turns NVML's NUL-terminated C string into Go text.
+func busID(raw [32]int8) string {
+	b := make([]byte, 0, len(raw))
+	for _, c := range raw {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	return string(b)
 }
 
 // readDevice reads one GPU's facts; see nvml.Snapshot for which are required.
@@ -219,6 +285,9 @@ func readDevice(index int, h device, hasBusWidth bool) (nvml.Device, error) {
 	}
 	if mw, ret := h.GetEnforcedPowerLimit(); ok("power_limit_w", ret) {
 		d.PowerLimitW = float64(mw) / 1000
+	}
+	if pci, ret := h.GetPciInfo(); ok("pci_bus_id", ret) {
+		d.PCIBusID = busID(pci.BusId)
 	}
 	if c, ret := h.GetClockInfo(gonvml.CLOCK_SM); ok("sm_clock_mhz", ret) {
 		d.SMClockMHz = int(c)

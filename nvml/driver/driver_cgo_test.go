@@ -97,13 +97,23 @@ func new4090Device(i int) *mock.Device {
 		GetGraphicsRunningProcessesFunc: func() ([]gonvml.ProcessInfo, gonvml.Return) {
 			return nil, gonvml.SUCCESS
 		},
+		GetPciInfoFunc: func() (gonvml.PciInfo, gonvml.Return) {
+			var p gonvml.PciInfo
+			for k, c := range fmt.Sprintf("00000000:%02X:00.0", i+1) {
+				p.BusId[k] = int8(c)
+			}
+			return p, gonvml.SUCCESS
+		},
+		GetP2PStatusFunc: func(gonvml.Device, gonvml.GpuP2PCapsIndex) (gonvml.GpuP2PStatus, gonvml.Return) {
+			return gonvml.P2P_STATUS_GPU_NOT_SUPPORTED, gonvml.SUCCESS
+		},
 	}
 }
 
 // want4090 is what the wrapper must make of new4090Device(0).
 func want4090() nvml.Device {
 	return nvml.Device{
-		Index: 0, Name: "NVIDIA GeForce RTX 4090", UUID: "GPU-00000000-0000-0000-0000-000000000000",
+		Index: 0, Name: "NVIDIA GeForce RTX 4090", UUID: "GPU-00000000-0000-0000-0000-000000000000", PCIBusID: "00000000:01:00.0",
 		MemoryTotalMiB: 24564, MemoryUsedMiB: 1000, MemoryFreeMiB: 23564,
 		UtilizationGPU: 97, UtilizationMemory: 61, TemperatureC: 64,
 		PowerW: 312.456, PowerLimitW: 450,
