@@ -31,7 +31,7 @@ func (u unavailableGPU) Snapshot(context.Context) (nvml.Snapshot, error) {
 // so that callers can report it; the GPU value is usable either way.
 func OpenGPU(cfg *config.Config) (GPU, func(), error) {
 	if cfg.GPU.Backend == "sim" {
-		s := nvml.NewSim(nvml.SimConfig{Dir: cfg.GPU.SimDir})
+		s := nvml.NewSim(SimConfig(cfg))
 		// The simulated backends write their claims here, but their units
 		// may only write into it (ReadWritePaths=), not create it.
 		var err error
@@ -46,6 +46,15 @@ func OpenGPU(cfg *config.Config) (GPU, func(), error) {
 		return unavailableGPU{err}, func() {}, err
 	}
 	return n, func() { n.Close() }, nil
+}
+
+// SimConfig is the simulated GPU that gpu.backend sim describes.
+func SimConfig(cfg *config.Config) nvml.SimConfig {
+	sc := nvml.SimConfig{Dir: cfg.GPU.SimDir, P2P: cfg.GPU.Sim.P2P}
+	for _, d := range cfg.GPU.Sim.Devices {
+		sc.Devices = append(sc.Devices, nvml.SimDevice{Name: d.Name, TotalMiB: d.MemoryMiB})
+	}
+	return sc
 }
 
 // OpenUnits connects to the configured unit runner: systemd over D-Bus (the

@@ -1,14 +1,20 @@
 package config
 
 import (
+	"fmt"
 	"path/filepath"
 	"time"
 )
+
+// maxSimGPUs bounds gpu.sim.devices: a box, not a cluster.
+const maxSimGPUs = 16
 
 // GPUConfig selects the GPU facts source and the VRAM-release rules.
 type GPUConfig struct {
 	Backend string `yaml:"backend"` // nvml | sim
 	SimDir  string `yaml:"sim_dir"` // The simulated GPU's shared claims (gpu.backend sim; default state_dir/simgpu).
+	// Sim describes the simulated box (gpu.backend sim).
+	Sim SimGPUConfig `yaml:"sim"`
 	// IdleBaselineMiB is the used memory with no backend running; 0 means
 	// "measure it at start-up when no backend runs".
 	IdleBaselineMiB uint64 `yaml:"idle_baseline_mib"`
@@ -19,6 +25,22 @@ type GPUConfig struct {
 	// StandbyWatchInterval is how often the Supervisor checks that every
 	// backend in standby holds no more than its measured residual.
 	StandbyWatchInterval Duration `yaml:"standby_watch_interval"`
+}
+
+// SimGPUConfig is the simulated box of gpu.backend sim: its cards.
+type SimGPUConfig struct {
+	// Devices are the simulated cards in NVML index order (default one RTX
+	// 4090, 24564 MiB).
+	Devices []SimGPUDevice `yaml:"devices"`
+	// P2P makes the simulated cards report working peer-to-peer access
+	// (default false: not supported, as between consumer cards).
+	P2P bool `yaml:"p2p"`
+}
+
+// SimGPUDevice is one simulated card.
+type SimGPUDevice struct {
+	Name      string `yaml:"name"`       // The card's name as NVML reports it (default NVIDIA GeForce RTX 4090).
+	MemoryMiB uint64 `yaml:"memory_mib"` // Its memory (default 24564).
 }
 
 // gpuDefaults fills in the gpu: section (sim_dir is below state_dir, whose
@@ -51,6 +73,14 @@ func (c *Config) gpuValidate(add func(key, format string, args ...any)) {
 	if c.GPU.Backend == "sim" {
 		if err := unitPath(c.GPU.SimDir); err != nil {
 			add("gpu.sim_dir", "%v", err)
+		}
+	}
+	if n := len(c.GPU.Sim.Devices); n > maxSimGPUs {
+		add("gpu.sim.devices", "at most %d simulated GPUs, got %d", maxSimGPUs, n)
+	}
+	for i, d := range c.GPU.Sim.Devices {
+		if d.MemoryMiB != 0 && d.MemoryMiB < 1024 {
+			add(fmt.Sprintf("gpu.sim.devices[%d].memory_mib", i), "must be at least 1024 MiB (or 0 for 24564), got %d", d.MemoryMiB)
 		}
 	}
 }

@@ -50,7 +50,7 @@ func (c *Config) profilesValidate(add func(key, format string, args ...any)) {
 		if !profileNameRE.MatchString(name) {
 			add(key, "profile name must be lower-case letters, digits, '.', '_' or '-' (max 63)")
 		}
-		for _, fe := range p.Validate() {
+		for _, fe := range append(p.Validate(), p.PlacementConflicts()...) {
 			add(key+"."+fe.Key, "%s", fe.Msg)
 		}
 	}

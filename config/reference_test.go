@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"gpuhost/units"
 )
 
 // updateReference rewrites the generated reference in docs/configuration.md.
@@ -170,7 +172,7 @@ func isStruct(t reflect.Type) bool {
 		return false
 	}
 	switch t.PkgPath() + "." + t.Name() {
-	case "gopkg.in/yaml.v3.Node", "time.Time":
+	case "gopkg.in/yaml.v3.Node", "time.Time", "gpuhost/units.GPUSet":
 		return false
 	}
 	return true
@@ -180,6 +182,8 @@ func kindName(t reflect.Type) string {
 	switch {
 	case t == reflect.TypeOf(Duration(0)):
 		return "duration"
+	case t == reflect.TypeOf(units.GPUSet{}):
+		return "list of integer, or auto"
 	case t.Kind() == reflect.Struct: // yaml.Node
 		return "mapping"
 	case t.Kind() == reflect.Map:

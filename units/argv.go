@@ -62,12 +62,18 @@ func VLLMArgs(p Profile) []string {
 }
 
 // AddedVLLMArgs are the words VLLMArgs adds beyond the profile's own
-// settings: with standby --enable-sleep-mode, and always (unless extra_args
+// settings: on several GPUs --tensor-parallel-size, with standby
+// --enable-sleep-mode, and always (unless extra_args
 // set a loopback host, which Validate checks) --host 127.0.0.1. The
 // doctor's drift check counts them as wanted, since gpuhost put them there
 // itself.
 func AddedVLLMArgs(p Profile) []string {
 	var a []string
+	if n := p.GPUs.TensorParallel(); n > 1 {
+		// One rank per GPU of the placement; the operator writes gpus,
+		// not the size, so the two cannot disagree.
+		a = append(a, "--tensor-parallel-size", strconv.Itoa(n))
+	}
 	if p.StandbyEnabled() {
 		// Sleep mode is chosen at start; its endpoints come with vLLM's
 		// development endpoints (VLLM_SERVER_DEV_MODE).
@@ -163,6 +169,11 @@ func BackendArgs(p Profile, simulated bool) []string {
 // are quoted per systemd's EnvironmentFile rules where needed; ParseEnvFile
 // reads them back exactly.
 func EnvFile(p Profile, simulated bool) string {
+	return PinnedEnvFile(p, simulated, Pinning{})
+}
+
+// PinnedEnvFile is EnvFile with the backend pinned to its GPUs (PinEnv).
+func PinnedEnvFile(p Profile, simulated bool, pin Pinning) string {
 	var b strings.Builder
 	b.WriteString("# Written by gpuhost on every switch; edits are overwritten. Profiles live in the gpuhost config.\n")
 	line := func(k, v string) {
@@ -187,6 +198,9 @@ func EnvFile(p Profile, simulated bool) string {
 		if p.Ollama.NumCtx > 0 {
 			line(EnvOllamaContext, strconv.Itoa(p.Ollama.NumCtx))
 		}
+	}
+	for _, e := range PinEnv(pin) {
+		line(e.Name, e.Value)
 	}
 	return b.String()
 }

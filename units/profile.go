@@ -58,7 +58,11 @@ type Profile struct {
 	VLLM    VLLMFlags   `yaml:"vllm"`
 	Ollama  OllamaOpts  `yaml:"ollama"`
 	Params  ModelParams `yaml:"model_params"` // for the VRAM fit estimate; zero = unknown
-	Sim     SimOpts     `yaml:"sim"`          // only used when the backend exec is the simulator
+	// GPUs is where the profile runs: NVML indices such as [0], [1] or
+	// [0, 1] (vLLM tensor parallel over them), or auto (the first GPU set
+	// where it fits, single GPUs first); unset is GPU 0.
+	GPUs GPUSet  `yaml:"gpus"`
+	Sim  SimOpts `yaml:"sim"` // only used when the backend exec is the simulator
 }
 
 // VLLMFlags are the vLLM server flags gpuhost manages. A zero value means
@@ -90,7 +94,10 @@ type ModelParams struct {
 	Layers        int     `yaml:"layers"`          // Transformer layers (KV cache size).
 	KVHeads       int     `yaml:"kv_heads"`        // Key/value heads (KV cache size).
 	HeadDim       int     `yaml:"head_dim"`        // Head dimension (KV cache size).
-	KVBytes       float64 `yaml:"kv_bytes"`        // per element, default 2 (bf16); 1 for fp8
+	// AttentionHeads is the model's attention (query) head count; vLLM's
+	// tensor parallel size (the number of GPUs) must divide it.
+	AttentionHeads int     `yaml:"attention_heads"`
+	KVBytes        float64 `yaml:"kv_bytes"` // per element, default 2 (bf16); 1 for fp8
 }
 
 // SimOpts are passed to `gpuhost simulate` as flags.
@@ -222,6 +229,7 @@ func (p Profile) Validate() []FieldError {
 
 	errs = append(errs, p.Params.validate()...)
 	errs = append(errs, p.Sim.validate()...)
+	errs = append(errs, p.GPUs.validate(p.Backend, p.Params.AttentionHeads)...)
 	return errs
 }
 
@@ -373,6 +381,7 @@ func (m ModelParams) validate() []FieldError {
 		{"model_params.layers", m.Layers},
 		{"model_params.kv_heads", m.KVHeads},
 		{"model_params.head_dim", m.HeadDim},
+		{"model_params.attention_heads", m.AttentionHeads},
 	} {
 		if kv.v < 0 {
 			errs = append(errs, FieldError{kv.key, fmt.Sprintf("must be >= 0, got %d", kv.v)})
