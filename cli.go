@@ -60,6 +60,7 @@ func newServeCmd() *cobra.Command {
 
 func newDemoCmd() *cobra.Command {
 	var listen, stateDir string
+	var gpus int
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run gpuhost on the embedded default: simulated GPU and backends, no root, no systemd",
@@ -94,6 +95,9 @@ func newDemoCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := cfg.DemoGPUs(gpus); err != nil {
+				return err
+			}
 			for from, to := range cfg.DemoPortMoves {
 				log.Warn("demo: a backend port is taken (another demo?); using a free one", "busy_port", from, "port", to)
 			}
@@ -104,7 +108,7 @@ func newDemoCmd() *cobra.Command {
 			return daemon.Serve(cmd.Context(), cfg, log, daemon.Options{Version: version, Ready: func(addr string) {
 				base := "http://" + addr
 				fmt.Fprintf(out, `
-gpuhost demo — simulated RTX 4090 (24 GB), simulator backends, state in %s
+gpuhost demo — %s, simulator backends, state in %s
 
   API status   %s/api/status
   events (SSE) %s/api/events
@@ -113,25 +117,34 @@ gpuhost demo — simulated RTX 4090 (24 GB), simulator backends, state in %s
   mail triage  %s/api/triage  (sample mailbox %s; posts are printed below)
 
 Try, in another terminal in this folder (every command finds the demo through GPUHOST_URL):
-  export GPUHOST_URL=%[8]s
-  %[9]s status
-  %[9]s switch llama3-8b      # watch VRAM being released and re-allocated
-  %[9]s switch qwen3-coder    # back: the sleeping vLLM is woken, not started
-  %[9]s ask "what is the GPU status?"   # the agent loop (simulated model)
-  %[9]s mcp tools             # the MCP tools this daemon serves at /mcp
-  %[9]s doctor
-  %[9]s client-config opencode --write   # or claude-code, codex: point a coding agent at this box
-  curl -s %[8]s/api/status | python3 -m json.tool
+  export GPUHOST_URL=%[9]s
+  %[10]s status
+  %[10]s switch llama3-8b      # watch VRAM being released and re-allocated
+  %[10]s switch qwen3-coder    # back: the sleeping vLLM is woken, not started
+  %[10]s ask "what is the GPU status?"   # the agent loop (simulated model)
+  %[10]s mcp tools             # the MCP tools this daemon serves at /mcp
+  %[10]s doctor
+  %[10]s client-config opencode --write   # or claude-code, codex: point a coding agent at this box
+  curl -s %[9]s/api/status | python3 -m json.tool
 
 Stop with Ctrl-C.
 
-`, stateDir, base, base, base, base, base, cfg.Triage.Source.Maildir, base, selfCommand())
+`, demoBox(gpus), stateDir, base, base, base, base, base, cfg.Triage.Source.Maildir, base, selfCommand())
 			}})
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "address to serve the API on")
 	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory (default: user cache dir/gpuhost-demo)")
+	cmd.Flags().IntVar(&gpus, "gpus", 1, "simulated GPUs (RTX 4090s without P2P); with 2 or more, llama3-8b runs on GPU 1 and gemma3-27b on GPUs 0 and 1")
 	return cmd
+}
+
+// demoBox names the demo's simulated box in its banner.
+func demoBox(gpus int) string {
+	if gpus > 1 {
+		return fmt.Sprintf("%d simulated RTX 4090s (24 GB each, no P2P)", gpus)
+	}
+	return "simulated RTX 4090 (24 GB)"
 }
 
 func newStatusCmd() *cobra.Command {

@@ -68,9 +68,13 @@ func (l *leg) waitVRAMReleased(ctx context.Context) (string, map[string]any, err
 			if d, ok := snap.Device0(); ok {
 				last = d
 				holders = holders[:0]
-				for _, proc := range d.Processes {
-					if systemd.InUnits(proc.PID, stoppedUnits...) {
-						holders = append(holders, proc)
+				// A stopped backend may have run on any GPU: its processes
+				// must be gone from all of them.
+				for _, dev := range snap.Devices {
+					for _, proc := range dev.Processes {
+						if systemd.InUnits(proc.PID, stoppedUnits...) {
+							holders = append(holders, proc)
+						}
 					}
 				}
 				if d.MemoryUsedMiB <= limit && len(holders) == 0 {
@@ -125,14 +129,43 @@ func (s *Supervisor) notReleased(last nvml.Device, holders []nvml.Process, basel
 
 // configure writes the target unit's env file: the profile and its
 // backend's arguments, which the unit reads when it starts.
-func (l *leg) configure(context.Context) (string, map[string]any, error) {
+func (l *leg) configure(ctx context.Context) (string, map[string]any, error) {
 	s := l.r.s
 	path := s.cfg.EnvFilePath(l.unit)
 	bc := s.cfg.BackendFor(l.p.Backend)
-	if err := atomicfile.Write(path, []byte(units.EnvFile(*l.p, bc.Simulated)), 0o644); err != nil {
+	p, pl, err := s.pinned(ctx, l.p)
+	if err != nil {
 		return "", nil, err
 	}
-	return "wrote " + path, map[string]any{"args": units.BackendArgs(*l.p, bc.Simulated)}, nil
+	if err := atomicfile.Write(path, []byte(units.PinnedEnvFile(p, bc.Simulated, pl.pinning())), 0o644); err != nil {
+		return "", nil, err
+	}
+	detail := map[string]any{"args": units.BackendArgs(p, bc.Simulated)}
+	msg := "wrote " + path
+	if len(pl.Indices) > 0 {
+		detail["gpus"], detail["gpu_uuids"], detail["p2p"] = pl.Indices, pl.UUIDs, pl.P2PWhy
+		msg += "; pinned to GPU " + units.IndicesString(pl.Indices)
+	}
+	return msg, detail, nil
+}
+
+// pinned places p on its GPUs by the NVML snapshot taken now (so auto sees
+// the memory the stopped backends gave back) and returns the profile as
+// placed. Without GPU facts a profile without gpus runs unpinned, as on a
+// box before placements; one with gpus cannot be placed and fails.
+func (s *Supervisor) pinned(ctx context.Context, p *units.Profile) (units.Profile, placement, error) {
+	snap, err := s.snapshot(ctx)
+	if err != nil {
+		if !p.GPUs.Given {
+			return *p, placement{}, nil
+		}
+		return units.Profile{}, placement{}, fmt.Errorf("place profile %q on GPUs %s: %w", p.Name, p.GPUs, err)
+	}
+	pl, err := placeProfile(p, snap)
+	if err != nil {
+		return units.Profile{}, placement{}, err
+	}
+	return placedProfile(*p, pl), pl, nil
 }
 
 // start starts the target unit; a failed start carries the unit's journal.

@@ -497,6 +497,11 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts api.Switch
 	if !ok {
 		return "", nil, fmt.Errorf("%w %q (profiles: %s)", api.ErrUnknownProfile, profile, strings.Join(s.cfg.ProfileNames(), ", "))
 	}
+	if c, bad := s.placementCheck(ctx, p); bad {
+		// Not even force: a backend pinned to a GPU that is not there
+		// cannot start.
+		return "", nil, &api.DoctorError{Profile: profile, Checks: []units.Check{c}}
+	}
 	if !opts.Force {
 		if failing := s.failingChecks(ctx, p); len(failing) > 0 {
 			return "", nil, &api.DoctorError{Profile: profile, Checks: failing}
@@ -593,8 +598,8 @@ func (s *Supervisor) lockSwitch(ctx context.Context) bool {
 func (s *Supervisor) failingChecks(ctx context.Context, p *units.Profile) []units.Check {
 	facts := units.GPUFacts{}
 	if snap, err := s.snapshot(ctx); err == nil {
-		if d, ok := snap.Device0(); ok {
-			facts = units.GPUFacts{TotalMiB: d.MemoryTotalMiB, Name: d.Name}
+		if d, ok := fitDevice(p, snap); ok {
+			facts = units.GPUFacts{TotalMiB: d.MemoryTotalMiB, Name: d.Name, Count: len(p.GPUs.Resolved())}
 			s.mu.Lock()
 			facts.ReservedMiB = reservedMiB(s.cfg, s.residuals, p)
 			s.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"gpuhost/internal/loopback"
+	"gpuhost/units"
 )
 
 //go:embed demo.yaml
@@ -95,6 +96,28 @@ func pickDemoPorts(cfg *Config) error {
 			cfg.DemoPortMoves = map[int]int{}
 		}
 		cfg.DemoPortMoves[port] = to
+	}
+	return nil
+}
+
+// DemoGPUs makes the demo's simulated box n cards (`gpuhost demo --gpus
+// n`): n RTX 4090s without P2P, like consumer cards; with two or more, the
+// Ollama profile runs on GPU 1 and the gemma profile tensor parallel on
+// GPUs 0 and 1, so every kind of placement is there to switch to. One card
+// leaves the demo as it is.
+func (c *Config) DemoGPUs(n int) error {
+	if n < 1 || n > maxSimGPUs {
+		return &Error{File: "embedded demo config", Problems: []string{fmt.Sprintf("--gpus %d: the simulated box has 1 to %d GPUs", n, maxSimGPUs)}}
+	}
+	if n == 1 {
+		return nil
+	}
+	c.GPU.Sim.Devices = make([]SimGPUDevice, n)
+	place := map[string][]int{"llama3-8b": {1}, "gemma3-27b": {0, 1}}
+	for name, idx := range place {
+		if p := c.Profiles[name]; p != nil {
+			p.GPUs = units.GPUSet{Indices: idx, Given: true}
+		}
 	}
 	return nil
 }

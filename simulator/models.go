@@ -228,7 +228,7 @@ func (m *modelManager) writeClaimLocked(tag string) {
 	if m.simDir == "" {
 		return
 	}
-	c := nvml.Claim{PID: m.pid, MiB: uint64(max(m.vramMiB, 0)), Name: "ollama " + tag}
+	c := nvml.Claim{PID: m.pid, MiB: uint64(max(m.vramMiB, 0)), Name: "ollama " + tag, GPUs: visibleSimGPUs()}
 	if err := nvml.WriteClaim(m.simDir, c); err != nil {
 		m.log.Error("claim simulated VRAM", "model", tag, "dir", m.simDir, "err", err)
 	}

@@ -123,7 +123,7 @@ func (e *vllmEngine) claimLocked() error {
 	if e.simDir == "" {
 		return nil
 	}
-	return nvml.WriteClaim(e.simDir, nvml.Claim{PID: e.pid, MiB: e.vramLocked(), HostMiB: e.hostMiB, Name: e.name})
+	return nvml.WriteClaim(e.simDir, nvml.Claim{PID: e.pid, MiB: e.vramLocked(), HostMiB: e.hostMiB, Name: e.name, GPUs: visibleSimGPUs()})
 }
 
 // reclaimLocked is claimLocked where a failure can only be logged.

@@ -46,6 +46,9 @@ type GPUFacts struct {
 	// ReservedMiB is what the other backend keeps while it is in standby
 	// (its measured residual), which this profile cannot have.
 	ReservedMiB uint64
+	// Count is how many such GPUs the profile spreads over (its gpus);
+	// 0 or 1 is one. Weights and KV cache are split over them.
+	Count int
 }
 
 // Policy is the configurable table of known-good ceilings. Rules are tried in
@@ -381,6 +384,9 @@ func vramFitCheck(p Profile, gpu GPUFacts) Check {
 	ctx := contextTokens(p)
 	u := effectiveUtil(p)
 	budget := u * float64(gpu.TotalMiB) * (1 << 20)
+	if gpu.Count > 1 {
+		weights, kv = weights/float64(gpu.Count), kv/float64(gpu.Count)
+	}
 	need := weights + kv + VRAMOverheadBytes
 	c.Value = fmt.Sprintf("%.1f/%.1f GiB", need/gib, budget/gib)
 	budgetText := fmt.Sprintf("%.1f GiB budget (%s × %d MiB)", budget/gib, fmtFloat(u), gpu.TotalMiB)
@@ -390,6 +396,9 @@ func vramFitCheck(p Profile, gpu GPUFacts) Check {
 	}
 	detail := fmt.Sprintf("needs ~%.1f GiB (weights %.1f GiB + %s + %.1f GiB overhead) of a %s",
 		need/gib, weights/gib, kvText, VRAMOverheadBytes/gib, budgetText)
+	if gpu.Count > 1 {
+		detail = fmt.Sprintf("on each of %d GPUs ", gpu.Count) + detail
+	}
 
 	switch {
 	case need > budget:

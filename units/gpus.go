@@ -205,3 +205,38 @@ func PinEnv(pin Pinning) []EnvVar {
 	}
 	return env
 }
+
+// GPUNeedMiB is what p needs free on each of n GPUs of totalMiB each, by
+// the fit estimate, for `gpus: auto`: vLLM takes its
+// gpu_memory_utilization share of every GPU it spans (and refuses to start
+// without that much free), so that is its need, unless the estimated model
+// (weights and KV split over n, plus overhead) does not fit that share, in
+// which case nothing fits (ok false). Ollama needs the estimate split over
+// n plus overhead; with unknown model_params its need is 0 (any GPU).
+func GPUNeedMiB(p Profile, totalMiB uint64, n int) (needMiB uint64, ok bool) {
+	if n < 1 {
+		n = 1
+	}
+	weights, _, kv := EstimateVRAM(p)
+	known := p.Params.TotalParamsB > 0
+	model := (weights+kv)/float64(n) + VRAMOverheadBytes
+	if p.Backend == VLLM {
+		budget := effectiveUtil(p) * float64(totalMiB) * (1 << 20)
+		if known && model > budget {
+			return 0, false
+		}
+		return uint64(budget / (1 << 20)), true
+	}
+	if !known {
+		return 0, true
+	}
+	return uint64(model / (1 << 20)), true
+}
+
+// TensorParallelOK reports whether n GPUs suit p: always for Ollama (it
+// spreads layers itself); for vLLM n must divide the model's attention
+// heads when they are known.
+func TensorParallelOK(p Profile, n int) bool {
+	h := p.Params.AttentionHeads
+	return p.Backend != VLLM || n <= 1 || h == 0 || h%n == 0
+}
