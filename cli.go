@@ -216,14 +216,7 @@ func printStatus(w io.Writer, st api.Status) {
 		fmt.Fprintf(w, "telegram: %s\n", telegramLine(*tg))
 	}
 	if st.GPU != nil {
-		for _, d := range st.GPU.Devices {
-			fmt.Fprintf(w, "gpu %d:   %s · driver %s · CUDA %s · %d/%d MiB · %d%% · %d °C · %.0f W · %.0f GB/s\n",
-				d.Index, d.Name, st.GPU.DriverVersion, st.GPU.CUDADriverVersion, d.MemoryUsedMiB, d.MemoryTotalMiB,
-				d.UtilizationGPU, d.TemperatureC, d.PowerW, d.BandwidthGBs)
-			for _, p := range d.Processes {
-				fmt.Fprintf(w, "         pid %d %s %d MiB\n", p.PID, p.Name, p.UsedMiB)
-			}
-		}
+		printGPUs(w, st)
 	} else if st.GPUError != "" {
 		fmt.Fprintf(w, "gpu:     unavailable: %s\n", st.GPUError)
 	}
@@ -234,15 +227,51 @@ func printStatus(w io.Writer, st api.Status) {
 	}
 	tw.Flush()
 	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROFILE\tBACKEND\tSERVED NAME\tPORT\tACTIVE")
+	fmt.Fprintln(tw, "PROFILE\tBACKEND\tSERVED NAME\tPORT\tGPUS\tACTIVE")
 	for _, p := range st.Profiles {
 		mark := ""
 		if p.Active {
 			mark = "*"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", p.Name, p.Backend, p.ServedName, p.Port, mark)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", p.Name, p.Backend, p.ServedName, p.Port, p.GPUs, mark)
 	}
 	tw.Flush()
+}
+
+// printGPUs writes one line per GPU: the card, its memory and load, and
+// who holds memory on it (the backend unit and profile, or a foreign
+// process).
+func printGPUs(w io.Writer, st api.Status) {
+	holders := map[int][]api.GPUHolder{}
+	for _, g := range st.GPUs {
+		holders[g.Index] = g.Holders
+	}
+	for _, d := range st.GPU.Devices {
+		fmt.Fprintf(w, "gpu %d:   %s (%s) · driver %s · CUDA %s · %d/%d MiB · %d%% · %d °C · %.0f W · %.0f GB/s",
+			d.Index, d.Name, api.ShortUUID(d.UUID), st.GPU.DriverVersion, st.GPU.CUDADriverVersion, d.MemoryUsedMiB, d.MemoryTotalMiB,
+			d.UtilizationGPU, d.TemperatureC, d.PowerW, d.BandwidthGBs)
+		hs, known := holders[d.Index]
+		if !known { // an older daemon: its processes without units
+			for _, p := range d.Processes {
+				hs = append(hs, api.GPUHolder{PID: p.PID, Name: p.Name, UsedMiB: p.UsedMiB})
+			}
+		}
+		var parts []string
+		for _, h := range hs {
+			who := fmt.Sprintf("pid %d %s", h.PID, h.Name)
+			switch {
+			case h.Profile != "":
+				who = fmt.Sprintf("%s (%s, pid %d)", h.Profile, h.Unit, h.PID)
+			case h.Unit != "":
+				who = fmt.Sprintf("%s (pid %d)", h.Unit, h.PID)
+			}
+			parts = append(parts, fmt.Sprintf("%s %d MiB", who, h.UsedMiB))
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(w, " · %s", strings.Join(parts, ", "))
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // telegramLine is the bot's health in one line: state, why, the bot, and

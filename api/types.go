@@ -22,8 +22,11 @@ type Status struct {
 	State    State          `json:"state"`
 	GPU      *nvml.Snapshot `json:"gpu,omitempty"`
 	GPUError string         `json:"gpu_error,omitempty"`
-	Units    []UnitStatus   `json:"units"`
-	Profiles []ProfileInfo  `json:"profiles"`
+	// GPUs is every GPU with who holds memory on it (absent when the GPU
+	// facts are unavailable).
+	GPUs     []GPUStatus   `json:"gpus,omitempty"`
+	Units    []UnitStatus  `json:"units"`
+	Profiles []ProfileInfo `json:"profiles"`
 	// LastSwitch is the most recent finished switch, if any.
 	LastSwitch *SwitchSummary `json:"last_switch,omitempty"`
 	// Telegram is the bot's health; absent when telegram.enabled is false.
@@ -38,8 +41,11 @@ type ProfileInfo struct {
 	ServedName string        `json:"served_name"`
 	Port       int           `json:"port"`
 	Unit       string        `json:"unit"`
-	Active     bool          `json:"active"`
-	Args       []string      `json:"args"`
+	// GPUs is where the profile runs as configured: "[0]", "[0, 1]" or
+	// "auto".
+	GPUs   string   `json:"gpus"`
+	Active bool     `json:"active"`
+	Args   []string `json:"args"`
 	// Context is the configured context length in tokens (vLLM
 	// max_model_len, Ollama num_ctx); 0: the backend's default.
 	Context int `json:"context,omitempty"`

@@ -2,8 +2,12 @@ package appliance
 
 import (
 	"context"
+	"slices"
 
 	"gpuhost/api"
+	"gpuhost/config"
+	"gpuhost/nvml"
+	"gpuhost/systemd"
 	"gpuhost/units"
 )
 
@@ -16,7 +20,7 @@ func (s *Supervisor) Profiles() []api.ProfileInfo {
 		bc := s.cfg.BackendFor(p.Backend)
 		out = append(out, api.ProfileInfo{
 			Name: name, Backend: p.Backend, Model: p.Model, ServedName: p.ServedName, Port: p.Port,
-			Unit: bc.Unit, Active: st.Phase == api.PhaseActive && st.Profile == name, Args: units.BackendArgs(*p, bc.Simulated),
+			Unit: bc.Unit, GPUs: p.GPUs.String(), Active: st.Phase == api.PhaseActive && st.Profile == name, Args: units.BackendArgs(*p, bc.Simulated),
 			AutoToolChoice: p.VLLM.EnableAutoToolChoice, ToolCallParser: p.VLLM.ToolCallParser, Standby: p.Standby,
 		})
 		if v, ok := s.apis.Load(name); ok {
@@ -44,10 +48,41 @@ func (s *Supervisor) Status(ctx context.Context) api.Status {
 	} else {
 		out.GPU = &snap
 	}
-	if bs, err := s.backends(ctx); err == nil {
+	bs, err := s.backends(ctx)
+	if err == nil {
 		for _, b := range bs {
 			out.Units = append(out.Units, b.status)
 		}
+	}
+	if out.GPU != nil {
+		out.GPUs = gpuStatuses(*out.GPU, bs, s.cfg)
+	}
+	return out
+}
+
+// gpuStatuses is every GPU of snap with its holders matched to the backend
+// units by cgroup, and the profiles the config places on it.
+func gpuStatuses(snap nvml.Snapshot, bs []backendState, cfg *config.Config) []api.GPUStatus {
+	out := make([]api.GPUStatus, 0, len(snap.Devices))
+	for _, d := range snap.Devices {
+		g := api.GPUStatus{Index: d.Index, UUID: d.UUID, Name: d.Name, PCIBusID: d.PCIBusID,
+			MemoryUsedMiB: d.MemoryUsedMiB, MemoryTotalMiB: d.MemoryTotalMiB, Holders: []api.GPUHolder{}}
+		for _, p := range d.Processes {
+			h := api.GPUHolder{PID: p.PID, Name: p.Name, UsedMiB: p.UsedMiB}
+			for _, b := range bs {
+				if b.status.Active() && systemd.InUnits(p.PID, b.status) {
+					h.Unit, h.Profile = b.unit, b.profile
+					break
+				}
+			}
+			g.Holders = append(g.Holders, h)
+		}
+		for _, name := range cfg.ProfileNames() {
+			if slices.Contains(cfg.Profiles[name].GPUs.Resolved(), d.Index) {
+				g.Profiles = append(g.Profiles, name)
+			}
+		}
+		out = append(out, g)
 	}
 	return out
 }
