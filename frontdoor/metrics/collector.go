@@ -52,6 +52,9 @@ var dcgmGauges = []dcgmGauge{
 
 // gpuhost's scrape-time series.
 var (
+	gpuHeldDesc = prometheus.NewDesc("gpuhost_gpu_memory_held_bytes",
+		"GPU memory held by each backend unit on each GPU (labels gpu and UUID as dcgm-exporter's); unit and profile empty for a process that is not gpuhost's.",
+		[]string{"gpu", "UUID", "unit", "profile"}, nil)
 	gpuUpDesc = prometheus.NewDesc("gpuhost_gpu_up",
 		"1 when the last GPU snapshot (NVML or the simulator) succeeded, 0 when it failed; the DCGM_FI_* series are absent then.",
 		nil, nil)
@@ -124,7 +127,7 @@ func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, g := range dcgmGauges {
 		ch <- g.desc
 	}
-	for _, d := range []*prometheus.Desc{gpuUpDesc, activeProfileDesc, standbyDesc, standbyResidualDesc, servingWantedDesc, stateDesc, unitStateDesc, doctorCheckDesc, doctorRunDesc,
+	for _, d := range []*prometheus.Desc{gpuUpDesc, gpuHeldDesc, activeProfileDesc, standbyDesc, standbyResidualDesc, servingWantedDesc, stateDesc, unitStateDesc, doctorCheckDesc, doctorRunDesc,
 		telegramUpDesc, telegramStateDesc, telegramErrorsDesc, telegramSkippedDesc, telegramDroppedDesc} {
 		ch <- d
 	}
@@ -166,6 +169,16 @@ func (c *scrapeCollector) collectGPU(ch chan<- prometheus.Metric, st api.Status)
 				continue
 			}
 			ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, g.value(d), labels...)
+		}
+	}
+	for _, g := range st.GPUs {
+		held := map[[2]string]uint64{}
+		for _, h := range g.Holders {
+			held[[2]string{h.Unit, h.Profile}] += h.UsedMiB
+		}
+		for k, mib := range held {
+			ch <- prometheus.MustNewConstMetric(gpuHeldDesc, prometheus.GaugeValue, float64(mib)*(1<<20),
+				strconv.Itoa(g.Index), cleanLabel(g.UUID), cleanLabel(k[0]), cleanLabel(k[1]))
 		}
 	}
 }
