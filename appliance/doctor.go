@@ -62,26 +62,9 @@ func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 	add := func(c api.DoctorCheck) { checks = append(checks, c) }
 
 	// GPU and driver.
-	var dev nvml.Device
-	haveGPU := false
-	if d.GPU == nil {
-		add(api.DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityFail, Message: "NVML not reachable: " + errText(d.GPUErr),
-			Fix: "install the NVIDIA driver (libnvidia-ml.so.1) and check `nvidia-smi`; gpuhost must be built with cgo"})
-	} else {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		s, err := d.GPU.Snapshot(cctx)
-		cancel()
-		if err != nil {
-			add(api.DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityFail, Message: "NVML query failed: " + err.Error(), Fix: "check `nvidia-smi`"})
-		} else if dv, ok := s.Device0(); !ok {
-			add(api.DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityFail, Message: "NVML reports no GPU", Fix: "check `nvidia-smi -L`"})
-		} else {
-			dev, haveGPU = dv, true
-			add(api.DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityOK, Value: s.Backend,
-				Message: fmt.Sprintf("%s via %s: %s, %d MiB, %.0f GB/s", dev.Name, s.Backend, dev.UUID, dev.MemoryTotalMiB, dev.BandwidthGBs)})
-			add(driverCheck(s.DriverVersion, s.CUDADriverVersion))
-		}
-	}
+	gpuChecks, snap, haveGPU := d.gpuChecks(ctx)
+	checks = append(checks, gpuChecks...)
+	dev, _ := snap.Device0()
 
 	// Profiles: the known-good settings rules.
 	facts := units.GPUFacts{}
@@ -99,6 +82,10 @@ func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 		pf := facts
 		if haveGPU {
 			pf.ReservedMiB = reservedMiB(d.Cfg, sf.ResidualMiB, p)
+			if fd, ok := fitDevice(p, snap); ok {
+				pf.TotalMiB, pf.Name, pf.Count = fd.MemoryTotalMiB, fd.Name, len(p.GPUs.Resolved())
+			}
+			checks = append(checks, placementChecks(p, snap)...)
 		}
 		checks = append(checks, d.hostRAMCheck(ctx, p)...)
 		for _, c := range append(units.ProfileChecks(*p, pf, *d.Cfg.Policy), modelCacheCheck(ctx, d.Cfg, d.Units, p)) {
@@ -124,6 +111,9 @@ func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 			add(api.DoctorCheck{ID: "units.systemd", Severity: units.SeverityFail, Message: err.Error(), Fix: "check `systemctl status`"})
 		} else {
 			checks = append(checks, unitChecks(d.Cfg, bs, sf.Units)...)
+			if haveGPU {
+				checks = append(checks, pinningChecks(d.Cfg, bs, snap)...)
+			}
 			checks = append(checks, d.standbyChecks(ctx, bs, sf, dev, haveGPU)...)
 			checks = append(checks, d.wantedCheck(bs, sf.Units))
 			if haveGPU {
@@ -150,6 +140,33 @@ func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 		}
 	}
 	return rep
+}
+
+// gpuChecks are the driver's view: NVML reachable, the driver, every GPU;
+// haveGPU is false when there is no GPU to judge profiles by.
+func (d *Doctor) gpuChecks(ctx context.Context) (checks []api.DoctorCheck, snap nvml.Snapshot, haveGPU bool) {
+	add := func(c api.DoctorCheck) { checks = append(checks, c) }
+	if d.GPU == nil {
+		add(api.DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityFail, Message: "NVML not reachable: " + errText(d.GPUErr),
+			Fix: "install the NVIDIA driver (libnvidia-ml.so.1) and check `nvidia-smi`; gpuhost must be built with cgo"})
+		return checks, nvml.Snapshot{}, false
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	s, err := d.GPU.Snapshot(cctx)
+	cancel()
+	if err != nil {
+		add(api.DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityFail, Message: "NVML query failed: " + err.Error(), Fix: "check `nvidia-smi`"})
+		return checks, nvml.Snapshot{}, false
+	}
+	dev, ok := s.Device0()
+	if !ok {
+		add(api.DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityFail, Message: "NVML reports no GPU", Fix: "check `nvidia-smi -L`"})
+		return checks, nvml.Snapshot{}, false
+	}
+	add(api.DoctorCheck{ID: "gpu.nvml", Severity: units.SeverityOK, Value: s.Backend,
+		Message: fmt.Sprintf("%s via %s: %s, %d MiB, %.0f GB/s", dev.Name, s.Backend, dev.UUID, dev.MemoryTotalMiB, dev.BandwidthGBs)})
+	add(driverCheck(s.DriverVersion, s.CUDADriverVersion))
+	return append(checks, deviceChecks(s)...), s, true
 }
 
 func errText(err error) string {

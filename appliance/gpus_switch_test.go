@@ -83,3 +83,44 @@ func readFile(t *testing.T, path string) string {
 }
 
 func apiSwitchOptions() api.SwitchOptions { return api.SwitchOptions{Force: true} }
+
+// The doctor on a simulated 2-card box: every GPU's driver view, each
+// profile's placement, the P2P decision of a tensor-parallel profile with
+// its reason, a GPU that is not there as a failure, and the running
+// backend pinned by UUID in PCI order.
+func TestDoctorOnTwoGPUs(t *testing.T) {
+	f := appliancetest.New(t, appliancetest.Options{Activate: "llama", Hook: func(c *config.Config) {
+		c.GPU.Sim.Devices = make([]config.SimGPUDevice, 2)
+		c.Profiles["llama"].GPUs = units.GPUSet{Indices: []int{1}, Given: true}
+		c.Profiles["coder"].GPUs = units.GPUSet{Indices: []int{0, 1}, Given: true}
+		c.Profiles["coder-greedy"].GPUs = units.GPUSet{Indices: []int{2}, Given: true}
+	}})
+	rep := f.Doctor(context.Background(), "")
+	find := func(id, profile, value string) (api.DoctorCheck, bool) {
+		for _, c := range rep.Checks {
+			if c.ID == id && c.Profile == profile && (value == "" || c.Value == value) {
+				return c, true
+			}
+		}
+		return api.DoctorCheck{}, false
+	}
+	tests := []struct {
+		id, profile, value string
+		sev                units.Severity
+		says               string
+	}{
+		{"gpu.device", "", "GPU 0", units.SeverityOK, nvml.SimUUIDFor(0)},
+		{"gpu.device", "", "GPU 1", units.SeverityOK, "PCI 00000000:02:00.0"},
+		{"gpus", "llama", "", units.SeverityOK, "runs on GPU [1]"},
+		{"gpus", "coder", "", units.SeverityOK, "runs on GPU [0, 1]"},
+		{"gpus.p2p", "coder", "NCCL_P2P_DISABLE=1", units.SeverityOK, "GPU 0–1 gpu_not_supported"},
+		{"gpus", "coder-greedy", "", units.SeverityFail, "GPU 2 is not present"},
+		{"gpus.pinning", "llama", "", units.SeverityOK, "pinned to GPU 1 by UUID, CUDA_DEVICE_ORDER=PCI_BUS_ID"},
+	}
+	for _, tt := range tests {
+		c, ok := find(tt.id, tt.profile, tt.value)
+		if !ok || c.Severity != tt.sev || !strings.Contains(c.Message, tt.says) {
+			t.Errorf("%s %s %s = %+v (found %v); want %s saying %q", tt.id, tt.profile, tt.value, c, ok, tt.sev, tt.says)
+		}
+	}
+}
