@@ -69,20 +69,21 @@ type SimDevice struct {
 }
 
 // SimUUIDFor is the fixed, GPU-looking UUID of simulated device index;
-// device 0's is SimUUID.
+// device 0's is SimUUID. The first group differs per device (as real
+// cards' do), so a shortened UUID still tells them apart.
 func SimUUIDFor(index int) string {
-	return fmt.Sprintf("GPU-5a1f4090-0000-4000-8000-%012x", index)
+	return fmt.Sprintf("GPU-5a1f%04x-0000-4000-8000-%012x", (0x4090+index)&0xffff, index)
 }
 
 // SimDeviceIndex returns the simulated device index a UUID made by SimUUIDFor
 // names; ok is false for any other text.
 func SimDeviceIndex(uuid string) (int, bool) {
-	rest, ok := strings.CutPrefix(uuid, "GPU-5a1f4090-0000-4000-8000-")
-	if !ok || len(rest) != 12 {
+	i := strings.LastIndexByte(uuid, '-')
+	if i < 0 || len(uuid)-i-1 != 12 {
 		return 0, false
 	}
-	n, err := strconv.ParseUint(rest, 16, 31)
-	if err != nil {
+	n, err := strconv.ParseUint(uuid[i+1:], 16, 31)
+	if err != nil || SimUUIDFor(int(n)) != uuid {
 		return 0, false
 	}
 	return int(n), true

@@ -114,6 +114,12 @@ func formatStatus(st api.Status, h health, now time.Time) string {
 			fact("utilization_gpu", fmt.Sprintf("%d%%", d.UtilizationGPU)),
 			fact("temperature_c", fmt.Sprintf("%d°C", d.TemperatureC)),
 			fact("power_w", power))
+		if len(st.GPU.Devices) > 1 {
+			// Several cards: one line each, with who holds memory on it.
+			for _, g := range st.GPUs {
+				fmt.Fprintf(&b, "%s\n", clip(g.Line(), 300))
+			}
+		}
 	}
 
 	switch {

@@ -51,8 +51,9 @@ func (c *builder) Build(env connector.Env) ([]connector.Tool, error) {
 		return nil, fmt.Errorf("gpu connector: the daemon (%T) cannot read the GPU (no Snapshot method); remove mcp.connectors.gpu", env.Daemon)
 	}
 	status := mcpgo.NewTool("gpu_status",
-		mcpgo.WithDescription("Current GPU snapshot of this inference box: GPU name, driver and CUDA versions, memory used/free/total (MiB), "+
+		mcpgo.WithDescription("Current GPU snapshot of this inference box, one entry per GPU (NVML index, UUID, PCI bus id): name, driver and CUDA versions, memory used/free/total (MiB), "+
 			"utilisation, temperature, power draw and limit, clocks and theoretical memory bandwidth. "+
+			"With several GPUs, p2p gives the peer-to-peer status of each pair. "+
 			"backend \"sim\" means a simulated GPU. Facts the card cannot report are listed in unavailable."),
 		mcpgo.WithReadOnlyHintAnnotation(true),
 		mcpgo.WithDestructiveHintAnnotation(false),
@@ -103,7 +104,11 @@ type Status struct {
 	CUDADriverVersion string      `json:"cuda_driver_version"`
 	TakenAt           time.Time   `json:"taken_at"`
 	GPUs              []GPUStatus `json:"gpus"`
-	Note              string      `json:"note,omitempty"`
+	// P2P is the peer-to-peer status of every pair of GPUs as the driver
+	// reports it ("ok" or why not); tensor parallelism over a pair without
+	// it needs NCCL_P2P_DISABLE=1, which gpuhost sets.
+	P2P  []nvml.P2PLink `json:"p2p,omitempty"`
+	Note string         `json:"note,omitempty"`
 }
 
 // GPUStatus is one GPU's readings.
@@ -111,6 +116,7 @@ type GPUStatus struct {
 	Index             int     `json:"index"`
 	Name              string  `json:"name"`
 	UUID              string  `json:"uuid,omitempty"`
+	PCIBusID          string  `json:"pci_bus_id,omitempty"`
 	MemoryUsedMiB     uint64  `json:"memory_used_mib"`
 	MemoryFreeMiB     uint64  `json:"memory_free_mib"`
 	MemoryTotalMiB    uint64  `json:"memory_total_mib"`
@@ -132,9 +138,9 @@ type GPUStatus struct {
 
 func statusOf(s nvml.Snapshot) Status {
 	out := Status{Backend: s.Backend, DriverVersion: s.DriverVersion, CUDADriverVersion: s.CUDADriverVersion,
-		TakenAt: s.TakenAt, GPUs: []GPUStatus{}}
+		TakenAt: s.TakenAt, GPUs: []GPUStatus{}, P2P: s.P2P}
 	for _, d := range s.Devices {
-		g := GPUStatus{Index: d.Index, Name: d.Name, UUID: d.UUID,
+		g := GPUStatus{Index: d.Index, Name: d.Name, UUID: d.UUID, PCIBusID: d.PCIBusID,
 			MemoryUsedMiB: d.MemoryUsedMiB, MemoryFreeMiB: d.MemoryFreeMiB, MemoryTotalMiB: d.MemoryTotalMiB,
 			UtilizationGPU: d.UtilizationGPU, UtilizationMemory: d.UtilizationMemory, TemperatureC: d.TemperatureC,
 			PowerW: d.PowerW, PowerLimitW: d.PowerLimitW, SMClockMHz: d.SMClockMHz, MemClockMHz: d.MemClockMHz,
