@@ -277,6 +277,7 @@ func fingerprintDiff(a, b Fingerprint) []string {
 		}
 	}
 	add("gpu", a.GPUName, b.GPUName)
+	add("gpus", a.GPUs, b.GPUs)
 	add("driver", a.Driver, b.Driver)
 	add("cuda", a.CUDA, b.CUDA)
 	add("backend", a.Backend, b.Backend)

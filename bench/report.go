@@ -101,6 +101,9 @@ func writeRunHeader(w io.Writer, r *Result) {
 	if f.Profile != "" {
 		fmt.Fprintf(w, "  profile %s\n", f.Profile)
 	}
+	if f.GPUs != "" {
+		fmt.Fprintf(w, "  gpus %s %s\n", f.GPUs, strings.Join(f.GPUUUIDs, ","))
+	}
 	if len(f.Server) > 0 {
 		keys := slices.Sorted(maps.Keys(f.Server))
 		parts := make([]string, len(keys))

@@ -99,14 +99,20 @@ const (
 // compared knowingly: a driver update or a different backend version is
 // usually the explanation of a difference.
 type Fingerprint struct {
-	GPUName        string `json:"gpu_name,omitempty"`
-	GPUMemoryMiB   uint64 `json:"gpu_memory_mib,omitempty"`
-	Driver         string `json:"driver,omitempty"`
-	CUDA           string `json:"cuda,omitempty"`
-	GPUBackend     string `json:"gpu_backend,omitempty"` // "nvml" or "sim"
-	Backend        string `json:"backend"`               // vllm, ollama or openai (unknown server)
-	BackendVersion string `json:"backend_version,omitempty"`
-	Profile        string `json:"profile,omitempty"`
+	GPUName      string `json:"gpu_name,omitempty"`
+	GPUMemoryMiB uint64 `json:"gpu_memory_mib,omitempty"`
+	// GPUs is the GPU set the profile ran on when it names one ("[1]",
+	// "[0, 1]", "auto"; empty: GPU 0, no gpus key), and GPUUUIDs the
+	// cards of a fixed set, so a result from another placement is told
+	// apart.
+	GPUs           string   `json:"gpus,omitempty"`
+	GPUUUIDs       []string `json:"gpu_uuids,omitempty"`
+	Driver         string   `json:"driver,omitempty"`
+	CUDA           string   `json:"cuda,omitempty"`
+	GPUBackend     string   `json:"gpu_backend,omitempty"` // "nvml" or "sim"
+	Backend        string   `json:"backend"`               // vllm, ollama or openai (unknown server)
+	BackendVersion string   `json:"backend_version,omitempty"`
+	Profile        string   `json:"profile,omitempty"`
 	// ProfileFlags is the backend's command line of the profile, so a flag
 	// change shows up in compare.
 	ProfileFlags    []string `json:"profile_flags,omitempty"`

@@ -601,7 +601,23 @@ func (ru *runner) gpuFacts(ctx context.Context) {
 	}
 	f := &ru.r.Fingerprint
 	f.Driver, f.CUDA, f.GPUBackend = snap.DriverVersion, snap.CUDADriverVersion, snap.Backend
-	if d, ok := snap.Device0(); ok {
+	d, ok := snap.Device0()
+	// A profile without gpus (GPU 0) records none, so its results compare
+	// equal to those from before placements.
+	if p := ru.o.Profile; p != nil && p.GPUs.Given {
+		f.GPUs = p.GPUs.String()
+		for k, i := range p.GPUs.Resolved() {
+			dev, present := snap.Device(i)
+			if !present {
+				continue
+			}
+			f.GPUUUIDs = append(f.GPUUUIDs, dev.UUID)
+			if k == 0 { // the card the profile's first rank runs on
+				d, ok = dev, true
+			}
+		}
+	}
+	if ok {
 		f.GPUName, f.GPUMemoryMiB = d.Name, d.MemoryTotalMiB
 		ru.bandwidth = d.BandwidthGBs
 	}
