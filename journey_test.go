@@ -60,16 +60,16 @@ var journeyDemos sync.Map
 // are taken when it looks).
 var journeyDemoSlot = make(chan struct{}, 1)
 
-// startDemoCmd is `startdemo`: `gpuhost demo` on a free port with its state
+// startDemoCmd is `startdemo [--gpus N]`: `gpuhost demo` on a free port with its state
 // under $WORK, stopped with Ctrl-C when the script ends; it waits until
 // the default profile is active and exports GPUHOST_URL, as the banner
 // tells the user to.
 func startDemoCmd(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 0 {
-		ts.Fatalf("usage: startdemo")
+	if neg || (len(args) != 0 && (len(args) != 2 || args[0] != "--gpus")) {
+		ts.Fatalf("usage: startdemo [--gpus N]")
 	}
 	runDaemon(ts, func(addr string) []string {
-		return []string{"demo", "--listen", addr, "--state-dir", ts.MkAbs("demo-state")}
+		return append([]string{"demo", "--listen", addr, "--state-dir", ts.MkAbs("demo-state")}, args...)
 	})
 }
 
