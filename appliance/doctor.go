@@ -114,7 +114,7 @@ func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 			if haveGPU {
 				checks = append(checks, pinningChecks(d.Cfg, bs, snap)...)
 			}
-			checks = append(checks, d.standbyChecks(ctx, bs, sf, dev, haveGPU)...)
+			checks = append(checks, d.standbyChecks(ctx, bs, sf, snap, haveGPU)...)
 			checks = append(checks, d.wantedCheck(bs, sf.Units))
 			if haveGPU {
 				checks = append(checks, foreignProcessCheck(dev, bs))

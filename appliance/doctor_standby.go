@@ -87,7 +87,8 @@ func servingBackends(bs []backendState, asleep map[string]standbyEntry) (serving
 // daemon, says whether the watcher found one above its residual lately.
 // During a switch a backend may be on its way into or out of standby, so
 // the per-backend checks wait for its end.
-func (d *Doctor) standbyChecks(ctx context.Context, bs []backendState, sf standbyFile, dev nvml.Device, haveGPU bool) []api.DoctorCheck {
+func (d *Doctor) standbyChecks(ctx context.Context, bs []backendState, sf standbyFile, snap nvml.Snapshot, haveGPU bool) []api.DoctorCheck {
+	dev, _ := snap.Device0()
 	var out []api.DoctorCheck
 	_, asleep := servingBackends(bs, sf.Units)
 	var st api.State
@@ -107,7 +108,7 @@ func (d *Doctor) standbyChecks(ctx context.Context, bs []backendState, sf standb
 		out = append(out, d.asleepCheck(ctx, b, e))
 		res, known := sf.ResidualMiB[e.Profile]
 		if haveGPU {
-			out = append(out, residualCheck(d.Cfg, b, e, unitUsedMiB(dev, b.status), res, known))
+			out = append(out, residualCheck(d.Cfg, b, e, unitUsedOn(snap.Devices, b.status), res, known))
 		}
 		out = append(out, d.plausibleCheck(b, e, res, known, dev, haveGPU))
 	}

@@ -124,3 +124,30 @@ func TestDoctorOnTwoGPUs(t *testing.T) {
 		}
 	}
 }
+
+// A backend in standby on GPU 1 keeps its residual there: the residual is
+// measured (and then watched) on the GPUs its unit holds memory on, not
+// on GPU 0 alone.
+func TestStandbyResidualOnGPU1(t *testing.T) {
+	f := appliancetest.New(t, appliancetest.Options{Activate: "coder", Hook: func(c *config.Config) {
+		c.GPU.Sim.Devices = make([]config.SimGPUDevice, 2)
+		c.Profiles["coder"].GPUs = units.GPUSet{Indices: []int{1}, Given: true}
+		c.Profiles["coder"].Standby = units.StandbyAuto
+	}})
+	if _, err := f.SwitchTo(t, "llama"); err != nil {
+		t.Fatal(err)
+	}
+	st := f.Sup.Status(context.Background())
+	if len(st.State.Standby) != 1 || st.State.Standby[0].Profile != "coder" || st.State.Standby[0].ResidualMiB == 0 {
+		t.Fatalf("standby = %+v; want coder with a measured residual", st.State.Standby)
+	}
+	var onGPU1 uint64
+	for _, h := range st.GPUs[1].Holders {
+		if h.Profile == "coder" {
+			onGPU1 += h.UsedMiB
+		}
+	}
+	if onGPU1 != st.State.Standby[0].ResidualMiB {
+		t.Errorf("coder holds %d MiB on GPU 1; its recorded residual is %d", onGPU1, st.State.Standby[0].ResidualMiB)
+	}
+}

@@ -170,6 +170,17 @@ func unitUsedMiB(d nvml.Device, st api.UnitStatus) uint64 {
 	return sum
 }
 
+// unitUsedOn is what the unit's processes hold on all of devs together: a
+// backend placed on GPU 1, or tensor parallel on several, holds its memory
+// there, not on GPU 0.
+func unitUsedOn(devs []nvml.Device, st api.UnitStatus) uint64 {
+	var sum uint64
+	for _, d := range devs {
+		sum += unitUsedMiB(d, st)
+	}
+	return sum
+}
+
 // hostAvailableMiB is the host's MemAvailable: from the simulated GPU when
 // it simulates host RAM too (the demo and the tests), else /proc/meminfo.
 func (s *Supervisor) hostAvailableMiB(ctx context.Context) (uint64, error) {
@@ -294,11 +305,7 @@ func (s *Supervisor) unitHeldMiB(ctx context.Context, st api.UnitStatus) uint64 
 	if err != nil {
 		return 0
 	}
-	d, ok := snap.Device0()
-	if !ok {
-		return 0
-	}
-	return unitUsedMiB(d, st)
+	return unitUsedOn(snap.Devices, st)
 }
 
 // errResidualHigh: a backend in standby holds more than its measured
@@ -330,11 +337,10 @@ func (s *Supervisor) waitResidual(ctx context.Context, p *units.Profile, st api.
 			return 0, false, fmt.Errorf("cannot verify the standby residual: %w", serr)
 		}
 		if serr == nil {
-			d, dok := snap.Device0()
-			if !dok {
+			if len(snap.Devices) == 0 {
 				return 0, false, errors.New("no GPU device reported: cannot verify the standby residual")
 			}
-			used = unitUsedMiB(d, st)
+			used = unitUsedOn(snap.Devices, st)
 			if used == prev {
 				stable++
 			} else {
@@ -471,8 +477,7 @@ func (s *Supervisor) enforceStandby(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	d, ok := snap.Device0()
-	if !ok {
+	if len(snap.Devices) == 0 {
 		return
 	}
 	for _, w := range ws {
@@ -483,7 +488,7 @@ func (s *Supervisor) enforceStandby(ctx context.Context) {
 		if err != nil || !st.Active() {
 			continue
 		}
-		used := unitUsedMiB(d, st)
+		used := unitUsedOn(snap.Devices, st)
 		if used <= w.residual+residualToleranceMiB {
 			continue
 		}
@@ -518,11 +523,10 @@ func (s *Supervisor) stillAboveResidual(ctx context.Context, unit string, e stan
 	if err != nil {
 		return api.UnitStatus{}, 0, false
 	}
-	d, ok := snap.Device0()
-	if !ok {
+	if len(snap.Devices) == 0 {
 		return api.UnitStatus{}, 0, false
 	}
-	used := unitUsedMiB(d, st)
+	used := unitUsedOn(snap.Devices, st)
 	return st, used, used > residual+residualToleranceMiB
 }
 
