@@ -60,8 +60,9 @@ func (g GPUStatus) Line() string {
 // ShortUUID shortens a GPU UUID to its first group ("GPU-5a1f4090…"),
 // enough to tell cards apart in a line.
 func ShortUUID(u string) string {
-	if i := strings.IndexByte(strings.TrimPrefix(u, "GPU-"), '-'); i >= 0 {
-		return u[:len(u)-len(strings.TrimPrefix(u, "GPU-"))+i] + "…"
+	rest, ok := strings.CutPrefix(u, "GPU-")
+	if i := strings.IndexByte(rest, '-'); ok && i >= 0 {
+		return "GPU-" + rest[:i] + "…"
 	}
 	return u
 }
