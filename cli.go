@@ -465,14 +465,7 @@ func benchEnv(cmd *cobra.Command) (benchcmd.Env, error) {
 		return benchcmd.Env{}, err
 	}
 	env := benchcmd.Env{StateDir: cfg.StateDir, Profiles: cfg.Profiles}
-	env.GPU = func(ctx context.Context) (nvml.Snapshot, error) {
-		gpu, closeGPU, err := appliance.OpenGPU(cfg)
-		defer closeGPU()
-		if err != nil {
-			return nvml.Snapshot{}, err
-		}
-		return gpu.Snapshot(ctx)
-	}
+	env.GPU = func(ctx context.Context) (nvml.Snapshot, error) { return daemon.LocalSnapshot(ctx, cfg) }
 	env.Active = func(ctx context.Context) (bench.Target, *units.Profile, error) {
 		c, err := apiClient(cmd)
 		if err != nil {

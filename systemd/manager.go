@@ -52,6 +52,17 @@ type Manager struct {
 	subscribed  bool
 }
 
+// Connect is the one rule for reaching the configured systemd
+// (systemd.socket): the system bus when socket is "", else its private
+// socket. The daemon's units and `gpuhost units install` both connect
+// through it.
+func Connect(ctx context.Context, socket string) (*Manager, error) {
+	if socket == "" {
+		return ConnectSystem(ctx)
+	}
+	return ConnectPrivate(ctx, socket)
+}
+
 // ConnectSystem connects to systemd over the system bus (the normal way for
 // the gpuhost daemon). ctx bounds connecting, not the connection's life.
 func ConnectSystem(ctx context.Context) (*Manager, error) {
