@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 	"gpuhost/config"
-	"gpuhost/internal/daemon"
+	"gpuhost/internal/assemble"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -48,7 +48,7 @@ func mcpSetup(cmd *cobra.Command) (mcp.Setup, error) {
 	if err != nil {
 		return mcp.Setup{}, err
 	}
-	return daemon.LocalMCP(cmd.Context(), cfg, nil, version, false), nil
+	return assemble.LocalMCP(cmd.Context(), cfg, nil, version, false), nil
 }
 
 // mcpDemoToolsSetup is the demo configuration for listing its tools: the
@@ -86,7 +86,7 @@ func mcpDemo(cmd *cobra.Command, statePrefix string, log *slog.Logger) (mcp.Setu
 		return mcp.Setup{}, err
 	}
 	cfg.MCP.Connectors, cfg.MCP.ConnectorsDir = mcp.DemoConfig(), ""
-	su := daemon.LocalMCP(cmd.Context(), cfg, log, version, log != nil)
+	su := assemble.LocalMCP(cmd.Context(), cfg, log, version, log != nil)
 	closeFn := su.Close
 	su.Close = func() { closeFn(); os.RemoveAll(filepath.Clean(state)) }
 	return su, nil

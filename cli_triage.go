@@ -15,7 +15,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/config"
-	"gpuhost/internal/daemon"
+	"gpuhost/internal/assemble"
 	"gpuhost/triage"
 )
 
@@ -201,7 +201,7 @@ func openTriage(cmd *cobra.Command, cfg *config.Config) (*triage.Worker, func(),
 	if err != nil {
 		return nil, nil, err
 	}
-	return daemon.OpenTriageBeside(cmd.Context(), cfg, log, version, daemonActiveModel(cfg, t.client()))
+	return assemble.OpenTriageBeside(cmd.Context(), cfg, log, version, daemonActiveModel(cfg, t.client()))
 }
 
 // daemonActiveModel asks the running daemon which profile is active, so a

@@ -23,7 +23,7 @@ var depRules = []struct {
 }{
 	{
 		pkgs:   []string{"gpuhost/mcp/...", "gpuhost/triage/...", "gpuhost/agent/...", "gpuhost/bench/...", "gpuhost/units/...", "gpuhost/simulator/...", "gpuhost/backend/..."},
-		forbid: []string{"gpuhost/appliance/...", "gpuhost/systemd/...", "gpuhost/frontdoor/...", "gpuhost/internal/wiring", "github.com/godbus/dbus/v5/...", "github.com/coreos/go-systemd/v22/..."},
+		forbid: []string{"gpuhost/appliance/...", "gpuhost/systemd/...", "gpuhost/frontdoor/...", "gpuhost/internal/mcpview", "github.com/godbus/dbus/v5/...", "github.com/coreos/go-systemd/v22/..."},
 		why:    "services and connectors use the box only through the daemon's API and small interfaces; they never control systemd",
 	},
 	{
@@ -96,8 +96,8 @@ var godbusAllowed = map[string]bool{
 	"gpuhost/appliance":               true,
 	"gpuhost/appliance/appliancetest": true,
 	"gpuhost/appliance/procunits":     true,
-	"gpuhost/internal/wiring":         true,
-	"gpuhost/internal/daemon":         true,
+	"gpuhost/internal/mcpview":        true,
+	"gpuhost/internal/assemble":       true,
 	"gpuhost/systemd":                 true,
 	"gpuhost/systemd/systemdtest":     true,
 }
@@ -186,7 +186,7 @@ func keys(m map[string]bool) []string {
 }
 
 // TestOneWiringPlace: the daemon's core and the services' dependencies are
-// built in internal/daemon only, so `serve`, `demo`, `mcp --demo` and the
+// built in internal/assemble only, so `serve`, `demo`, `mcp --demo` and the
 // triage commands cannot drift apart (the core used to be built twice).
 func TestOneWiringPlace(t *testing.T) {
 	builders := []string{"appliance.NewSupervisor(", "triage.FromConfig(", "appliance.OpenUnits("}
@@ -195,7 +195,7 @@ func TestOneWiringPlace(t *testing.T) {
 		t.Fatalf("git ls-files: %v (the wiring rule needs the checkout's file list; CI always has git)", err)
 	}
 	for _, f := range strings.Fields(string(out)) {
-		if strings.HasSuffix(f, "_test.go") || strings.HasPrefix(f, "internal/daemon/") || strings.Contains(f, "test/") {
+		if strings.HasSuffix(f, "_test.go") || strings.HasPrefix(f, "internal/assemble/") || strings.Contains(f, "test/") {
 			continue
 		}
 		src, err := os.ReadFile(f)
@@ -204,7 +204,7 @@ func TestOneWiringPlace(t *testing.T) {
 		}
 		for _, b := range builders {
 			if strings.Contains(string(src), b) {
-				t.Errorf("%s calls %s: build the daemon's parts in internal/daemon (OpenCore, OpenTriage) and call that", f, strings.TrimSuffix(b, "("))
+				t.Errorf("%s calls %s: build the daemon's parts in internal/assemble (OpenCore, OpenTriage) and call that", f, strings.TrimSuffix(b, "("))
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package daemon
+package assemble
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"gpuhost/config"
 	"gpuhost/frontdoor/metrics"
 	"gpuhost/internal/loopback"
-	"gpuhost/internal/wiring"
+	"gpuhost/internal/mcpview"
 	"gpuhost/mcp"
 	"gpuhost/mcp/declarative"
 	"gpuhost/triage"
@@ -269,7 +269,7 @@ func (c *Core) startMCP(ctx context.Context, bstore *bench.Store) *mcp.Server {
 		return nil
 	}
 	mlog := c.log.With("component", "mcp")
-	ms, err := newMCPServer(cfg, mlog, c.version, &wiring.MCPDaemon{Sup: c.Sup, DoctorFn: c.Doctor, Bench: bstore})
+	ms, err := newMCPServer(cfg, mlog, c.version, &mcpview.Daemon{Sup: c.Sup, DoctorFn: c.Doctor, Bench: bstore})
 	if err != nil {
 		mlog.Error("MCP server not started; the daemon carries on", "err", err)
 		return nil
@@ -290,7 +290,7 @@ func (c *Core) startMCP(ctx context.Context, bstore *bench.Store) *mcp.Server {
 // connectors, the session cap, connectors' HTTP through the backend
 // dialer, d as the connectors' view of the box (nil: none, so gpu and
 // inference are disabled). Disabled connectors are logged.
-func newMCPServer(cfg *config.Config, mlog *slog.Logger, version string, d *wiring.MCPDaemon) (*mcp.Server, error) {
+func newMCPServer(cfg *config.Config, mlog *slog.Logger, version string, d *mcpview.Daemon) (*mcp.Server, error) {
 	extra, errs := declarative.Load(cfg.MCP.ConnectorsDir)
 	for _, e := range errs {
 		mlog.Error("declarative connector skipped", "err", e)

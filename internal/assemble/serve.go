@@ -1,4 +1,4 @@
-package daemon
+package assemble
 
 import (
 	"context"
@@ -26,7 +26,7 @@ import (
 	"gpuhost/frontdoor/telegram"
 	"gpuhost/internal/activity"
 	"gpuhost/internal/frontdoor"
-	"gpuhost/internal/wiring"
+	"gpuhost/internal/mcpview"
 	"gpuhost/mcp"
 	"gpuhost/nvml"
 	"gpuhost/units"
@@ -393,7 +393,7 @@ func LocalMCP(ctx context.Context, cfg *config.Config, log *slog.Logger, version
 		c.Sup.Reconcile(ctx)
 		close(done)
 	}
-	d := &wiring.MCPDaemon{Sup: c.Sup, DoctorFn: c.Doctor, Bench: bench.NewStore(cfg.StateDir, nil)}
+	d := &mcpview.Daemon{Sup: c.Sup, DoctorFn: c.Doctor, Bench: bench.NewStore(cfg.StateDir, nil)}
 	return mcp.Setup{
 		Build: func(mlog *slog.Logger) (*mcp.Server, error) { return newMCPServer(cfg, mlog, version, d) },
 		Close: func() {
