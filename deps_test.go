@@ -29,7 +29,7 @@ var depRules = []struct {
 	{
 		pkgs:   []string{"gpuhost/mcp/connector", "gpuhost/mcp/connectors/...", "gpuhost/mcp/declarative"},
 		forbid: []string{"gpuhost/mcp", "github.com/mark3labs/mcp-go/server", "github.com/mark3labs/mcp-go/client/..."},
-		why:    "a connector implements the contract in gpuhost/mcp/connector; the MCP server and its stack are the registry's, linked by package main",
+		why:    "a connector implements the contract in gpuhost/mcp/connector; the MCP server and its stack are the registry's, built by internal/assemble",
 	},
 	{
 		pkgs:   []string{"gpuhost/mcp/connector", "gpuhost/mcp/connectors/...", "gpuhost/mcp/declarative"},
@@ -65,7 +65,7 @@ var depRules = []struct {
 	{
 		pkgs:   []string{"gpuhost/frontdoor/..."},
 		forbid: []string{"gpuhost/appliance/...", "gpuhost/systemd/...", "github.com/godbus/dbus/v5/..."},
-		why:    "front doors call the Supervisor through their own small interfaces; the wiring in package main hands it over",
+		why:    "front doors call the Supervisor through their own small interfaces; internal/assemble hands it over",
 	},
 	{
 		pkgs:   []string{"gpuhost/frontdoor/..."},

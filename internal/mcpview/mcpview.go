@@ -1,7 +1,10 @@
-// Package wiring holds the adapters that connect the daemon's core to its
-// services without either importing the other: package main (serve, the
-// CLI) uses them, and so do tests that run a service against a real
-// Supervisor. Nothing here decides anything; it only forwards.
+// Package mcpview is the MCP connectors' read-only view of the running
+// daemon: the gpu and inference connectors each define the small Daemon
+// interface they read, and Daemon here implements both over the
+// Supervisor, so neither the connectors nor the Supervisor import each
+// other. internal/assemble hands it to the MCP server; tests that run a
+// connector against a real Supervisor use it too. It decides nothing; it
+// only forwards.
 package mcpview
 
 import (
@@ -16,8 +19,8 @@ import (
 
 // Daemon adapts the running appliance to the Daemon interfaces of the
 // gpu and inference connectors (each defines the few methods it reads;
-// mcpdaemon_test.go checks Daemon has them), so package main wires
-// both in one line. It exposes reads only: the Supervisor's Switch is
+// mcpview_test.go checks Daemon has them), so the assembly hands
+// both over in one value. It exposes reads only: the Supervisor's Switch is
 // deliberately not reachable.
 type Daemon struct {
 	Sup *appliance.Supervisor
