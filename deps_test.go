@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"os/exec"
 	"path"
 	"sort"
@@ -183,29 +182,4 @@ func keys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// TestOneWiringPlace: the daemon's core and the services' dependencies are
-// built in internal/assemble only, so `serve`, `demo`, `mcp --demo` and the
-// triage commands cannot drift apart (the core used to be built twice).
-func TestOneWiringPlace(t *testing.T) {
-	builders := []string{"appliance.NewSupervisor(", "triage.FromConfig(", "appliance.OpenUnits("}
-	out, err := exec.Command("git", "ls-files", "*.go").Output()
-	if err != nil {
-		t.Fatalf("git ls-files: %v (the wiring rule needs the checkout's file list; CI always has git)", err)
-	}
-	for _, f := range strings.Fields(string(out)) {
-		if strings.HasSuffix(f, "_test.go") || strings.HasPrefix(f, "internal/assemble/") || strings.Contains(f, "test/") {
-			continue
-		}
-		src, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, b := range builders {
-			if strings.Contains(string(src), b) {
-				t.Errorf("%s calls %s: build the daemon's parts in internal/assemble (OpenCore, OpenTriage) and call that", f, strings.TrimSuffix(b, "("))
-			}
-		}
-	}
 }

@@ -39,3 +39,9 @@ func ProfilesIn(profiles map[string]*units.Profile) func(name string) (units.Pro
 		return units.Profile{}, false
 	}
 }
+
+// ServedModelName is the model name clients send for the profile: its
+// served name, or its model when none is set (units.Profile's rule).
+func (p ProfileInfo) ServedModelName() string {
+	return units.Profile{Model: p.Model, ServedName: p.ServedName}.ServedModelName()
+}
