@@ -74,7 +74,7 @@ var depRules = []struct {
 	{
 		pkgs:   []string{"gpuhost/api/...", "gpuhost/frontdoor/...", "gpuhost/mcp/...", "gpuhost/triage/...", "gpuhost/agent/...", "gpuhost/bench/...", "gpuhost/simulator/...", "gpuhost/units/...", "gpuhost/config/...", "gpuhost/backend/...", "gpuhost/internal/activity"},
 		forbid: []string{"gpuhost/nvml/driver", "github.com/NVIDIA/go-nvml/..."},
-		why:    "only the packages that open the real driver (appliance and the wiring) link go-nvml through gpuhost/nvml/driver; everyone else reads GPU facts as gpuhost/nvml's plain Snapshot",
+		why:    "only the packages that open the real driver (appliance and internal/assemble) link go-nvml through gpuhost/nvml/driver; everyone else reads GPU facts as gpuhost/nvml's plain Snapshot",
 	},
 	{
 		pkgs:   []string{"gpuhost/triage/..."},

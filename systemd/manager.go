@@ -3,7 +3,7 @@
 // enabling unit files; plus the journal tail of a unit and the command line
 // of a process.
 //
-// systemd is the source of truth for what runs on the box (docs/architecture.md), so the
+// systemd is the source of truth for what runs on the box (docs/design.md), so the
 // Manager reports what systemd says and never keeps its own copy of unit
 // state. It speaks to systemd either over the system bus or directly over
 // systemd's private socket (/run/systemd/private), which works without a

@@ -65,7 +65,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger, o Options)
 	selfV1 := loopbackV1(ln.Addr())
 	selfClient := &http.Client{Transport: &selfAuth{base: selfV1, cfg: cfg, next: http.DefaultTransport}}
 	// The front doors: each can be disabled, and one failing does not stop
-	// the others or the backend (docs/architecture.md decision 6).
+	// the others or the backend (docs/design.md decision 6).
 	px, m := c.startProxy(runCtx)
 	defer px.Close()
 	act := c.startActivity(runCtx, px)
