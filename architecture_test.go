@@ -333,7 +333,9 @@ func checkAllowed(r archRow, pkgs map[string]modPkg) []string {
 				}
 			}
 		}
-		for _, imp := range append(slices.Clone(pkgs[p].imports), pkgs[p].testImports...) {
+		all := append(slices.Clone(pkgs[p].imports), pkgs[p].testImports...)
+		slices.Sort(all)
+		for _, imp := range slices.Compact(all) {
 			if h := heavyOf(imp); h != "" {
 				linked[h] = true
 				if !r.any && !slices.Contains(r.allowHeavy, h) {
