@@ -73,9 +73,15 @@ var wiringRules = []wiringRule{
 	},
 }
 
-// wildcardHosts are the literals a hand-written wildcard check compares
-// with; outside internal/loopback a comparison with one breaks the loopback rule.
-var wildcardHosts = []string{"0.0.0.0", "::", "[::]"}
+// hostLiterals are the literals a hand-written wildcard or loopback check
+// compares with; outside internal/loopback a comparison with one breaks
+// the loopback rule. literalChecksAllowed: config's listen check accepts
+// "an IP address or localhost" as syntax (it decides nothing about
+// loopback; ListensOnly does).
+var (
+	hostLiterals         = []string{"0.0.0.0", "::", "[::]", "127.0.0.1", "::1", "localhost"}
+	literalChecksAllowed = []string{"gpuhost/internal/loopback", "gpuhost/config.Config.validate"}
+)
 
 // servedNameRule: the active profile's served name is computed by
 // api.ActiveServedName only. A function elsewhere that reads a ServedName
@@ -129,6 +135,10 @@ func plantedSites(ctx context.Context, cfg *config.Config, st api.State, p *unit
 	if host == "0.0.0.0" {
 		return nil
 	}
+	switch host {
+	case "::1":
+		return nil
+	}
 	if st.Phase == api.PhaseActive {
 		return p.ServedName
 	}
@@ -138,7 +148,7 @@ func plantedSites(ctx context.Context, cfg *config.Config, st api.State, p *unit
 	pkgs := loadModule(t, map[string][]byte{planted: []byte(src)})
 	found := checkWiring(pkgs)
 	want := map[string]int{"one MCP server": 1, "one GPU opener": 1, "one daemon finder": 2,
-		"one systemd connection rule": 1, "one loopback helper": 2, "served name": 1}
+		"one systemd connection rule": 1, "one loopback helper": 3, "served name": 1}
 	for rule, n := range want {
 		got := 0
 		for _, f := range found {
@@ -220,11 +230,13 @@ func checkDecl(p *packages.Package, d ast.Decl) []string {
 				}
 			}
 		case *ast.BinaryExpr:
-			if (n.Op == token.EQL || n.Op == token.NEQ) && p.PkgPath != "gpuhost/internal/loopback" {
-				for _, side := range []ast.Expr{n.X, n.Y} {
-					if v := p.TypesInfo.Types[side].Value; v != nil && v.Kind() == constant.String && slices.Contains(wildcardHosts, constant.StringVal(v)) {
-						report(n, "one loopback helper", "a hand-written wildcard check ("+constant.StringVal(v)+")", "use loopback.IsWildcard or loopback.DialHost")
-					}
+			if n.Op == token.EQL || n.Op == token.NEQ {
+				checkHostLiterals(p, site, report, n.X, n.Y)
+			}
+		case *ast.SwitchStmt:
+			if n.Tag != nil {
+				for _, c := range n.Body.List {
+					checkHostLiterals(p, site, report, c.(*ast.CaseClause).List...)
 				}
 			}
 		}
@@ -234,6 +246,20 @@ func checkDecl(p *packages.Package, d ast.Decl) []string {
 		out = append(out, checkServedName(p, fd.Body, site)...)
 	}
 	return out
+}
+
+// checkHostLiterals reports each of exprs (the sides of a comparison, a
+// switch's cases) that is a host literal, outside the allowed sites.
+func checkHostLiterals(p *packages.Package, site string, report func(ast.Node, string, string, string), exprs ...ast.Expr) {
+	if allowedSite(literalChecksAllowed, p.PkgPath, site) {
+		return
+	}
+	for _, e := range exprs {
+		if v := p.TypesInfo.Types[e].Value; v != nil && v.Kind() == constant.String && slices.Contains(hostLiterals, constant.StringVal(v)) {
+			report(e, "one loopback helper", "a hand-written host check (== "+v.ExactString()+")",
+				"use internal/loopback (IsWildcard, DialHost, IsHost, DialsLoopback, ListensOnly)")
+		}
+	}
 }
 
 // checkTypeUse reports a composite literal or new(T) of a rule's type.
