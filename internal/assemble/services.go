@@ -173,11 +173,13 @@ func OpenTriageBeside(ctx context.Context, cfg *config.Config, log *slog.Logger,
 		}
 	}
 	if cfg.Triage.CRM.Enabled {
-		ms, err := newMCPServer(cfg, log.With("component", "mcp"), version, nil)
+		mlog := log.With("component", "mcp")
+		ms, err := newMCPServer(cfg, mlog, version, nil)
 		if err != nil {
 			closeGPU()
 			return nil, nil, fmt.Errorf("triage.crm needs the MCP crm connector: %w", err)
 		}
+		logDisabled(ms, mlog)
 		src.MCP = ms
 	}
 	w, closeW, err := OpenTriage(ctx, cfg, src)
@@ -274,6 +276,7 @@ func (c *Core) startMCP(ctx context.Context, bstore *bench.Store) *mcp.Server {
 		mlog.Error("MCP server not started; the daemon carries on", "err", err)
 		return nil
 	}
+	logDisabled(ms, mlog)
 	ms.Register(c.api)
 	go declarative.Watch(ctx, cfg.MCP.ConnectorsDir, func() {
 		extra, errs := declarative.Load(cfg.MCP.ConnectorsDir)
@@ -289,7 +292,8 @@ func (c *Core) startMCP(ctx context.Context, bstore *bench.Store) *mcp.Server {
 // and for a triage worker run beside it: the configured and declarative
 // connectors, the session cap, connectors' HTTP through the backend
 // dialer, d as the connectors' view of the box (nil: none, so gpu and
-// inference are disabled). Disabled connectors are logged.
+// inference are disabled). The caller logs the disabled connectors
+// (`gpuhost mcp` does so itself).
 func newMCPServer(cfg *config.Config, mlog *slog.Logger, version string, d *mcpview.Daemon) (*mcp.Server, error) {
 	extra, errs := declarative.Load(cfg.MCP.ConnectorsDir)
 	for _, e := range errs {
@@ -306,14 +310,14 @@ func newMCPServer(cfg *config.Config, mlog *slog.Logger, version string, d *mcpv
 	if d != nil {
 		o.Daemon = d
 	}
-	ms, err := mcp.NewServer(o)
-	if err != nil {
-		return nil, err
-	}
+	return mcp.NewServer(o)
+}
+
+// logDisabled logs the connectors the server left out, and why.
+func logDisabled(ms *mcp.Server, mlog *slog.Logger) {
 	for name, why := range ms.Disabled() {
 		mlog.Error("MCP connector disabled", "connector", name, "reason", why)
 	}
-	return ms, nil
 }
 
 // startTriageWorker builds the triage worker when triage.enabled, registers
