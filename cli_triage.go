@@ -197,11 +197,22 @@ func openTriage(cmd *cobra.Command, cfg *config.Config) (*triage.Worker, func(),
 	if !cfg.Triage.Enabled {
 		return nil, nil, configError{fmt.Errorf("%s: triage.enabled is false; configure the triage: section first", cfg.Path())}
 	}
-	t, err := resolveDaemon(cmd)
+	active, err := triageActiveModel(cmd, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	return assemble.OpenTriageBeside(cmd.Context(), cfg, log, version, daemonActiveModel(cfg, t.client()))
+	return assemble.OpenTriageBeside(cmd.Context(), cfg, log, version, active)
+}
+
+// triageActiveModel is the active model of the daemon the one rule finds
+// (resolveDaemon: --url, $GPUHOST_URL, the config's listen; the token
+// from $GPUHOST_API_TOKEN or the config), for a worker beside it.
+func triageActiveModel(cmd *cobra.Command, cfg *config.Config) (func() string, error) {
+	t, err := resolveDaemon(cmd)
+	if err != nil {
+		return nil, err
+	}
+	return daemonActiveModel(cfg, t.client()), nil
 }
 
 // daemonActiveModel asks the running daemon which profile is active, so a
