@@ -89,7 +89,7 @@ var depRules = []struct {
 }
 
 // godbusAllowed are the only packages that may link godbus: the ones that
-// control systemd, the wiring, and the harness that boots a private systemd.
+// control systemd, internal/assemble and main, and the harness that boots a private systemd.
 var godbusAllowed = map[string]bool{
 	"gpuhost":                         true,
 	"gpuhost/appliance":               true,
