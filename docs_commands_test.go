@@ -122,7 +122,7 @@ func docShellCommands(page, text string) (cmds []docCommand, problems []string) 
 			start = i + 1
 		}
 		if cont, ok := strings.CutSuffix(trimmed, `\`); ok {
-			pending += cont + " "
+			pending += strings.TrimSpace(cont) + " "
 			continue
 		}
 		full := pending + trimmed
@@ -187,7 +187,16 @@ func cliAccepts(args []string) error {
 	if !c.Runnable() {
 		return fmt.Errorf("%s runs nothing by itself (a subcommand is missing or unknown)", c.CommandPath())
 	}
-	return c.ParseFlags(rest)
+	if c.DisableFlagParsing {
+		return nil
+	}
+	if err := c.ParseFlags(rest); err != nil {
+		return err
+	}
+	if c.HasAvailableSubCommands() && c.Flags().NArg() > 0 {
+		return fmt.Errorf("unknown command %q for %q", c.Flags().Arg(0), c.CommandPath())
+	}
+	return c.ValidateArgs(c.Flags().Args())
 }
 
 // commandPrefix is a command line up to its first flag.
@@ -295,5 +304,45 @@ func TestDocsGoCommandsNameTheToolchain(t *testing.T) {
 	}
 	if shown < 3 {
 		t.Fatalf("only %d pages show a go command: the scan is broken", shown)
+	}
+}
+
+// TestDocShellCommandsParse: what the docs check counts as a command.
+func TestDocShellCommandsParse(t *testing.T) {
+	page := strings.Join([]string{
+		"```sh",
+		"# a comment line",
+		"export GPUHOST_URL=http://127.0.0.1:8080",
+		"gpuhost ask 'a # in quotes'   # a comment — not run: client, network",
+		"gpuhost bench run \\",
+		"  --repeats 2",
+		"",
+		"```",
+		"```console",
+		"$ gpuhost status",
+		"state:   active",
+		"```",
+		"```text",
+		"gpuhost switch x",
+		"```",
+		"```",
+		"gpuhost doctor",
+		"```",
+	}, "\n")
+	cmds, problems := docShellCommands("p.md", page)
+	var got []string
+	for _, c := range cmds {
+		got = append(got, fmt.Sprintf("%s %s %v", c.where, c.code, c.reasons))
+	}
+	want := []string{
+		"p.md:4 gpuhost ask 'a # in quotes' [client network]",
+		"p.md:5 gpuhost bench run --repeats 2 []",
+		"p.md:10 gpuhost status []",
+	} // an untagged fence's lines are not read: the fence is a problem
+	if !slices.Equal(got, want) {
+		t.Errorf("commands:\n got %q\nwant %q", got, want)
+	}
+	if len(problems) != 1 || !strings.Contains(problems[0], "p.md:16: a fence without a language") {
+		t.Errorf("problems: %q, want the untagged fence at line 16", problems)
 	}
 }
