@@ -1,13 +1,12 @@
 package main
 
 import (
-	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 )
@@ -153,7 +152,7 @@ func judgeDocCommand(c docCommand, run map[string]bool) string {
 	}
 	for _, r := range c.reasons {
 		if notRunReasons[r] == "" {
-			return fmt.Sprintf("unknown reason %q (the reasons: %s)", r, strings.Join(sortedKeys(notRunReasons), ", "))
+			return fmt.Sprintf("unknown reason %q (the reasons: %s)", r, strings.Join(slices.Sorted(maps.Keys(notRunReasons)), ", "))
 		}
 	}
 	ranAsTyped := isGpuhost && run[normQuotes(c.code)]
@@ -261,15 +260,6 @@ func splitShellWords(line string) []string {
 	return words
 }
 
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 // TestDocsGoCommandsNameTheToolchain: a page that shows a `go` command
 // says which toolchain it needs (go.mod's), since a machine whose own Go
 // is older refuses the module unless GOTOOLCHAIN names it.
@@ -280,7 +270,7 @@ func TestDocsGoCommandsNameTheToolchain(t *testing.T) {
 	}
 	m := regexp.MustCompile(`(?m)^go (\S+)$`).FindSubmatch(mod)
 	if m == nil {
-		t.Fatal(errors.New("go.mod: no go directive"))
+		t.Fatal("go.mod: no go directive")
 	}
 	want := "GOTOOLCHAIN=go" + string(m[1])
 	pages, err := filepath.Glob("docs/*.md")
