@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,27 +89,100 @@ const (
 // requires is named in some row; the dependency rules on the page are
 // deps_test.go's, as generated.
 func TestArchitectureTable(t *testing.T) {
+	page, gomod := readArchInputs(t)
+	for _, msg := range archMessages(t, page, gomod, listPackages(t), *updateArch) {
+		t.Error(msg)
+	}
+}
+
+// TestArchitectureTableCatchesPlants plants each kind of error in memory,
+// one at a time, and checks that it is reported: a check that cannot fail
+// keeps nothing.
+func TestArchitectureTableCatchesPlants(t *testing.T) {
+	page, gomod := readArchInputs(t)
+	pkgs := listPackages(t)
+	if msgs := archMessages(t, page, gomod, pkgs, false); len(msgs) > 0 {
+		t.Fatalf("the unplanted page fails already:\n%s", strings.Join(msgs, "\n"))
+	}
+	cut := func(line string) string { // the page without the row that starts with line
+		i := strings.Index(page, "\n"+line)
+		j := strings.Index(page[i+1:], "\n")
+		return page[:i] + page[i+1+j:]
+	}
+	plants := []struct {
+		name        string
+		page, gomod string
+		edit        func(map[string]modPkg)
+		want        string
+	}{
+		{name: "wrong file in owns", page: strings.Replace(page, "`supervisor.go`", "`supervisr.go`", 1), want: "says it owns supervisr.go, which is in none of its folders"},
+		{name: "deleted row", page: cut("| `nvml/driver` |"), want: "package gpuhost/nvml/driver is in no row"},
+		{name: "a package in no row", edit: func(m map[string]modPkg) { m["gpuhost/internal/planted"] = modPkg{dir: t.TempDir()} },
+			want: "package gpuhost/internal/planted is in no row"},
+		{name: "a row naming no package", page: strings.Replace(page, "| `nvml/driver` |", "| `nvml/drivr` |", 1), want: "names `nvml/drivr`, which is no package"},
+		{name: "inverted rule", page: strings.Replace(page, "- `frontdoor/...` never depend on `appliance/...`", "- `frontdoor/...` may depend on `appliance/...`", 1),
+			want: "the dependency rules differ from deps_test.go's"},
+		{name: "missing module", page: strings.Replace(page, ", go-toml (Codex's `config.toml` from `client-config`)", "", 1),
+			want: "go.mod requires github.com/pelletier/go-toml/v2 (go-toml), but no row's \"may import\" column names it"},
+		{name: "module without a short name", gomod: strings.Replace(gomod, "require (\n", "require (\n\texample.com/planted v1.0.0\n", 1),
+			want: "go.mod requires example.com/planted, which architecture_test.go's heavyModules has no short name for"},
+		{name: "forbidden import", edit: func(m map[string]modPkg) {
+			p := m["gpuhost/internal/sse"]
+			p.imports = append(slices.Clone(p.imports), "gpuhost/internal/loopback")
+			m["gpuhost/internal/sse"] = p
+		}, want: "gpuhost/internal/sse imports gpuhost/internal/loopback, which its row's \"may import\" column does not name"},
+		{name: "never linked", page: strings.Replace(page, "| `nvml`, go-nvml |", "| `nvml` — never go-nvml |", 1), want: "says never go-nvml, but it links it"},
+	}
+	for _, pl := range plants {
+		t.Run(pl.name, func(t *testing.T) {
+			pg, gm, m := page, gomod, maps.Clone(pkgs)
+			if pl.page != "" {
+				if pl.page == page {
+					t.Fatal("the plant did not change the page (the text it replaces is gone)")
+				}
+				pg = pl.page
+			}
+			if pl.gomod != "" {
+				gm = pl.gomod
+			}
+			if pl.edit != nil {
+				pl.edit(m)
+			}
+			msgs := archMessages(t, pg, gm, m, false)
+			if !slices.ContainsFunc(msgs, func(s string) bool { return strings.Contains(s, pl.want) }) {
+				t.Errorf("planted %s: no report containing %q; reports:\n%s", pl.name, pl.want, strings.Join(msgs, "\n"))
+			}
+		})
+	}
+}
+
+func readArchInputs(t *testing.T) (page, gomod string) {
+	t.Helper()
 	raw, err := os.ReadFile("docs/architecture.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pkgs := listPackages(t)
-	rows := parseArchTable(string(raw), pkgs)
-	if len(rows) < 20 {
-		t.Fatalf("only %d rows parsed from the package map: the parser is broken", len(rows))
-	}
-	gomod, err := os.ReadFile("go.mod")
+	mod, err := os.ReadFile("go.mod")
 	if err != nil {
 		t.Fatal(err)
+	}
+	return string(raw), string(mod)
+}
+
+// archMessages runs every check of the page against the packages and
+// go.mod; update rewrites stale generated rules instead of reporting them.
+func archMessages(t *testing.T, page, gomod string, pkgs map[string]modPkg, update bool) []string {
+	t.Helper()
+	rows := parseArchTable(page, pkgs)
+	if len(rows) < 20 {
+		t.Fatalf("only %d rows parsed from the package map: the parser is broken", len(rows))
 	}
 	var msgs []string
 	msgs = append(msgs, checkArchRows(rows, pkgs)...)
 	msgs = append(msgs, checkCoverage(rows, pkgs)...)
-	msgs = append(msgs, checkModules(rows, string(gomod))...)
-	msgs = append(msgs, checkDepRulesProse(t, string(raw))...)
-	for _, msg := range msgs {
-		t.Error(msg)
-	}
+	msgs = append(msgs, checkModules(rows, gomod)...)
+	msgs = append(msgs, checkDepRulesProse(t, page, update)...)
+	return msgs
 }
 
 // listPackages returns what `go list` says of each package of the module.
@@ -409,7 +483,7 @@ func checkImportedBy(r archRow, pkgs map[string]modPkg) []string {
 // checkDepRulesProse compares the page's dependency rules with the ones
 // deps_test.go keeps (rewritten with -update-arch): prose about the rules
 // is generated, so it cannot say the opposite of what is checked.
-func checkDepRulesProse(t *testing.T, page string) []string {
+func checkDepRulesProse(t *testing.T, page string, update bool) []string {
 	before, rest, ok1 := strings.Cut(page, depRulesBegin+"\n")
 	got, after, ok2 := strings.Cut(rest, depRulesEnd)
 	if !ok1 || !ok2 {
@@ -419,7 +493,7 @@ func checkDepRulesProse(t *testing.T, page string) []string {
 	if got == want {
 		return nil
 	}
-	if *updateArch {
+	if update {
 		if err := os.WriteFile("docs/architecture.md", []byte(before+depRulesBegin+"\n"+want+depRulesEnd+after), 0o644); err != nil {
 			t.Fatal(err)
 		}
