@@ -20,7 +20,7 @@ import (
 	"gpuhost/bench"
 	"gpuhost/bench/benchcmd"
 	"gpuhost/config"
-	"gpuhost/internal/daemon"
+	"gpuhost/internal/assemble"
 	"gpuhost/nvml"
 	"gpuhost/simulator"
 	"gpuhost/triage/demo"
@@ -53,7 +53,7 @@ func newServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return daemon.Serve(cmd.Context(), cfg, log, daemon.Options{Version: version})
+			return assemble.Serve(cmd.Context(), cfg, log, assemble.Options{Version: version})
 		},
 	}
 }
@@ -105,7 +105,7 @@ func newDemoCmd() *cobra.Command {
 				return fmt.Errorf("seed the demo mailbox: %w", err)
 			}
 			out := cmd.OutOrStdout()
-			return daemon.Serve(cmd.Context(), cfg, log, daemon.Options{Version: version, Ready: func(addr string) {
+			return assemble.Serve(cmd.Context(), cfg, log, assemble.Options{Version: version, Ready: func(addr string) {
 				base := "http://" + addr
 				fmt.Fprintf(out, `
 gpuhost demo — %s, simulator backends, state in %s
@@ -193,7 +193,7 @@ func fetchStatus(ctx context.Context, cmd *cobra.Command) (api.Status, error) {
 	if t.Cfg == nil {
 		return st, fmt.Errorf("%w; no config for a local reading either", err)
 	}
-	return daemon.LocalStatus(ctx, t.Cfg), nil
+	return assemble.LocalStatus(ctx, t.Cfg), nil
 }
 
 func printStatus(w io.Writer, st api.Status) {
@@ -386,7 +386,7 @@ func newDoctorCmd() *cobra.Command {
 						return usageError{fmt.Errorf("--profile %q: no such profile (profiles: %s)", profile, strings.Join(cfg.ProfileNames(), ", "))}
 					}
 				}
-				rep = daemon.LocalDoctor(ctx, cfg, profile)
+				rep = assemble.LocalDoctor(ctx, cfg, profile)
 			}
 			if asJSON {
 				if err := writeJSON(cmd.OutOrStdout(), rep); err != nil {
@@ -507,14 +507,7 @@ func benchEnv(cmd *cobra.Command) (benchcmd.Env, error) {
 		return benchcmd.Env{}, err
 	}
 	env := benchcmd.Env{StateDir: cfg.StateDir, Profiles: cfg.Profiles}
-	env.GPU = func(ctx context.Context) (nvml.Snapshot, error) {
-		gpu, closeGPU, err := appliance.OpenGPU(cfg)
-		defer closeGPU()
-		if err != nil {
-			return nvml.Snapshot{}, err
-		}
-		return gpu.Snapshot(ctx)
-	}
+	env.GPU = func(ctx context.Context) (nvml.Snapshot, error) { return assemble.LocalSnapshot(ctx, cfg) }
 	env.Active = func(ctx context.Context) (bench.Target, *units.Profile, error) {
 		c, err := apiClient(cmd)
 		if err != nil {

@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 	"gpuhost/config"
-	"gpuhost/internal/daemon"
+	"gpuhost/internal/assemble"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,18 +12,16 @@ import (
 
 	"gpuhost/mcp"
 	_ "gpuhost/mcp/connectors/all" // every compiled connector registers itself
-	"gpuhost/mcp/declarative"
 )
 
 func newMCPCmd() *cobra.Command {
 	return mcp.NewCmd(mcp.CmdDeps{
-		Load:        mcpSetup,
-		Demo:        mcpDemoSetup,
-		DemoTools:   mcpDemoToolsSetup,
-		Declarative: declarative.Load,
-		Logger:      newLogger, // stderr: stdout is the protocol
-		Exit:        func(code int) error { return exitError{code} },
-		Version:     version,
+		Load:      mcpSetup,
+		Demo:      mcpDemoSetup,
+		DemoTools: mcpDemoToolsSetup,
+		Logger:    newLogger, // stderr: stdout is the protocol
+		Exit:      func(code int) error { return exitError{code} },
+		Version:   version,
 		Remote: func(cmd *cobra.Command) (mcp.Remote, error) {
 			t, err := resolveDaemon(cmd)
 			if err != nil {
@@ -50,8 +48,7 @@ func mcpSetup(cmd *cobra.Command) (mcp.Setup, error) {
 	if err != nil {
 		return mcp.Setup{}, err
 	}
-	d, closeFn := daemon.LocalMCPDaemon(cmd.Context(), cfg, nil, false)
-	return mcp.Setup{Connectors: cfg.MCP.Connectors, ConnectorsDir: cfg.MCP.ConnectorsDir, Daemon: d, Close: closeFn}, nil
+	return assemble.LocalMCP(cmd.Context(), cfg, nil, version, false), nil
 }
 
 // mcpDemoToolsSetup is the demo configuration for listing its tools: the
@@ -88,6 +85,9 @@ func mcpDemo(cmd *cobra.Command, statePrefix string, log *slog.Logger) (mcp.Setu
 		os.RemoveAll(state)
 		return mcp.Setup{}, err
 	}
-	d, closeFn := daemon.LocalMCPDaemon(cmd.Context(), cfg, log, log != nil)
-	return mcp.Setup{Connectors: mcp.DemoConfig(), Daemon: d, Close: func() { closeFn(); os.RemoveAll(filepath.Clean(state)) }}, nil
+	cfg.MCP.Connectors, cfg.MCP.ConnectorsDir = mcp.DemoConfig(), ""
+	su := assemble.LocalMCP(cmd.Context(), cfg, log, version, log != nil)
+	closeFn := su.Close
+	su.Close = func() { closeFn(); os.RemoveAll(filepath.Clean(state)) }
+	return su, nil
 }

@@ -110,9 +110,9 @@ func renderCLIReference(root *cobra.Command) string {
 		if c.Short != "" {
 			b.WriteString(strings.TrimSuffix(c.Short, ".") + ".\n\n")
 		}
-		b.WriteString("```\n" + cliUsage(c) + "\n```\n\n")
+		b.WriteString("```text\n" + cliUsage(c) + "\n```\n\n")
 		if c.DisableFlagParsing && c.Long != "" {
-			b.WriteString("```\n" + strings.TrimSpace(c.Long) + "\n```\n\n")
+			b.WriteString("```text\n" + strings.TrimSpace(c.Long) + "\n```\n\n")
 		}
 		if rows := cliFlagRows(c.NonInheritedFlags()); rows != "" {
 			b.WriteString("| flag | type | default | meaning |\n|---|---|---|---|\n" + rows + "\n")

@@ -12,6 +12,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/config"
+	"gpuhost/internal/loopback"
 )
 
 // DefaultDaemonURL is where the CLI looks for the daemon when nothing else
@@ -66,10 +67,7 @@ func resolveDaemon(cmd *cobra.Command) (daemonTarget, error) {
 	}
 	if t.Cfg != nil {
 		host, port, _ := net.SplitHostPort(t.Cfg.Listen)
-		if host == "" || host == "0.0.0.0" || host == "::" {
-			host = "127.0.0.1"
-		}
-		t.URL = "http://" + net.JoinHostPort(host, port)
+		t.URL = "http://" + net.JoinHostPort(loopback.DialHost(host), port)
 		t.Origin = "from listen in " + t.Cfg.Path() + "; no --url or $" + envDaemonURL
 		return t, nil
 	}

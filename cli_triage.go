@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"strings"
 	"time"
@@ -15,10 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"gpuhost/api"
-	"gpuhost/appliance"
 	"gpuhost/config"
-	"gpuhost/internal/daemon"
-	"gpuhost/mcp"
+	"gpuhost/internal/assemble"
 	"gpuhost/triage"
 )
 
@@ -190,8 +187,8 @@ func readEML(path string) ([]byte, error) {
 }
 
 // openTriage builds the worker from the config the way `gpuhost serve`
-// does (daemon.OpenTriage), with this process's own MCP server (crm), GPU
-// power reading and a view of the daemon's active model.
+// does (the assembly's OpenTriageBeside), following the active model of
+// the daemon the one rule finds (resolveDaemon).
 func openTriage(cmd *cobra.Command, cfg *config.Config) (*triage.Worker, func(), error) {
 	log, err := newLogger(cmd)
 	if err != nil {
@@ -200,47 +197,31 @@ func openTriage(cmd *cobra.Command, cfg *config.Config) (*triage.Worker, func(),
 	if !cfg.Triage.Enabled {
 		return nil, nil, configError{fmt.Errorf("%s: triage.enabled is false; configure the triage: section first", cfg.Path())}
 	}
-	src := daemon.TriageSources{Log: log.With("component", "triage"), ActiveModel: daemonActiveModel(cfg)}
-	closeGPU := func() {}
-	if cfg.Triage.Model.BaseURL == "" {
-		// Local model: its energy is priced from the GPU's power draw.
-		gpu, closeFn, gerr := appliance.OpenGPU(cfg)
-		closeGPU = closeFn
-		if gerr != nil {
-			log.Warn("triage: no GPU power reading; local model calls are priced without energy", "err", gerr)
-		} else {
-			src.Snapshot = gpu.Snapshot
-		}
-	}
-	if cfg.Triage.CRM.Enabled {
-		ms, err := mcp.NewServer(mcp.ServerOptions{Config: cfg.MCP.Connectors, Log: log.With("component", "mcp"), Version: version})
-		if err != nil {
-			closeGPU()
-			return nil, nil, fmt.Errorf("triage.crm needs the MCP crm connector: %w", err)
-		}
-		src.MCP = ms
-	}
-	w, closeW, err := daemon.OpenTriage(cmd.Context(), cfg, src)
+	active, err := triageActiveModel(cmd, cfg)
 	if err != nil {
-		closeGPU()
 		return nil, nil, err
 	}
-	return w, func() { closeW(); closeGPU() }, nil
+	return assemble.OpenTriageBeside(cmd.Context(), cfg, log, version, active)
+}
+
+// triageActiveModel is the active model of the daemon the one rule finds
+// (resolveDaemon: --url, $GPUHOST_URL, the config's listen; the token
+// from $GPUHOST_API_TOKEN or the config), for a worker beside it.
+func triageActiveModel(cmd *cobra.Command, cfg *config.Config) (func() string, error) {
+	t, err := resolveDaemon(cmd)
+	if err != nil {
+		return nil, err
+	}
+	return daemonActiveModel(cfg, t.client()), nil
 }
 
 // daemonActiveModel asks the running daemon which profile is active, so a
 // worker beside `gpuhost serve` follows model switches; without a daemon
 // it is the default profile's served name.
-func daemonActiveModel(cfg *config.Config) func() string {
-	host, port, _ := net.SplitHostPort(cfg.Listen)
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	token, _ := cfg.APIToken()
-	client := api.NewClient("http://"+net.JoinHostPort(host, port), token)
+func daemonActiveModel(cfg *config.Config, client *api.Client) func() string {
 	fallback := ""
 	if p := cfg.Profiles[cfg.DefaultProfile]; p != nil {
-		fallback = p.ServedName
+		fallback = p.ServedModelName()
 	}
 	return func() string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -250,8 +231,8 @@ func daemonActiveModel(cfg *config.Config) func() string {
 			slog.Debug("triage: daemon status unavailable; using the default profile's model", "err", err)
 			return fallback
 		}
-		if p := cfg.Profiles[st.State.Profile]; p != nil && st.State.Phase == api.PhaseActive {
-			return p.ServedName
+		if name := st.ActiveServedName(); name != "" {
+			return name
 		}
 		return fallback
 	}

@@ -109,7 +109,7 @@ func openHandFed(cmd *cobra.Command) (*triage.Worker, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("no config (%s: not there), so the mail is classified through the daemon's /v1: %w", defaultConfigPath, err)
 	}
-	model := activeServedName(st)
+	model := st.ActiveServedName()
 	if model == "" {
 		return nil, nil, fmt.Errorf("no config (%s: not there), so the mail is classified on the daemon's active model, but the daemon at %s (%s) has none (state %s): switch to a profile first (gpuhost switch PROFILE), or give --config",
 			defaultConfigPath, c.BaseURL, t.Origin, st.State.Phase)
@@ -132,21 +132,4 @@ func openHandFed(cmd *cobra.Command) (*triage.Worker, func(), error) {
 	fmt.Fprintf(cmd.ErrOrStderr(), "no config (tried --config: not given, %s: not there): classifying on %s at %s/v1 (%s) with the triage defaults; no rules, CRM lookup or sinks, so nothing is posted\n",
 		defaultConfigPath, model, c.BaseURL, t.Origin)
 	return w, func() { _ = w.Close(); os.RemoveAll(dir) }, nil
-}
-
-// activeServedName is the model name the daemon's /v1 serves now; "" when
-// no profile is active.
-func activeServedName(st api.Status) string {
-	if st.State.Phase != api.PhaseActive {
-		return ""
-	}
-	for _, p := range st.Profiles {
-		if p.Name == st.State.Profile {
-			if p.ServedName != "" {
-				return p.ServedName
-			}
-			return p.Model
-		}
-	}
-	return ""
 }

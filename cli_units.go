@@ -130,12 +130,7 @@ func newUnitsCmd() *cobra.Command {
 			noStart, _ := cmd.Flags().GetBool("no-start")
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
 			defer cancel()
-			var m *systemd.Manager
-			if cfg.Systemd.Socket == "" {
-				m, err = systemd.ConnectSystem(ctx)
-			} else {
-				m, err = systemd.ConnectPrivate(ctx, cfg.Systemd.Socket)
-			}
+			m, err := systemd.Connect(ctx, cfg.Systemd.Socket)
 			if err != nil {
 				return err
 			}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"os/exec"
 	"path"
 	"sort"
@@ -23,13 +22,13 @@ var depRules = []struct {
 }{
 	{
 		pkgs:   []string{"gpuhost/mcp/...", "gpuhost/triage/...", "gpuhost/agent/...", "gpuhost/bench/...", "gpuhost/units/...", "gpuhost/simulator/...", "gpuhost/backend/..."},
-		forbid: []string{"gpuhost/appliance/...", "gpuhost/systemd/...", "gpuhost/frontdoor/...", "gpuhost/internal/wiring", "github.com/godbus/dbus/v5/...", "github.com/coreos/go-systemd/v22/..."},
+		forbid: []string{"gpuhost/appliance/...", "gpuhost/systemd/...", "gpuhost/frontdoor/...", "gpuhost/internal/mcpview", "github.com/godbus/dbus/v5/...", "github.com/coreos/go-systemd/v22/..."},
 		why:    "services and connectors use the box only through the daemon's API and small interfaces; they never control systemd",
 	},
 	{
 		pkgs:   []string{"gpuhost/mcp/connector", "gpuhost/mcp/connectors/...", "gpuhost/mcp/declarative"},
 		forbid: []string{"gpuhost/mcp", "github.com/mark3labs/mcp-go/server", "github.com/mark3labs/mcp-go/client/..."},
-		why:    "a connector implements the contract in gpuhost/mcp/connector; the MCP server and its stack are the registry's, linked by package main",
+		why:    "a connector implements the contract in gpuhost/mcp/connector; the MCP server and its stack are the registry's, built by internal/assemble",
 	},
 	{
 		pkgs:   []string{"gpuhost/mcp/connector", "gpuhost/mcp/connectors/...", "gpuhost/mcp/declarative"},
@@ -65,7 +64,7 @@ var depRules = []struct {
 	{
 		pkgs:   []string{"gpuhost/frontdoor/..."},
 		forbid: []string{"gpuhost/appliance/...", "gpuhost/systemd/...", "github.com/godbus/dbus/v5/..."},
-		why:    "front doors call the Supervisor through their own small interfaces; the wiring in package main hands it over",
+		why:    "front doors call the Supervisor through their own small interfaces; internal/assemble hands it over",
 	},
 	{
 		pkgs:   []string{"gpuhost/frontdoor/..."},
@@ -75,7 +74,7 @@ var depRules = []struct {
 	{
 		pkgs:   []string{"gpuhost/api/...", "gpuhost/frontdoor/...", "gpuhost/mcp/...", "gpuhost/triage/...", "gpuhost/agent/...", "gpuhost/bench/...", "gpuhost/simulator/...", "gpuhost/units/...", "gpuhost/config/...", "gpuhost/backend/...", "gpuhost/internal/activity"},
 		forbid: []string{"gpuhost/nvml/driver", "github.com/NVIDIA/go-nvml/..."},
-		why:    "only the packages that open the real driver (appliance and the wiring) link go-nvml through gpuhost/nvml/driver; everyone else reads GPU facts as gpuhost/nvml's plain Snapshot",
+		why:    "only the packages that open the real driver (appliance and internal/assemble) link go-nvml through gpuhost/nvml/driver; everyone else reads GPU facts as gpuhost/nvml's plain Snapshot",
 	},
 	{
 		pkgs:   []string{"gpuhost/triage/..."},
@@ -90,14 +89,14 @@ var depRules = []struct {
 }
 
 // godbusAllowed are the only packages that may link godbus: the ones that
-// control systemd, the wiring, and the harness that boots a private systemd.
+// control systemd, internal/assemble and main, and the harness that boots a private systemd.
 var godbusAllowed = map[string]bool{
 	"gpuhost":                         true,
 	"gpuhost/appliance":               true,
 	"gpuhost/appliance/appliancetest": true,
 	"gpuhost/appliance/procunits":     true,
-	"gpuhost/internal/wiring":         true,
-	"gpuhost/internal/daemon":         true,
+	"gpuhost/internal/mcpview":        true,
+	"gpuhost/internal/assemble":       true,
 	"gpuhost/systemd":                 true,
 	"gpuhost/systemd/systemdtest":     true,
 }
@@ -183,29 +182,4 @@ func keys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// TestOneWiringPlace: the daemon's core and the services' dependencies are
-// built in internal/daemon only, so `serve`, `demo`, `mcp --demo` and the
-// triage commands cannot drift apart (the core used to be built twice).
-func TestOneWiringPlace(t *testing.T) {
-	builders := []string{"appliance.NewSupervisor(", "triage.FromConfig(", "appliance.OpenUnits("}
-	out, err := exec.Command("git", "ls-files", "*.go").Output()
-	if err != nil {
-		t.Fatalf("git ls-files: %v (the wiring rule needs the checkout's file list; CI always has git)", err)
-	}
-	for _, f := range strings.Fields(string(out)) {
-		if strings.HasSuffix(f, "_test.go") || strings.HasPrefix(f, "internal/daemon/") || strings.Contains(f, "test/") {
-			continue
-		}
-		src, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, b := range builders {
-			if strings.Contains(string(src), b) {
-				t.Errorf("%s calls %s: build the daemon's parts in internal/daemon (OpenCore, OpenTriage) and call that", f, strings.TrimSuffix(b, "("))
-			}
-		}
-	}
 }

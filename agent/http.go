@@ -145,7 +145,7 @@ func NewHandler(a Asker, log *slog.Logger) *Handler {
 // Register mounts POST /api/ask on the daemon's echo server (the one
 // httpapi.New built), so beyond loopback it sits behind the API's
 // bearer token like every other /api route, and returns the handler. log
-// carries the component attribute already (the wiring sets it, once).
+// carries the component attribute already (internal/assemble sets it, once).
 func Register(e *echo.Echo, a Asker, log *slog.Logger) *Handler {
 	if log == nil {
 		log = slog.Default()

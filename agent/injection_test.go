@@ -14,7 +14,7 @@ import (
 	"gpuhost/agent"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/bench"
-	"gpuhost/internal/wiring"
+	"gpuhost/internal/mcpview"
 	_ "gpuhost/mcp/connectors/gpu"
 	_ "gpuhost/mcp/connectors/inference"
 )
@@ -32,7 +32,7 @@ func TestPromptInjectionHasNothingToActWith(t *testing.T) {
 	f := appliancetest.New(t, appliancetest.Options{Activate: "coder"})
 	before := f.Sup.State()
 	lastBefore := f.Sup.LastSwitch()
-	d := &wiring.MCPDaemon{Sup: f.Sup, DoctorFn: f.Doctor, Bench: bench.NewStore(t.TempDir(), nil)}
+	d := &mcpview.Daemon{Sup: f.Sup, DoctorFn: f.Doctor, Bench: bench.NewStore(t.TempDir(), nil)}
 	_, srv, client := newTestServer(t, d, "gpu", "inference")
 	base := startScriptedSim(t)
 

@@ -14,7 +14,7 @@ import (
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
 	"gpuhost/frontdoor/proxy"
-	"gpuhost/internal/wiring"
+	"gpuhost/internal/mcpview"
 	"gpuhost/units"
 )
 
@@ -78,7 +78,7 @@ func TestBackendSwitchMidLoop(t *testing.T) {
 				srv.Close()
 				p.Close()
 			})
-			d := &wiring.MCPDaemon{Sup: f.Sup, DoctorFn: f.Doctor, Bench: bench.NewStore(t.TempDir(), nil)}
+			d := &mcpview.Daemon{Sup: f.Sup, DoctorFn: f.Doctor, Bench: bench.NewStore(t.TempDir(), nil)}
 			_, _, client := newTestServer(t, d, "gpu", "inference")
 			const deadline = 60 * time.Second
 			a := agent.New(client, agent.Options{BaseURL: srv.URL + "/v1", Model: tc.model, Deadline: deadline})

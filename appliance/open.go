@@ -111,13 +111,7 @@ func (r *reconnectingUnits) conn(ctx context.Context) (*systemd.Manager, error) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var m *systemd.Manager
-	var err error
-	if r.cfg.Systemd.Socket == "" {
-		m, err = systemd.ConnectSystem(ctx)
-	} else {
-		m, err = systemd.ConnectPrivate(ctx, r.cfg.Systemd.Socket)
-	}
+	m, err := systemd.Connect(ctx, r.cfg.Systemd.Socket)
 	if err != nil {
 		return nil, err
 	}

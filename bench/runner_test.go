@@ -388,7 +388,8 @@ func TestRoofline(t *testing.T) {
 		t.Fatalf("roofline %+v, notes %v", rl, r.Notes)
 	}
 	pt := rl.Decode[0]
-	if pt.CeilingTokS > 62.9 || pt.CeilingTokS < 60 || math.Abs(pt.PctOfCeiling-100*pt.TokS/pt.CeilingTokS) > 1e-9 || pt.TokS < 49 {
+	if pt.CeilingTokS > 62.9 || pt.CeilingTokS < 60 || math.Abs(pt.PctOfCeiling-100*pt.TokS/pt.CeilingTokS) > 1e-9 ||
+		relErr(pt.TokS, 50) > benchtest.Bound(0.02) { // the simulator decodes at 50 tok/s
 		t.Fatalf("point %+v", pt)
 	}
 	f := r.Fingerprint

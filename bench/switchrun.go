@@ -189,7 +189,7 @@ func (sr *switchRunner) run(ctx context.Context) error {
 		}
 		p := st.Profiles[i]
 		sb.Profiles = append(sb.Profiles, SwitchProfile{Name: p.Name, Backend: string(p.Backend), Model: p.Model,
-			ServedName: servedName(p), Unit: p.Unit, Args: p.Args})
+			ServedName: p.ServedModelName(), Unit: p.Unit, Args: p.Args})
 	}
 	sr.a, sr.b = sb.Profiles[0], sb.Profiles[1]
 	f := &r.Fingerprint
@@ -279,14 +279,6 @@ func (sr *switchRunner) skipRequestPath(why string) {
 	sr.r.Notes = append(sr.r.Notes, "request path not measured: "+why)
 }
 
-// servedName is the name a /v1 request uses for a profile.
-func servedName(p api.ProfileInfo) string {
-	if p.ServedName != "" {
-		return p.ServedName
-	}
-	return p.Model
-}
-
 // requestUnreachable says why a /v1 request naming to's model, sent while
 // from is active, would not switch to to ("" when it would): the proxy
 // serves it from from when from answers to that name too, and otherwise
@@ -297,7 +289,7 @@ func requestUnreachable(profiles []api.ProfileInfo, from, to SwitchProfile) stri
 		return fmt.Sprintf("%s and %s both answer to the model name %s, so a request for it is served by the active one without a switch", from.Name, to.Name, name)
 	}
 	for _, p := range profiles {
-		if p.Name < to.Name && (servedName(p) == name || p.Model == name) {
+		if p.Name < to.Name && (p.ServedModelName() == name || p.Model == name) {
 			return fmt.Sprintf("profile %s also serves %s and comes first, so a request for it switches to %s, not %s", p.Name, name, p.Name, to.Name)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"gpuhost/internal/exitclass"
-	"gpuhost/mcp/connector"
 	"io"
 	"log/slog"
 	"os"
@@ -16,18 +15,15 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/spf13/cobra"
-	"gopkg.in/yaml.v3"
 )
 
-// Setup is what the CLI needs from the gpuhost config to build a server.
+// Setup is what the CLI's loader hands `gpuhost mcp`: the server's one
+// constructor (the daemon's assembly, with the config's connectors, the
+// declarative ones and the view of the box that gpu and inference read)
+// and what to release after.
 type Setup struct {
-	// Connectors is mcp.connectors from the config.
-	Connectors map[string]yaml.Node
-	// ConnectorsDir holds declarative connectors ("" = none).
-	ConnectorsDir string
-	// Daemon backs the gpu and inference connectors (nil: they report
-	// that no daemon is reachable).
-	Daemon any
+	// Build constructs the server, logging to log (required).
+	Build func(log *slog.Logger) (*Server, error)
 	// Close releases what Load opened (GPU handle, demo simulators); nil
 	// when there is nothing to release.
 	Close func()
@@ -37,9 +33,8 @@ type Setup struct {
 // importing the daemon's config loading:
 //
 //	mcp.NewCmd(mcp.CmdDeps{
-//		Load:        mcpSetup,          // loadConfig(cmd) → cfg.MCP.Connectors, cfg.MCP.ConnectorsDir, a Daemon or nil
-//		Demo:        mcpDemoSetup,      // Connectors: mcp.DemoConfig(), Daemon over a demo Supervisor, Close stops it
-//		Declarative: declarative.Load,  // gpuhost/mcp/declarative
+//		Load:        mcpSetup,          // loadConfig(cmd) → the assembly's server constructor and its Close
+//		Demo:        mcpDemoSetup,      // the same over the demo config, Close stops its Supervisor
 //		Logger:      newLogger,         // must write to stderr (stdout is the protocol)
 //		Exit:        func(code int) error { return exitError{code} },
 //		Version:     version,
@@ -53,10 +48,6 @@ type CmdDeps struct {
 	// the demo's connectors without starting its simulated backends (nil:
 	// Demo is used).
 	DemoTools func(cmd *cobra.Command) (Setup, error)
-	// Declarative reads the connectors in a connectors dir, with one error
-	// per file it could not use (logged; the other files still serve).
-	// nil: the directory is ignored with a warning. declarative.Load fits.
-	Declarative func(dir string) ([]connector.Named, []error)
 	// Logger returns the logger; it must write to stderr. Default: text
 	// on stderr at info.
 	Logger func(cmd *cobra.Command) (*slog.Logger, error)
@@ -120,21 +111,11 @@ func (st *cmdSetup) server(cmd *cobra.Command, level slog.Level) (*Server, func(
 			su.Close()
 		}
 	}
-	var extra []connector.Named
-	if su.ConnectorsDir != "" {
-		if deps.Declarative == nil {
-			log.Warn("mcp connectors_dir is set but this build has no declarative connectors", "dir", su.ConnectorsDir)
-		} else {
-			var errs []error
-			extra, errs = deps.Declarative(su.ConnectorsDir)
-			for _, e := range errs {
-				log.Error("mcp declarative connector skipped", "dir", su.ConnectorsDir, "err", e)
-			}
-		}
+	if su.Build == nil {
+		closeFn()
+		return nil, nil, nil, errors.New("mcp: the loader wired no server constructor")
 	}
-	s, err := NewServer(ServerOptions{
-		Config: su.Connectors, Daemon: su.Daemon, Log: log, Extra: extra, Version: deps.Version,
-	})
+	s, err := su.Build(log)
 	if err != nil {
 		closeFn()
 		return nil, nil, nil, err

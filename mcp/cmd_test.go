@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -45,12 +46,20 @@ type exitCode int
 
 func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
 
+// setupOf builds the server over sections, as the daemon's assembly
+// would over a config's mcp.connectors.
+func setupOf(sections map[string]yaml.Node) mcp.Setup {
+	return mcp.Setup{Build: func(log *slog.Logger) (*mcp.Server, error) {
+		return mcp.NewServer(mcp.ServerOptions{Config: sections, Log: log})
+	}}
+}
+
 func runCmd(t *testing.T, sections map[string]yaml.Node, args ...string) (string, error) {
 	t.Helper()
 	cmd := mcp.NewCmd(mcp.CmdDeps{
-		Load: func(*cobra.Command) (mcp.Setup, error) { return mcp.Setup{Connectors: sections}, nil },
+		Load: func(*cobra.Command) (mcp.Setup, error) { return setupOf(sections), nil },
 		Demo: func(*cobra.Command) (mcp.Setup, error) {
-			return mcp.Setup{Connectors: map[string]yaml.Node{"clitest": section()}}, nil
+			return setupOf(map[string]yaml.Node{"clitest": section()}), nil
 		},
 		Exit: func(code int) error { return exitCode(code) },
 	})

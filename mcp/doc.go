@@ -4,7 +4,7 @@
 // the server, so a connector does not link this package's HTTP, CLI and
 // MCP-server dependencies. The registry here builds each enabled
 // connector's tools from the gpuhost config and enforces the rules that
-// hold for all of them (docs/architecture.md decisions 1 and 2): tools
+// hold for all of them (docs/design.md decisions 1 and 2): tools
 // only read, targets are enumerated from config, secrets are read at call
 // time and scrubbed from everything that leaves, failures are isError
 // results the model can act on.

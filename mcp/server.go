@@ -96,7 +96,7 @@ type Server struct {
 var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 
 // NewServer builds every enabled connector and registers the tools that
-// pass the policy (decisions 1 and 2 of docs/architecture.md). A connector whose
+// pass the policy (decisions 1 and 2 of docs/design.md). A connector whose
 // Build fails, or any of whose tools breaks a rule, is disabled whole
 // (listed by Disabled with the reason) so a half-checked connector never
 // serves; the others carry on. NewServer itself fails only on options it
@@ -314,10 +314,10 @@ func checkTool(conn string, t connector.Tool, seen map[string]bool) error {
 	}
 	a := t.Def.Annotations
 	if a.ReadOnlyHint == nil || !*a.ReadOnlyHint {
-		return errors.New("readOnlyHint must be true: MCP tools only read (docs/architecture.md decision 1)")
+		return errors.New("readOnlyHint must be true: MCP tools only read (docs/design.md decision 1)")
 	}
 	if a.DestructiveHint == nil || *a.DestructiveHint {
-		return errors.New("destructiveHint must be set to false: MCP tools only read (docs/architecture.md decision 1)")
+		return errors.New("destructiveHint must be set to false: MCP tools only read (docs/design.md decision 1)")
 	}
 	if err := checkStrict(t.Def); err != nil {
 		return err
@@ -414,7 +414,7 @@ func inputSchema(def mcpgo.Tool) (map[string]any, error) {
 
 // checkTargets holds a tool to its word: the target parameter is a string
 // whose enum is exactly the configured targets, so the model can only pick
-// a configured name (docs/architecture.md decision 1). It may be optional (doctor of
+// a configured name (docs/design.md decision 1). It may be optional (doctor of
 // "the active profile" when omitted); when given it is one of the enum.
 func checkTargets(def mcpgo.Tool, tg *connector.Targets) error {
 	if tg.Param == "" {

@@ -3,7 +3,7 @@
 // enabling unit files; plus the journal tail of a unit and the command line
 // of a process.
 //
-// systemd is the source of truth for what runs on the box (docs/architecture.md), so the
+// systemd is the source of truth for what runs on the box (docs/design.md), so the
 // Manager reports what systemd says and never keeps its own copy of unit
 // state. It speaks to systemd either over the system bus or directly over
 // systemd's private socket (/run/systemd/private), which works without a
@@ -50,6 +50,17 @@ type Manager struct {
 
 	subscribeMu sync.Mutex
 	subscribed  bool
+}
+
+// Connect is the one rule for reaching the configured systemd
+// (systemd.socket): the system bus when socket is "", else its private
+// socket. The daemon's units and `gpuhost units install` both connect
+// through it.
+func Connect(ctx context.Context, socket string) (*Manager, error) {
+	if socket == "" {
+		return ConnectSystem(ctx)
+	}
+	return ConnectPrivate(ctx, socket)
 }
 
 // ConnectSystem connects to systemd over the system bus (the normal way for

@@ -49,7 +49,7 @@ type Deps struct {
 }
 
 // Daemon are the daemon-wide facts FromConfig needs besides the triage:
-// section (package main builds them from gpuhost.yaml).
+// section (internal/assemble builds them from gpuhost.yaml).
 type Daemon struct {
 	// StateDir holds the worker's checkpoints and results, and the bot's
 	// pairing store the triage.telegram sink reads its chats from.

@@ -26,7 +26,7 @@ func parseTestConfig(t *testing.T, triageYAML string) *config.Config {
 	return cfg
 }
 
-// testDaemon is the Daemon that package main builds from cfg.
+// testDaemon is the Daemon that internal/assemble builds from cfg.
 func testDaemon(cfg *config.Config) Daemon {
 	d := Daemon{StateDir: cfg.StateDir, Listen: cfg.Listen, Telegram: cfg.Telegram}
 	if p := cfg.Profiles[cfg.DefaultProfile]; p != nil {

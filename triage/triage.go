@@ -104,7 +104,7 @@ type Clock interface {
 // cost of local model calls; ok is false when no figure is available.
 type PowerFunc func(ctx context.Context) (watts float64, ok bool)
 
-// Rules are the deterministic importance overrides (docs/architecture.md decision 3,
+// Rules are the deterministic importance overrides (docs/design.md decision 3,
 // deterministic work is code): the model has nothing to decide about them.
 type Rules struct {
 	// PriorityMailboxes: mail addressed to one of these (To, Cc,

@@ -3,12 +3,13 @@ package units
 import (
 	"fmt"
 	"math"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"gpuhost/internal/loopback"
 )
 
 // Backend names the kind of inference server a profile runs. Only one backend
@@ -316,10 +317,7 @@ func loopbackHostArg(args []string, i int) string {
 		}
 		val = args[i+1]
 	}
-	if val == "localhost" {
-		return ""
-	}
-	if ip, err := netip.ParseAddr(val); err == nil && ip.IsLoopback() {
+	if loopback.DialsLoopback(val) {
 		return ""
 	}
 	return fmt.Sprintf("--host %q: vLLM must listen on loopback only (127.0.0.1, ::1 or localhost); gpuhost's /v1 is the way in from elsewhere", val)

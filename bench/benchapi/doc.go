@@ -5,7 +5,7 @@
 // are gpuhost/bench's, so that their readers (the command line, the panel,
 // the MCP inference connector) do not link this package or echo.
 //
-// Wiring (package main):
+// Wiring (internal/assemble):
 //
 //	svc := benchapi.NewService(benchapi.ServiceOptions{Store: bench.NewStore(cfg.StateDir, log), Daemon: …,
 //		GPU: sup.Snapshot, Publish: …, GpuhostVersion: version, GpuhostCommit: commit, Log: log})

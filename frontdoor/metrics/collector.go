@@ -199,13 +199,7 @@ func collectState(ch chan<- prometheus.Metric, st api.Status) {
 	if st.State.Phase != api.PhaseActive {
 		return
 	}
-	served := ""
-	for _, p := range st.Profiles {
-		if p.Name == st.State.Profile {
-			served = p.ServedName
-			break
-		}
-	}
+	served := st.ActiveServedName()
 	ch <- prometheus.MustNewConstMetric(activeProfileDesc, prometheus.GaugeValue, 1,
 		cleanLabel(st.State.Profile), cleanLabel(string(st.State.Backend)), cleanLabel(st.State.Unit), cleanLabel(served))
 }

@@ -16,7 +16,7 @@ import (
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/config"
 	"gpuhost/internal/atomicfile"
-	"gpuhost/internal/wiring"
+	"gpuhost/internal/mcpview"
 	"gpuhost/mcp"
 	_ "gpuhost/mcp/connectors/calc"
 	_ "gpuhost/mcp/connectors/gpu"
@@ -169,7 +169,7 @@ func realAsker(t *testing.T, ev *env) Asker {
 		Config:  map[string]yaml.Node{"gpu": on, "calc": on},
 		Log:     ev.f.Log,
 		Version: "test",
-		Daemon:  &wiring.MCPDaemon{Sup: ev.f.Sup, DoctorFn: ev.f.Doctor},
+		Daemon:  &mcpview.Daemon{Sup: ev.f.Sup, DoctorFn: ev.f.Doctor},
 	})
 	if err != nil {
 		t.Fatalf("MCP server: %v", err)

@@ -45,7 +45,7 @@ type envOptions struct {
 	register func(ev *env, e *echo.Echo)
 }
 
-// testDaemon is the Daemon that package main builds from cfg.
+// testDaemon is the Daemon that internal/assemble builds from cfg.
 func testDaemon(cfg *config.Config) Daemon {
 	return Daemon{Listen: cfg.Listen, APIToken: cfg.APIToken, APITokenEnv: cfg.APITokenEnv,
 		AuthFailuresPerMinute: cfg.HTTP.AuthFailuresPerMinute, Profiles: cfg.Profiles,

@@ -44,8 +44,8 @@ import (
 //go:embed templates/*.html static/*
 var assets embed.FS
 
-// Supervisor is what the panel needs of the daemon's Supervisor (the
-// wiring in package main checks that it satisfies it). It is an interface so the panel states exactly which parts
+// Supervisor is what the panel needs of the daemon's Supervisor (internal/assemble,
+// which builds the panel, hands it over). It is an interface so the panel states exactly which parts
 // of the daemon it touches: reading state and events, and starting a switch.
 type Supervisor interface {
 	State() api.State
@@ -72,8 +72,8 @@ const (
 	maxFormBytes = 64 << 10
 )
 
-// Daemon are the daemon-wide facts the panel needs (package main builds
-// them from gpuhost.yaml; nothing in the panel: section tunes the panel,
+// Daemon are the daemon-wide facts the panel needs (internal/assemble
+// builds them from gpuhost.yaml; nothing in the panel: section tunes the panel,
 // whose panel.disabled is the caller's decision).
 type Daemon struct {
 	// Listen is the daemon's listen address: beyond loopback the panel

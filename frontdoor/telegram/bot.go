@@ -43,8 +43,8 @@ import (
 	"gpuhost/units"
 )
 
-// Supervisor is what the bot needs of the daemon's Supervisor (the wiring in
-// package main checks that it satisfies it): state for the doctor schedule, status for /gpu status, and the event
+// Supervisor is what the bot needs of the daemon's Supervisor (internal/assemble,
+// which builds the bot, hands it over): state for the doctor schedule, status for /gpu status, and the event
 // stream for notifications.
 type Supervisor interface {
 	State() api.State
@@ -58,7 +58,7 @@ type Supervisor interface {
 var ErrDisabled = errors.New("telegram bot disabled (telegram.enabled is false)")
 
 // Daemon are the daemon-wide facts the bot needs besides its telegram:
-// section (package main builds them from gpuhost.yaml).
+// section (internal/assemble builds them from gpuhost.yaml).
 type Daemon struct {
 	// StateDir holds the pairing store: the allowlist and pending codes.
 	StateDir string

@@ -69,7 +69,7 @@ func formatStatus(st api.Status, h health, now time.Time) string {
 	case api.PhaseActive:
 		fmt.Fprintf(&b, "🟢 %s", s.Profile)
 		if p, ok := profileInfo(st, s.Profile); ok {
-			fmt.Fprintf(&b, " · %s · %s", p.Backend, p.ServedName)
+			fmt.Fprintf(&b, " · %s · %s", p.Backend, st.ActiveServedName())
 		} else if s.Backend != "" {
 			fmt.Fprintf(&b, " · %s", s.Backend)
 		}

@@ -76,7 +76,7 @@ type harness struct {
 	stop  context.CancelFunc
 }
 
-// testDaemon is the Daemon that package main builds from cfg.
+// testDaemon is the Daemon that internal/assemble builds from cfg.
 func testDaemon(cfg *config.Config) Daemon {
 	return Daemon{StateDir: cfg.StateDir, Profiles: cfg.Profiles, AskEvery: cfg.Agent.TelegramEvery.D()}
 }

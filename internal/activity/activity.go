@@ -21,7 +21,7 @@ type Options struct {
 }
 
 // Recorder is the request log and the history together, the history's
-// rates fed by the log: what package main builds once, the proxy records
+// rates fed by the log: what internal/assemble builds once, the proxy records
 // into and the panel reads.
 type Recorder struct {
 	*Log

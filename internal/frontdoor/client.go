@@ -3,6 +3,8 @@ package frontdoor
 import (
 	"net"
 	"net/netip"
+
+	"gpuhost/internal/loopback"
 )
 
 // LoopbackClient is the client key of every loopback peer.
@@ -25,7 +27,7 @@ func ClientKey(remote string) string {
 		return host
 	}
 	a = a.Unmap()
-	if a.IsLoopback() {
+	if loopback.IsAddr(a) {
 		return LoopbackClient
 	}
 	return a.WithZone("").String()

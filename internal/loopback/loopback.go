@@ -25,6 +25,7 @@ package loopback
 
 import (
 	"net"
+	"net/netip"
 	"strings"
 )
 
@@ -87,3 +88,7 @@ func DialHost(host string) string {
 	}
 	return host
 }
+
+// IsAddr reports whether a client's parsed address is loopback
+// (127.0.0.0/8, ::1, or 127.x written as an IPv4-mapped IPv6 address).
+func IsAddr(a netip.Addr) bool { return a.Unmap().IsLoopback() }

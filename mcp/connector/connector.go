@@ -4,7 +4,7 @@
 // not the daemon's GPU and bench packages (a connector that reads the
 // daemon names the few methods it needs itself). Connectors register at
 // init (like database/sql drivers); package gpuhost/mcp builds them and
-// enforces the rules that hold for all of them (docs/architecture.md
+// enforces the rules that hold for all of them (docs/design.md
 // decisions 1 and 2): tools only read, targets are enumerated from config,
 // secrets are read at call time and scrubbed from everything that leaves,
 // failures are isError results the model can act on.

@@ -22,7 +22,7 @@
 //	      - {name: department, in: query, type: enum, values: [assembly, paint]}
 //	    select: /data/items          # optional RFC 6901 JSON pointer
 //
-// The same rules hold as for compiled connectors (docs/architecture.md decisions 1
+// The same rules hold as for compiled connectors (docs/design.md decisions 1
 // and 2), and this package enforces them before the registry sees a tool:
 //
 //   - Parsing is strict: an unknown key is an error naming the file and the

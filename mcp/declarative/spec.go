@@ -60,7 +60,7 @@ type ToolSpec struct {
 	Name        string `yaml:"name"`
 	Description string `yaml:"description"`
 	// Method may be omitted; when written it must be GET, because MCP
-	// tools only read (docs/architecture.md decision 1).
+	// tools only read (docs/design.md decision 1).
 	Method string `yaml:"method"`
 	// Path is appended to BaseURL; {param} placeholders are filled from
 	// parameters declared with in: path.

@@ -1,6 +1,6 @@
 // Package customer tells the triage worker whether an external sender is a
 // known customer. It asks the CRM through the MCP crm connector's
-// read-only search template (docs/architecture.md decision 1: rights live in the
+// read-only search template (docs/design.md decision 1: rights live in the
 // server), exactly as a model would, so triage needs no database
 // credentials and no SQL of its own: the DSN stays inside the connector.
 package customer

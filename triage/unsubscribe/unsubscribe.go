@@ -1,5 +1,5 @@
 // Package unsubscribe finds a mail's unsubscribe link by deterministic code,
-// never by the model (docs/architecture.md decision 3): first the
+// never by the model (docs/design.md decision 3): first the
 // List-Unsubscribe header (RFC 2369) taken byte for byte, only without it
 // the HTML anchors. A wrong link is worse than none.
 package unsubscribe

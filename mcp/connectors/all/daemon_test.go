@@ -16,12 +16,12 @@ import (
 	"gpuhost/bench"
 	"gpuhost/config"
 	"gpuhost/frontdoor/httpapi"
-	"gpuhost/internal/wiring"
+	"gpuhost/internal/mcpview"
 	"gpuhost/mcp"
 )
 
 // TestDaemonEndToEnd runs the demo connectors against a real Supervisor
-// (simulated GPU, simulator backend processes) through wiring.MCPDaemon,
+// (simulated GPU, simulator backend processes) through mcpview.Daemon,
 // over streamable HTTP mounted on the daemon's own API with its bearer
 // check (listening on all interfaces).
 func TestDaemonEndToEnd(t *testing.T) {
@@ -34,7 +34,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 		c.Listen = "0.0.0.0:0"
 		c.APITokenEnv = "GPUHOST_MCP_E2E_TOKEN"
 	}})
-	d := &wiring.MCPDaemon{Sup: f.Sup, DoctorFn: f.Doctor, Bench: bench.NewStore(t.TempDir(), nil)}
+	d := &mcpview.Daemon{Sup: f.Sup, DoctorFn: f.Doctor, Bench: bench.NewStore(t.TempDir(), nil)}
 	cfg := mcp.DemoConfig()
 	delete(cfg, "weather") // no internet in tests
 	s, err := mcp.NewServer(mcp.ServerOptions{Config: cfg, Daemon: d})

@@ -5,7 +5,7 @@
 // parameter values are always bound ($1, $2, …), never spliced into the
 // query text, so `'; DROP TABLE users; --` is just a search string.
 //
-// Two independent layers keep it read-only (docs/architecture.md decision 1):
+// Two independent layers keep it read-only (docs/design.md decision 1):
 //
 //  1. every template runs inside BEGIN READ ONLY with SET LOCAL
 //     statement_timeout, and reading stops after max_rows rows (the result

@@ -22,7 +22,7 @@ var ErrNoDaemon = errors.New("gpu connector needs the running gpuhost daemon (it
 
 // Daemon is what this connector reads of the running daemon. It is defined
 // here, not in the connector contract, so that only this connector links
-// package nvml; internal/wiring's MCPDaemon implements it.
+// package nvml; internal/mcpview's Daemon implements it.
 type Daemon interface {
 	Snapshot(ctx context.Context) (nvml.Snapshot, error)
 }

@@ -29,7 +29,7 @@ var ErrNoDaemon = errors.New("inference connector needs the running gpuhost daem
 // Daemon is what this connector reads of the running daemon: only reads,
 // there is deliberately no switch or stop. It is defined here, not in the
 // connector contract, so that connectors which do not read the daemon do
-// not link packages api and bench; internal/wiring's MCPDaemon implements
+// not link packages api and bench; internal/mcpview's Daemon implements
 // it.
 type Daemon interface {
 	Status(ctx context.Context) api.Status

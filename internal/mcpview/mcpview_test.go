@@ -1,7 +1,7 @@
-package wiring_test
+package mcpview_test
 
 import (
-	"gpuhost/internal/wiring"
+	"gpuhost/internal/mcpview"
 	"gpuhost/mcp/connectors/gpu"
 	"gpuhost/mcp/connectors/inference"
 )
@@ -11,6 +11,6 @@ import (
 // would only show as a disabled connector at start. These make it a
 // compile error instead (go vet and go test build this file).
 var (
-	_ gpu.Daemon       = (*wiring.MCPDaemon)(nil)
-	_ inference.Daemon = (*wiring.MCPDaemon)(nil)
+	_ gpu.Daemon       = (*mcpview.Daemon)(nil)
+	_ inference.Daemon = (*mcpview.Daemon)(nil)
 )

@@ -1,4 +1,4 @@
-package daemon
+package assemble
 
 import (
 	"context"
@@ -26,7 +26,8 @@ import (
 	"gpuhost/frontdoor/telegram"
 	"gpuhost/internal/activity"
 	"gpuhost/internal/frontdoor"
-	"gpuhost/internal/wiring"
+	"gpuhost/internal/mcpview"
+	"gpuhost/mcp"
 	"gpuhost/nvml"
 	"gpuhost/units"
 )
@@ -64,7 +65,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger, o Options)
 	selfV1 := loopbackV1(ln.Addr())
 	selfClient := &http.Client{Transport: &selfAuth{base: selfV1, cfg: cfg, next: http.DefaultTransport}}
 	// The front doors: each can be disabled, and one failing does not stop
-	// the others or the backend (docs/architecture.md decision 6).
+	// the others or the backend (docs/design.md decision 6).
 	px, m := c.startProxy(runCtx)
 	defer px.Close()
 	act := c.startActivity(runCtx, px)
@@ -112,7 +113,7 @@ func OpenCore(ctx context.Context, cfg *config.Config, log *slog.Logger) (c *Cor
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	gpu, closeGPU, gerr := appliance.OpenGPU(cfg)
+	gpu, closeGPU, gerr := openGPU(cfg)
 	if gerr != nil {
 		log.Error("GPU facts unavailable; serving anyway, switches will fail at the VRAM check", "err", gerr)
 	}
@@ -136,6 +137,22 @@ func OpenCore(ctx context.Context, cfg *config.Config, log *slog.Logger) (c *Cor
 		defer closeUnits()
 		sup.Close()
 	}
+}
+
+// openGPU is the one call of the GPU opener (appliance.OpenGPU): the
+// core's, a triage worker's power reading and bench's GPU facts all go
+// through it.
+func openGPU(cfg *config.Config) (appliance.GPU, func(), error) { return appliance.OpenGPU(cfg) }
+
+// LocalSnapshot reads this box's GPU once without a daemon (`gpuhost
+// bench` records the GPU beside each result).
+func LocalSnapshot(ctx context.Context, cfg *config.Config) (nvml.Snapshot, error) {
+	gpu, closeGPU, err := openGPU(cfg)
+	defer closeGPU()
+	if err != nil {
+		return nvml.Snapshot{}, err
+	}
+	return gpu.Snapshot(ctx)
 }
 
 // LocalStatus reads this box's status without a daemon (`gpuhost status`
@@ -361,11 +378,12 @@ type benchPanel struct {
 
 func (b benchPanel) List() ([]*bench.Result, []bench.Warning, error) { return b.store.List() }
 
-// LocalMCPDaemon builds the core over this box's GPU and units for `gpuhost
-// mcp` run without a daemon. With run it also runs the Supervisor (the
-// demo: its default profile starts); without, it only reads (one
-// reconcile).
-func LocalMCPDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger, run bool) (*wiring.MCPDaemon, func()) {
+// LocalMCP builds `gpuhost mcp` run without a daemon: the core over this
+// box's GPU and units as the gpu and inference connectors' view, and the
+// MCP server's one constructor over cfg. With run it also runs the
+// Supervisor (the demo: its default profile starts); without, it only
+// reads (one reconcile).
+func LocalMCP(ctx context.Context, cfg *config.Config, log *slog.Logger, version string, run bool) mcp.Setup {
 	c, closeCore := OpenCore(ctx, cfg, log)
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
@@ -375,10 +393,13 @@ func LocalMCPDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger, r
 		c.Sup.Reconcile(ctx)
 		close(done)
 	}
-	d := &wiring.MCPDaemon{Sup: c.Sup, DoctorFn: c.Doctor, Bench: bench.NewStore(cfg.StateDir, nil)}
-	return d, func() {
-		cancel()
-		<-done
-		closeCore()
+	d := &mcpview.Daemon{Sup: c.Sup, DoctorFn: c.Doctor, Bench: bench.NewStore(cfg.StateDir, nil)}
+	return mcp.Setup{
+		Build: func(mlog *slog.Logger) (*mcp.Server, error) { return newMCPServer(cfg, mlog, version, d) },
+		Close: func() {
+			cancel()
+			<-done
+			closeCore()
+		},
 	}
 }

@@ -1,4 +1,4 @@
-package daemon
+package assemble
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"gpuhost/config"
 	"gpuhost/frontdoor/metrics"
 	"gpuhost/internal/loopback"
-	"gpuhost/internal/wiring"
+	"gpuhost/internal/mcpview"
 	"gpuhost/mcp"
 	"gpuhost/mcp/declarative"
 	"gpuhost/triage"
@@ -152,6 +152,44 @@ func OpenTriage(ctx context.Context, cfg *config.Config, src TriageSources) (*tr
 	}, nil
 }
 
+// OpenTriageBeside builds the triage worker of the `gpuhost triage`
+// commands, beside (or without) a running daemon: the same worker as
+// OpenTriage, its GPU power reading from this box's GPU (local model
+// only) and, for triage.crm, the MCP server from the daemon's one
+// constructor (no view of the box: the crm connector needs none).
+// activeModel follows the daemon's active profile. close closes the
+// worker, the MCP client and the GPU.
+func OpenTriageBeside(ctx context.Context, cfg *config.Config, log *slog.Logger, version string, activeModel func() string) (*triage.Worker, func(), error) {
+	src := TriageSources{Log: log.With("component", "triage"), ActiveModel: activeModel}
+	closeGPU := func() {}
+	if cfg.Triage.Model.BaseURL == "" {
+		// Local model: its energy is priced from the GPU's power draw.
+		gpu, closeFn, gerr := openGPU(cfg)
+		closeGPU = closeFn
+		if gerr != nil {
+			log.Warn("triage: no GPU power reading; local model calls are priced without energy", "err", gerr)
+		} else {
+			src.Snapshot = gpu.Snapshot
+		}
+	}
+	if cfg.Triage.CRM.Enabled {
+		mlog := log.With("component", "mcp")
+		ms, err := newMCPServer(cfg, mlog, version, nil)
+		if err != nil {
+			closeGPU()
+			return nil, nil, fmt.Errorf("triage.crm needs the MCP crm connector: %w", err)
+		}
+		logDisabled(ms, mlog)
+		src.MCP = ms
+	}
+	w, closeW, err := OpenTriage(ctx, cfg, src)
+	if err != nil {
+		closeGPU()
+		return nil, nil, err
+	}
+	return w, func() { closeW(); closeGPU() }, nil
+}
+
 // powerFrom prices a local model's energy from the GPU's power draw; nil
 // without a GPU reading.
 func powerFrom(snapshot func(context.Context) (nvml.Snapshot, error)) func(context.Context) (float64, bool) {
@@ -169,15 +207,9 @@ func powerFrom(snapshot func(context.Context) (nvml.Snapshot, error)) func(conte
 }
 
 // activeModel is the served name of the Supervisor's active profile, ""
-// while switching or idle.
+// while switching or idle (api.ActiveServedName).
 func activeModel(cfg *config.Config, sup *appliance.Supervisor) func() string {
-	return func() string {
-		st := sup.State()
-		if p := cfg.Profiles[st.Profile]; p != nil && st.Phase == api.PhaseActive {
-			return p.ServedName
-		}
-		return ""
-	}
+	return func() string { return api.ActiveServedName(sup.State(), api.ProfilesIn(cfg.Profiles)) }
 }
 
 // triageDaemon is what the triage worker needs from gpuhost.yaml besides
@@ -185,7 +217,7 @@ func activeModel(cfg *config.Config, sup *appliance.Supervisor) func() string {
 func triageDaemon(cfg *config.Config) triage.Daemon {
 	d := triage.Daemon{StateDir: cfg.StateDir, Listen: cfg.Listen, Telegram: cfg.Telegram}
 	if p := cfg.Profiles[cfg.DefaultProfile]; p != nil {
-		d.DefaultModel = p.ServedName
+		d.DefaultModel = p.ServedModelName()
 	}
 	return d
 }
@@ -239,26 +271,12 @@ func (c *Core) startMCP(ctx context.Context, bstore *bench.Store) *mcp.Server {
 		return nil
 	}
 	mlog := c.log.With("component", "mcp")
-	extra, errs := declarative.Load(cfg.MCP.ConnectorsDir)
-	for _, e := range errs {
-		mlog.Error("declarative connector skipped", "err", e)
-	}
-	// Connectors dial as usual, except that the inference connector's probe
-	// of the active backend reaches it through its socket under systemd.
-	mtr := http.DefaultTransport.(*http.Transport).Clone()
-	mtr.DialContext = c.backendDialer().DialContext
-	ms, err := mcp.NewServer(mcp.ServerOptions{
-		Config: cfg.MCP.Connectors, Extra: extra, Log: mlog, Version: c.version, MaxSessions: cfg.MCP.MaxSessions,
-		HTTP:   &http.Client{Timeout: mcp.DefaultCallTimeout, Transport: mtr},
-		Daemon: &wiring.MCPDaemon{Sup: c.Sup, DoctorFn: c.Doctor, Bench: bstore},
-	})
+	ms, err := newMCPServer(cfg, mlog, c.version, &mcpview.Daemon{Sup: c.Sup, DoctorFn: c.Doctor, Bench: bstore})
 	if err != nil {
 		mlog.Error("MCP server not started; the daemon carries on", "err", err)
 		return nil
 	}
-	for name, why := range ms.Disabled() {
-		mlog.Error("MCP connector disabled", "connector", name, "reason", why)
-	}
+	logDisabled(ms, mlog)
 	ms.Register(c.api)
 	go declarative.Watch(ctx, cfg.MCP.ConnectorsDir, func() {
 		extra, errs := declarative.Load(cfg.MCP.ConnectorsDir)
@@ -268,6 +286,38 @@ func (c *Core) startMCP(ctx context.Context, bstore *bench.Store) *mcp.Server {
 		ms.ReloadExtra(extra)
 	})
 	return ms
+}
+
+// newMCPServer is the one construction of the MCP server, for the daemon
+// and for a triage worker run beside it: the configured and declarative
+// connectors, the session cap, connectors' HTTP through the backend
+// dialer, d as the connectors' view of the box (nil: none, so gpu and
+// inference are disabled). The caller logs the disabled connectors
+// (`gpuhost mcp` does so itself).
+func newMCPServer(cfg *config.Config, mlog *slog.Logger, version string, d *mcpview.Daemon) (*mcp.Server, error) {
+	extra, errs := declarative.Load(cfg.MCP.ConnectorsDir)
+	for _, e := range errs {
+		mlog.Error("declarative connector skipped", "err", e)
+	}
+	// Connectors dial as usual, except that the inference connector's probe
+	// of the active backend reaches it through its socket under systemd.
+	mtr := http.DefaultTransport.(*http.Transport).Clone()
+	mtr.DialContext = backendDialer(cfg).DialContext
+	o := mcp.ServerOptions{
+		Config: cfg.MCP.Connectors, Extra: extra, Log: mlog, Version: version, MaxSessions: cfg.MCP.MaxSessions,
+		HTTP: &http.Client{Timeout: mcp.DefaultCallTimeout, Transport: mtr},
+	}
+	if d != nil {
+		o.Daemon = d
+	}
+	return mcp.NewServer(o)
+}
+
+// logDisabled logs the connectors the server left out, and why.
+func logDisabled(ms *mcp.Server, mlog *slog.Logger) {
+	for name, why := range ms.Disabled() {
+		mlog.Error("MCP connector disabled", "connector", name, "reason", why)
+	}
 }
 
 // startTriageWorker builds the triage worker when triage.enabled, registers
@@ -303,6 +353,8 @@ func (c *Core) startTriageWorker(ctx context.Context, ms *mcp.Server, selfV1 str
 // socket under systemd (its 127.0.0.1 is in a private network), loopback
 // TCP under the process runner. Every client of the daemon that talks to
 // a backend directly dials through it.
-func (c *Core) backendDialer() *loopback.Dialer {
-	return &loopback.Dialer{Sockets: c.cfg.BackendSockets()}
+func (c *Core) backendDialer() *loopback.Dialer { return backendDialer(c.cfg) }
+
+func backendDialer(cfg *config.Config) *loopback.Dialer {
+	return &loopback.Dialer{Sockets: cfg.BackendSockets()}
 }

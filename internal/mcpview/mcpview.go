@@ -1,8 +1,11 @@
-// Package wiring holds the adapters that connect the daemon's core to its
-// services without either importing the other: package main (serve, the
-// CLI) uses them, and so do tests that run a service against a real
-// Supervisor. Nothing here decides anything; it only forwards.
-package wiring
+// Package mcpview is the MCP connectors' read-only view of the running
+// daemon: the gpu and inference connectors each define the small Daemon
+// interface they read, and Daemon here implements both over the
+// Supervisor, so neither the connectors nor the Supervisor import each
+// other. internal/assemble hands it to the MCP server; tests that run a
+// connector against a real Supervisor use it too. It decides nothing; it
+// only forwards.
+package mcpview
 
 import (
 	"context"
@@ -14,12 +17,12 @@ import (
 	"gpuhost/nvml"
 )
 
-// MCPDaemon adapts the running appliance to the Daemon interfaces of the
+// Daemon adapts the running appliance to the Daemon interfaces of the
 // gpu and inference connectors (each defines the few methods it reads;
-// mcpdaemon_test.go checks MCPDaemon has them), so package main wires
-// both in one line. It exposes reads only: the Supervisor's Switch is
+// mcpview_test.go checks Daemon has them), so the assembly hands
+// both over in one value. It exposes reads only: the Supervisor's Switch is
 // deliberately not reachable.
-type MCPDaemon struct {
+type Daemon struct {
 	Sup *appliance.Supervisor
 	// DoctorFn runs the doctor (the same function the API uses).
 	DoctorFn api.DoctorFunc
@@ -28,15 +31,15 @@ type MCPDaemon struct {
 }
 
 // Snapshot reads the GPU through the daemon's own NVML handle.
-func (d *MCPDaemon) Snapshot(ctx context.Context) (nvml.Snapshot, error) {
+func (d *Daemon) Snapshot(ctx context.Context) (nvml.Snapshot, error) {
 	return d.Sup.Snapshot(ctx)
 }
 
 // Status is the Supervisor's status (phase, profile, units, health).
-func (d *MCPDaemon) Status(ctx context.Context) api.Status { return d.Sup.Status(ctx) }
+func (d *Daemon) Status(ctx context.Context) api.Status { return d.Sup.Status(ctx) }
 
 // Doctor runs the doctor for profile ("" = the active one).
-func (d *MCPDaemon) Doctor(ctx context.Context, profile string) api.DoctorReport {
+func (d *Daemon) Doctor(ctx context.Context, profile string) api.DoctorReport {
 	if d.DoctorFn == nil {
 		return api.DoctorReport{}
 	}
@@ -45,7 +48,7 @@ func (d *MCPDaemon) Doctor(ctx context.Context, profile string) api.DoctorReport
 
 // BenchResults summarises the stored bench results; unreadable files are
 // skipped (the store reports them as warnings to its own log).
-func (d *MCPDaemon) BenchResults() ([]bench.Summary, error) {
+func (d *Daemon) BenchResults() ([]bench.Summary, error) {
 	if d.Bench == nil {
 		return nil, nil
 	}
