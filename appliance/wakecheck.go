@@ -295,8 +295,11 @@ func (s *Supervisor) wakeFailed(r *switchRun, p *units.Profile, reason, msg stri
 	w.last, w.lastMsg = time.Now(), p.Name+": "+msg
 	w.mu.Unlock()
 	text := fmt.Sprintf("%s woke wrong (%s): %s; restarting it cold", p.Name, reason, msg)
-	if cold {
+	switch {
+	case cold:
 		text = fmt.Sprintf("%s failed its check after a cold start (%s): %s", p.Name, reason, msg)
+	case r.recheck:
+		text = fmt.Sprintf("%s answers wrong while it says it is awake (%s): %s; restarting it cold", p.Name, reason, msg)
 	}
 	r.event(api.Event{Kind: "wake_check", Status: "failed", Profile: p.Name, Message: text,
 		Detail: map[string]any{"reason": reason, "cold": cold}})
