@@ -7,9 +7,17 @@ package appliance
 // check runs before the profile counts as active: a known prompt at
 // temperature 0 whose few tokens must equal the answer recorded at the
 // profile's first cold start, the decode rate of that answer against the
-// rate measured at the last cold start, and the tool-call round trip where
-// the profile has a tool parser and tool calls worked at the cold start.
-// A failed check after a wake restarts the unit cold.
+// rate measured when the reference was recorded, and the tool-call round
+// trip where the profile has a tool parser and tool calls worked at the
+// last cold start. A failed check after a wake restarts the unit cold.
+//
+// The reference rate is measured over a longer answer (wakeRecheckTokens),
+// which costs a few hundred milliseconds at real decode rates; a cold start
+// measures it only when nothing it depends on is known to be unchanged:
+// the same key (model, served name, argv), the same engine version (vLLM's
+// /version, Ollama's /api/version) and GPU driver, and the same answer to
+// the known prompt keep the recorded rate. Otherwise, and whenever the
+// version cannot be read, it is measured and recorded again.
 
 import (
 	"bytes"
@@ -85,6 +93,9 @@ type wakeRef struct {
 	DecodeTPS  float64   `json:"decode_tps"`
 	ToolsOK    bool      `json:"tools_ok"`
 	RecordedAt time.Time `json:"recorded_at"`
+	// Version is the engine's version and the GPU driver's when the rate
+	// was measured ("" in files from before it was kept: measured again).
+	Version string `json:"version,omitempty"`
 }
 
 // wakeState holds the references (wake_check.json in the state dir) and
@@ -201,6 +212,10 @@ func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold boo
 	ref, known := s.wakeRefOf(p.Name)
 	known = known && ref.Key == s.wakeKey(p)
 	tools := wantsToolCheck(p) && (cold || ref.ToolsOK)
+	version := make(chan string, 1)
+	if cold {
+		go func() { version <- s.engineVersion(ctx, p) }()
+	}
 	obs, err := s.observe(ctx, p, tools, wakeCheckTokens)
 	detail = map[string]any{"answer": obs.answer, "decode_tps": round1(obs.tps)}
 	defer func() { detail["check_ms"] = float64(time.Since(t0).Microseconds()) / 1000 }()
@@ -208,6 +223,11 @@ func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold boo
 		return "known prompt: " + err.Error(), wakeReasonHang, detail
 	}
 	if cold {
+		ver := <-version
+		detail["version"] = ver
+		if known && ver != "" && ref.Version == ver && ref.DecodeTPS > 0 && obs.answer == ref.Answer {
+			return s.keepCold(p, ref, obs, detail), "", detail
+		}
 		// The reference rate is measured over the long answer, as the
 		// recheck that decides is: two intervals are too few to be a
 		// reference on a busy host (one late token doubles or halves them).
@@ -217,7 +237,7 @@ func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold boo
 		}
 		obs.tps = long.tps
 		detail["decode_tps"] = round1(obs.tps)
-		return s.recordCold(p, ref, known, obs, detail), "", detail
+		return s.recordCold(p, ref, known, obs, ver, detail), "", detail
 	}
 	if !known {
 		return "no reference recorded yet (no cold start of this profile seen): answered " + fmt.Sprintf("%q", obs.answer), "", detail
@@ -248,13 +268,13 @@ func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold boo
 // recordCold makes a cold start's answers the reference: the answer only
 // when none is recorded for this key (a later cold start that answers
 // otherwise renews it and says so), the rate and the tool verdict always.
-func (s *Supervisor) recordCold(p *units.Profile, ref wakeRef, known bool, obs wakeObs, detail map[string]any) string {
+func (s *Supervisor) recordCold(p *units.Profile, ref wakeRef, known bool, obs wakeObs, version string, detail map[string]any) string {
 	msg := fmt.Sprintf("recorded: answer %q, %.1f tokens/s%s", obs.answer, obs.tps, toolNote(wantsToolCheck(p), obs))
 	if known && ref.Answer != obs.answer {
 		msg += fmt.Sprintf(" (the cold start before answered %q; renewed)", ref.Answer)
 		detail["previous_answer"] = ref.Answer
 	}
-	next := wakeRef{Key: s.wakeKey(p), Answer: obs.answer, DecodeTPS: obs.tps, ToolsOK: obs.toolsOK, RecordedAt: time.Now().UTC()}
+	next := wakeRef{Key: s.wakeKey(p), Answer: obs.answer, DecodeTPS: obs.tps, ToolsOK: obs.toolsOK, RecordedAt: time.Now().UTC(), Version: version}
 	if known && ref.Answer == obs.answer {
 		next.RecordedAt = ref.RecordedAt
 	}
@@ -263,6 +283,52 @@ func (s *Supervisor) recordCold(p *units.Profile, ref wakeRef, known bool, obs w
 	}
 	s.setWakeRef(p.Name, next)
 	return msg
+}
+
+// keepCold is a cold start that answered as recorded on the engine and
+// driver the reference rate was measured on: the rate stands, the tool
+// verdict is renewed.
+func (s *Supervisor) keepCold(p *units.Profile, ref wakeRef, obs wakeObs, detail map[string]any) string {
+	detail["decode_tps"] = round1(ref.DecodeTPS)
+	detail["reference_kept"] = true
+	if wantsToolCheck(p) && obs.toolsOK != ref.ToolsOK {
+		ref.ToolsOK = obs.toolsOK
+		s.setWakeRef(p.Name, ref)
+	}
+	return fmt.Sprintf("answer as recorded; reference rate %.1f tokens/s kept (measured %s on %s)%s",
+		ref.DecodeTPS, ref.RecordedAt.Format(time.RFC3339), ref.Version, toolNote(wantsToolCheck(p), obs))
+}
+
+// engineVersion is what the reference rate depends on beyond the key: the
+// engine's version (vLLM GET /version, Ollama GET /api/version) and the GPU
+// driver's. "" when either cannot be read.
+func (s *Supervisor) engineVersion(ctx context.Context, p *units.Profile) string {
+	path := "/version"
+	if p.Backend == units.Ollama {
+		path = "/api/version"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+fmt.Sprint(p.Port)+path, nil)
+	if err != nil {
+		return ""
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Version string `json:"version"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&v) != nil || v.Version == "" {
+		return ""
+	}
+	snap, err := s.snapshot(ctx)
+	if err != nil || snap.DriverVersion == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s %s, driver %s", p.Backend, v.Version, snap.DriverVersion)
 }
 
 // slow: the answer decoded below the tolerance of the cold rate, and late

@@ -128,3 +128,57 @@ func TestVerifiedWakeFaults(t *testing.T) {
 		})
 	}
 }
+
+// TestColdStartKeepsTheReference: the first cold start of a profile
+// measures the reference rate over the long answer and records the engine
+// and driver version; a later cold start on the same versions that answers
+// as recorded keeps it (no long answer); a reference from another version
+// (or from a file without one) is measured again.
+func TestColdStartKeepsTheReference(t *testing.T) {
+	f := newProcFixture(t, "0s")
+	awaitReconciled(t, f.sup)
+	coldCheck := func() api.Event {
+		t.Helper()
+		if evs, err := f.switchTo(t, "llama"); err != nil {
+			t.Fatalf("switch to llama: %v\n%s", err, describe(evs))
+		}
+		evs, err := f.switchTo(t, "coder")
+		if err != nil {
+			t.Fatalf("switch to coder: %v\n%s", err, describe(evs))
+		}
+		if got := strings.Join(stepsOf(evs), " "); !strings.HasSuffix(got, "start ready verify wake_check") {
+			t.Fatalf("coder not started cold: %q", got)
+		}
+		e, _ := stepEvent(evs, "wake_check", "done")
+		return e
+	}
+	tests := []struct {
+		name    string
+		version string // set on the reference before the cold start ("-": leave it)
+		kept    bool
+	}{
+		{"first cold start measures", "-", false},
+		{"same versions keep it", "-", true},
+		{"another engine version measures again", "vllm 0.0.1, driver 1", false},
+		{"kept again after that", "-", true},
+		{"a reference without a version measures again", "", false},
+	}
+	for _, tt := range tests {
+		if tt.version != "-" {
+			ref, ok := f.sup.wakeRefOf("coder")
+			if !ok {
+				t.Fatalf("%s: no reference", tt.name)
+			}
+			ref.Version = tt.version
+			f.sup.setWakeRef("coder", ref)
+		}
+		e := coldCheck()
+		if kept := e.Detail["reference_kept"] == true; kept != tt.kept {
+			t.Errorf("%s: reference kept = %v, want %v: %s", tt.name, kept, tt.kept, e.Message)
+		}
+		ref, _ := f.sup.wakeRefOf("coder")
+		if ref.Version == "" || ref.Version != e.Detail["version"] || ref.DecodeTPS <= 0 {
+			t.Errorf("%s: reference after the cold start: %+v (check's version %v)", tt.name, ref, e.Detail["version"])
+		}
+	}
+}
