@@ -765,6 +765,9 @@ type leg struct {
 	// profile in standby: it is woken instead of started.
 	toStandby []backendState
 	wake      bool
+	// wokeLevel is the sleep level the target was woken from (0: not
+	// woken, or Ollama's unload), for the wake check.
+	wokeLevel int
 }
 
 // sequence is the switch proper: drain the requests running on what is in

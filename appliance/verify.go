@@ -118,7 +118,7 @@ func (s *Supervisor) verifyActive(ctx context.Context, b backendState, p *units.
 	if err != nil {
 		return // switching, or in standby: the next look decides
 	}
-	msg, reason, detail := s.checkServes(lctx, p, false)
+	msg, reason, detail := s.checkServes(lctx, p, false, true)
 	revoked := lctx.Err() != nil
 	release()
 	if revoked || ctx.Err() != nil {

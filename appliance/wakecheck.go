@@ -203,15 +203,18 @@ func (s *Supervisor) observe(ctx context.Context, p *units.Profile, tools bool, 
 }
 
 // checkServes is the check itself. cold: the backend was just started, so
-// its answers become (or renew) the reference; else it was woken and is
-// held to the reference. reason is "" when the check passed.
-func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold bool) (msg, reason string, detail map[string]any) {
+// its answers become (or renew) the reference; else it was woken (or is
+// verified while serving) and is held to the reference. withTools: the
+// tool-call round trip runs too, where the profile has a tool parser and
+// tool calls worked at the cold start (always after a cold start). reason
+// is "" when the check passed.
+func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold, withTools bool) (msg, reason string, detail map[string]any) {
 	ctx, cancel := context.WithTimeout(ctx, wakeCheckTimeout)
 	defer cancel()
 	t0 := time.Now()
 	ref, known := s.wakeRefOf(p.Name)
 	known = known && ref.Key == s.wakeKey(p)
-	tools := wantsToolCheck(p) && (cold || ref.ToolsOK)
+	tools := wantsToolCheck(p) && (cold || (withTools && ref.ToolsOK))
 	version := make(chan string, 1)
 	if cold {
 		go func() { version <- s.engineVersion(ctx, p) }()
@@ -468,7 +471,11 @@ func toolRoundTrip(ctx context.Context, client *http.Client, base, model string)
 // checkStep is the wake_check step: the check, failing with its reason.
 func (l *leg) checkStep(cold bool, reason *string) stepFunc {
 	return func(ctx context.Context) (string, map[string]any, error) {
-		msg, rsn, detail := l.r.s.checkServes(ctx, l.p, cold)
+		// After a level-1 wake the weights are the same bytes copied back
+		// from host memory: the known answer and the rate are the check,
+		// and the tool round trip (a longer prompt, most of the check's
+		// time) is left to the cold starts and the periodic verify.
+		msg, rsn, detail := l.r.s.checkServes(ctx, l.p, cold, cold || l.wokeLevel != 1)
 		if rsn != "" {
 			*reason = rsn
 			l.r.s.wakeFailed(l.r, l.p, rsn, msg, cold)

@@ -122,7 +122,7 @@ func TestVerifiedWakeFaults(t *testing.T) {
 			}
 			// The recovered backend is right: its own check passed, and a
 			// new one against the reference passes too.
-			if msg, reason, _ := f.sup.checkServes(context.Background(), f.cfg.Profiles["coder"], false); reason != "" {
+			if msg, reason, _ := f.sup.checkServes(context.Background(), f.cfg.Profiles["coder"], false, true); reason != "" {
 				t.Errorf("check after recovery: %s (%s)", msg, reason)
 			}
 		})
@@ -180,5 +180,40 @@ func TestColdStartKeepsTheReference(t *testing.T) {
 		if ref.Version == "" || ref.Version != e.Detail["version"] || ref.DecodeTPS <= 0 {
 			t.Errorf("%s: reference after the cold start: %+v (check's version %v)", tt.name, ref, e.Detail["version"])
 		}
+	}
+}
+
+// TestWakeCheckToolsByLevel: after a level-1 wake (the same bytes copied
+// back from host memory) the wake check is the known answer and the rate;
+// after a level-2 wake (weights reloaded) the tool-call round trip runs
+// too, as after every cold start.
+func TestWakeCheckToolsByLevel(t *testing.T) {
+	for _, tt := range []struct {
+		standby string
+		tools   bool
+	}{
+		{"sleep1", false},
+		{"sleep2", true},
+	} {
+		t.Run(tt.standby, func(t *testing.T) {
+			f := newProcFixtureYAML(t, func(bin, state string) string {
+				return strings.Replace(standbyYAML(t)(bin, state), "    standby: auto\n", "    standby: "+tt.standby+"\n", 1)
+			})
+			awaitReconciled(t, f.sup)
+			var evs []api.Event
+			for _, p := range []string{"coder", "llama", "coder"} {
+				var err error
+				if evs, err = f.switchTo(t, p); err != nil {
+					t.Fatalf("switch to %s: %v\n%s", p, err, describe(evs))
+				}
+			}
+			if got := strings.Join(stepsOf(evs), " "); got != "standby wake ready verify wake_check" {
+				t.Fatalf("back to coder: steps %q, want a wake", got)
+			}
+			e, _ := stepEvent(evs, "wake_check", "done")
+			if got := strings.Contains(e.Message, "tool call: structured"); got != tt.tools {
+				t.Errorf("tool round trip after a %s wake = %v, want %v: %s", tt.standby, got, tt.tools, e.Message)
+			}
+		})
 	}
 }
