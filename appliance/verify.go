@@ -114,6 +114,9 @@ func (s *Supervisor) verifyIfDue(ctx context.Context) {
 // verifyActive runs the known prompt on the active backend and, when it
 // fails, starts the recheck switch (see the top of this file).
 func (s *Supervisor) verifyActive(ctx context.Context, b backendState, p *units.Profile) {
+	if p.StandbyEnabled() && s.engineSleeping(ctx, p) {
+		return // asleep or unloaded by hand: the watcher's look restores it
+	}
 	lctx, release, err := s.LeaseProbe(ctx, p.Name)
 	if err != nil {
 		return // switching, or in standby: the next look decides
@@ -126,6 +129,9 @@ func (s *Supervisor) verifyActive(ctx context.Context, b backendState, p *units.
 	}
 	if reason == wakeReasonRate && s.inFlight(p.Name) > 0 {
 		return // a request shared the engine with the check: not a verdict
+	}
+	if reason != "" && p.StandbyEnabled() && s.engineSleeping(ctx, p) {
+		return // put to sleep while it answered: the watcher's look restores it
 	}
 	if reason == "" {
 		s.mu.Lock()
