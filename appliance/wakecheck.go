@@ -215,9 +215,13 @@ func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold, wi
 	ref, known := s.wakeRefOf(p.Name)
 	known = known && ref.Key == s.wakeKey(p)
 	tools := wantsToolCheck(p) && (cold || (withTools && ref.ToolsOK))
-	version := make(chan string, 1)
+	ver, keep := "", false
 	if cold {
-		go func() { version <- s.engineVersion(ctx, p) }()
+		// Same model, argv, engine and driver as the reference: its rate
+		// and tool verdict stand if the answer does (keepCold).
+		ver = s.engineVersion(ctx, p)
+		keep = known && ver != "" && ref.Version == ver && ref.DecodeTPS > 0
+		tools = tools && !keep
 	}
 	obs, err := s.observe(ctx, p, tools, wakeCheckTokens)
 	detail = map[string]any{"answer": obs.answer, "decode_tps": round1(obs.tps)}
@@ -226,17 +230,20 @@ func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold, wi
 		return "known prompt: " + err.Error(), wakeReasonHang, detail
 	}
 	if cold {
-		ver := <-version
 		detail["version"] = ver
-		if known && ver != "" && ref.Version == ver && ref.DecodeTPS > 0 && obs.answer == ref.Answer {
-			return s.keepCold(p, ref, obs, detail), "", detail
+		if keep && obs.answer == ref.Answer {
+			return s.keepCold(p, ref, detail), "", detail
 		}
 		// The reference rate is measured over the long answer, as the
 		// recheck that decides is: two intervals are too few to be a
 		// reference on a busy host (one late token doubles or halves them).
-		long, err := s.observe(ctx, p, false, wakeRecheckTokens)
+		// The tool round trip runs beside it when it did not run yet.
+		long, err := s.observe(ctx, p, wantsToolCheck(p) && !tools, wakeRecheckTokens)
 		if err != nil {
 			return "known prompt (rate over a longer answer): " + err.Error(), wakeReasonHang, detail
+		}
+		if wantsToolCheck(p) && !tools {
+			obs.toolsOK, obs.tools = long.toolsOK, long.tools
 		}
 		obs.tps = long.tps
 		detail["decode_tps"] = round1(obs.tps)
@@ -288,18 +295,20 @@ func (s *Supervisor) recordCold(p *units.Profile, ref wakeRef, known bool, obs w
 	return msg
 }
 
-// keepCold is a cold start that answered as recorded on the engine and
-// driver the reference rate was measured on: the rate stands, the tool
-// verdict is renewed.
-func (s *Supervisor) keepCold(p *units.Profile, ref wakeRef, obs wakeObs, detail map[string]any) string {
+// keepCold is a cold start that answered as recorded with the model, argv,
+// engine and driver the reference was measured with: its rate and tool
+// verdict stand (the same parser and chat template answer the same tool
+// call at temperature 0; the doctor's endpoint.tool_calls probes each
+// backend process anyway).
+func (s *Supervisor) keepCold(p *units.Profile, ref wakeRef, detail map[string]any) string {
 	detail["decode_tps"] = round1(ref.DecodeTPS)
 	detail["reference_kept"] = true
-	if wantsToolCheck(p) && obs.toolsOK != ref.ToolsOK {
-		ref.ToolsOK = obs.toolsOK
-		s.setWakeRef(p.Name, ref)
+	tools := ""
+	if wantsToolCheck(p) {
+		tools = fmt.Sprintf("; tool calls as recorded (worked: %v)", ref.ToolsOK)
 	}
 	return fmt.Sprintf("answer as recorded; reference rate %.1f tokens/s kept (measured %s on %s)%s",
-		ref.DecodeTPS, ref.RecordedAt.Format(time.RFC3339), ref.Version, toolNote(wantsToolCheck(p), obs))
+		ref.DecodeTPS, ref.RecordedAt.Format(time.RFC3339), ref.Version, tools)
 }
 
 // engineVersion is what the reference rate depends on beyond the key: the

@@ -176,6 +176,14 @@ func TestColdStartKeepsTheReference(t *testing.T) {
 		if kept := e.Detail["reference_kept"] == true; kept != tt.kept {
 			t.Errorf("%s: reference kept = %v, want %v: %s", tt.name, kept, tt.kept, e.Message)
 		}
+		// A kept reference keeps the tool verdict (no round trip); a new
+		// one runs the round trip.
+		if got, want := strings.Contains(e.Message, "tool calls as recorded (worked: true)"), tt.kept; got != want {
+			t.Errorf("%s: tool verdict kept = %v, want %v: %s", tt.name, got, want, e.Message)
+		}
+		if !tt.kept && !strings.Contains(e.Message, "tool call: structured") {
+			t.Errorf("%s: no tool round trip when measuring: %s", tt.name, e.Message)
+		}
 		ref, _ := f.sup.wakeRefOf("coder")
 		if ref.Version == "" || ref.Version != e.Detail["version"] || ref.DecodeTPS <= 0 {
 			t.Errorf("%s: reference after the cold start: %+v (check's version %v)", tt.name, ref, e.Detail["version"])
