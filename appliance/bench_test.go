@@ -17,6 +17,7 @@ import (
 
 	"gpuhost/api"
 	"gpuhost/config"
+	"gpuhost/internal/loopback"
 	"gpuhost/systemd"
 )
 
@@ -93,7 +94,13 @@ func startBare(b testing.TB, e *e2e) *bareSwitcher {
 	cmd := e.sd.Command(context.Background(), exe, "-test.run=^TestBareSwitchChild$", "-test.v")
 	spec := fmt.Sprintf("%s %d %s %d %s", e.cfg.Backends.VLLM.Unit, e.cfg.Profiles["coder"].Port,
 		e.cfg.Backends.Ollama.Unit, e.cfg.Profiles["llama"].Port, e.cfg.Profiles["llama"].Model)
-	cmd.Env = append(os.Environ(), "GPUHOST_BARE="+spec)
+	// The backends are fenced in their own network: the bare switcher
+	// reaches them through their sockets, as gpuhost does.
+	var socks []string
+	for port, path := range e.cfg.BackendSockets() {
+		socks = append(socks, fmt.Sprintf("%d=%s", port, path))
+	}
+	cmd.Env = append(os.Environ(), "GPUHOST_BARE="+spec, "GPUHOST_BARE_SOCKETS="+strings.Join(socks, ","))
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -143,7 +150,14 @@ func TestBareSwitchChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	d := &loopback.Dialer{Sockets: map[int]string{}}
+	for _, kv := range strings.Split(os.Getenv("GPUHOST_BARE_SOCKETS"), ",") {
+		if port, path, ok := strings.Cut(kv, "="); ok {
+			n, _ := strconv.Atoi(port)
+			d.Sockets[n] = path
+		}
+	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil, DialContext: d.DialContext}}
 	poll := func(url string) {
 		for {
 			if resp, err := client.Get(url); err == nil {

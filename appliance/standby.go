@@ -397,6 +397,7 @@ func (l *leg) wakeTarget(ctx context.Context) (string, map[string]any, error) {
 	if err != nil {
 		return "", map[string]any{"mode": string(e.Mode)}, err
 	}
+	l.wokeLevel = level
 	s.clearStandby(l.unit)
 	return msg, map[string]any{"mode": string(e.Mode)}, nil
 }

@@ -76,9 +76,10 @@ type Supervisor struct {
 	residuals map[string]uint64
 	// exclusion counts standby backends found above their residual.
 	exclusion exclusionStats
-	wake      wakeState  // verified wake's references and failures (wakecheck.go)
-	drift     driftStats // the watcher's findings (watch.go)
-	heal      healStats  // crashes of the active backend (heal.go)
+	wake      wakeState   // verified wake's references and failures (wakecheck.go)
+	drift     driftStats  // the watcher's findings (watch.go)
+	verified  verifyState // when the active backend last passed a check (verify.go)
+	heal      healStats   // crashes of the active backend (heal.go)
 	// activePID is the active unit's main process as first seen active
 	// after a switch (0 until then): another one without a switch is a
 	// restart behind gpuhost's back (heal.go).
@@ -236,8 +237,14 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	// socket) is found within that, not the watch interval.
 	fast := time.NewTicker(handWatchInterval)
 	defer fast.Stop()
+	verify, stopVerify := s.verifyTick()
+	defer stopVerify()
 	for {
 		select {
+		case <-verify:
+			if !s.isSwitching() {
+				s.verifyIfDue(ctx)
+			}
 		case <-watch.C:
 			if !s.isSwitching() {
 				s.enforceStandby(ctx)
@@ -526,7 +533,13 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts api.Switch
 // startSwitch runs a switch to p in the background; switchMu is held, and
 // the switch releases it when it ends.
 func (s *Supervisor) startSwitch(p *units.Profile, opts api.SwitchOptions) (string, <-chan error) {
-	r := &switchRun{s: s, id: newID(), target: p, opts: opts, started: time.Now()}
+	return s.launch(&switchRun{s: s, id: newID(), target: p, opts: opts, started: time.Now()})
+}
+
+// launch runs r in the background; switchMu is held, and the switch
+// releases it when it ends.
+func (s *Supervisor) launch(r *switchRun) (string, <-chan error) {
+	p := r.target
 	s.mu.Lock()
 	r.prev = s.state.Profile
 	if s.state.Phase != api.PhaseActive {
@@ -631,6 +644,10 @@ type switchRun struct {
 	opts     api.SwitchOptions
 	started  time.Time
 	rollback bool
+	// recheck: the target runs awake but failed a check outside a switch
+	// (verify.go); it is checked again as after a wake, and restarted cold
+	// when that fails too.
+	recheck bool
 }
 
 // stepError carries the journal tail of a failed step.
@@ -718,6 +735,9 @@ func (r *switchRun) run(ctx context.Context) error {
 func (s *Supervisor) finish(p *units.Profile, lastErr string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Every successful sequence ends in a check (verify, and the wake
+	// check after a start or a wake): the backend is verified now.
+	s.verified.at, s.verified.profile = time.Now(), p.Name
 	s.state = api.State{
 		Phase: api.PhaseActive, Profile: p.Name, Backend: p.Backend, Unit: s.cfg.BackendFor(p.Backend).Unit,
 		Since: time.Now(), LastWanted: s.state.LastWanted, LastError: lastErr, Standby: s.standbyInfosLocked(),
@@ -750,6 +770,9 @@ type leg struct {
 	// profile in standby: it is woken instead of started.
 	toStandby []backendState
 	wake      bool
+	// wokeLevel is the sleep level the target was woken from (0: not
+	// woken, or Ollama's unload), for the wake check.
+	wokeLevel int
 }
 
 // sequence is the switch proper: drain the requests running on what is in
@@ -773,6 +796,11 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 	if len(l.toStop) > 0 {
 		if err := r.step(ctx, "stop", l.stopOld); err != nil {
 			return err
+		}
+	}
+	if l.running && !l.wake && r.recheck && !r.rollback {
+		if l.afterWake(ctx) { // passed this time; else stopped, and started cold below
+			return nil
 		}
 	}
 	if l.wake {

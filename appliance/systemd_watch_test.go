@@ -3,12 +3,16 @@ package appliance
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"gpuhost/api"
+	"gpuhost/internal/testkit"
+	"gpuhost/units"
 )
 
 // handResult is what one hand action did, measured.
@@ -223,4 +227,91 @@ func containsAny(s string, subs []string) bool {
 		}
 	}
 	return false
+}
+
+// TestSystemdVerifyCatchesHandSleepWake: under a real private systemd, a
+// hand level-2 sleep then wake_up of the active vLLM through its socket,
+// with the watcher's looks an hour apart (none can fall between the two),
+// is found by the periodic verify: a drift event (verify_failed), then a
+// switch whose wake check fails once and which starts the unit cold; the
+// profile then answers through /v1, the doctor warns with the kind, and
+// the metric counts it.
+func TestSystemdVerifyCatchesHandSleepWake(t *testing.T) {
+	e := startE2EWith(t, "100ms", t.TempDir(), func(y string) string {
+		y = standbyE2EYAML(y)
+		return strings.Replace(y, "  standby_watch_interval: 100ms\n", "  standby_watch_interval: 1h\n  verify_interval: 50ms\n", 1)
+	}, nil)
+	e.switchTo(t, "coder")
+	since := e.lastSeq(t)
+	hc := e.backendHTTP(30 * time.Second)
+	vbase := fmt.Sprintf("http://127.0.0.1:%d", e.cfg.Profiles["coder"].Port)
+	for _, path := range []string{"/sleep?level=2", "/wake_up"} {
+		resp, err := hc.Post(vbase+path, "application/json", nil)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		resp.Body.Close()
+	}
+	var evs []api.Event
+	done := func() bool {
+		evs = nil
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = e.client.Events(ctx, fmt.Sprintf("/api/events?since=%d", since), func(ev api.Event) bool {
+			evs = append(evs, ev)
+			return true
+		})
+		for _, ev := range evs {
+			if ev.Kind == "switch" && ev.Status != "started" && ev.Status != "info" {
+				return true
+			}
+		}
+		return false
+	}
+	if !testkit.Poll(60*time.Second, done) {
+		t.Fatalf("no switch ended after the hand sleep+wake:%s", describe(evs))
+	}
+	var order []string
+	for _, ev := range evs {
+		switch {
+		case ev.Kind == "drift":
+			order = append(order, fmt.Sprintf("drift:%v", ev.Detail["drift"]))
+		case ev.Kind == "switch" && ev.Status != "info":
+			order = append(order, "switch:"+ev.Status)
+		case ev.Kind == "wake_check":
+			order = append(order, fmt.Sprintf("wake_check:%s:cold=%v", ev.Status, ev.Detail["cold"]))
+		}
+	}
+	if got, want := strings.Join(order, " "), "drift:verify_failed switch:started wake_check:failed:cold=false switch:done"; got != want {
+		t.Fatalf("order = %q, want %q%s", got, want, describe(evs))
+	}
+	if got := strings.Join(stepsOf(evs), " "); got != "ready verify vram_release configure start ready verify wake_check" {
+		t.Errorf("recheck steps = %q", got)
+	}
+	if err := e.chat(t, "qwen3-coder"); err != nil {
+		t.Errorf("chat through /v1 after the cold restart: %v", err)
+	}
+	if c := e.doctorCheck(t, "backend.drift"); c.Severity != units.SeverityWarn || !strings.Contains(c.Message, "verify_failed=1") {
+		t.Errorf("doctor backend.drift = %s: %s", c.Severity, c.Message)
+	}
+	resp, err := http.Get(e.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `gpuhost_backend_drift_total{kind="verify_failed"} 1`) {
+		t.Errorf("metrics lack the drift count:\n%s", grepLines(string(body), "gpuhost_backend_drift_total"))
+	}
+}
+
+// grepLines keeps the lines of text that contain sub.
+func grepLines(text, sub string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

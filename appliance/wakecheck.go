@@ -7,9 +7,17 @@ package appliance
 // check runs before the profile counts as active: a known prompt at
 // temperature 0 whose few tokens must equal the answer recorded at the
 // profile's first cold start, the decode rate of that answer against the
-// rate measured at the last cold start, and the tool-call round trip where
-// the profile has a tool parser and tool calls worked at the cold start.
-// A failed check after a wake restarts the unit cold.
+// rate measured when the reference was recorded, and the tool-call round
+// trip where the profile has a tool parser and tool calls worked at the
+// last cold start. A failed check after a wake restarts the unit cold.
+//
+// The reference rate is measured over a longer answer (wakeRecheckTokens),
+// which costs a few hundred milliseconds at real decode rates; a cold start
+// measures it only when nothing it depends on is known to be unchanged:
+// the same key (model, served name, argv), the same engine version (vLLM's
+// /version, Ollama's /api/version) and GPU driver, and the same answer to
+// the known prompt keep the recorded rate. Otherwise, and whenever the
+// version cannot be read, it is measured and recorded again.
 
 import (
 	"bytes"
@@ -85,6 +93,9 @@ type wakeRef struct {
 	DecodeTPS  float64   `json:"decode_tps"`
 	ToolsOK    bool      `json:"tools_ok"`
 	RecordedAt time.Time `json:"recorded_at"`
+	// Version is the engine's version and the GPU driver's when the rate
+	// was measured ("" in files from before it was kept: measured again).
+	Version string `json:"version,omitempty"`
 }
 
 // wakeState holds the references (wake_check.json in the state dir) and
@@ -192,15 +203,26 @@ func (s *Supervisor) observe(ctx context.Context, p *units.Profile, tools bool, 
 }
 
 // checkServes is the check itself. cold: the backend was just started, so
-// its answers become (or renew) the reference; else it was woken and is
-// held to the reference. reason is "" when the check passed.
-func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold bool) (msg, reason string, detail map[string]any) {
+// its answers become (or renew) the reference; else it was woken (or is
+// verified while serving) and is held to the reference. withTools: the
+// tool-call round trip runs too, where the profile has a tool parser and
+// tool calls worked at the cold start (always after a cold start). reason
+// is "" when the check passed.
+func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold, withTools bool) (msg, reason string, detail map[string]any) {
 	ctx, cancel := context.WithTimeout(ctx, wakeCheckTimeout)
 	defer cancel()
 	t0 := time.Now()
 	ref, known := s.wakeRefOf(p.Name)
 	known = known && ref.Key == s.wakeKey(p)
-	tools := wantsToolCheck(p) && (cold || ref.ToolsOK)
+	tools := wantsToolCheck(p) && (cold || (withTools && ref.ToolsOK))
+	ver, keep := "", false
+	if cold {
+		// Same model, argv, engine and driver as the reference: its rate
+		// and tool verdict stand if the answer does (keepCold).
+		ver = s.engineVersion(ctx, p)
+		keep = known && ver != "" && ref.Version == ver && ref.DecodeTPS > 0
+		tools = tools && !keep
+	}
 	obs, err := s.observe(ctx, p, tools, wakeCheckTokens)
 	detail = map[string]any{"answer": obs.answer, "decode_tps": round1(obs.tps)}
 	defer func() { detail["check_ms"] = float64(time.Since(t0).Microseconds()) / 1000 }()
@@ -208,16 +230,24 @@ func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold boo
 		return "known prompt: " + err.Error(), wakeReasonHang, detail
 	}
 	if cold {
+		detail["version"] = ver
+		if keep && obs.answer == ref.Answer {
+			return s.keepCold(p, ref, detail), "", detail
+		}
 		// The reference rate is measured over the long answer, as the
 		// recheck that decides is: two intervals are too few to be a
 		// reference on a busy host (one late token doubles or halves them).
-		long, err := s.observe(ctx, p, false, wakeRecheckTokens)
+		// The tool round trip runs beside it when it did not run yet.
+		long, err := s.observe(ctx, p, wantsToolCheck(p) && !tools, wakeRecheckTokens)
 		if err != nil {
 			return "known prompt (rate over a longer answer): " + err.Error(), wakeReasonHang, detail
 		}
+		if wantsToolCheck(p) && !tools {
+			obs.toolsOK, obs.tools = long.toolsOK, long.tools
+		}
 		obs.tps = long.tps
 		detail["decode_tps"] = round1(obs.tps)
-		return s.recordCold(p, ref, known, obs, detail), "", detail
+		return s.recordCold(p, ref, known, obs, ver, detail), "", detail
 	}
 	if !known {
 		return "no reference recorded yet (no cold start of this profile seen): answered " + fmt.Sprintf("%q", obs.answer), "", detail
@@ -248,13 +278,13 @@ func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold boo
 // recordCold makes a cold start's answers the reference: the answer only
 // when none is recorded for this key (a later cold start that answers
 // otherwise renews it and says so), the rate and the tool verdict always.
-func (s *Supervisor) recordCold(p *units.Profile, ref wakeRef, known bool, obs wakeObs, detail map[string]any) string {
+func (s *Supervisor) recordCold(p *units.Profile, ref wakeRef, known bool, obs wakeObs, version string, detail map[string]any) string {
 	msg := fmt.Sprintf("recorded: answer %q, %.1f tokens/s%s", obs.answer, obs.tps, toolNote(wantsToolCheck(p), obs))
 	if known && ref.Answer != obs.answer {
 		msg += fmt.Sprintf(" (the cold start before answered %q; renewed)", ref.Answer)
 		detail["previous_answer"] = ref.Answer
 	}
-	next := wakeRef{Key: s.wakeKey(p), Answer: obs.answer, DecodeTPS: obs.tps, ToolsOK: obs.toolsOK, RecordedAt: time.Now().UTC()}
+	next := wakeRef{Key: s.wakeKey(p), Answer: obs.answer, DecodeTPS: obs.tps, ToolsOK: obs.toolsOK, RecordedAt: time.Now().UTC(), Version: version}
 	if known && ref.Answer == obs.answer {
 		next.RecordedAt = ref.RecordedAt
 	}
@@ -263,6 +293,54 @@ func (s *Supervisor) recordCold(p *units.Profile, ref wakeRef, known bool, obs w
 	}
 	s.setWakeRef(p.Name, next)
 	return msg
+}
+
+// keepCold is a cold start that answered as recorded with the model, argv,
+// engine and driver the reference was measured with: its rate and tool
+// verdict stand (the same parser and chat template answer the same tool
+// call at temperature 0; the doctor's endpoint.tool_calls probes each
+// backend process anyway).
+func (s *Supervisor) keepCold(p *units.Profile, ref wakeRef, detail map[string]any) string {
+	detail["decode_tps"] = round1(ref.DecodeTPS)
+	detail["reference_kept"] = true
+	tools := ""
+	if wantsToolCheck(p) {
+		tools = fmt.Sprintf("; tool calls as recorded (worked: %v)", ref.ToolsOK)
+	}
+	return fmt.Sprintf("answer as recorded; reference rate %.1f tokens/s kept (measured %s on %s)%s",
+		ref.DecodeTPS, ref.RecordedAt.Format(time.RFC3339), ref.Version, tools)
+}
+
+// engineVersion is what the reference rate depends on beyond the key: the
+// engine's version (vLLM GET /version, Ollama GET /api/version) and the GPU
+// driver's. "" when either cannot be read.
+func (s *Supervisor) engineVersion(ctx context.Context, p *units.Profile) string {
+	path := "/version"
+	if p.Backend == units.Ollama {
+		path = "/api/version"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+fmt.Sprint(p.Port)+path, nil)
+	if err != nil {
+		return ""
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Version string `json:"version"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&v) != nil || v.Version == "" {
+		return ""
+	}
+	snap, err := s.snapshot(ctx)
+	if err != nil || snap.DriverVersion == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s %s, driver %s", p.Backend, v.Version, snap.DriverVersion)
 }
 
 // slow: the answer decoded below the tolerance of the cold rate, and late
@@ -295,8 +373,11 @@ func (s *Supervisor) wakeFailed(r *switchRun, p *units.Profile, reason, msg stri
 	w.last, w.lastMsg = time.Now(), p.Name+": "+msg
 	w.mu.Unlock()
 	text := fmt.Sprintf("%s woke wrong (%s): %s; restarting it cold", p.Name, reason, msg)
-	if cold {
+	switch {
+	case cold:
 		text = fmt.Sprintf("%s failed its check after a cold start (%s): %s", p.Name, reason, msg)
+	case r.recheck:
+		text = fmt.Sprintf("%s answers wrong while it says it is awake (%s): %s; restarting it cold", p.Name, reason, msg)
 	}
 	r.event(api.Event{Kind: "wake_check", Status: "failed", Profile: p.Name, Message: text,
 		Detail: map[string]any{"reason": reason, "cold": cold}})
@@ -399,7 +480,11 @@ func toolRoundTrip(ctx context.Context, client *http.Client, base, model string)
 // checkStep is the wake_check step: the check, failing with its reason.
 func (l *leg) checkStep(cold bool, reason *string) stepFunc {
 	return func(ctx context.Context) (string, map[string]any, error) {
-		msg, rsn, detail := l.r.s.checkServes(ctx, l.p, cold)
+		// After a level-1 wake the weights are the same bytes copied back
+		// from host memory: the known answer and the rate are the check,
+		// and the tool round trip (a longer prompt, most of the check's
+		// time) is left to the cold starts and the periodic verify.
+		msg, rsn, detail := l.r.s.checkServes(ctx, l.p, cold, cold || l.wokeLevel != 1)
 		if rsn != "" {
 			*reason = rsn
 			l.r.s.wakeFailed(l.r, l.p, rsn, msg, cold)

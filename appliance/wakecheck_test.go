@@ -122,8 +122,105 @@ func TestVerifiedWakeFaults(t *testing.T) {
 			}
 			// The recovered backend is right: its own check passed, and a
 			// new one against the reference passes too.
-			if msg, reason, _ := f.sup.checkServes(context.Background(), f.cfg.Profiles["coder"], false); reason != "" {
+			if msg, reason, _ := f.sup.checkServes(context.Background(), f.cfg.Profiles["coder"], false, true); reason != "" {
 				t.Errorf("check after recovery: %s (%s)", msg, reason)
+			}
+		})
+	}
+}
+
+// TestColdStartKeepsTheReference: the first cold start of a profile
+// measures the reference rate over the long answer and records the engine
+// and driver version; a later cold start on the same versions that answers
+// as recorded keeps it (no long answer); a reference from another version
+// (or from a file without one) is measured again.
+func TestColdStartKeepsTheReference(t *testing.T) {
+	f := newProcFixture(t, "0s")
+	awaitReconciled(t, f.sup)
+	coldCheck := func() api.Event {
+		t.Helper()
+		if evs, err := f.switchTo(t, "llama"); err != nil {
+			t.Fatalf("switch to llama: %v\n%s", err, describe(evs))
+		}
+		evs, err := f.switchTo(t, "coder")
+		if err != nil {
+			t.Fatalf("switch to coder: %v\n%s", err, describe(evs))
+		}
+		if got := strings.Join(stepsOf(evs), " "); !strings.HasSuffix(got, "start ready verify wake_check") {
+			t.Fatalf("coder not started cold: %q", got)
+		}
+		e, _ := stepEvent(evs, "wake_check", "done")
+		return e
+	}
+	tests := []struct {
+		name    string
+		version string // set on the reference before the cold start ("-": leave it)
+		kept    bool
+	}{
+		{"first cold start measures", "-", false},
+		{"same versions keep it", "-", true},
+		{"another engine version measures again", "vllm 0.0.1, driver 1", false},
+		{"kept again after that", "-", true},
+		{"a reference without a version measures again", "", false},
+	}
+	for _, tt := range tests {
+		if tt.version != "-" {
+			ref, ok := f.sup.wakeRefOf("coder")
+			if !ok {
+				t.Fatalf("%s: no reference", tt.name)
+			}
+			ref.Version = tt.version
+			f.sup.setWakeRef("coder", ref)
+		}
+		e := coldCheck()
+		if kept := e.Detail["reference_kept"] == true; kept != tt.kept {
+			t.Errorf("%s: reference kept = %v, want %v: %s", tt.name, kept, tt.kept, e.Message)
+		}
+		// A kept reference keeps the tool verdict (no round trip); a new
+		// one runs the round trip.
+		if got, want := strings.Contains(e.Message, "tool calls as recorded (worked: true)"), tt.kept; got != want {
+			t.Errorf("%s: tool verdict kept = %v, want %v: %s", tt.name, got, want, e.Message)
+		}
+		if !tt.kept && !strings.Contains(e.Message, "tool call: structured") {
+			t.Errorf("%s: no tool round trip when measuring: %s", tt.name, e.Message)
+		}
+		ref, _ := f.sup.wakeRefOf("coder")
+		if ref.Version == "" || ref.Version != e.Detail["version"] || ref.DecodeTPS <= 0 {
+			t.Errorf("%s: reference after the cold start: %+v (check's version %v)", tt.name, ref, e.Detail["version"])
+		}
+	}
+}
+
+// TestWakeCheckToolsByLevel: after a level-1 wake (the same bytes copied
+// back from host memory) the wake check is the known answer and the rate;
+// after a level-2 wake (weights reloaded) the tool-call round trip runs
+// too, as after every cold start.
+func TestWakeCheckToolsByLevel(t *testing.T) {
+	for _, tt := range []struct {
+		standby string
+		tools   bool
+	}{
+		{"sleep1", false},
+		{"sleep2", true},
+	} {
+		t.Run(tt.standby, func(t *testing.T) {
+			f := newProcFixtureYAML(t, func(bin, state string) string {
+				return strings.Replace(standbyYAML(t)(bin, state), "    standby: auto\n", "    standby: "+tt.standby+"\n", 1)
+			})
+			awaitReconciled(t, f.sup)
+			var evs []api.Event
+			for _, p := range []string{"coder", "llama", "coder"} {
+				var err error
+				if evs, err = f.switchTo(t, p); err != nil {
+					t.Fatalf("switch to %s: %v\n%s", p, err, describe(evs))
+				}
+			}
+			if got := strings.Join(stepsOf(evs), " "); got != "standby wake ready verify wake_check" {
+				t.Fatalf("back to coder: steps %q, want a wake", got)
+			}
+			e, _ := stepEvent(evs, "wake_check", "done")
+			if got := strings.Contains(e.Message, "tool call: structured"); got != tt.tools {
+				t.Errorf("tool round trip after a %s wake = %v, want %v: %s", tt.standby, got, tt.tools, e.Message)
 			}
 		})
 	}

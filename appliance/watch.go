@@ -18,6 +18,9 @@ package appliance
 //     meanwhile /api/status says "switching", not "active".
 //   - Models loaded into the active Ollama other than the profile's are
 //     unloaded.
+//   - Apart from these looks, the active backend, idle and unchecked for
+//     gpu.verify_interval, answers the wake check's known prompt; wrong,
+//     it is checked again in a switch and restarted cold (verify.go).
 //
 // Every finding is a `drift` (or `exclusion`) event with Detail["drift"],
 // counted by the metrics (gpuhost_backend_drift_total{kind}) and by
@@ -271,17 +274,7 @@ func (s *Supervisor) watchActive(ctx context.Context, b backendState) {
 	msg := fmt.Sprintf("the active %s (%s) %s behind gpuhost's back: ", p.Name, b.unit, what)
 	id, done := s.startSwitch(p, api.SwitchOptions{Force: true})
 	s.noteDrift(driftAsleep, "drift", p.Name, msg+"waking it (switch "+id+")", true, map[string]any{"switch_id": id})
-	// The switch reports its own outcome; a failed restore stays
-	// unresolved for the doctor.
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := <-done; err != nil {
-			s.mu.Lock()
-			s.drift.unresolved = msg + "restoring it failed: " + err.Error()
-			s.mu.Unlock()
-		}
-	}()
+	s.awaitRestore(msg, done)
 }
 
 // unloadForeign unloads models other than the profile's from the active

@@ -357,3 +357,100 @@ func TestWatcherUnloadsAForeignOllamaModel(t *testing.T) {
 		t.Errorf("Drift = %v, unresolved %q", by, unresolved)
 	}
 }
+
+// TestVerifyCatchesAHandSleepAndWake: a hand level-2 sleep then wake_up of
+// the active vLLM, with no watcher look in between (the looks are an hour
+// apart), leaves it saying it is awake with its weights discarded; the
+// periodic verify's known prompt fails, a drift event (verify_failed)
+// comes first, then a switch that checks it again, counts the failed wake
+// check, and starts it cold, after which it answers. Before the hand
+// action the verify passes without an event.
+func TestVerifyCatchesAHandSleepAndWake(t *testing.T) {
+	f := newProcFixtureYAML(t, func(bin, state string) string {
+		y := standbyYAML(t)(bin, state)
+		return strings.Replace(y, "  standby_watch_interval: 100ms\n", "  standby_watch_interval: 1h\n  verify_interval: 20ms\n", 1)
+	})
+	awaitReconciled(t, f.sup)
+	if evs, err := f.switchTo(t, "coder"); err != nil {
+		t.Fatalf("switch to coder: %v\n%s", err, describe(evs))
+	}
+	// Healthy: a verify passes (the verified time moves on) and says nothing.
+	f.sup.mu.Lock()
+	after := f.sup.verified.at
+	f.sup.mu.Unlock()
+	if !testkit.Poll(30*time.Second, func() bool {
+		f.sup.mu.Lock()
+		defer f.sup.mu.Unlock()
+		return f.sup.verified.at.After(after)
+	}) {
+		t.Fatal("no verify passed on the healthy backend")
+	}
+	if by, _, _, _ := f.sup.Drift(); len(by) != 0 {
+		t.Fatalf("drift on a healthy backend: %v", by)
+	}
+	since := f.sup.LastSeq()
+	base := fmt.Sprintf("http://127.0.0.1:%d", f.cfg.Profiles["coder"].Port)
+	for _, path := range []string{"/sleep?level=2", "/wake_up"} {
+		resp, err := http.Post(base+path, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("POST %s: %d", path, resp.StatusCode)
+		}
+	}
+	d := awaitEvent(t, f.sup, since, func(e api.Event) bool { return e.Kind == "drift" })
+	if d.Detail["drift"] != driftVerifyFailed || d.Status != "done" {
+		t.Fatalf("drift event: %s %q %v", d.Status, d.Message, d.Detail)
+	}
+	id, _ := d.Detail["switch_id"].(string)
+	evs := collect(t, f.sup, since, id, 60*time.Second)
+	last := evs[len(evs)-1]
+	if last.Kind != "switch" || last.Status != "done" {
+		t.Fatalf("recheck switch: %s", describe(evs))
+	}
+	// Order: the finding, then the switch; its wake check fails once (not
+	// cold), then the cold start's passes.
+	if d.Seq >= evs[0].Seq {
+		t.Errorf("the drift event (seq %d) came after the switch's first (seq %d)", d.Seq, evs[0].Seq)
+	}
+	var order []string
+	for _, e := range evs {
+		switch {
+		case e.Kind == "switch" && e.Status != "info":
+			order = append(order, e.Kind+":"+e.Status)
+		case e.Kind == "wake_check":
+			order = append(order, fmt.Sprintf("wake_check:%s:cold=%v", e.Status, e.Detail["cold"]))
+		}
+	}
+	if got, want := strings.Join(order, " "), "switch:started wake_check:failed:cold=false switch:done"; got != want {
+		t.Errorf("order = %q, want %q%s", got, want, describe(evs))
+	}
+	if got := strings.Join(stepsOf(evs), " "); got != "ready verify vram_release configure start ready verify wake_check" {
+		t.Errorf("recheck steps = %q", got)
+	}
+	if by, _, _, unresolved := f.sup.Drift(); by[driftVerifyFailed] != 1 || len(by) != 1 || unresolved != "" {
+		t.Errorf("Drift = %v, unresolved %q", by, unresolved)
+	}
+	if by, _, _ := f.sup.WakeFailures(); sum(by) != 1 {
+		t.Errorf("WakeFailures = %v, want one", by)
+	}
+	if st := f.sup.State(); st.Phase != api.PhaseActive || st.Profile != "coder" {
+		t.Errorf("state after the restart: %+v", st)
+	}
+	// It answers again.
+	body := `{"model":"qwen3-coder","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("chat after the cold restart: %d", resp.StatusCode)
+	}
+	rep := (&Doctor{Cfg: f.cfg, GPU: f.gpu, Units: f.sup.units, Watcher: f.sup}).Run(context.Background())
+	if c, _ := checkByID(rep, "backend.drift", ""); c.Severity != units.SeverityWarn || !strings.Contains(c.Message, "verify_failed=1") {
+		t.Errorf("doctor backend.drift = %s: %s", c.Severity, c.Message)
+	}
+}

@@ -25,6 +25,16 @@ type GPUConfig struct {
 	// StandbyWatchInterval is how often the Supervisor checks that every
 	// backend in standby holds no more than its measured residual.
 	StandbyWatchInterval Duration `yaml:"standby_watch_interval"`
+	// VerifyInterval is how long the active backend may go unverified while idle before the watcher runs the wake check's known prompt on it (default 30s; 0s turns it off). A hand level-2 sleep and wake between two looks leaves an engine that says it is awake and answers wrong; only a generation shows it.
+	VerifyInterval *Duration `yaml:"verify_interval"`
+}
+
+// VerifyEvery is gpu.verify_interval as a duration: 0 when off.
+func (g GPUConfig) VerifyEvery() time.Duration {
+	if g.VerifyInterval == nil {
+		return 0
+	}
+	return g.VerifyInterval.D()
 }
 
 // SimGPUConfig is the simulated box of gpu.backend sim: its cards.
@@ -57,6 +67,10 @@ func (c *Config) gpuDefaults() {
 	}
 	if c.GPU.StandbyWatchInterval == 0 {
 		c.GPU.StandbyWatchInterval = Duration(2 * time.Second)
+	}
+	if c.GPU.VerifyInterval == nil {
+		d := Duration(30 * time.Second)
+		c.GPU.VerifyInterval = &d
 	}
 	if c.GPU.ReleaseTimeout == 0 {
 		c.GPU.ReleaseTimeout = Duration(60 * time.Second)

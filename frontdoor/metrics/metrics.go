@@ -170,7 +170,7 @@ func New(sup Supervisor, doctor api.DoctorFunc, log *slog.Logger) *Metrics {
 		}, []string{"reason"}),
 		drift: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuhost_backend_drift_total",
-			Help: "Backend changes made behind gpuhost's back that the watcher found, by kind (asleep, foreign_model, stray_unit, standby_awake, several_active).",
+			Help: "Backend changes made behind gpuhost's back that the watcher found, by kind (asleep, foreign_model, stray_unit, standby_awake, several_active, verify_failed).",
 		}, []string{"kind"}),
 		crashes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuhost_backend_crashes_total",

@@ -96,6 +96,12 @@ func (fs *flights) running(profiles []string) []*flight {
 	return out
 }
 
+// InFlight is the number of requests being forwarded to profile now: the
+// Supervisor verifies an active backend only while it is idle.
+func (p *Proxy) InFlight(profile string) int {
+	return len(p.flights.running([]string{profile}))
+}
+
 // Drain lets the requests being forwarded to profiles finish, at most
 // timeout (or until ctx ends), then cuts the ones still running (see the
 // top of this file). drained counts those that ended by themselves, cut

@@ -265,7 +265,11 @@ func TestSwitchDrainsRequestsInFlight(t *testing.T) {
 				obs0 := len(e.obs.all())
 				switched := make(chan []api.Event, 1)
 				evs, err := readEvents(resp, func() {
-					// The stream is in flight: switch away under it.
+					// The stream is in flight (the Supervisor's verify of an
+					// idle backend waits for none): switch away under it.
+					if n := e.p.InFlight("coder"); n != 1 {
+						t.Errorf("InFlight(coder) = %d with one stream running", n)
+					}
 					go func() {
 						evs, err := e.f.SwitchTo(t, "llama")
 						if err != nil {
@@ -278,6 +282,9 @@ func TestSwitchDrainsRequestsInFlight(t *testing.T) {
 					t.Fatalf("the client's body ended with %v after %d events", err, len(evs))
 				}
 				steps := <-switched
+				if n := e.p.InFlight("coder"); n != 0 {
+					t.Errorf("InFlight(coder) = %d after the drain", n)
+				}
 				drain := stepDone(t, steps, "drain")
 				wantDrained, wantCut, wantStatus := 1, 0, http.StatusOK
 				if tc.cut {
