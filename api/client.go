@@ -326,9 +326,9 @@ func (c *Client) follow(ctx context.Context, acc SwitchAccepted, step func(Event
 			return true
 		}
 		step(e)
-		if e.Kind == "switch" && (e.Status == "done" || e.Status == "failed") {
+		if e.Kind == EventSwitch && (e.Status == StatusDone || e.Status == StatusFailed) {
 			ended = true
-			if e.Status == "failed" {
+			if e.Status == StatusFailed {
 				final = errors.New(e.Message)
 			}
 			return false
@@ -362,9 +362,9 @@ func (e *SwitchDetachedError) Unwrap() error { return e.Err }
 func FormatEvent(e Event) string {
 	ts := e.Time.Format("15:04:05.000")
 	switch e.Kind {
-	case "step":
-		mark := map[string]string{"started": "…", "done": "✓", "failed": "✗"}[e.Status]
-		if e.Status == "started" {
+	case EventStep:
+		mark := map[EventStatus]string{StatusStarted: "…", StatusDone: "✓", StatusFailed: "✗"}[e.Status]
+		if e.Status == StatusStarted {
 			return fmt.Sprintf("%s %s %-20s", ts, mark, e.Step)
 		}
 		line := fmt.Sprintf("%s %s %-20s %8.1f ms  %s", ts, mark, e.Step, e.DurationMS, e.Message)
@@ -372,7 +372,7 @@ func FormatEvent(e Event) string {
 			line += "\n      | " + j
 		}
 		return line
-	case "switch":
+	case EventSwitch:
 		if e.DurationMS > 0 {
 			return fmt.Sprintf("%s ● %s (%.0f ms)", ts, e.Message, e.DurationMS)
 		}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"gpuhost/api"
 	"gpuhost/config"
 )
 
@@ -64,7 +65,7 @@ func (l *leg) drainOld(ctx context.Context, d Drainer) (string, map[string]any, 
 		timeout = t.D()
 	}
 	drained, cut := d.Drain(ctx, profiles, timeout)
-	detail := map[string]any{"drained": drained, "cut": cut, "drain_timeout_ms": timeout.Milliseconds(), "profiles": profiles}
+	detail := map[string]any{api.DetailDrained: drained, api.DetailCut: cut, "drain_timeout_ms": timeout.Milliseconds(), "profiles": profiles}
 	who := strings.Join(profiles, ", ")
 	switch {
 	case drained+cut == 0:

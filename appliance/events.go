@@ -61,7 +61,7 @@ func (b *eventBus) publish(e api.Event) api.Event {
 		attrs = append(attrs, "duration_ms", e.DurationMS)
 	}
 	level := slog.LevelInfo
-	if e.Status == "failed" {
+	if e.Status == api.StatusFailed {
 		level = slog.LevelError
 		if len(e.Journal) > 0 {
 			attrs = append(attrs, "journal_lines", len(e.Journal))

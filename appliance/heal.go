@@ -161,9 +161,9 @@ func (s *Supervisor) healLoop(ctx context.Context, l lostBackend) {
 	s.mu.Unlock()
 	switch s.classifyLoss(ctx, &l) {
 	case lossHandRestart:
-		s.bus.publish(api.Event{Kind: "hand", Profile: l.profile, Status: "info",
+		s.bus.publish(api.Event{Kind: api.EventHand, Profile: l.profile, Status: api.StatusInfo,
 			Message: fmt.Sprintf("%s was restarted by hand; gpuhost follows it and proves it again (ready, verify)", l.unit),
-			Detail:  map[string]any{"unit": l.unit, "action": "restart"}})
+			Detail:  map[string]any{api.DetailUnit: l.unit, "action": "restart"}})
 		if err := s.healSwitch(ctx, l.profile, epoch); err == nil || err == errHealGaveWay {
 			return
 		}
@@ -192,10 +192,10 @@ func (s *Supervisor) healLoop(ctx context.Context, l lostBackend) {
 		}
 		err := s.healSwitch(ctx, l.profile, epoch)
 		if err == nil {
-			s.bus.publish(api.Event{Kind: "heal", Profile: l.profile, Status: "done",
+			s.bus.publish(api.Event{Kind: api.EventHeal, Profile: l.profile, Status: api.StatusDone,
 				DurationMS: float64(time.Since(l.at).Microseconds()) / 1000,
 				Message:    fmt.Sprintf("%s serves again after its crash (%s)", l.profile, time.Since(l.at).Round(time.Millisecond)),
-				Detail:     map[string]any{"unit": l.unit, "restarts_in_window": restarts + 1}})
+				Detail:     map[string]any{api.DetailUnit: l.unit, "restarts_in_window": restarts + 1}})
 			return
 		}
 		if err == errHealGaveWay {
@@ -303,10 +303,10 @@ func (s *Supervisor) noteCrash(l lostBackend, reason string) (restarts int, give
 	case giveUp:
 		what = fmt.Sprintf("giving up: %d restarts within %s already", restarts, s.cfg.Heal.Window.D())
 	}
-	s.bus.publish(api.Event{Kind: "crash", Profile: l.profile, Status: "failed",
+	s.bus.publish(api.Event{Kind: api.EventCrash, Profile: l.profile, Status: api.StatusFailed,
 		Message: fmt.Sprintf("the backend of %s (%s) crashed (%s, %s): %s", l.profile, l.unit, l.status.ActiveState, reason, what),
-		Detail: map[string]any{"unit": l.unit, "reason": reason, "active_state": l.status.ActiveState,
-			"restarts_in_window": restarts, "log": logHint(s.cfg, l.unit)}})
+		Detail: map[string]any{api.DetailUnit: l.unit, api.DetailReason: reason, "active_state": l.status.ActiveState,
+			"restarts_in_window": restarts, api.DetailLog: logHint(s.cfg, l.unit)}})
 	return restarts, giveUp
 }
 
@@ -385,8 +385,8 @@ func (s *Supervisor) giveUp(ctx context.Context, l lostBackend, reason string) {
 	s.state = api.State{Phase: api.PhaseFailed, Error: msg, LastError: msg, Since: time.Now(),
 		LastWanted: s.state.LastWanted, Standby: s.standbyInfosLocked()}
 	s.mu.Unlock()
-	s.bus.publish(api.Event{Kind: "heal", Profile: l.profile, Status: "failed", Message: msg, Journal: lines,
-		Detail: map[string]any{"unit": l.unit, "reason": reason}})
+	s.bus.publish(api.Event{Kind: api.EventHeal, Profile: l.profile, Status: api.StatusFailed, Message: msg, Journal: lines,
+		Detail: map[string]any{api.DetailUnit: l.unit, api.DetailReason: reason}})
 }
 
 // pause records a clean hand stop of the active backend: nothing is wanted
@@ -398,9 +398,9 @@ func (s *Supervisor) pause(l lostBackend) {
 	s.mu.Lock()
 	s.state = api.State{Phase: api.PhaseIdle, Paused: l.profile, Since: time.Now(), Standby: s.standbyInfosLocked()}
 	s.mu.Unlock()
-	s.bus.publish(api.Event{Kind: "paused", Profile: l.profile, Status: "info",
+	s.bus.publish(api.Event{Kind: api.EventPaused, Profile: l.profile, Status: api.StatusInfo,
 		Message: fmt.Sprintf("%s (%s) was stopped by hand: nothing is served until `gpuhost heal` (resumes %s) or `gpuhost switch PROFILE`", l.unit, l.profile, l.profile),
-		Detail:  map[string]any{"unit": l.unit, "action": "stop"}})
+		Detail:  map[string]any{api.DetailUnit: l.unit, "action": "stop"}})
 }
 
 // HealTarget is the profile `gpuhost heal` starts: the last wanted one, or
@@ -451,19 +451,19 @@ func NotServing(st api.State) string {
 // is held (the bus never takes it).
 func (s *Supervisor) publishStandbyLostLocked(b backendState, e standbyEntry) {
 	s.handActionLocked()
-	detail := map[string]any{"unit": b.unit, "active_state": b.status.ActiveState, "standby": true}
+	detail := map[string]any{api.DetailUnit: b.unit, "active_state": b.status.ActiveState, "standby": true}
 	reason := crashReason(b.status)
 	switch {
 	case !b.status.Active() && reason != "stopped":
-		detail["reason"], detail["log"] = reason, logHint(s.cfg, b.unit)
-		s.bus.publish(api.Event{Kind: "crash", Profile: e.Profile, Status: "failed", Detail: detail,
+		detail[api.DetailReason], detail[api.DetailLog] = reason, logHint(s.cfg, b.unit)
+		s.bus.publish(api.Event{Kind: api.EventCrash, Profile: e.Profile, Status: api.StatusFailed, Detail: detail,
 			Message: fmt.Sprintf("the backend of %s in standby (%s) crashed (%s, %s): dropped from standby; the next switch to %s starts it cold",
 				e.Profile, b.unit, b.status.ActiveState, reason, e.Profile)})
 	case !b.status.Active():
-		s.bus.publish(api.Event{Kind: "standby", Profile: e.Profile, Status: "info", Detail: detail,
+		s.bus.publish(api.Event{Kind: api.EventStandby, Profile: e.Profile, Status: api.StatusInfo, Detail: detail,
 			Message: fmt.Sprintf("%s in standby (%s) was stopped behind gpuhost's back: dropped from standby; the next switch to %s starts it cold", e.Profile, b.unit, e.Profile)})
 	default:
-		s.bus.publish(api.Event{Kind: "standby", Profile: e.Profile, Status: "info", Detail: detail,
+		s.bus.publish(api.Event{Kind: api.EventStandby, Profile: e.Profile, Status: api.StatusInfo, Detail: detail,
 			Message: fmt.Sprintf("%s in standby (%s) was restarted behind gpuhost's back (now %s): dropped from standby; the watcher decides on it", e.Profile, b.unit, orDash(b.profile))})
 	}
 }
@@ -505,10 +505,10 @@ func (s *Supervisor) pickServingLocked(prev api.State, active []backendState) (b
 	for _, a := range active {
 		names = append(names, fmt.Sprintf("%s (%s, %s)", a.unit, orDash(a.profile), a.status.ActiveState))
 	}
-	s.bus.publish(api.Event{Kind: "exclusion", Profile: best.profile, Status: "done",
+	s.bus.publish(api.Event{Kind: api.EventExclusion, Profile: best.profile, Status: api.StatusDone,
 		Message: fmt.Sprintf("%d backends run and none is active (%s): %s serves from %s; the watcher puts the others into standby or stops them",
 			len(active), strings.Join(names, ", "), best.profile, best.unit),
-		Detail: map[string]any{"drift": driftSeveral, "unit": best.unit}})
+		Detail: map[string]any{api.DetailDrift: driftSeveral, api.DetailUnit: best.unit}})
 	return best, true
 }
 
@@ -573,7 +573,7 @@ func (s *Supervisor) resumeAfterHandStart(ctx context.Context, paused string) {
 	s.mu.Lock()
 	s.state.LastWanted, s.state.Paused = want, ""
 	s.mu.Unlock()
-	s.bus.publish(api.Event{Kind: "hand", Profile: want, Status: "info", Detail: map[string]any{"unit": unit, "action": "start"},
+	s.bus.publish(api.Event{Kind: api.EventHand, Profile: want, Status: api.StatusInfo, Detail: map[string]any{api.DetailUnit: unit, "action": "start"},
 		Message: fmt.Sprintf("%s was started by hand while nothing was wanted: %s is the wanted profile again", unit, want)})
 }
 
@@ -613,6 +613,6 @@ func (s *Supervisor) followReplacement(ctx context.Context, l lostBackend) {
 	s.mu.Lock()
 	s.state.LastWanted, s.state.Paused = b.profile, ""
 	s.mu.Unlock()
-	s.bus.publish(api.Event{Kind: "hand", Profile: b.profile, Status: "info", Detail: map[string]any{"unit": b.unit, "action": "start"},
+	s.bus.publish(api.Event{Kind: api.EventHand, Profile: b.profile, Status: api.StatusInfo, Detail: map[string]any{api.DetailUnit: b.unit, "action": "start"},
 		Message: fmt.Sprintf("%s was started by hand and %s (%s) stopped for it: gpuhost follows; %s is the wanted profile", b.unit, l.unit, l.profile, b.profile)})
 }

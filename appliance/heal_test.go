@@ -55,7 +55,7 @@ func waitEvent(t *testing.T, sup *Supervisor, since uint64, timeout time.Duratio
 	}
 }
 
-func count(evs []api.Event, kind, status string) int {
+func count(evs []api.Event, kind api.EventKind, status api.EventStatus) int {
 	n := 0
 	for _, e := range evs {
 		if e.Kind == kind && (status == "" || e.Status == status) {

@@ -60,7 +60,7 @@ func describe(evs []api.Event) string {
 	return b.String()
 }
 
-func stepEvent(evs []api.Event, step, status string) (api.Event, bool) {
+func stepEvent(evs []api.Event, step string, status api.EventStatus) (api.Event, bool) {
 	for _, e := range evs {
 		if e.Kind == "step" && e.Step == step && e.Status == status {
 			return e, true

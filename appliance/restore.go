@@ -54,7 +54,7 @@ func (s *Supervisor) restore(ctx context.Context, st api.State) {
 		return
 	}
 	if st.Paused != "" && st.LastWanted == "" {
-		s.bus.publish(api.Event{Kind: "reconcile", Profile: st.Paused, Message: st.Paused + " was stopped by hand: nothing is wanted; `gpuhost heal` resumes it"})
+		s.bus.publish(api.Event{Kind: api.EventReconcile, Profile: st.Paused, Message: st.Paused + " was stopped by hand: nothing is wanted; `gpuhost heal` resumes it"})
 		return
 	}
 	explicit := st.LastWanted
@@ -89,7 +89,7 @@ func (s *Supervisor) restore(ctx context.Context, st api.State) {
 		// Something runs and nothing else was ever asked for: keep it.
 		return
 	}
-	s.bus.publish(api.Event{Kind: "reconcile", Profile: want, Message: msg})
+	s.bus.publish(api.Event{Kind: api.EventReconcile, Profile: want, Message: msg})
 	if _, _, err := s.Switch(ctx, want, api.SwitchOptions{Force: true}); err != nil {
 		var be *api.BusyError
 		if errors.As(err, &be) {

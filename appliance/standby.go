@@ -265,7 +265,7 @@ func (s *Supervisor) sendToStandby(ctx context.Context, r *switchRun, b backendS
 	p := s.cfg.Profiles[b.profile]
 	held := s.unitHeldMiB(ctx, b.status)
 	mode, why := s.chooseStandby(ctx, p, held)
-	r.event(api.Event{Kind: "step", Step: "standby", Status: "info", Profile: p.Name, Message: why,
+	r.event(api.Event{Kind: api.EventStep, Step: "standby", Status: api.StatusInfo, Profile: p.Name, Message: why,
 		Detail: map[string]any{"mode": string(mode), "held_mib": held}})
 	be, err := s.engineOf(p)
 	if err != nil {
@@ -563,8 +563,8 @@ func (s *Supervisor) standbyViolation(ctx context.Context, unit string, e standb
 	s.exclusion.Last, s.exclusion.LastMsg = time.Now(), msg
 	s.mu.Unlock()
 	// The bus logs the event (once, with its detail).
-	s.bus.publish(api.Event{Kind: "exclusion", Status: "failed", Profile: e.Profile, Message: msg,
-		Detail: map[string]any{"unit": unit, "used_mib": used, "residual_mib": residual, "drift": "standby_awake"}})
+	s.bus.publish(api.Event{Kind: api.EventExclusion, Status: api.StatusFailed, Profile: e.Profile, Message: msg,
+		Detail: map[string]any{api.DetailUnit: unit, api.DetailUsedMiB: used, "residual_mib": residual, api.DetailDrift: "standby_awake"}})
 	if !fixed {
 		s.Reconcile(ctx)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"gpuhost/api"
 	"gpuhost/backend"
 	"gpuhost/internal/atomicfile"
 	"gpuhost/nvml"
@@ -82,7 +83,7 @@ func (l *leg) waitVRAMReleased(ctx context.Context) (string, map[string]any, err
 					if l.heldBefore > d.MemoryUsedMiB {
 						msg += fmt.Sprintf(", %d MiB freed", l.heldBefore-d.MemoryUsedMiB)
 					}
-					return msg, map[string]any{"used_mib": d.MemoryUsedMiB, "total_mib": d.MemoryTotalMiB, "baseline_mib": baseline}, nil
+					return msg, map[string]any{api.DetailUsedMiB: d.MemoryUsedMiB, api.DetailTotalMiB: d.MemoryTotalMiB, "baseline_mib": baseline}, nil
 				}
 			} else {
 				return "no GPU device reported; nothing to wait for", nil, nil
@@ -96,7 +97,7 @@ func (l *leg) waitVRAMReleased(ctx context.Context) (string, map[string]any, err
 			lastErr = err
 		}
 		if werr := pl.wait(ctx); werr != nil {
-			detail := map[string]any{"used_mib": last.MemoryUsedMiB, "limit_mib": limit, "baseline_mib": baseline}
+			detail := map[string]any{api.DetailUsedMiB: last.MemoryUsedMiB, "limit_mib": limit, "baseline_mib": baseline}
 			return "", detail, s.notReleased(last, holders, baseline, lastErr)
 		}
 	}
@@ -278,7 +279,7 @@ func (s *Supervisor) verify(ctx context.Context, p *units.Profile) (string, map[
 	}
 	if snap, err := s.snapshot(ctx); err == nil {
 		if d, ok := snap.Device0(); ok {
-			detail["used_mib"], detail["total_mib"] = d.MemoryUsedMiB, d.MemoryTotalMiB
+			detail[api.DetailUsedMiB], detail[api.DetailTotalMiB] = d.MemoryUsedMiB, d.MemoryTotalMiB
 			msg += fmt.Sprintf(" · VRAM %.1f/%.1f GiB", float64(d.MemoryUsedMiB)/1024, float64(d.MemoryTotalMiB)/1024)
 		}
 	}

@@ -269,9 +269,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 				}
 				return errors.New("unit event subscription ended")
 			}
-			s.bus.publish(api.Event{Kind: "unit", Message: fmt.Sprintf("%s is %s (%s)", ev.Unit, ev.ActiveState, ev.SubState),
-				Detail: map[string]any{"unit": ev.Unit, "active_state": ev.ActiveState, "sub_state": ev.SubState,
-					"log": logHint(s.cfg, ev.Unit)}})
+			s.bus.publish(api.Event{Kind: api.EventUnit, Message: fmt.Sprintf("%s is %s (%s)", ev.Unit, ev.ActiveState, ev.SubState),
+				Detail: map[string]any{api.DetailUnit: ev.Unit, "active_state": ev.ActiveState, "sub_state": ev.SubState,
+					api.DetailLog: logHint(s.cfg, ev.Unit)}})
 			if !s.isSwitching() {
 				s.Reconcile(ctx)
 				s.watchBackends(ctx)
@@ -427,8 +427,8 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 		if l, ok := s.lostActiveLocked(prev, bs, active); ok {
 			next = healState(prev, l.profile, stepHealCheck)
 			next.Standby = s.standbyInfosLocked()
-			s.bus.publish(api.Event{Kind: "state", Profile: next.Target, Message: fmt.Sprintf("%s (%s) left active (%s, result %s) without gpuhost asking",
-				l.unit, l.profile, l.status.ActiveState, orDash(l.status.Result)), Detail: map[string]any{"phase": next.Phase, "unit": l.unit}})
+			s.bus.publish(api.Event{Kind: api.EventState, Profile: next.Target, Message: fmt.Sprintf("%s (%s) left active (%s, result %s) without gpuhost asking",
+				l.unit, l.profile, l.status.ActiveState, orDash(l.status.Result)), Detail: map[string]any{"phase": next.Phase, api.DetailUnit: l.unit}})
 			s.state = next
 			s.startHealLocked(l)
 			return next
@@ -476,8 +476,8 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 		next.Since = time.Now()
 		// The bus never takes s.mu, so publishing under it keeps the order
 		// of state events equal to the order of state changes.
-		s.bus.publish(api.Event{Kind: "state", Profile: next.Profile, Message: describeState(next),
-			Detail: map[string]any{"phase": next.Phase, "unit": next.Unit}})
+		s.bus.publish(api.Event{Kind: api.EventState, Profile: next.Profile, Message: describeState(next),
+			Detail: map[string]any{"phase": next.Phase, api.DetailUnit: next.Unit}})
 	}
 	s.state = next
 	return next
@@ -679,12 +679,12 @@ func (r *switchRun) step(ctx context.Context, name string, fn stepFunc) error {
 	r.s.mu.Lock()
 	r.s.state.Step = name
 	r.s.mu.Unlock()
-	r.event(api.Event{Kind: "step", Step: name, Status: "started", Message: name + " started"})
+	r.event(api.Event{Kind: api.EventStep, Step: name, Status: api.StatusStarted, Message: name + " started"})
 	t0 := time.Now()
 	msg, detail, err := fn(ctx)
 	dur := float64(time.Since(t0).Microseconds()) / 1000
 	if err != nil {
-		e := api.Event{Kind: "step", Step: name, Status: "failed", DurationMS: dur, Message: err.Error(), Detail: detail}
+		e := api.Event{Kind: api.EventStep, Step: name, Status: api.StatusFailed, DurationMS: dur, Message: err.Error(), Detail: detail}
 		var se *stepError
 		if errors.As(err, &se) {
 			e.Journal = se.journal
@@ -692,26 +692,26 @@ func (r *switchRun) step(ctx context.Context, name string, fn stepFunc) error {
 		r.event(e)
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	r.event(api.Event{Kind: "step", Step: name, Status: "done", DurationMS: dur, Message: msg, Detail: detail})
+	r.event(api.Event{Kind: api.EventStep, Step: name, Status: api.StatusDone, DurationMS: dur, Message: msg, Detail: detail})
 	return nil
 }
 
 func (r *switchRun) run(ctx context.Context) error {
 	s := r.s
-	r.event(api.Event{Kind: "switch", Status: "started", Message: fmt.Sprintf("switch to %s (%s) requested", r.target.Name, r.target.Backend)})
+	r.event(api.Event{Kind: api.EventSwitch, Status: api.StatusStarted, Message: fmt.Sprintf("switch to %s (%s) requested", r.target.Name, r.target.Backend)})
 	err := r.sequence(ctx, r.target)
 	if err == nil {
 		total := float64(time.Since(r.started).Microseconds()) / 1000
 		// State first, then the event: whoever reacts to the event sees it.
 		s.finish(r.target, "")
-		r.event(api.Event{Kind: "switch", Status: "done", DurationMS: total, Message: fmt.Sprintf("%s is active", r.target.Name)})
+		r.event(api.Event{Kind: api.EventSwitch, Status: api.StatusDone, DurationMS: total, Message: fmt.Sprintf("%s is active", r.target.Name)})
 		return nil
 	}
 	failMsg := fmt.Sprintf("switch to %s failed: %v", r.target.Name, err)
 	if *s.cfg.Switch.Rollback && r.prev != "" && r.prev != r.target.Name {
 		prev := s.cfg.Profiles[r.prev]
 		r.rollback = true
-		r.event(api.Event{Kind: "switch", Status: "info", Profile: prev.Name, Message: "rolling back to " + prev.Name})
+		r.event(api.Event{Kind: api.EventSwitch, Status: api.StatusInfo, Profile: prev.Name, Message: "rolling back to " + prev.Name})
 		if rerr := r.sequence(ctx, prev); rerr == nil {
 			_ = s.writeLastWanted(prev.Name)
 			s.mu.Lock()
@@ -719,7 +719,7 @@ func (r *switchRun) run(ctx context.Context) error {
 			s.mu.Unlock()
 			msg := failMsg + "; rolled back to " + prev.Name
 			s.finish(prev, msg)
-			r.event(api.Event{Kind: "switch", Status: "failed", Message: msg})
+			r.event(api.Event{Kind: api.EventSwitch, Status: api.StatusFailed, Message: msg})
 			return errors.New(msg)
 		} else {
 			failMsg += fmt.Sprintf("; rollback to %s failed too: %v", prev.Name, rerr)
@@ -728,7 +728,7 @@ func (r *switchRun) run(ctx context.Context) error {
 	s.mu.Lock()
 	s.state = api.State{Phase: api.PhaseFailed, Error: failMsg, LastError: failMsg, Since: time.Now(), LastWanted: s.state.LastWanted, Standby: s.standbyInfosLocked()}
 	s.mu.Unlock()
-	r.event(api.Event{Kind: "switch", Status: "failed", Message: failMsg})
+	r.event(api.Event{Kind: api.EventSwitch, Status: api.StatusFailed, Message: failMsg})
 	return errors.New(failMsg)
 }
 

@@ -325,7 +325,7 @@ func (e *e2e) lastSeq(t *testing.T) uint64 {
 
 // eventsSince lists the events of the given kinds after seq as
 // "kind status: message".
-func (e *e2e) eventsSince(t *testing.T, seq uint64, kinds ...string) []string {
+func (e *e2e) eventsSince(t *testing.T, seq uint64, kinds ...api.EventKind) []string {
 	t.Helper()
 	var out []string
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

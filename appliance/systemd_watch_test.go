@@ -97,18 +97,18 @@ func TestSystemdStandbyHandActions(t *testing.T) {
 		name, serving string   // the profile that must stay (or become again) active
 		switchFirst   []string // switch to these first
 		do            func()
-		kinds         []string // watcher event kinds that end the episode; none: wait a while, expect none
-		want          string   // what that event says
+		kinds         []api.EventKind // watcher event kinds that end the episode; none: wait a while, expect none
+		want          string          // what that event says
 	}{
-		{"stop+start ollama (empty) beside serving vllm", "coder", nil, stopStart(ollama), []string{"exclusion"}, "adopted into standby"},
+		{"stop+start ollama (empty) beside serving vllm", "coder", nil, stopStart(ollama), []api.EventKind{api.EventExclusion}, "adopted into standby"},
 		{"restart ollama (empty) beside serving vllm", "coder", nil, systemctl("restart", ollama), nil, ""},
-		{"hand load into the unloaded ollama", "coder", nil, post(obase+"/api/generate", `{"model":"llama3.1:8b","prompt":"hi","stream":false}`), []string{"exclusion"}, "put back into standby"},
+		{"hand load into the unloaded ollama", "coder", nil, post(obase+"/api/generate", `{"model":"llama3.1:8b","prompt":"hi","stream":false}`), []api.EventKind{api.EventExclusion}, "put back into standby"},
 		// Found while it loads its weights it is stopped; found once it
 		// answers, put into standby: which depends on the host's speed.
-		{"stop+start vllm beside serving ollama", "llama", []string{"llama"}, stopStart(vllm), []string{"exclusion"}, "stopped|put into standby"},
-		{"restart vllm beside serving ollama", "llama", []string{"coder", "llama"}, systemctl("restart", vllm), []string{"exclusion"}, "stopped"},
-		{"hand wake_up of the sleeping vllm", "llama", []string{"coder", "llama"}, post(vbase+"/wake_up", ""), []string{"exclusion"}, "put back into standby"},
-		{"hand /sleep of the active vllm", "coder", []string{"coder"}, post(vbase+"/sleep?level=1", ""), []string{"drift"}, "waking it"},
+		{"stop+start vllm beside serving ollama", "llama", []string{"llama"}, stopStart(vllm), []api.EventKind{api.EventExclusion}, "stopped|put into standby"},
+		{"restart vllm beside serving ollama", "llama", []string{"coder", "llama"}, systemctl("restart", vllm), []api.EventKind{api.EventExclusion}, "stopped"},
+		{"hand wake_up of the sleeping vllm", "llama", []string{"coder", "llama"}, post(vbase+"/wake_up", ""), []api.EventKind{api.EventExclusion}, "put back into standby"},
+		{"hand /sleep of the active vllm", "coder", []string{"coder"}, post(vbase+"/sleep?level=1", ""), []api.EventKind{api.EventDrift}, "waking it"},
 	}
 	var results []handResult
 	for _, a := range actions {

@@ -379,8 +379,8 @@ func (s *Supervisor) wakeFailed(r *switchRun, p *units.Profile, reason, msg stri
 	case r.recheck:
 		text = fmt.Sprintf("%s answers wrong while it says it is awake (%s): %s; restarting it cold", p.Name, reason, msg)
 	}
-	r.event(api.Event{Kind: "wake_check", Status: "failed", Profile: p.Name, Message: text,
-		Detail: map[string]any{"reason": reason, "cold": cold}})
+	r.event(api.Event{Kind: api.EventWakeCheck, Status: api.StatusFailed, Profile: p.Name, Message: text,
+		Detail: map[string]any{api.DetailReason: reason, "cold": cold}})
 }
 
 // knownPrompt streams the known prompt and returns the answer and its

@@ -25,7 +25,7 @@ func wakeFaultYAML(t *testing.T, fault string) func(bin, state string) string {
 }
 
 // eventAt is the time of the first event of kind/step/status in evs.
-func eventAt(evs []api.Event, kind, step, status string) (api.Event, bool) {
+func eventAt(evs []api.Event, kind api.EventKind, step string, status api.EventStatus) (api.Event, bool) {
 	for _, e := range evs {
 		if e.Kind == kind && e.Step == step && e.Status == status {
 			return e, true

@@ -71,7 +71,7 @@ func (s *Supervisor) Drift() (byKind map[string]uint64, last time.Time, lastMsg,
 
 // noteDrift counts a finding and publishes it. fixed false leaves it
 // unresolved for the doctor.
-func (s *Supervisor) noteDrift(kind, eventKind, profile, msg string, fixed bool, detail map[string]any) {
+func (s *Supervisor) noteDrift(kind string, eventKind api.EventKind, profile, msg string, fixed bool, detail map[string]any) {
 	s.mu.Lock()
 	if s.drift.byKind == nil {
 		s.drift.byKind = map[string]uint64{}
@@ -87,10 +87,10 @@ func (s *Supervisor) noteDrift(kind, eventKind, profile, msg string, fixed bool,
 	if detail == nil {
 		detail = map[string]any{}
 	}
-	detail["drift"] = kind
-	status := "done"
+	detail[api.DetailDrift] = kind
+	status := api.StatusDone
 	if !fixed {
-		status = "failed"
+		status = api.StatusFailed
 	}
 	s.bus.publish(api.Event{Kind: eventKind, Status: status, Profile: profile, Message: msg, Detail: detail})
 }
@@ -142,14 +142,14 @@ func (s *Supervisor) handleStray(ctx context.Context, b backendState, active api
 	p := s.cfg.Profiles[b.profile]
 	held := s.unitHeldMiB(ctx, b.status)
 	why := fmt.Sprintf("%s runs %s beside the active %s, not in standby, holding %d MiB: ", b.unit, orDash(b.profile), active.Profile, held)
-	detail := map[string]any{"unit": b.unit, "used_mib": held}
+	detail := map[string]any{api.DetailUnit: b.unit, api.DetailUsedMiB: held}
 	if p != nil && p.StandbyEnabled() {
 		msg, adopted, wait := s.adopt(ctx, p, b, held)
 		if wait {
 			return // still starting and holding nothing: decided next round
 		}
 		if adopted {
-			s.noteDrift(driftStray, "exclusion", p.Name, why+msg, true, detail)
+			s.noteDrift(driftStray, api.EventExclusion, p.Name, why+msg, true, detail)
 			return
 		}
 		why += msg + "; "
@@ -162,10 +162,10 @@ func (s *Supervisor) handleStray(ctx context.Context, b backendState, active api
 	err := s.units.Stop(cctx, b.unit)
 	cancel()
 	if err != nil {
-		s.noteDrift(driftStray, "exclusion", b.profile, why+"stopping it failed: "+err.Error(), false, detail)
+		s.noteDrift(driftStray, api.EventExclusion, b.profile, why+"stopping it failed: "+err.Error(), false, detail)
 		return
 	}
-	s.noteDrift(driftStray, "exclusion", b.profile, why+"stopped", true, detail)
+	s.noteDrift(driftStray, api.EventExclusion, b.profile, why+"stopped", true, detail)
 }
 
 // adopt records a stray unit in standby: as it is when its engine is in
@@ -273,7 +273,7 @@ func (s *Supervisor) watchActive(ctx context.Context, b backendState) {
 	}
 	msg := fmt.Sprintf("the active %s (%s) %s behind gpuhost's back: ", p.Name, b.unit, what)
 	id, done := s.startSwitch(p, api.SwitchOptions{Force: true})
-	s.noteDrift(driftAsleep, "drift", p.Name, msg+"waking it (switch "+id+")", true, map[string]any{"switch_id": id})
+	s.noteDrift(driftAsleep, api.EventDrift, p.Name, msg+"waking it (switch "+id+")", true, map[string]any{"switch_id": id})
 	s.awaitRestore(msg, done)
 }
 
@@ -296,10 +296,10 @@ func (s *Supervisor) unloadForeign(ctx context.Context, o *backend.Ollama, p *un
 	}
 	msg := fmt.Sprintf("the active %s had other models loaded behind gpuhost's back (%s): ", p.Name, strings.Join(others, ", "))
 	if len(failed) > 0 {
-		s.noteDrift(driftForeignModel, "drift", p.Name, msg+strings.Join(failed, "; "), false, map[string]any{"models": others})
+		s.noteDrift(driftForeignModel, api.EventDrift, p.Name, msg+strings.Join(failed, "; "), false, map[string]any{"models": others})
 		return
 	}
-	s.noteDrift(driftForeignModel, "drift", p.Name, msg+"unloaded", true, map[string]any{"models": others})
+	s.noteDrift(driftForeignModel, api.EventDrift, p.Name, msg+"unloaded", true, map[string]any{"models": others})
 }
 
 // stillServing is the unit among active that was the active profile's in

@@ -144,9 +144,9 @@ func SwitchMode(evs []api.Event) string {
 	mode := ModeCold
 	for _, e := range evs {
 		switch {
-		case e.Kind == "step" && e.Step == "wake":
+		case e.Kind == api.EventStep && e.Step == "wake":
 			mode = ModeStandby
-		case e.Kind == "step" && e.Step == "start":
+		case e.Kind == api.EventStep && e.Step == "start":
 			return ModeCold
 		}
 	}
@@ -157,8 +157,8 @@ func SwitchMode(evs []api.Event) string {
 func switchSteps(evs []api.Event) []SwitchStep {
 	out := []SwitchStep{}
 	for _, e := range evs {
-		if e.Kind == "step" && (e.Status == "done" || e.Status == "failed") {
-			out = append(out, SwitchStep{Step: e.Step, Status: e.Status, MS: e.DurationMS, Message: e.Message})
+		if e.Kind == api.EventStep && (e.Status == api.StatusDone || e.Status == api.StatusFailed) {
+			out = append(out, SwitchStep{Step: e.Step, Status: string(e.Status), MS: e.DurationMS, Message: e.Message})
 		}
 	}
 	return out

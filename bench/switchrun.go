@@ -220,7 +220,7 @@ func (sr *switchRunner) run(ctx context.Context) error {
 		var failed string
 		err := o.Daemon.SwitchAndFollow(ctx, api.SwitchRequest{Profile: o.A}, func(e api.Event) {
 			sr.lastSeq = max(sr.lastSeq, e.Seq)
-			if e.Kind == "step" && e.Status == "failed" && failed == "" {
+			if e.Kind == api.EventStep && e.Status == api.StatusFailed && failed == "" {
 				failed = e.Step
 			}
 		})
@@ -314,19 +314,19 @@ func (sr *switchRunner) follow(ctx context.Context, path, id string) followed {
 	f := followed{id: id}
 	ended := false
 	err := sr.o.Daemon.Events(ctx, path, func(e api.Event) bool {
-		if f.id == "" && e.Kind == "switch" && e.Status == "started" {
+		if f.id == "" && e.Kind == api.EventSwitch && e.Status == api.StatusStarted {
 			f.id = e.SwitchID
 		}
 		if f.id == "" || e.SwitchID != f.id {
 			return true
 		}
-		if e.Kind == "switch" && e.Status == "started" {
+		if e.Kind == api.EventSwitch && e.Status == api.StatusStarted {
 			f.target = e.Profile
 		}
 		f.evs = append(f.evs, e)
-		if e.Kind == "switch" && (e.Status == "done" || e.Status == "failed") {
+		if e.Kind == api.EventSwitch && (e.Status == api.StatusDone || e.Status == api.StatusFailed) {
 			ended = true
-			if e.Status == "failed" {
+			if e.Status == api.StatusFailed {
 				f.err = switchFailure(f.evs, e.Message)
 			}
 			return false
@@ -345,7 +345,7 @@ func (sr *switchRunner) follow(ctx context.Context, path, id string) followed {
 // switchFailure names the step a switch failed at.
 func switchFailure(evs []api.Event, msg string) error {
 	for _, e := range evs {
-		if e.Kind == "step" && e.Status == "failed" {
+		if e.Kind == api.EventStep && e.Status == api.StatusFailed {
 			return fmt.Errorf("the switch failed at step %s: %s (%s)", e.Step, e.Message, msg)
 		}
 	}
@@ -418,7 +418,7 @@ func (sr *switchRunner) sample(parent context.Context, round int, path string, f
 	}
 	s.SwitchID, s.Mode, s.Steps = f.id, SwitchMode(f.evs), switchSteps(f.evs)
 	for _, e := range f.evs {
-		if e.Kind == "switch" && e.Status == "done" {
+		if e.Kind == api.EventSwitch && e.Status == api.StatusDone {
 			s.SwitchMS = e.DurationMS
 		}
 	}

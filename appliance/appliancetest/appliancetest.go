@@ -144,7 +144,7 @@ func (f *Fixture) SwitchTo(t testing.TB, profile string) ([]api.Event, error) {
 func Describe(evs []api.Event) string {
 	var b strings.Builder
 	for _, e := range evs {
-		b.WriteString("\n  " + e.Kind + " " + e.Step + " " + e.Status + " " + e.Message)
+		b.WriteString("\n  " + string(e.Kind) + " " + e.Step + " " + string(e.Status) + " " + e.Message)
 	}
 	return b.String()
 }

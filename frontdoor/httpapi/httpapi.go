@@ -283,7 +283,7 @@ func handleEvents(c echo.Context, sup Supervisor) error {
 	w := sse.NewWriter(c.Response())
 	write := func(e api.Event) error {
 		data, _ := json.Marshal(e)
-		return w.Send(sse.Event{ID: strconv.FormatUint(e.Seq, 10), Type: e.Kind, Data: data})
+		return w.Send(sse.Event{ID: strconv.FormatUint(e.Seq, 10), Type: string(e.Kind), Data: data})
 	}
 	_ = w.Comment("gpuhost events")
 	last := since

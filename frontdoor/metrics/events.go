@@ -29,11 +29,11 @@ func (m *Metrics) handle(e api.Event) {
 		seconds  = -1.0
 	)
 	switch e.Kind {
-	case "switch":
+	case api.EventSwitch:
 		switch e.Status {
-		case "started":
+		case api.StatusStarted:
 			m.current.id, m.current.started = e.SwitchID, e.Time
-		case "done", "failed":
+		case api.StatusDone, api.StatusFailed:
 			finished = true
 			switch {
 			case e.DurationMS > 0:
@@ -50,7 +50,7 @@ func (m *Metrics) handle(e api.Event) {
 
 	switch {
 	case finished:
-		profile, result := cleanLabel(e.Profile), cleanLabel(e.Status)
+		profile, result := cleanLabel(e.Profile), cleanLabel(string(e.Status))
 		m.switches.WithLabelValues(profile, result).Inc()
 		if seconds >= 0 {
 			m.switchDur.WithLabelValues(profile, result).Observe(seconds)
@@ -58,14 +58,14 @@ func (m *Metrics) handle(e api.Event) {
 		// What the doctor checks (drift, endpoint health, exclusivity)
 		// changes with the backend: refresh it, rate-limited.
 		m.requestDoctor()
-	case e.Kind == "wake_check" && e.Status == "failed":
-		m.wakeFails.WithLabelValues(cleanLabel(detailString(e, "reason"))).Inc()
-	case e.Kind == "crash":
-		m.crashes.WithLabelValues(cleanLabel(e.Profile), cleanLabel(detailString(e, "reason"))).Inc()
+	case e.Kind == api.EventWakeCheck && e.Status == api.StatusFailed:
+		m.wakeFails.WithLabelValues(cleanLabel(detailString(e, api.DetailReason))).Inc()
+	case e.Kind == api.EventCrash:
+		m.crashes.WithLabelValues(cleanLabel(e.Profile), cleanLabel(detailString(e, api.DetailReason))).Inc()
 		m.requestDoctor()
-	case e.Kind == "drift" || e.Kind == "exclusion":
-		m.drift.WithLabelValues(cleanLabel(detailString(e, "drift"))).Inc()
-	case e.Kind == "step" && e.Status == "done" && e.Step != "":
+	case e.Kind == api.EventDrift || e.Kind == api.EventExclusion:
+		m.drift.WithLabelValues(cleanLabel(detailString(e, api.DetailDrift))).Inc()
+	case e.Kind == api.EventStep && e.Status == api.StatusDone && e.Step != "":
 		m.stepDur.WithLabelValues(cleanLabel(e.Step)).Observe(max(e.DurationMS, 0) / 1000)
 	}
 

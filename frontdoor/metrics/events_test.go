@@ -24,10 +24,10 @@ func read(t *testing.T, m prometheus.Metric) *dto.Metric {
 
 func TestHandleEvents(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	sw := func(id, status string, at time.Duration, ms float64) api.Event {
+	sw := func(id string, status api.EventStatus, at time.Duration, ms float64) api.Event {
 		return api.Event{Kind: "switch", SwitchID: id, Profile: "coder", Status: status, Time: t0.Add(at), DurationMS: ms}
 	}
-	step := func(name, status string, ms float64) api.Event {
+	step := func(name string, status api.EventStatus, ms float64) api.Event {
 		return api.Event{Kind: "step", SwitchID: "a", Profile: "coder", Step: name, Status: status, DurationMS: ms, Time: t0}
 	}
 	tests := []struct {

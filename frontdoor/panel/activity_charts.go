@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"gpuhost/api"
 	"gpuhost/internal/activity"
 )
 
@@ -188,12 +189,12 @@ func markOf(sw activity.Switch, now time.Time, xOf func(time.Time) float64) swit
 		m.Times = fmt.Sprintf("%.1f× the median %s", sw.DurationMS/sw.MedianMS, msText(sw.MedianMS))
 		m.Label += " (" + m.Times + ")"
 	}
-	if sw.Kind == "crash" {
+	if sw.Kind == string(api.EventCrash) {
 		m.Crash, m.Reason, m.Message, m.Duration = true, sw.Reason, sw.Message, ""
 		m.Label = fmt.Sprintf("crash of %s (%s) at %s", sw.Profile, sw.Reason, m.Start)
 	}
 	for _, st := range sw.Steps {
-		m.Steps = append(m.Steps, stepMark{Name: st.Name, Duration: msText(st.MS), Message: st.Message, Long: st.Long, Failed: st.Status == "failed"})
+		m.Steps = append(m.Steps, stepMark{Name: st.Name, Duration: msText(st.MS), Message: st.Message, Long: st.Long, Failed: st.Status == string(api.StatusFailed)})
 	}
 	return m
 }

@@ -63,7 +63,7 @@ func (w *failWatch) latest(sup Supervisor) *pinnedView {
 			continue
 		}
 		w.scanned = e.Seq
-		if e.Kind == "step" && e.Status == "failed" && len(e.Journal) > 0 {
+		if e.Kind == api.EventStep && e.Status == api.StatusFailed && len(e.Journal) > 0 {
 			w.last = &pinnedView{Seq: e.Seq, SwitchID: e.SwitchID, Profile: e.Profile, Step: e.Step,
 				Message: e.Message, Time: e.Time, Journal: slices.Clone(e.Journal)}
 		}

@@ -16,10 +16,11 @@ import (
 
 func TestStepLabel(t *testing.T) {
 	tests := []struct {
-		step, status string
-		detail       map[string]any
-		before       int64
-		want         string
+		step   string
+		status api.EventStatus
+		detail map[string]any
+		before int64
+		want   string
 	}{
 		{"stop", "started", nil, -1, "stopping"},
 		{"stop", "done", nil, -1, "stopped"},
@@ -53,8 +54,8 @@ func TestFormatDuration(t *testing.T) {
 }
 
 func TestBuildProgress(t *testing.T) {
-	ev := func(kind, step, status string, ms float64, detail map[string]any) api.Event {
-		return api.Event{Kind: kind, SwitchID: "ab12", Profile: "llama", Step: step, Status: status, DurationMS: ms, Detail: detail, Message: step + " " + status}
+	ev := func(kind api.EventKind, step string, status api.EventStatus, ms float64, detail map[string]any) api.Event {
+		return api.Event{Kind: kind, SwitchID: "ab12", Profile: "llama", Step: step, Status: status, DurationMS: ms, Detail: detail, Message: step + " " + string(status)}
 	}
 	full := []api.Event{
 		ev("switch", "", "started", 0, nil),

@@ -172,7 +172,7 @@ func detailMiB(d map[string]any, key string) (uint64, bool) {
 
 // stepLabel words one step event. beforeMiB is the GPU memory used when the
 // switch was requested (negative: unknown), for "VRAM released x → y GiB".
-func stepLabel(step, status string, detail map[string]any, beforeMiB int64) string {
+func stepLabel(step string, status api.EventStatus, detail map[string]any, beforeMiB int64) string {
 	base, prefix := step, ""
 	if rest, ok := strings.CutPrefix(step, "rollback."); ok {
 		base, prefix = rest, "rollback: "
@@ -182,13 +182,13 @@ func stepLabel(step, status string, detail map[string]any, beforeMiB int64) stri
 		words = [2]string{base, base + " done"}
 	}
 	switch status {
-	case "started":
+	case api.StatusStarted:
 		return prefix + words[0]
-	case "failed":
+	case api.StatusFailed:
 		return prefix + words[0] + " failed"
 	}
 	label := words[1]
-	used, haveUsed := detailMiB(detail, "used_mib")
+	used, haveUsed := detailMiB(detail, api.DetailUsedMiB)
 	switch base {
 	case "vram_release":
 		if haveUsed && beforeMiB >= 0 {
@@ -197,13 +197,13 @@ func stepLabel(step, status string, detail map[string]any, beforeMiB int64) stri
 			label = fmt.Sprintf("VRAM released → %.1f GiB", float64(used)/1024)
 		}
 	case "drain":
-		drained, okD := detailMiB(detail, "drained")
-		cut, okC := detailMiB(detail, "cut")
+		drained, okD := detailMiB(detail, api.DetailDrained)
+		cut, okC := detailMiB(detail, api.DetailCut)
 		if okD && okC {
 			label = fmt.Sprintf("requests drained: %d finished, %d cut", drained, cut)
 		}
 	case "verify":
-		if total, ok := detailMiB(detail, "total_mib"); haveUsed && ok {
+		if total, ok := detailMiB(detail, api.DetailTotalMiB); haveUsed && ok {
 			label = fmt.Sprintf("verified · %.1f/%.1f GiB used", float64(used)/1024, float64(total)/1024)
 		}
 	}
@@ -246,30 +246,30 @@ func buildProgress(id string, events []api.Event, beforeMiB int64, current api.S
 		pv.Found = true
 		pv.Since = e.Seq
 		switch e.Kind {
-		case "switch":
+		case api.EventSwitch:
 			switch e.Status {
-			case "started":
+			case api.StatusStarted:
 				pv.Profile = e.Profile
-			case "done":
+			case api.StatusDone:
 				pv.Outcome = "done"
 				pv.Result = fmt.Sprintf("%s is active", e.Profile)
 				if d := formatDuration(e.DurationMS); d != "" {
 					pv.Result += " (total " + d + ")"
 				}
-			case "failed":
+			case api.StatusFailed:
 				pv.Outcome, pv.Result = "failed", e.Message
-			case "info":
+			case api.StatusInfo:
 				pv.Steps = append(pv.Steps, stepView{Step: "info", Status: "info", Label: e.Message})
 			}
 			if pv.Profile == "" {
 				pv.Profile = e.Profile
 			}
-		case "step":
+		case api.EventStep:
 			sv := stepView{Step: e.Step, Label: stepLabel(e.Step, e.Status, e.Detail, beforeMiB), Message: e.Message}
 			switch e.Status {
-			case "started":
+			case api.StatusStarted:
 				sv.Status = "running"
-			case "failed":
+			case api.StatusFailed:
 				sv.Status = "failed"
 				pv.Journal = e.Journal
 			default:

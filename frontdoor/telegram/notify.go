@@ -25,18 +25,18 @@ type noteState struct {
 // the switch's own failure message, which says more.
 func (n *noteState) note(e api.Event, profiles map[string]*units.Profile) string {
 	switch e.Kind {
-	case "switch":
+	case api.EventSwitch:
 		switch e.Status {
-		case "started":
+		case api.StatusStarted:
 			n.switching, n.journal = true, nil
-		case "done":
+		case api.StatusDone:
 			n.switching, n.journal = false, nil
 			what := e.Profile
 			if p, ok := profiles[e.Profile]; ok && p != nil {
 				what = fmt.Sprintf("%s (%s, %s)", p.Name, p.Backend, p.ServedName)
 			}
 			return fmt.Sprintf("✅ switch done: %s is active (%s)", what, humanDuration(time.Duration(e.DurationMS*float64(time.Millisecond))))
-		case "failed":
+		case api.StatusFailed:
 			var b strings.Builder
 			msg := e.Message
 			if msg == "" {
@@ -53,22 +53,22 @@ func (n *noteState) note(e api.Event, profiles map[string]*units.Profile) string
 			n.switching, n.journal = false, nil
 			return b.String()
 		}
-	case "step":
-		if e.Status == "failed" && len(e.Journal) > 0 {
+	case api.EventStep:
+		if e.Status == api.StatusFailed && len(e.Journal) > 0 {
 			n.journal = e.Journal
 		}
-	case "crash":
+	case api.EventCrash:
 		// A backend that died without gpuhost asking: the active one
 		// (restarted, or given up on) or one in standby (dropped). The
 		// unit events around it say less, so they are not notes.
-		unit, _ := e.Detail["unit"].(string)
-		where, _ := e.Detail["log"].(string)
+		unit, _ := e.Detail[api.DetailUnit].(string)
+		where, _ := e.Detail[api.DetailLog].(string)
 		if where == "" {
 			where = "its log: journalctl -u " + unit
 		}
 		return "💥 " + clip(e.Message, 1000) + "; " + strings.ReplaceAll(where, "`", "")
-	case "heal":
-		if e.Status != "failed" {
+	case api.EventHeal:
+		if e.Status != api.StatusFailed {
 			return "" // the restart's own switch note says it is active again
 		}
 		var b strings.Builder
@@ -80,7 +80,7 @@ func (n *noteState) note(e api.Event, profiles map[string]*units.Profile) string
 			}
 		}
 		return b.String()
-	case "paused":
+	case api.EventPaused:
 		return "⏸ " + clip(strings.ReplaceAll(e.Message, "`", ""), 1000)
 	}
 	return ""

@@ -234,15 +234,15 @@ func (h *History) Sample(ctx context.Context) Sample {
 // (Kind "switch"); other events are ignored. An end whose start was not
 // seen (it left the event buffer) is marked from its duration.
 func (h *History) Observe(e api.Event) {
-	if e.Kind == "crash" {
-		reason, _ := e.Detail["reason"].(string)
+	if e.Kind == api.EventCrash {
+		reason, _ := e.Detail[api.DetailReason].(string)
 		h.mu.Lock()
-		h.addSwitch(Switch{ID: fmt.Sprintf("crash-%d", e.Seq), Kind: "crash", Profile: e.Profile, Start: e.Time, End: e.Time,
+		h.addSwitch(Switch{ID: fmt.Sprintf("crash-%d", e.Seq), Kind: string(api.EventCrash), Profile: e.Profile, Start: e.Time, End: e.Time,
 			Status: "crash", Reason: reason, Message: e.Message, Steps: []Step{}})
 		h.mu.Unlock()
 		return
 	}
-	if (e.Kind != "switch" && e.Kind != "step") || e.SwitchID == "" {
+	if (e.Kind != api.EventSwitch && e.Kind != api.EventStep) || e.SwitchID == "" {
 		return
 	}
 	h.mu.Lock()
@@ -250,14 +250,14 @@ func (h *History) Observe(e api.Event) {
 	i := len(h.switches) - 1
 	for ; i >= 0 && h.switches[i].ID != e.SwitchID; i-- {
 	}
-	if e.Kind == "step" {
+	if e.Kind == api.EventStep {
 		if i >= 0 {
 			h.switches[i].observeStep(e)
 		}
 		return
 	}
 	switch e.Status {
-	case "started":
+	case api.StatusStarted:
 		if i < 0 {
 			// The Supervisor runs one switch at a time: one still open
 			// here lost its end event (a full subscriber buffer drops
@@ -269,13 +269,13 @@ func (h *History) Observe(e api.Event) {
 			}
 			h.addSwitch(Switch{ID: e.SwitchID, Profile: e.Profile, Start: e.Time, Status: "started", Mode: ModeCold, Steps: []Step{}})
 		}
-	case "done", "failed":
+	case api.StatusDone, api.StatusFailed:
 		if i < 0 {
 			start := e.Time.Add(-time.Duration(e.DurationMS * float64(time.Millisecond)))
 			h.addSwitch(Switch{ID: e.SwitchID, Profile: e.Profile, Start: start, Mode: ModeCold, Steps: []Step{}})
 			i = len(h.switches) - 1
 		}
-		h.switches[i].End, h.switches[i].Status = e.Time, e.Status
+		h.switches[i].End, h.switches[i].Status = e.Time, string(e.Status)
 		h.switches[i].DurationMS = e.DurationMS
 		if e.DurationMS <= 0 {
 			h.switches[i].DurationMS = float64(e.Time.Sub(h.switches[i].Start)) / float64(time.Millisecond)

@@ -27,13 +27,13 @@ const (
 // it a standby switch. Rollback steps ("rollback.wake") bring the old
 // profile back and do not change the mode.
 func (sw *Switch) observeStep(e api.Event) {
-	if e.Status != "done" && e.Status != "failed" {
+	if e.Status != api.StatusDone && e.Status != api.StatusFailed {
 		return
 	}
 	if e.Step == "wake" {
 		sw.Mode = ModeStandby
 	}
-	sw.Steps = append(sw.Steps, Step{Name: e.Step, Status: e.Status, MS: e.DurationMS, Message: e.Message})
+	sw.Steps = append(sw.Steps, Step{Name: e.Step, Status: string(e.Status), MS: e.DurationMS, Message: e.Message})
 }
 
 // judgeSwitches returns copies of the switches with Slow, MedianMS and

@@ -252,7 +252,7 @@ func (c *Core) startBench() (bsvc *benchapi.Service, bstore *bench.Store) {
 		},
 		GPU:            sup.Snapshot,
 		GpuhostVersion: c.version,
-		Publish:        func(msg string) { sup.Publish(api.Event{Kind: "bench", Message: msg}) },
+		Publish:        func(msg string) { sup.Publish(api.Event{Kind: api.EventBench, Message: msg}) },
 		Log:            c.log.With("component", "bench"),
 		// The daemon measures the backend itself, through its socket under systemd.
 		Defaults: bench.Options{Dial: c.backendDialer().DialContext},
