@@ -42,6 +42,9 @@ type ModelCard struct {
 	Backend     units.Backend `json:"backend"`
 	Aliases     []string      `json:"aliases,omitempty"`
 	AliasOf     string        `json:"alias_of,omitempty"`
+	// Gpuhost says, for a router in front of several boxes, whether the
+	// model serves now, sleeps (and how fast it wakes) or must cold-start.
+	Gpuhost *Readiness `json:"gpuhost,omitempty"`
 }
 
 // ModelList is the body of GET /v1/models.
@@ -87,7 +90,8 @@ func (p *Proxy) Models(ctx context.Context) ModelList {
 			return
 		}
 		card := ModelCard{ID: served, Object: "model", Created: p.created, OwnedBy: "gpuhost", Root: prof.Model,
-			Status: status, Profile: prof.Name, Backend: prof.Backend, MaxModelLen: profileContext(prof)}
+			Status: status, Profile: prof.Name, Backend: prof.Backend, MaxModelLen: profileContext(prof),
+			Gpuhost: p.readiness(prof.Name, st, cur)}
 		if status == StatusLoaded {
 			card.Created = st.Since.Unix()
 			if n := p.liveModelLen(ctx, prof, st); n > 0 {

@@ -208,6 +208,7 @@ type Proxy struct {
 
 	lenMu    sync.Mutex
 	lenCache map[string]int // "profile@since" → max_model_len reported by vLLM
+	times    switchTimes    // wakes and cold starts seen, for /v1/models (readiness.go)
 }
 
 type observerBox struct{ o Observer }
