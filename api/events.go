@@ -35,9 +35,8 @@ const (
 	// (Profile is the profile it rolls back to), StatusDone (DurationMS is
 	// the total) or StatusFailed at its end. SwitchID is set.
 	EventSwitch EventKind = "switch"
-	// EventStep is one step of a switch (Step names it: drain, stop,
-	// vram_release, configure, start, ready, load_model, verify, wake,
-	// standby, wake_check; "rollback." before a rollback's steps):
+	// EventStep is one step of a switch (Step names it: the Step
+	// constants, with StepRollback before a rollback's steps):
 	// StatusStarted, then StatusDone or StatusFailed with DurationMS, and
 	// StatusInfo for a step that only reports (standby). SwitchID is set.
 	EventStep EventKind = "step"
@@ -117,6 +116,32 @@ func EventStatuses() []EventStatus {
 
 // Done reports whether s ends what it reports: done or failed.
 func (s EventStatus) Done() bool { return s == StatusDone || s == StatusFailed }
+
+// Steps of a switch (Event.Step of EventStep events), in
+// the order a switch runs them; a switch runs only those it needs. The
+// panel, bench, the activity history and /v1/models read them.
+const (
+	StepDrain       = "drain"        // requests in flight on what is in the way may finish
+	StepStandby     = "standby"      // what is in the way goes to sleep instead of stopping
+	StepStop        = "stop"         // what is in the way stops
+	StepVRAMRelease = "vram_release" // the driver gave the memory back
+	StepWake        = "wake"         // the target in standby wakes: no cold start
+	StepConfigure   = "configure"    // the target's unit is written
+	StepStart       = "start"        // the target's unit starts: a cold start
+	StepReady       = "ready"        // the target answers its health check
+	StepLoadModel   = "load_model"   // Ollama loads the model
+	StepVerify      = "verify"       // the target serves the model, memory as expected
+	StepWakeCheck   = "wake_check"   // the answer to the reference prompt is as recorded
+	// StepRollback prefixes the steps of a rollback to the previous
+	// profile ("rollback.wake"): they are not the target's.
+	StepRollback = "rollback."
+)
+
+// Steps lists the step names above, without the rollback prefix.
+func Steps() []string {
+	return []string{StepDrain, StepStandby, StepStop, StepVRAMRelease, StepWake, StepConfigure, StepStart,
+		StepReady, StepLoadModel, StepVerify, StepWakeCheck}
+}
 
 // Keys of Event.Detail that readers in other packages look up. Producers
 // may add other keys; these are the ones the panel, the metrics, Telegram

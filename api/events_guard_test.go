@@ -19,7 +19,7 @@ import (
 // below scans every non-test Go file of the module outside api for:
 //
 //   - x.Kind or x.Status compared (==, !=, switch case) with a string
-//     literal that is an event kind or status;
+//     literal that is an event kind or status, x.Step with a step name;
 //   - an api.Event literal whose Kind or Status is a string literal;
 //   - x.Detail["key"] with a string literal that is one of DetailKeys.
 //
@@ -37,11 +37,15 @@ type eventGuardFinding struct {
 // eventGuardSets are the strings the guard refuses as literals.
 type eventGuardSets struct {
 	kindOrStatus map[string]bool
+	step         map[string]bool
 	detail       map[string]bool
 }
 
 func newEventGuardSets() eventGuardSets {
-	s := eventGuardSets{kindOrStatus: map[string]bool{}, detail: map[string]bool{}}
+	s := eventGuardSets{kindOrStatus: map[string]bool{}, step: map[string]bool{StepRollback: true}, detail: map[string]bool{}}
+	for _, st := range Steps() {
+		s.step[st] = true
+	}
 	for _, k := range EventKinds() {
 		s.kindOrStatus[string(k)] = true
 	}
@@ -61,10 +65,16 @@ func scanEventLiterals(fset *token.FileSet, f *ast.File, sets eventGuardSets) []
 		out = append(out, eventGuardFinding{fset.Position(n.Pos()), what})
 	}
 	field := func(e ast.Expr) string {
-		if s, ok := e.(*ast.SelectorExpr); ok && (s.Sel.Name == "Kind" || s.Sel.Name == "Status") {
+		if s, ok := e.(*ast.SelectorExpr); ok && (s.Sel.Name == "Kind" || s.Sel.Name == "Status" || s.Sel.Name == "Step") {
 			return s.Sel.Name
 		}
 		return ""
+	}
+	refused := func(name, v string) bool {
+		if name == "Step" {
+			return sets.step[v]
+		}
+		return sets.kindOrStatus[v]
 	}
 	ast.Inspect(f, func(n ast.Node) bool {
 		switch n := n.(type) {
@@ -74,7 +84,7 @@ func scanEventLiterals(fset *token.FileSet, f *ast.File, sets eventGuardSets) []
 			}
 			for _, pair := range [][2]ast.Expr{{n.X, n.Y}, {n.Y, n.X}} {
 				if name := field(pair[0]); name != "" {
-					if v, ok := stringLit(pair[1]); ok && sets.kindOrStatus[v] {
+					if v, ok := stringLit(pair[1]); ok && refused(name, v) {
 						add(n, name+" compared with "+strconv.Quote(v))
 					}
 				}
@@ -86,7 +96,7 @@ func scanEventLiterals(fset *token.FileSet, f *ast.File, sets eventGuardSets) []
 			}
 			for _, c := range n.Body.List {
 				for _, e := range c.(*ast.CaseClause).List {
-					if v, ok := stringLit(e); ok && sets.kindOrStatus[v] {
+					if v, ok := stringLit(e); ok && refused(name, v) {
 						add(e, "switch on "+name+" with case "+strconv.Quote(v))
 					}
 				}
@@ -191,6 +201,8 @@ func TestEventGuardFinds(t *testing.T) {
 		{"switch on status", "switch e.Status {\ncase \"done\":\n}", 1},
 		{"emitted with literals", `x := api.Event{Kind: "brand_new", Status: "info"}`, 2},
 		{"detail key", `u, _ := e.Detail["unit"].(string)`, 1},
+		{"step compared", `if e.Step == "wake" || e.Step != "start" {}`, 2},
+		{"other steps are fine", `if st.Step == "deactivating" || st.Step == "" {}`, 0},
 		{"constants are fine", `if e.Kind == api.EventCrash && e.Status == api.StatusDone {}`, 0},
 		{"other kinds are fine", `if le.Kind != "syntax" {}`, 0},
 		{"other detail keys are fine", `x := e.Detail["models"]`, 0},
@@ -212,7 +224,8 @@ func TestEventGuardFinds(t *testing.T) {
 }
 
 // TestEventListsComplete checks that the lists name each constant once, so
-// that the guard and the panel's test know every kind.
+// that the guard and the panel's test know every kind (the untyped
+// constants, Detail keys and steps, count as one list).
 func TestEventListsComplete(t *testing.T) {
 	src, err := os.ReadFile("events.go")
 	if err != nil {
@@ -252,7 +265,7 @@ func TestEventListsComplete(t *testing.T) {
 	for _, c := range []struct {
 		typ  string
 		list []string
-	}{{"EventKind", kinds}, {"EventStatus", statuses}, {"detail", DetailKeys()}} {
+	}{{"EventKind", kinds}, {"EventStatus", statuses}, {"detail", append(DetailKeys(), append(Steps(), StepRollback)...)}} {
 		want, got := slices.Sorted(slices.Values(declared[c.typ])), slices.Sorted(slices.Values(c.list))
 		if !slices.Equal(want, got) || len(slices.Compact(slices.Clone(got))) != len(got) {
 			t.Errorf("%s: constants %v, list %v", c.typ, want, got)

@@ -46,7 +46,7 @@ func (l *leg) drainStep(ctx context.Context) error {
 	if box == nil || l.r.rollback || len(l.toStop)+len(l.toStandby) == 0 {
 		return nil
 	}
-	return l.r.step(ctx, "drain", func(ctx context.Context) (string, map[string]any, error) {
+	return l.r.step(ctx, api.StepDrain, func(ctx context.Context) (string, map[string]any, error) {
 		return l.drainOld(ctx, box.d)
 	})
 }

@@ -265,7 +265,7 @@ func (s *Supervisor) sendToStandby(ctx context.Context, r *switchRun, b backendS
 	p := s.cfg.Profiles[b.profile]
 	held := s.unitHeldMiB(ctx, b.status)
 	mode, why := s.chooseStandby(ctx, p, held)
-	r.event(api.Event{Kind: api.EventStep, Step: "standby", Status: api.StatusInfo, Profile: p.Name, Message: why,
+	r.event(api.Event{Kind: api.EventStep, Step: api.StepStandby, Status: api.StatusInfo, Profile: p.Name, Message: why,
 		Detail: map[string]any{"mode": string(mode), "held_mib": held}})
 	be, err := s.engineOf(p)
 	if err != nil {

@@ -674,7 +674,7 @@ type stepFunc func(ctx context.Context) (string, map[string]any, error)
 // step runs fn as a named step, with started/done/failed events and timing.
 func (r *switchRun) step(ctx context.Context, name string, fn stepFunc) error {
 	if r.rollback {
-		name = "rollback." + name
+		name = api.StepRollback + name
 	}
 	r.s.mu.Lock()
 	r.s.state.Step = name
@@ -789,12 +789,12 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 		return err
 	}
 	if len(l.toStandby) > 0 {
-		if err := r.step(ctx, "standby", l.standbyOld); err != nil {
+		if err := r.step(ctx, api.StepStandby, l.standbyOld); err != nil {
 			return err
 		}
 	}
 	if len(l.toStop) > 0 {
-		if err := r.step(ctx, "stop", l.stopOld); err != nil {
+		if err := r.step(ctx, api.StepStop, l.stopOld); err != nil {
 			return err
 		}
 	}
@@ -808,11 +808,11 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 		// memory back before the woken one takes its own again, as before
 		// a start: its processes exiting is not the driver freeing it.
 		if len(l.toStop) > 0 {
-			if err := r.step(ctx, "vram_release", l.waitVRAMReleased); err != nil {
+			if err := r.step(ctx, api.StepVRAMRelease, l.waitVRAMReleased); err != nil {
 				return err
 			}
 		}
-		if err := r.step(ctx, "wake", l.wakeTarget); err != nil {
+		if err := r.step(ctx, api.StepWake, l.wakeTarget); err != nil {
 			// A backend that cannot wake is started afresh: slower, as
 			// without standby, but the switch still gets there.
 			r.cleanup(l.unit)
@@ -823,28 +823,28 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 		}
 	}
 	if !l.running {
-		if err := r.step(ctx, "vram_release", l.waitVRAMReleased); err != nil {
+		if err := r.step(ctx, api.StepVRAMRelease, l.waitVRAMReleased); err != nil {
 			return err
 		}
-		if err := r.step(ctx, "configure", l.configure); err != nil {
+		if err := r.step(ctx, api.StepConfigure, l.configure); err != nil {
 			return err
 		}
-		if err := l.upStep(ctx, "start", l.start); err != nil {
+		if err := l.upStep(ctx, api.StepStart, l.start); err != nil {
 			return err
 		}
 	}
-	if err := l.upStep(ctx, "ready", l.waitReady); err != nil {
+	if err := l.upStep(ctx, api.StepReady, l.waitReady); err != nil {
 		return err
 	}
 	if l.loader != nil {
-		if err := l.upStep(ctx, "load_model", l.load); err != nil {
+		if err := l.upStep(ctx, api.StepLoadModel, l.load); err != nil {
 			return err
 		}
 	}
-	if err := l.upStep(ctx, "verify", l.verify); err != nil || l.running {
+	if err := l.upStep(ctx, api.StepVerify, l.verify); err != nil || l.running {
 		return err
 	}
-	return l.upStep(ctx, "wake_check", l.coldCheck)
+	return l.upStep(ctx, api.StepWakeCheck, l.coldCheck)
 }
 
 // plan reads systemd to find what is in the way of p: every active backend

@@ -144,9 +144,9 @@ func SwitchMode(evs []api.Event) string {
 	mode := ModeCold
 	for _, e := range evs {
 		switch {
-		case e.Kind == api.EventStep && e.Step == "wake":
+		case e.Kind == api.EventStep && e.Step == api.StepWake:
 			mode = ModeStandby
-		case e.Kind == api.EventStep && e.Step == "start":
+		case e.Kind == api.EventStep && e.Step == api.StepStart:
 			return ModeCold
 		}
 	}

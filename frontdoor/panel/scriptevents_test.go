@@ -63,6 +63,35 @@ func TestPanelScriptKnowsEvents(t *testing.T) {
 	}
 }
 
+// TestPanelScriptStepLabels checks that the script's table of step words
+// has the steps of stepLabels in views.go (the page without script and
+// the live line must word a step alike) and that each is a step of
+// gpuhost/api.
+func TestPanelScriptStepLabels(t *testing.T) {
+	src, err := os.ReadFile("static/panel.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(src), "const labels = {")
+	if !ok {
+		t.Fatal("static/panel.js has no `const labels = {` table")
+	}
+	table, _, _ := strings.Cut(rest, "};")
+	js := submatches(table, `(?m)^\s*([a-z_]+):`)
+	var goKeys []string
+	for k := range stepLabels {
+		goKeys = append(goKeys, k)
+	}
+	if got, want := slices.Sorted(slices.Values(js)), slices.Sorted(slices.Values(goKeys)); !slices.Equal(got, want) {
+		t.Errorf("panel.js labels %v, views.go stepLabels %v", got, want)
+	}
+	for _, k := range js {
+		if !slices.Contains(api.Steps(), k) {
+			t.Errorf("panel.js labels the step %q, which gpuhost/api does not define (%v)", k, api.Steps())
+		}
+	}
+}
+
 func submatches(s, re string) []string {
 	var out []string
 	for _, m := range regexp.MustCompile(re).FindAllStringSubmatch(s, -1) {

@@ -138,14 +138,14 @@ func ago(t time.Time) string {
 // stepLabels are the words of the progress line: running, then done. The
 // JavaScript in static/panel.js carries the same table.
 var stepLabels = map[string][2]string{
-	"drain":        {"draining requests in flight", "requests drained"},
-	"stop":         {"stopping", "stopped"},
-	"vram_release": {"waiting for VRAM release", "VRAM released"},
-	"configure":    {"configuring", "configured"},
-	"start":        {"starting", "started"},
-	"ready":        {"waiting until ready", "ready"},
-	"load_model":   {"loading model", "model loaded"},
-	"verify":       {"verifying", "verified"},
+	api.StepDrain:       {"draining requests in flight", "requests drained"},
+	api.StepStop:        {"stopping", "stopped"},
+	api.StepVRAMRelease: {"waiting for VRAM release", "VRAM released"},
+	api.StepConfigure:   {"configuring", "configured"},
+	api.StepStart:       {"starting", "started"},
+	api.StepReady:       {"waiting until ready", "ready"},
+	api.StepLoadModel:   {"loading model", "model loaded"},
+	api.StepVerify:      {"verifying", "verified"},
 }
 
 // detailMiB reads a MiB figure from an event's Detail, whether it holds a Go
@@ -174,7 +174,7 @@ func detailMiB(d map[string]any, key string) (uint64, bool) {
 // switch was requested (negative: unknown), for "VRAM released x → y GiB".
 func stepLabel(step string, status api.EventStatus, detail map[string]any, beforeMiB int64) string {
 	base, prefix := step, ""
-	if rest, ok := strings.CutPrefix(step, "rollback."); ok {
+	if rest, ok := strings.CutPrefix(step, api.StepRollback); ok {
 		base, prefix = rest, "rollback: "
 	}
 	words, known := stepLabels[base]
@@ -190,19 +190,19 @@ func stepLabel(step string, status api.EventStatus, detail map[string]any, befor
 	label := words[1]
 	used, haveUsed := detailMiB(detail, api.DetailUsedMiB)
 	switch base {
-	case "vram_release":
+	case api.StepVRAMRelease:
 		if haveUsed && beforeMiB >= 0 {
 			label = fmt.Sprintf("VRAM released %.1f → %.1f GiB", float64(beforeMiB)/1024, float64(used)/1024)
 		} else if haveUsed {
 			label = fmt.Sprintf("VRAM released → %.1f GiB", float64(used)/1024)
 		}
-	case "drain":
+	case api.StepDrain:
 		drained, okD := detailMiB(detail, api.DetailDrained)
 		cut, okC := detailMiB(detail, api.DetailCut)
 		if okD && okC {
 			label = fmt.Sprintf("requests drained: %d finished, %d cut", drained, cut)
 		}
-	case "verify":
+	case api.StepVerify:
 		if total, ok := detailMiB(detail, api.DetailTotalMiB); haveUsed && ok {
 			label = fmt.Sprintf("verified · %.1f/%.1f GiB used", float64(used)/1024, float64(total)/1024)
 		}

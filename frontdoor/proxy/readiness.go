@@ -91,7 +91,7 @@ func (t *switchTimes) catchUpLocked(src eventSource) {
 // successful end records its total duration as a wake or a cold start. A
 // rollback's steps ("rollback.wake") are the old profile's and do not count.
 func (t *switchTimes) fold(e api.Event) {
-	if e.SwitchID == "" || strings.HasPrefix(e.Step, "rollback.") {
+	if e.SwitchID == "" || strings.HasPrefix(e.Step, api.StepRollback) {
 		return
 	}
 	if t.open == nil {
@@ -102,8 +102,8 @@ func (t *switchTimes) fold(e api.Event) {
 		t.open[e.SwitchID] = &openTimed{}
 	case e.Kind == api.EventStep && e.Status == api.StatusDone:
 		if o := t.open[e.SwitchID]; o != nil {
-			o.woke = o.woke || e.Step == "wake"
-			o.started = o.started || e.Step == "start"
+			o.woke = o.woke || e.Step == api.StepWake
+			o.started = o.started || e.Step == api.StepStart
 		}
 	case e.Kind == api.EventSwitch && e.Status.Done():
 		o := t.open[e.SwitchID]

@@ -30,7 +30,7 @@ func (sw *Switch) observeStep(e api.Event) {
 	if e.Status != api.StatusDone && e.Status != api.StatusFailed {
 		return
 	}
-	if e.Step == "wake" {
+	if e.Step == api.StepWake {
 		sw.Mode = ModeStandby
 	}
 	sw.Steps = append(sw.Steps, Step{Name: e.Step, Status: string(e.Status), MS: e.DurationMS, Message: e.Message})
