@@ -17,7 +17,7 @@ import (
 // Readiness states of a model, in the "gpuhost" field of /v1/models.
 const (
 	ReadyServing   = "serving"   // its backend is active and answers now
-	ReadySwitching = "switching" // a switch to it runs (waking or starting)
+	ReadySwitching = "switching" // a switch to it (waking or starting) or away from it runs
 	ReadySleeping  = "sleeping"  // its backend is in standby: a wake, wake_ms
 	ReadyCold      = "cold"      // nothing of it runs: a cold start, cold_start_ms
 )
@@ -151,7 +151,7 @@ func (p *Proxy) readiness(profile string, st api.State, cur string) *Readiness {
 	switch {
 	case profile == cur && st.Phase == api.PhaseActive && st.Step == "":
 		r.State = ReadyServing
-	case profile == cur:
+	case profile == cur, st.Phase == api.PhaseSwitching && profile == st.Profile:
 		r.State = ReadySwitching
 	default:
 		for _, sb := range st.Standby {

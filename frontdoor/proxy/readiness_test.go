@@ -6,6 +6,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"gpuhost/api"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/config"
 )
@@ -40,16 +41,18 @@ func modelsReadiness(t *testing.T, url string) map[string]readinessOf {
 	return out
 }
 
-// TestModelsReadiness walks a box through the three states a router must
-// tell apart, over real HTTP against a real Supervisor with simulator
+// TestModelsReadiness walks a box through the states a router must tell
+// apart, over real HTTP against a real Supervisor with simulator
 // backends: qwen3-coder (vLLM, standby sleep1) serving after a cold start,
-// then sleeping while llama3.1:8b (Ollama, no standby) serves, then serving
-// again after a wake while llama went cold. At each step every model's
+// both switching while llama3.1:8b (Ollama, no standby, a 1 s load)
+// starts, then qwen3-coder sleeping while llama serves, then serving again
+// after a wake while llama went cold. At each step every model's
 // state, standby mode and which timings are known are checked, and the
 // OpenAI client still lists the models.
 func TestModelsReadiness(t *testing.T) {
 	e := newEnv(t, appliancetest.Options{Activate: "coder", Hook: func(c *config.Config) {
 		c.Profiles["coder"].Standby = "sleep1"
+		c.Profiles["llama"].Sim.LoadTime = "1s" // long enough to look during the switch
 	}})
 	type want struct {
 		state, standby string
@@ -58,23 +61,44 @@ func TestModelsReadiness(t *testing.T) {
 	steps := []struct {
 		name     string
 		switchTo string
+		during   bool // look while the switch runs, not after it
 		want     map[string]want
 	}{
-		{"after the cold start of coder", "", map[string]want{
+		{"after the cold start of coder", "", false, map[string]want{
 			"qwen3-coder": {state: "serving", cold: true},
 			"llama3.1:8b": {state: "cold"},
 		}},
-		{"after a switch to llama", "llama", map[string]want{
+		{"during a switch to llama", "llama", true, map[string]want{
+			"qwen3-coder": {state: "switching", cold: true},
+			"llama3.1:8b": {state: "switching"},
+		}},
+		{"after the switch to llama", "", false, map[string]want{
 			"qwen3-coder": {state: "sleeping", standby: "sleep1", cold: true},
 			"llama3.1:8b": {state: "serving", cold: true},
 		}},
-		{"after a switch back to coder", "coder", map[string]want{
+		{"after a switch back to coder", "coder", false, map[string]want{
 			"qwen3-coder": {state: "serving", wake: true, cold: true},
 			"llama3.1:8b": {state: "cold", cold: true},
 		}},
 	}
+	var done <-chan error // the switch looked at during its run
 	for _, st := range steps {
-		if st.switchTo != "" {
+		if done != nil {
+			if err := <-done; err != nil {
+				t.Fatalf("%s: the switch failed: %v", st.name, err)
+			}
+			done = nil
+		}
+		switch {
+		case st.during:
+			// Switch returns once the state says switching; look before
+			// the 1 s load of llama ends.
+			_, ch, err := e.f.Sup.Switch(context.Background(), st.switchTo, api.SwitchOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			done = ch
+		case st.switchTo != "":
 			if evs, err := e.f.SwitchTo(t, st.switchTo); err != nil {
 				t.Fatalf("%s: %v%s", st.name, err, appliancetest.Describe(evs))
 			}
