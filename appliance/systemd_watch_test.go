@@ -277,7 +277,7 @@ func TestSystemdVerifyCatchesHandSleepWake(t *testing.T) {
 		case ev.Kind == "drift":
 			order = append(order, fmt.Sprintf("drift:%v", ev.Detail["drift"]))
 		case ev.Kind == "switch" && ev.Status != "info":
-			order = append(order, "switch:"+ev.Status)
+			order = append(order, "switch:"+string(ev.Status))
 		case ev.Kind == "wake_check":
 			order = append(order, fmt.Sprintf("wake_check:%s:cold=%v", ev.Status, ev.Detail["cold"]))
 		}

@@ -156,7 +156,7 @@ func (s *Supervisor) verifyActive(ctx context.Context, b backendState, p *units.
 	text := fmt.Sprintf("the active %s (%s) says it serves but failed the known-prompt check (%s): %s: ", p.Name, b.unit, reason, msg)
 	detail["switch_id"], detail["reason"] = r.id, reason
 	// The finding first, then the switch that acts on it.
-	s.noteDrift(driftVerifyFailed, "drift", p.Name, text+"checking it again, restarting it cold if it fails (switch "+r.id+")", true, detail)
+	s.noteDrift(driftVerifyFailed, api.EventDrift, p.Name, text+"checking it again, restarting it cold if it fails (switch "+r.id+")", true, detail)
 	_, done := s.launch(r)
 	s.awaitRestore(text, done)
 }

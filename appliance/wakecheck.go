@@ -507,12 +507,12 @@ func (l *leg) coldCheck(ctx context.Context) (string, map[string]any, error) {
 func (l *leg) afterWake(ctx context.Context) bool {
 	r := l.r
 	var reason string
-	err := r.step(ctx, "ready", l.waitReady)
+	err := r.step(ctx, api.StepReady, l.waitReady)
 	if err == nil {
-		err = r.step(ctx, "verify", l.verify)
+		err = r.step(ctx, api.StepVerify, l.verify)
 	}
 	if err == nil {
-		err = r.step(ctx, "wake_check", l.checkStep(false, &reason))
+		err = r.step(ctx, api.StepWakeCheck, l.checkStep(false, &reason))
 	}
 	if err == nil {
 		return true

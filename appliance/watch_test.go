@@ -419,7 +419,7 @@ func TestVerifyCatchesAHandSleepAndWake(t *testing.T) {
 	for _, e := range evs {
 		switch {
 		case e.Kind == "switch" && e.Status != "info":
-			order = append(order, e.Kind+":"+e.Status)
+			order = append(order, string(e.Kind)+":"+string(e.Status))
 		case e.Kind == "wake_check":
 			order = append(order, fmt.Sprintf("wake_check:%s:cold=%v", e.Status, e.Detail["cold"]))
 		}
