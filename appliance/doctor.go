@@ -73,7 +73,7 @@ func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 	}
 	// What the daemon's Supervisor persisted about standby: the residuals
 	// the other backend keeps while it sleeps, and who sleeps now.
-	sf := (&Supervisor{cfg: d.Cfg, log: discardLog}).readStandby()
+	sf := readStandbyFile(d.Cfg, discardLog)
 	for _, name := range d.Cfg.ProfileNames() {
 		if d.Profile != "" && name != d.Profile {
 			continue

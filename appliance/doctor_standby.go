@@ -226,7 +226,7 @@ func (d *Doctor) plausibleCheck(b backendState, e standbyEntry, res uint64, know
 	case res > limit:
 		c.Severity = units.SeverityWarn
 		c.Message = fmt.Sprintf("the recorded residual of %s, %d MiB, is above %d MiB (%s): %s may not really sleep", e.Profile, res, limit, why, b.unit)
-		c.Fix = "remove its entry under residual_mib in " + (&Supervisor{cfg: d.Cfg}).standbyPath() + " so the next sleep measures it again, and check the engine's release notes for sleep-mode regressions"
+		c.Fix = "remove its entry under residual_mib in " + standbyPath(d.Cfg) + " so the next sleep measures it again, and check the engine's release notes for sleep-mode regressions"
 	default:
 		c.Message = fmt.Sprintf("residual %d MiB, within %d MiB (%s)", res, limit, why)
 	}

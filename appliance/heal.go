@@ -150,7 +150,7 @@ func (s *Supervisor) setHealStep(profile, step string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.state = healState(s.state, profile, step)
-	s.state.Standby = s.standbyInfosLocked()
+	s.state.Standby = s.standby.infos()
 }
 
 // healLoop decides what the loss of l was and acts on it, restarting the
@@ -383,7 +383,7 @@ func (s *Supervisor) giveUp(ctx context.Context, l lostBackend, reason string) {
 	s.mu.Lock()
 	s.heal.gaveUp = msg
 	s.state = api.State{Phase: api.PhaseFailed, Error: msg, LastError: msg, Since: time.Now(),
-		LastWanted: s.state.LastWanted, Standby: s.standbyInfosLocked()}
+		LastWanted: s.state.LastWanted, Standby: s.standby.infos()}
 	s.mu.Unlock()
 	s.bus.publish(api.Event{Kind: api.EventHeal, Profile: l.profile, Status: api.StatusFailed, Message: msg, Journal: lines,
 		Detail: map[string]any{api.DetailUnit: l.unit, api.DetailReason: reason}})
@@ -396,7 +396,7 @@ func (s *Supervisor) pause(l lostBackend) {
 		s.log.Error("persist the paused profile", "err", err)
 	}
 	s.mu.Lock()
-	s.state = api.State{Phase: api.PhaseIdle, Paused: l.profile, Since: time.Now(), Standby: s.standbyInfosLocked()}
+	s.state = api.State{Phase: api.PhaseIdle, Paused: l.profile, Since: time.Now(), Standby: s.standby.infos()}
 	s.mu.Unlock()
 	s.bus.publish(api.Event{Kind: api.EventPaused, Profile: l.profile, Status: api.StatusInfo,
 		Message: fmt.Sprintf("%s (%s) was stopped by hand: nothing is served until `gpuhost heal` (resumes %s) or `gpuhost switch PROFILE`", l.unit, l.profile, l.profile),
@@ -526,7 +526,7 @@ func (s *Supervisor) resumeOnHandStartLocked(prev api.State, active []backendSta
 	s.heal.running = true
 	s.handActionLocked()
 	next := healState(prev, prev.Paused, stepHandStart)
-	next.Standby = s.standbyInfosLocked()
+	next.Standby = s.standby.infos()
 	s.state = next
 	s.wg.Add(1)
 	go func() {
@@ -557,7 +557,7 @@ func (s *Supervisor) resumeAfterHandStart(ctx context.Context, paused string) {
 		if _, ok := s.cfg.Profiles[b.profile]; !ok || !b.status.Active() {
 			continue
 		}
-		if _, asleep := s.standbyOf(b.unit); asleep {
+		if _, asleep := s.standby.of(b.unit); asleep {
 			continue
 		}
 		if want == "" || b.profile == paused {
@@ -588,7 +588,7 @@ func (s *Supervisor) otherRunning(ctx context.Context, unit string) *backendStat
 		if b.unit == unit || !b.status.Active() {
 			continue
 		}
-		if _, asleep := s.standbyOf(b.unit); asleep {
+		if _, asleep := s.standby.of(b.unit); asleep {
 			continue
 		}
 		if _, ok := s.cfg.Profiles[b.profile]; ok {

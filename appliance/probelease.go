@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -50,8 +51,13 @@ type ProbeRefused struct {
 
 func (e *ProbeRefused) Error() string { return e.Reason }
 
-// probeSet is the leases out now; it lives in Supervisor.probes under s.mu.
-type probeSet struct {
+// probeLeases is the leases out now. Its own lock nests inside the
+// Supervisor's s.mu: a lease is granted under s.mu (so the grant and a
+// switch marking itself running cannot interleave) and revoked under it.
+type probeLeases struct {
+	log *slog.Logger
+
+	mu    sync.Mutex
 	next  uint64
 	out   map[uint64]*probeLease
 	waitQ []*probeLease // revoked, not yet returned
@@ -64,6 +70,61 @@ type probeLease struct {
 }
 
 func (l *probeLease) release() { l.once.Do(func() { l.cancel(); close(l.returned) }) }
+
+// grant hands out a lease: a context cancelled on revoke, and the function
+// that ends the lease.
+func (p *probeLeases) grant(ctx context.Context) (context.Context, func()) {
+	pctx, cancel := context.WithCancel(ctx)
+	l := &probeLease{cancel: cancel, returned: make(chan struct{})}
+	p.mu.Lock()
+	if p.out == nil {
+		p.out = map[uint64]*probeLease{}
+	}
+	p.next++
+	id := p.next
+	p.out[id] = l
+	p.mu.Unlock()
+	return pctx, func() {
+		p.mu.Lock()
+		delete(p.out, id)
+		p.mu.Unlock()
+		l.release()
+	}
+}
+
+// revoke cancels every lease; a switch calls it as it marks itself
+// running, then awaitRevoked before its first step.
+func (p *probeLeases) revoke() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, l := range p.out {
+		l.cancel()
+		p.waitQ = append(p.waitQ, l)
+		delete(p.out, id)
+	}
+}
+
+// awaitRevoked waits until the probes revoked at the switch's start have
+// returned, at most probeRevokeWait; it says how many did not.
+func (p *probeLeases) awaitRevoked() {
+	p.mu.Lock()
+	q := p.waitQ
+	p.waitQ = nil
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), probeRevokeWait)
+	defer cancel()
+	late := 0
+	for _, l := range q {
+		select {
+		case <-l.returned:
+		case <-ctx.Done():
+			late++
+		}
+	}
+	if late > 0 && p.log != nil {
+		p.log.Warn("probes still running after their lease was revoked; the switch goes ahead", "late", late, "waited", probeRevokeWait)
+	}
+}
 
 // LeaseProbe returns a context for probing profile's backend and the
 // function that ends the lease (call it when the probe is done). The
@@ -84,61 +145,15 @@ func (s *Supervisor) LeaseProbe(ctx context.Context, profile string) (context.Co
 	case st.Step != "":
 		ref.Reason = fmt.Sprintf("%s is %s, not yet serving", st.Unit, st.Step)
 	default:
-		for u, e := range s.standby {
-			if e.Profile == profile || u == st.Unit {
-				ref.Reason = fmt.Sprintf("%s (%s) is in standby (%s): a probe would wake it", u, e.Profile, e.Mode)
-			}
+		if u, e, ok := s.standby.anyOf(profile, st.Unit); ok {
+			ref.Reason = fmt.Sprintf("%s (%s) is in standby (%s): a probe would wake it", u, e.Profile, e.Mode)
 		}
 	}
 	if ref.Reason != "" {
 		return nil, nil, ref
 	}
-	if s.probes.out == nil {
-		s.probes.out = map[uint64]*probeLease{}
-	}
-	pctx, cancel := context.WithCancel(ctx)
-	l := &probeLease{cancel: cancel, returned: make(chan struct{})}
-	s.probes.next++
-	id := s.probes.next
-	s.probes.out[id] = l
-	return pctx, func() {
-		s.mu.Lock()
-		delete(s.probes.out, id)
-		s.mu.Unlock()
-		l.release()
-	}, nil
-}
-
-// revokeProbesLocked cancels every lease; a switch calls it under s.mu as
-// it marks itself running, then awaitRevokedProbes before its first step.
-func (s *Supervisor) revokeProbesLocked() {
-	for id, l := range s.probes.out {
-		l.cancel()
-		s.probes.waitQ = append(s.probes.waitQ, l)
-		delete(s.probes.out, id)
-	}
-}
-
-// awaitRevokedProbes waits until the probes revoked at the switch's start
-// have returned, at most probeRevokeWait; it says how many did not.
-func (s *Supervisor) awaitRevokedProbes() {
-	s.mu.Lock()
-	q := s.probes.waitQ
-	s.probes.waitQ = nil
-	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), probeRevokeWait)
-	defer cancel()
-	late := 0
-	for _, l := range q {
-		select {
-		case <-l.returned:
-		case <-ctx.Done():
-			late++
-		}
-	}
-	if late > 0 {
-		s.log.Warn("probes still running after their lease was revoked; the switch goes ahead", "late", late, "waited", probeRevokeWait)
-	}
+	pctx, end := s.probes.grant(ctx)
+	return pctx, end, nil
 }
 
 // SwitchingMessage is what a check says instead of failing while a switch

@@ -12,19 +12,13 @@ package appliance
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
 	"gpuhost/api"
 	"gpuhost/backend"
-	"gpuhost/internal/atomicfile"
 	"gpuhost/nvml"
 	"gpuhost/systemd"
 	"gpuhost/units"
@@ -59,104 +53,6 @@ func modeLevel(m units.Standby) int {
 		return 2
 	}
 	return 0
-}
-
-// standbyFile is standby.json in the state directory: the measured
-// residuals (kept across restarts: they are facts about the profile on this
-// card) and the units in standby (checked against the backends at start).
-type standbyFile struct {
-	ResidualMiB map[string]uint64       `json:"residual_mib"`
-	Units       map[string]standbyEntry `json:"units"`
-}
-
-func (s *Supervisor) standbyPath() string { return filepath.Join(s.cfg.StateDir, "standby.json") }
-
-// readStandby loads standby.json; a missing or unusable file is an empty
-// one (the residuals are then measured again at the next sleep).
-func (s *Supervisor) readStandby() standbyFile {
-	out := standbyFile{ResidualMiB: map[string]uint64{}, Units: map[string]standbyEntry{}}
-	f, err := os.Open(s.standbyPath())
-	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
-			s.log.Warn("ignoring unreadable standby file", "file", s.standbyPath(), "err", err)
-		}
-		return out
-	}
-	defer f.Close()
-	var in standbyFile
-	if err := json.NewDecoder(io.LimitReader(f, maxStateFileBytes)).Decode(&in); err != nil {
-		s.log.Warn("ignoring unreadable standby file", "file", s.standbyPath(), "err", err)
-		return out
-	}
-	for p, mib := range in.ResidualMiB {
-		if _, ok := s.cfg.Profiles[p]; ok {
-			out.ResidualMiB[p] = mib
-		}
-	}
-	for u, e := range in.Units {
-		if p, ok := s.cfg.Profiles[e.Profile]; ok && p.StandbyEnabled() && s.cfg.BackendFor(p.Backend).Unit == u {
-			out.Units[u] = e
-		}
-	}
-	return out
-}
-
-// writeStandbyLocked persists residuals and standby units; s.mu is held.
-func (s *Supervisor) writeStandbyLocked() {
-	data, _ := json.MarshalIndent(standbyFile{ResidualMiB: s.residuals, Units: s.standby}, "", "  ")
-	if err := atomicfile.Write(s.standbyPath(), append(data, '\n'), 0o644); err != nil {
-		s.log.Error("persist standby state", "err", err)
-	}
-}
-
-func (s *Supervisor) setStandby(unit string, e standbyEntry) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.standby[unit] = e
-	s.writeStandbyLocked()
-}
-
-func (s *Supervisor) clearStandby(unit string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.standby[unit]; ok {
-		delete(s.standby, unit)
-		s.writeStandbyLocked()
-	}
-}
-
-func (s *Supervisor) standbyOf(unit string) (standbyEntry, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.standby[unit]
-	return e, ok
-}
-
-func (s *Supervisor) residualOf(profile string) (uint64, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.residuals[profile]
-	return r, ok
-}
-
-// standbyInfosLocked lists the units in standby for State; s.mu is held.
-func (s *Supervisor) standbyInfosLocked() []api.StandbyInfo {
-	var out []api.StandbyInfo
-	for u, e := range s.standby {
-		out = append(out, api.StandbyInfo{Profile: e.Profile, Unit: u, Mode: string(e.Mode), ResidualMiB: s.residuals[e.Profile], Since: e.Since})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Unit < out[j].Unit })
-	return out
-}
-
-// standbyResidualsLocked is what the units in standby may hold together,
-// which the VRAM release before a start allows for; s.mu is held.
-func (s *Supervisor) standbyResidualsLocked() uint64 {
-	var sum uint64
-	for _, e := range s.standby {
-		sum += s.residuals[e.Profile] + residualToleranceMiB
-	}
-	return sum
 }
 
 // unitUsedMiB is the GPU memory held by the processes of one unit.
@@ -200,7 +96,7 @@ func (s *Supervisor) weightsMiB(p *units.Profile, heldMiB uint64) (mib uint64, e
 	if p.Params.TotalParamsB > 0 && p.Params.WeightBits > 0 {
 		return uint64(p.Params.TotalParamsB * 1e9 * p.Params.WeightBits / 8 / (1 << 20)), true
 	}
-	res, _ := s.residualOf(p.Name)
+	res, _ := s.standby.residualOf(p.Name)
 	if heldMiB > res {
 		return heldMiB - res, false
 	}
@@ -281,7 +177,7 @@ func (s *Supervisor) sendToStandby(ctx context.Context, r *switchRun, b backendS
 	// during that sleep, or a hand /sleep) will not come down from what it
 	// holds now: its first steady reading is the residual.
 	from := held
-	if _, known := s.residualOf(p.Name); !known && s.engineSleeping(sctx, p) {
+	if _, known := s.standby.residualOf(p.Name); !known && s.engineSleeping(sctx, p) {
 		from = 0
 	}
 	if _, err := sl.Sleep(sctx, modeLevel(mode)); err != nil {
@@ -291,7 +187,7 @@ func (s *Supervisor) sendToStandby(ctx context.Context, r *switchRun, b backendS
 	if err != nil {
 		return "", mode, err
 	}
-	s.setStandby(b.unit, standbyEntry{Profile: p.Name, Mode: mode, Since: time.Now()})
+	s.standby.set(b.unit, standbyEntry{Profile: p.Name, Mode: mode, Since: time.Now()})
 	msg := fmt.Sprintf("%s in standby (%s): %d MiB held, was %d", p.Name, mode, used, held)
 	if measured {
 		msg += " (residual measured now)"
@@ -326,7 +222,7 @@ const (
 // memory has come down from heldMiB (0: from anything) and stays put for
 // three readings, and stores that as the residual.
 func (s *Supervisor) waitResidual(ctx context.Context, p *units.Profile, st api.UnitStatus, heldMiB uint64) (used uint64, measured bool, err error) {
-	known, ok := s.residualOf(p.Name)
+	known, ok := s.standby.residualOf(p.Name)
 	pl := newPoller(releasePollCap)
 	var prev uint64
 	stable := 0
@@ -357,10 +253,7 @@ func (s *Supervisor) waitResidual(ctx context.Context, p *units.Profile, st api.
 					errResidualHigh, st.Name, used, known, residualToleranceMiB)
 			case !ok && (used < heldMiB || heldMiB == 0):
 				if stable >= 2 {
-					s.mu.Lock()
-					s.residuals[p.Name] = used
-					s.writeStandbyLocked()
-					s.mu.Unlock()
+					s.standby.setResidual(p.Name, used)
 					return used, true, nil
 				}
 			}
@@ -378,7 +271,7 @@ func (s *Supervisor) waitResidual(ctx context.Context, p *units.Profile, st api.
 // wakeTarget wakes the target's backend from standby.
 func (l *leg) wakeTarget(ctx context.Context) (string, map[string]any, error) {
 	s := l.r.s
-	e, recorded := s.standbyOf(l.unit)
+	e, recorded := s.standby.of(l.unit)
 	level := e.level()
 	if !recorded && l.p.Backend == units.VLLM {
 		// Put to sleep behind gpuhost's back: at the level vLLM's gauge
@@ -398,7 +291,7 @@ func (l *leg) wakeTarget(ctx context.Context) (string, map[string]any, error) {
 		return "", map[string]any{"mode": string(e.Mode)}, err
 	}
 	l.wokeLevel = level
-	s.clearStandby(l.unit)
+	s.standby.clear(l.unit)
 	return msg, map[string]any{"mode": string(e.Mode)}, nil
 }
 
@@ -412,7 +305,7 @@ func (s *Supervisor) checkStandbyAtStart(ctx context.Context) {
 		return
 	}
 	for _, b := range bs {
-		e, ok := s.standbyOf(b.unit)
+		e, ok := s.standby.of(b.unit)
 		if !ok {
 			continue
 		}
@@ -422,7 +315,7 @@ func (s *Supervisor) checkStandbyAtStart(ctx context.Context) {
 		}
 		if !keep {
 			s.log.Info("forgetting standby of a backend that is no longer asleep", "unit", b.unit, "profile", e.Profile)
-			s.clearStandby(b.unit)
+			s.standby.clear(b.unit)
 		}
 	}
 }
@@ -444,33 +337,12 @@ func (s *Supervisor) engineSleeping(ctx context.Context, p *units.Profile) bool 
 	return err == nil && asleep
 }
 
-// exclusionStats counts standby backends found holding more than their
-// residual (someone called wake_up by hand, or a load reached an unloaded
-// Ollama), for the doctor and the metrics.
-type exclusionStats struct {
-	Violations uint64
-	Last       time.Time
-	LastMsg    string
-}
-
 // enforceStandby checks every backend in standby against its residual and
 // puts one that holds more back into standby, or stops it when that fails:
 // only the active backend may hold more than its residual. vLLM's own
 // start-time check of free memory is the last line behind this one.
 func (s *Supervisor) enforceStandby(ctx context.Context) {
-	s.mu.Lock()
-	type watched struct {
-		unit     string
-		e        standbyEntry
-		residual uint64
-		known    bool
-	}
-	var ws []watched
-	for u, e := range s.standby {
-		r, ok := s.residuals[e.Profile]
-		ws = append(ws, watched{u, e, r, ok})
-	}
-	s.mu.Unlock()
+	ws := s.standby.watched()
 	if len(ws) == 0 {
 		return
 	}
@@ -512,7 +384,7 @@ func (s *Supervisor) enforceStandby(ctx context.Context) {
 // stillAboveResidual reports whether unit is still in standby as e and
 // holds more than its residual now; switchMu is held.
 func (s *Supervisor) stillAboveResidual(ctx context.Context, unit string, e standbyEntry, residual uint64) (api.UnitStatus, uint64, bool) {
-	cur, ok := s.standbyOf(unit)
+	cur, ok := s.standby.of(unit)
 	if !ok || cur.Profile != e.Profile || cur.Mode != e.Mode || !cur.Since.Equal(e.Since) {
 		return api.UnitStatus{}, 0, false
 	}
@@ -556,12 +428,9 @@ func (s *Supervisor) standbyViolation(ctx context.Context, unit string, e standb
 			msg += "could not be put back into standby; stopped"
 		}
 		cancel()
-		s.clearStandby(unit)
+		s.standby.clear(unit)
 	}
-	s.mu.Lock()
-	s.exclusion.Violations++
-	s.exclusion.Last, s.exclusion.LastMsg = time.Now(), msg
-	s.mu.Unlock()
+	s.standby.violation(msg)
 	// The bus logs the event (once, with its detail).
 	s.bus.publish(api.Event{Kind: api.EventExclusion, Status: api.StatusFailed, Profile: e.Profile, Message: msg,
 		Detail: map[string]any{api.DetailUnit: unit, api.DetailUsedMiB: used, "residual_mib": residual, api.DetailDrift: "standby_awake"}})
@@ -573,9 +442,7 @@ func (s *Supervisor) standbyViolation(ctx context.Context, unit string, e standb
 // Exclusion reports how often a backend in standby was found above its
 // residual, and the last time, for the doctor.
 func (s *Supervisor) Exclusion() (violations uint64, last time.Time, lastMsg string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.exclusion.Violations, s.exclusion.Last, s.exclusion.LastMsg
+	return s.standby.exclusionSeen()
 }
 
 // handSleepMode is the standby mode of a vLLM put to sleep behind

@@ -44,7 +44,7 @@ func TestChooseStandby(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := *tt.p
 			p.Standby = tt.mode
-			s := &Supervisor{cfg: &config.Config{}, gpu: tt.gpu, log: discardLog, residuals: map[string]uint64{}}
+			s := &Supervisor{cfg: &config.Config{}, gpu: tt.gpu, log: discardLog}
 			got, why := s.chooseStandby(context.Background(), &p, 20000)
 			if got != tt.want || !strings.Contains(why, tt.wantWhy) {
 				t.Errorf("chooseStandby = %s %q, want %s containing %q", got, why, tt.want, tt.wantWhy)

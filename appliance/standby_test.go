@@ -210,7 +210,7 @@ func TestStandbySurvivesADaemonRestart(t *testing.T) {
 	}
 	// A second Supervisor over the same state dir and units reads the
 	// standby back and checks it against the sleeping server.
-	sf := (&Supervisor{cfg: f.cfg, log: discardLog}).readStandby()
+	sf := readStandbyFile(f.cfg, discardLog)
 	if e, ok := sf.Units[f.cfg.Backends.VLLM.Unit]; !ok || e.Profile != "coder" || sf.ResidualMiB["coder"] == 0 {
 		t.Fatalf("standby.json after coder → llama: %+v", sf)
 	}

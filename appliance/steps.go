@@ -39,7 +39,7 @@ func (l *leg) stopOld(ctx context.Context) (string, map[string]any, error) {
 		if err != nil {
 			return "", nil, fmt.Errorf("stop %s: %w", b.unit, err)
 		}
-		s.clearStandby(b.unit)
+		s.standby.clear(b.unit)
 		names = append(names, b.unit)
 	}
 	return "stopped " + strings.Join(names, ", "), nil, nil
@@ -55,7 +55,7 @@ func (l *leg) waitVRAMReleased(ctx context.Context) (string, map[string]any, err
 	baseline := s.baseline
 	// Backends in standby keep their residual: the release is complete
 	// when everything else is back to the baseline.
-	asleep := s.standbyResidualsLocked()
+	asleep := s.standby.residualsSum()
 	s.mu.Unlock()
 	limit := baseline + s.cfg.GPU.ReleaseToleranceMiB + asleep
 	pl := newPoller(releasePollCap)

@@ -69,17 +69,13 @@ type Supervisor struct {
 	gen        uint64
 	lastSwitch *api.SwitchSummary
 	switches   uint64
-	// standby are the backend units in standby (unit → entry) and
-	// residuals the GPU memory each profile holds while in standby, as
-	// measured at its first sleep (standby.go; both persisted).
-	standby   map[string]standbyEntry
-	residuals map[string]uint64
-	// exclusion counts standby backends found above their residual.
-	exclusion exclusionStats
-	wake      wakeState   // verified wake's references and failures (wakecheck.go)
-	drift     driftStats  // the watcher's findings (watch.go)
-	verified  verifyState // when the active backend last passed a check (verify.go)
-	heal      healStats   // crashes of the active backend (heal.go)
+	// standby is who is in standby, the residuals measured and the
+	// exclusion violations found (standbybook.go; its own lock).
+	standby  standbyBook
+	wake     *wakeBook   // verified wake's references and failures (wakecheck.go)
+	drift    driftBook   // the watcher's findings (watch.go; its own lock)
+	verified verifyState // when the active backend last passed a check (verify.go)
+	heal     healStats   // crashes of the active backend (heal.go)
 	// activePID is the active unit's main process as first seen active
 	// after a switch (0 until then): another one without a switch is a
 	// restart behind gpuhost's back (heal.go).
@@ -87,7 +83,7 @@ type Supervisor struct {
 
 	telegram telegramSlot // the bot's status, for Status (SetTelegramStatus)
 	drainer  drainSlot    // the drain step's Drainer (SetDrainer; drain.go)
-	probes   probeSet     // the probe leases out now (probelease.go)
+	probes   probeLeases  // the probe leases out now (probelease.go)
 
 	// ready closes once Run has reconciled from systemd and started the
 	// restore switch, if any (see Ready).
@@ -178,10 +174,11 @@ func NewSupervisor(cfg *config.Config, gpu GPU, u Units, journal JournalFunc, lo
 		ready:   make(chan struct{}),
 	}
 	s.baseline = cfg.GPU.IdleBaselineMiB
+	s.probes.log = log
+	s.wake = newWakeBook(cfg.StateDir, log)
 	lw := s.readStateFile()
 	s.state.LastWanted, s.state.Paused = lw.Profile, lw.Paused
-	sf := s.readStandby()
-	s.standby, s.residuals = sf.Units, sf.ResidualMiB
+	s.standby = newStandbyBook(cfg, log)
 	return s
 }
 
@@ -410,12 +407,11 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 	} else {
 		var active []backendState
 		for _, b := range bs {
-			e, asleep := s.standby[b.unit]
+			e, asleep := s.standby.of(b.unit)
 			switch {
 			case asleep && (!b.status.Active() || b.profile != e.Profile):
 				// Stopped or restarted behind our back: no longer in standby.
-				delete(s.standby, b.unit)
-				s.writeStandbyLocked()
+				s.standby.clear(b.unit)
 				s.publishStandbyLostLocked(b, e)
 			case asleep:
 				continue // in standby: holds its residual, serves nothing
@@ -426,7 +422,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 		}
 		if l, ok := s.lostActiveLocked(prev, bs, active); ok {
 			next = healState(prev, l.profile, stepHealCheck)
-			next.Standby = s.standbyInfosLocked()
+			next.Standby = s.standby.infos()
 			s.bus.publish(api.Event{Kind: api.EventState, Profile: next.Target, Message: fmt.Sprintf("%s (%s) left active (%s, result %s) without gpuhost asking",
 				l.unit, l.profile, l.status.ActiveState, orDash(l.status.Result)), Detail: map[string]any{"phase": next.Phase, api.DetailUnit: l.unit}})
 			s.state = next
@@ -471,7 +467,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 				active[0].unit, active[0].status.ActiveState, active[1].unit, active[1].status.ActiveState)
 		}
 	}
-	next.Standby = s.standbyInfosLocked()
+	next.Standby = s.standby.infos()
 	if next.Phase != prev.Phase || next.Profile != prev.Profile || next.Unit != prev.Unit || next.Error != prev.Error {
 		next.Since = time.Now()
 		// The bus never takes s.mu, so publishing under it keeps the order
@@ -548,7 +544,7 @@ func (s *Supervisor) launch(r *switchRun) (string, <-chan error) {
 	s.current = r
 	s.activePID = 0
 	s.gen++
-	s.revokeProbesLocked()
+	s.probes.revoke()
 	s.state.Phase, s.state.Target, s.state.SwitchID, s.state.Step, s.state.Error = api.PhaseSwitching, p.Name, r.id, "starting", ""
 	s.state.Since = time.Now()
 	s.state.LastWanted, s.state.Paused = p.Name, ""
@@ -560,7 +556,7 @@ func (s *Supervisor) launch(r *switchRun) (string, <-chan error) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.awaitRevokedProbes()
+		s.probes.awaitRevoked()
 		err := r.run(s.baseCtx)
 		s.mu.Lock()
 		s.current = nil
@@ -613,9 +609,7 @@ func (s *Supervisor) failingChecks(ctx context.Context, p *units.Profile) []unit
 	if snap, err := s.snapshot(ctx); err == nil {
 		if d, ok := fitDevice(p, snap); ok {
 			facts = units.GPUFacts{TotalMiB: d.MemoryTotalMiB, Name: d.Name, Count: len(p.GPUs.Resolved())}
-			s.mu.Lock()
-			facts.ReservedMiB = reservedMiB(s.cfg, s.residuals, p)
-			s.mu.Unlock()
+			facts.ReservedMiB = reservedMiB(s.cfg, s.standby.residualsCopy(), p)
 		}
 	}
 	var out []units.Check
@@ -726,7 +720,7 @@ func (r *switchRun) run(ctx context.Context) error {
 		}
 	}
 	s.mu.Lock()
-	s.state = api.State{Phase: api.PhaseFailed, Error: failMsg, LastError: failMsg, Since: time.Now(), LastWanted: s.state.LastWanted, Standby: s.standbyInfosLocked()}
+	s.state = api.State{Phase: api.PhaseFailed, Error: failMsg, LastError: failMsg, Since: time.Now(), LastWanted: s.state.LastWanted, Standby: s.standby.infos()}
 	s.mu.Unlock()
 	r.event(api.Event{Kind: api.EventSwitch, Status: api.StatusFailed, Message: failMsg})
 	return errors.New(failMsg)
@@ -740,7 +734,7 @@ func (s *Supervisor) finish(p *units.Profile, lastErr string) {
 	s.verified.at, s.verified.profile = time.Now(), p.Name
 	s.state = api.State{
 		Phase: api.PhaseActive, Profile: p.Name, Backend: p.Backend, Unit: s.cfg.BackendFor(p.Backend).Unit,
-		Since: time.Now(), LastWanted: s.state.LastWanted, LastError: lastErr, Standby: s.standbyInfosLocked(),
+		Since: time.Now(), LastWanted: s.state.LastWanted, LastError: lastErr, Standby: s.standby.infos(),
 	}
 	if lastErr == "" {
 		s.state.LastError = ""
@@ -816,7 +810,7 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 			// A backend that cannot wake is started afresh: slower, as
 			// without standby, but the switch still gets there.
 			r.cleanup(l.unit)
-			r.s.clearStandby(l.unit)
+			r.s.standby.clear(l.unit)
 			l.running, l.wake = false, false
 		} else if l.afterWake(ctx) { // verified wake (wakecheck.go); else cold
 			return nil
@@ -867,7 +861,7 @@ func (r *switchRun) plan(ctx context.Context, p *units.Profile) (*leg, error) {
 		if !b.status.Active() {
 			continue
 		}
-		_, asleep := s.standbyOf(b.unit)
+		_, asleep := s.standby.of(b.unit)
 		if b.unit == l.unit && b.profile == p.Name && b.status.ActiveState != "deactivating" {
 			l.running = true
 			// Asleep without gpuhost's record (a hand /sleep): woken too.

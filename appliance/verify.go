@@ -96,7 +96,7 @@ func (s *Supervisor) verifyIfDue(ctx context.Context) {
 	if st.Phase != api.PhaseActive || st.Step != "" || p == nil || !due || s.inFlight(p.Name) > 0 {
 		return
 	}
-	if _, asleep := s.standbyOf(st.Unit); asleep {
+	if _, asleep := s.standby.of(st.Unit); asleep {
 		return
 	}
 	if !s.verified.running.CompareAndSwap(false, true) {
@@ -148,7 +148,7 @@ func (s *Supervisor) verifyActive(ctx context.Context, b backendState, p *units.
 		s.switchMu.Unlock()
 		return
 	}
-	if _, rec := s.standbyOf(b.unit); rec {
+	if _, rec := s.standby.of(b.unit); rec {
 		s.switchMu.Unlock()
 		return
 	}
@@ -168,9 +168,7 @@ func (s *Supervisor) awaitRestore(msg string, done <-chan error) {
 	go func() {
 		defer s.wg.Done()
 		if err := <-done; err != nil {
-			s.mu.Lock()
-			s.drift.unresolved = msg + "restoring it failed: " + err.Error()
-			s.mu.Unlock()
+			s.drift.setUnresolved(msg + "restoring it failed: " + err.Error())
 		}
 	}()
 }

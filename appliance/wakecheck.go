@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -98,9 +99,14 @@ type wakeRef struct {
 	Version string `json:"version,omitempty"`
 }
 
-// wakeState holds the references (wake_check.json in the state dir) and
-// the failures counted, for the doctor.
-type wakeState struct {
+// wakeBook holds the verified wake's references (wake_check.json in the
+// state dir, read once) and the failed checks counted, for the doctor and
+// the status. Its lock is its own: a check reads and records references
+// while the switch engine's state lock is free.
+type wakeBook struct {
+	path string
+	log  *slog.Logger
+
 	mu       sync.Mutex
 	refs     map[string]wakeRef
 	loaded   bool
@@ -109,45 +115,60 @@ type wakeState struct {
 	lastMsg  string
 }
 
-func (s *Supervisor) wakeRefPath() string { return filepath.Join(s.cfg.StateDir, "wake_check.json") }
+func newWakeBook(stateDir string, log *slog.Logger) *wakeBook {
+	return &wakeBook{path: filepath.Join(stateDir, "wake_check.json"), log: log}
+}
 
-// wakeRefOf returns p's reference (ok false when none), reading the file
-// once.
-func (s *Supervisor) wakeRefOf(p string) (wakeRef, bool) {
-	w := &s.wake
+// loadLocked reads the file once; w.mu is held.
+func (w *wakeBook) loadLocked() {
+	if w.loaded {
+		return
+	}
+	w.loaded, w.refs = true, map[string]wakeRef{}
+	if data, err := os.ReadFile(w.path); err == nil {
+		if err := json.Unmarshal(data, &w.refs); err != nil {
+			w.log.Warn("ignoring unreadable wake check file", "file", w.path, "err", err)
+			w.refs = map[string]wakeRef{}
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		w.log.Warn("ignoring unreadable wake check file", "file", w.path, "err", err)
+	}
+}
+
+// ref returns p's reference (ok false when none).
+func (w *wakeBook) ref(p string) (wakeRef, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.loaded {
-		w.loaded, w.refs = true, map[string]wakeRef{}
-		if data, err := os.ReadFile(s.wakeRefPath()); err == nil {
-			if err := json.Unmarshal(data, &w.refs); err != nil {
-				s.log.Warn("ignoring unreadable wake check file", "file", s.wakeRefPath(), "err", err)
-				w.refs = map[string]wakeRef{}
-			}
-		} else if !errors.Is(err, os.ErrNotExist) {
-			s.log.Warn("ignoring unreadable wake check file", "file", s.wakeRefPath(), "err", err)
-		}
-	}
+	w.loadLocked()
 	r, ok := w.refs[p]
 	return r, ok
 }
 
-func (s *Supervisor) setWakeRef(p string, r wakeRef) {
-	s.wakeRefOf(p) // loads the file first
-	w := &s.wake
+// setRef records p's reference and writes the file.
+func (w *wakeBook) setRef(p string, r wakeRef) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.loadLocked()
 	w.refs[p] = r
 	data, _ := json.MarshalIndent(w.refs, "", "  ")
-	if err := atomicfile.Write(s.wakeRefPath(), append(data, '\n'), 0o644); err != nil {
-		s.log.Error("persist wake check reference", "err", err)
+	if err := atomicfile.Write(w.path, append(data, '\n'), 0o644); err != nil {
+		w.log.Error("persist wake check reference", "err", err)
 	}
 }
 
-// WakeFailures reports the failed wake checks by reason and the last one,
-// for the doctor and the status.
-func (s *Supervisor) WakeFailures() (byReason map[string]uint64, last time.Time, lastMsg string) {
-	w := &s.wake
+// failed counts a failed check of profile p.
+func (w *wakeBook) failed(p, reason, msg string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failures == nil {
+		w.failures = map[string]uint64{}
+	}
+	w.failures[reason]++
+	w.last, w.lastMsg = time.Now(), p+": "+msg
+}
+
+// failuresSeen reports the failed checks by reason and the last one.
+func (w *wakeBook) failuresSeen() (byReason map[string]uint64, last time.Time, lastMsg string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := make(map[string]uint64, len(w.failures))
@@ -155,6 +176,12 @@ func (s *Supervisor) WakeFailures() (byReason map[string]uint64, last time.Time,
 		out[k] = v
 	}
 	return out, w.last, w.lastMsg
+}
+
+// WakeFailures reports the failed wake checks by reason and the last one,
+// for the doctor and the status.
+func (s *Supervisor) WakeFailures() (byReason map[string]uint64, last time.Time, lastMsg string) {
+	return s.wake.failuresSeen()
 }
 
 // wakeKey is what the known prompt's answer depends on.
@@ -212,7 +239,7 @@ func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold, wi
 	ctx, cancel := context.WithTimeout(ctx, wakeCheckTimeout)
 	defer cancel()
 	t0 := time.Now()
-	ref, known := s.wakeRefOf(p.Name)
+	ref, known := s.wake.ref(p.Name)
 	known = known && ref.Key == s.wakeKey(p)
 	tools := wantsToolCheck(p) && (cold || (withTools && ref.ToolsOK))
 	ver, keep := "", false
@@ -291,7 +318,7 @@ func (s *Supervisor) recordCold(p *units.Profile, ref wakeRef, known bool, obs w
 	if obs.tps == 0 && known {
 		next.DecodeTPS = ref.DecodeTPS
 	}
-	s.setWakeRef(p.Name, next)
+	s.wake.setRef(p.Name, next)
 	return msg
 }
 
@@ -364,14 +391,7 @@ func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
 
 // wakeFailed counts and publishes a failed check.
 func (s *Supervisor) wakeFailed(r *switchRun, p *units.Profile, reason, msg string, cold bool) {
-	w := &s.wake
-	w.mu.Lock()
-	if w.failures == nil {
-		w.failures = map[string]uint64{}
-	}
-	w.failures[reason]++
-	w.last, w.lastMsg = time.Now(), p.Name+": "+msg
-	w.mu.Unlock()
+	s.wake.failed(p.Name, reason, msg)
 	text := fmt.Sprintf("%s woke wrong (%s): %s; restarting it cold", p.Name, reason, msg)
 	switch {
 	case cold:
@@ -521,7 +541,7 @@ func (l *leg) afterWake(ctx context.Context) bool {
 		r.s.wakeFailed(r, l.p, wakeReasonReady, err.Error(), false)
 	}
 	r.cleanup(l.unit)
-	r.s.clearStandby(l.unit)
+	r.s.standby.clear(l.unit)
 	l.running, l.wake = false, false
 	return false
 }

@@ -165,12 +165,12 @@ func TestColdStartKeepsTheReference(t *testing.T) {
 	}
 	for _, tt := range tests {
 		if tt.version != "-" {
-			ref, ok := f.sup.wakeRefOf("coder")
+			ref, ok := f.sup.wake.ref("coder")
 			if !ok {
 				t.Fatalf("%s: no reference", tt.name)
 			}
 			ref.Version = tt.version
-			f.sup.setWakeRef("coder", ref)
+			f.sup.wake.setRef("coder", ref)
 		}
 		e := coldCheck()
 		if kept := e.Detail["reference_kept"] == true; kept != tt.kept {
@@ -184,7 +184,7 @@ func TestColdStartKeepsTheReference(t *testing.T) {
 		if !tt.kept && !strings.Contains(e.Message, "tool call: structured") {
 			t.Errorf("%s: no tool round trip when measuring: %s", tt.name, e.Message)
 		}
-		ref, _ := f.sup.wakeRefOf("coder")
+		ref, _ := f.sup.wake.ref("coder")
 		if ref.Version == "" || ref.Version != e.Detail["version"] || ref.DecodeTPS <= 0 {
 			t.Errorf("%s: reference after the cold start: %+v (check's version %v)", tt.name, ref, e.Detail["version"])
 		}

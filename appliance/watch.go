@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"gpuhost/api"
@@ -47,8 +48,10 @@ const (
 	driftSeveral      = "several_active" // several units run and none is active (heal.go)
 )
 
-// driftStats counts the watcher's findings, for the doctor.
-type driftStats struct {
+// driftBook counts the watcher's findings, for the doctor and the
+// metrics. Its lock is its own; it calls out of nothing.
+type driftBook struct {
+	mu      sync.Mutex
 	byKind  map[string]uint64
 	last    time.Time
 	lastMsg string
@@ -57,33 +60,50 @@ type driftStats struct {
 	unresolved string
 }
 
+// note counts a finding; fixed false leaves it unresolved.
+func (d *driftBook) note(kind, msg string, fixed bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.byKind == nil {
+		d.byKind = map[string]uint64{}
+	}
+	d.byKind[kind]++
+	d.last, d.lastMsg = time.Now(), msg
+	if fixed {
+		d.unresolved = ""
+	} else {
+		d.unresolved = msg
+	}
+}
+
+// setUnresolved leaves msg unresolved for the doctor.
+func (d *driftBook) setUnresolved(msg string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.unresolved = msg
+}
+
+// seen reports the findings by kind, the last one, and what is unresolved.
+func (d *driftBook) seen() (byKind map[string]uint64, last time.Time, lastMsg, unresolved string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]uint64, len(d.byKind))
+	for k, v := range d.byKind {
+		out[k] = v
+	}
+	return out, d.last, d.lastMsg, d.unresolved
+}
+
 // Drift reports the watcher's findings by kind, the last one, and what it
 // could not put right ("" when nothing).
 func (s *Supervisor) Drift() (byKind map[string]uint64, last time.Time, lastMsg, unresolved string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]uint64, len(s.drift.byKind))
-	for k, v := range s.drift.byKind {
-		out[k] = v
-	}
-	return out, s.drift.last, s.drift.lastMsg, s.drift.unresolved
+	return s.drift.seen()
 }
 
 // noteDrift counts a finding and publishes it. fixed false leaves it
 // unresolved for the doctor.
 func (s *Supervisor) noteDrift(kind string, eventKind api.EventKind, profile, msg string, fixed bool, detail map[string]any) {
-	s.mu.Lock()
-	if s.drift.byKind == nil {
-		s.drift.byKind = map[string]uint64{}
-	}
-	s.drift.byKind[kind]++
-	s.drift.last, s.drift.lastMsg = time.Now(), msg
-	if fixed {
-		s.drift.unresolved = ""
-	} else {
-		s.drift.unresolved = msg
-	}
-	s.mu.Unlock()
+	s.drift.note(kind, msg, fixed)
 	if detail == nil {
 		detail = map[string]any{}
 	}
@@ -110,7 +130,7 @@ func (s *Supervisor) watchBackends(ctx context.Context) {
 		if !b.status.Active() {
 			continue
 		}
-		if _, asleep := s.standbyOf(b.unit); asleep {
+		if _, asleep := s.standby.of(b.unit); asleep {
 			continue
 		}
 		if b.unit == st.Unit && b.profile == st.Profile {
@@ -133,7 +153,7 @@ func (s *Supervisor) watchBackends(ctx context.Context) {
 // handleStray adopts, puts into standby, or stops a unit that runs beside
 // the active one; switchMu is held.
 func (s *Supervisor) handleStray(ctx context.Context, b backendState, active api.State) {
-	if cur, ok := s.standbyOf(b.unit); ok && cur.Profile == b.profile {
+	if cur, ok := s.standby.of(b.unit); ok && cur.Profile == b.profile {
 		return // a switch put it there meanwhile
 	}
 	s.mu.Lock()
@@ -201,11 +221,11 @@ func (s *Supervisor) adopt(ctx context.Context, p *units.Profile, b backendState
 		if _, err := sl.Sleep(cctx, modeLevel(mode)); err != nil {
 			return "putting it into standby failed: " + err.Error(), false, false
 		}
-	} else if _, known := s.residualOf(p.Name); !known {
+	} else if _, known := s.standby.residualOf(p.Name); !known {
 		from = 0 // asleep already: its first steady reading is the residual
 	}
 	reslept := false
-	if known, ok := s.residualOf(p.Name); asleep && ok && s.unitHeldMiB(cctx, b.status) > known+residualToleranceMiB {
+	if known, ok := s.standby.residualOf(p.Name); asleep && ok && s.unitHeldMiB(cctx, b.status) > known+residualToleranceMiB {
 		// Asleep a moment ago, above its residual now: something loaded
 		// into it right after it started (a hand request through its
 		// socket). Put it back to sleep at once.
@@ -227,7 +247,7 @@ func (s *Supervisor) adopt(ctx context.Context, p *units.Profile, b backendState
 	if err != nil {
 		return "not at its residual: " + err.Error(), false, false
 	}
-	s.setStandby(b.unit, standbyEntry{Profile: p.Name, Mode: mode, Since: time.Now()})
+	s.standby.set(b.unit, standbyEntry{Profile: p.Name, Mode: mode, Since: time.Now()})
 	how := "adopted into standby"
 	if reslept {
 		how = "it took memory while being adopted: put back into standby and adopted"
@@ -263,7 +283,7 @@ func (s *Supervisor) watchActive(ctx context.Context, b backendState) {
 		s.switchMu.Unlock()
 		return
 	}
-	if _, rec := s.standbyOf(b.unit); rec {
+	if _, rec := s.standby.of(b.unit); rec {
 		s.switchMu.Unlock()
 		return
 	}
