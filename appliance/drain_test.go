@@ -42,10 +42,11 @@ func (d *recordingDrainer) Drain(ctx context.Context, profiles []string, timeout
 // step reports the counts. A switch that takes nothing away has no drain
 // step, nor has a rollback (no request reached the failed target).
 func TestSwitchDrainStep(t *testing.T) {
-	f := newProcFixture(t, "10ms")
+	f := newProcFixture(t, "10ms", func(c *config.Config) {
+		*c.Switch.DrainTimeout = config.Duration(3 * time.Second)
+	})
 	d := &recordingDrainer{sup: f.sup, drained: 2, cut: 1}
 	f.sup.SetDrainer(d)
-	*f.cfg.Switch.DrainTimeout = config.Duration(3 * time.Second)
 
 	evs, err := f.switchTo(t, "llama")
 	if err != nil {

@@ -26,16 +26,18 @@ type procFixture struct {
 	done   chan error
 }
 
-func newProcFixture(t *testing.T, vllmLoad string) *procFixture {
+func newProcFixture(t *testing.T, vllmLoad string, tune ...func(*config.Config)) *procFixture {
 	t.Helper()
 	return newProcFixtureYAML(t, func(bin, state string) string {
 		return testConfigYAML(bin, state, "process", "", testkit.FreePort(t), testkit.FreePort(t), vllmLoad)
-	})
+	}, tune...)
 }
 
 // newProcFixtureYAML is newProcFixture with the config text made by yaml
-// from the gpuhost binary and the state directory.
-func newProcFixtureYAML(t testing.TB, yaml func(bin, state string) string) *procFixture {
+// from the gpuhost binary and the state directory. Each tune changes the
+// parsed config before the Supervisor starts: its goroutines read the
+// config, so a test must not change it once Run is running.
+func newProcFixtureYAML(t testing.TB, yaml func(bin, state string) string, tune ...func(*config.Config)) *procFixture {
 	t.Helper()
 	bin := gpuhostBinary(t)
 	state := t.TempDir()
@@ -44,6 +46,9 @@ func newProcFixtureYAML(t testing.TB, yaml func(bin, state string) string) *proc
 		t.Fatal(err)
 	}
 	*cfg.Switch.RestoreOnBoot = false
+	for _, f := range tune {
+		f(cfg)
+	}
 	gpu, closeGPU, err := OpenGPU(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -249,9 +254,10 @@ func TestCrashWhileLoadingRollsBackWithJournal(t *testing.T) {
 }
 
 func TestVRAMHeldByForeignProcessTimesOut(t *testing.T) {
-	f := newProcFixture(t, "10ms")
-	*f.cfg.Switch.Rollback = false
-	f.cfg.GPU.ReleaseTimeout = config.Duration(300 * time.Millisecond)
+	f := newProcFixture(t, "10ms", func(c *config.Config) {
+		*c.Switch.Rollback = false
+		c.GPU.ReleaseTimeout = config.Duration(300 * time.Millisecond)
+	})
 	// A foreign process holds 20 GiB in the simulated GPU.
 	cmd := startSleeper(t)
 	if err := nvml.WriteClaim(f.cfg.GPU.SimDir, nvml.Claim{PID: cmd.Process.Pid, MiB: 20480, Name: "foreign"}); err != nil {
