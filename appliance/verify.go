@@ -117,6 +117,10 @@ func (s *Supervisor) verifyActive(ctx context.Context, b backendState, p *units.
 	if p.StandbyEnabled() && s.engineSleeping(ctx, p) {
 		return // asleep or unloaded by hand: the watcher's look restores it
 	}
+	before := s.unitNow(ctx, b.unit)
+	if before.ActiveState != "active" {
+		return // stopping or starting: Reconcile follows it
+	}
 	lctx, release, err := s.LeaseProbe(ctx, p.Name)
 	if err != nil {
 		return // switching, or in standby: the next look decides
@@ -149,6 +153,14 @@ func (s *Supervisor) verifyActive(ctx context.Context, b backendState, p *units.
 		return
 	}
 	if _, rec := s.standbyOf(b.unit); rec {
+		s.switchMu.Unlock()
+		return
+	}
+	if now := s.unitNow(ctx, b.unit); now.ActiveState != "active" || now.MainPID != before.MainPID {
+		// Stopped or restarted while it answered (a hand `systemctl
+		// stop`, or another unit started by hand that Conflicts= stopped
+		// it for): a hand action, which Reconcile and heal follow; a
+		// restart here would fight the operator.
 		s.switchMu.Unlock()
 		return
 	}
