@@ -90,7 +90,13 @@ func (s *Supervisor) verifyIfDue(ctx context.Context) {
 	}
 	s.mu.Lock()
 	st := s.state
-	due := s.verified.profile != st.Profile || time.Since(s.verified.at) >= every
+	if st.Phase == api.PhaseActive && st.Step == "" && s.verified.profile != st.Profile {
+		// Active without a switch that proved it (a unit started by hand,
+		// which Reconcile follows): it may still be loading, so its first
+		// check comes one interval from now, as after a switch.
+		s.verified.at, s.verified.profile = time.Now(), st.Profile
+	}
+	due := time.Since(s.verified.at) >= every
 	s.mu.Unlock()
 	p := s.cfg.Profiles[st.Profile]
 	if st.Phase != api.PhaseActive || st.Step != "" || p == nil || !due || s.inFlight(p.Name) > 0 {
