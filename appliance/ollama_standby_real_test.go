@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +47,12 @@ func TestRealOllamaStandby(t *testing.T) {
 		t.Fatalf("/api/ps after the cold switch: %+v", ps)
 	}
 	realOllamaGenerate(t, e, port, 8)
+	// The real Ollama decodes on the CPU (it holds no memory in the
+	// simulated GPU): its reference says so, and a slow answer on a busy
+	// host is not held against it.
+	if ref := readWakeRef(t, e, "tiny"); !ref.CPUOnly || ref.DecodeTPS <= 0 {
+		t.Errorf("tiny's wake check reference: %+v, want cpu_only and a rate", ref)
+	}
 	cold := stepMS(evs, "start") + stepMS(evs, "ready") + stepMS(evs, "load_model")
 	t.Logf("cold switch to tiny: start %.1f ms + ready %.1f ms + load_model %.1f ms = %.1f ms (switch %.1f ms)",
 		stepMS(evs, "start"), stepMS(evs, "ready"), stepMS(evs, "load_model"), cold, switchMS(evs))
@@ -130,6 +138,20 @@ func TestRealOllamaStandby(t *testing.T) {
 	wake := stepMS(evs, "wake")
 	t.Logf("unload (standby step) %.1f ms; release of the stopped coder %.1f ms; wake (load into the running server) %.1f ms + ready %.1f ms vs cold start+ready+load_model %.1f ms (%.1fx); switch back %.1f ms",
 		unload, stepMS(evs, "vram_release"), wake, stepMS(evs, "ready"), cold, cold/max(wake, 0.001), switchMS(evs))
+}
+
+// readWakeRef is profile's wake check reference in the daemon's state.
+func readWakeRef(t *testing.T, e *e2e, profile string) wakeRef {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(e.cfg.StateDir, "wake_check.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs map[string]wakeRef
+	if err := json.Unmarshal(data, &refs); err != nil {
+		t.Fatalf("wake_check.json: %v", err)
+	}
+	return refs[profile]
 }
 
 // mainPID is the unit's MainPID as systemd reports it.

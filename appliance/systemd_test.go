@@ -146,6 +146,30 @@ func (e *e2e) waitState(t testing.TB, what string, timeout time.Duration, ok fun
 	return last
 }
 
+// logOnFailure logs, when t fails, the daemon's events after seq and PID
+// 1's start and stop lines of the backend units: what gpuhost decided and
+// what systemd did, in order.
+func (e *e2e) logOnFailure(t *testing.T, seq uint64) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = e.client.Events(ctx, fmt.Sprintf("/api/events?since=%d", seq), func(ev api.Event) bool {
+			t.Logf("event %s %s %s %s %s: %s", ev.Time.Format("15:04:05.000"), ev.Kind, ev.Step, ev.Status, ev.Profile, ev.Message)
+			return true
+		})
+		evs, err := e.sd.UnitEvents(context.Background(), e.cfg.Backends.VLLM.Unit, e.cfg.Backends.Ollama.Unit)
+		if err != nil {
+			t.Logf("PID 1's journal: %v", err)
+		}
+		for _, ev := range evs {
+			t.Logf("PID 1: %s", ev)
+		}
+	})
+}
+
 // checkJournal checks the exclusion on PID 1's own journal: no backend
 // unit's start began while another backend unit had not finished stopping.
 // The journal has no blind spots between samples, so unlike the sampler its
@@ -344,11 +368,18 @@ func TestSamplerChild(t *testing.T) {
 }
 
 func TestSystemdEndToEnd(t *testing.T) {
-	e := startE2E(t, "1500ms")
+	// The periodic verify runs every 3 s (a look every 1.5 s; twice the
+	// simulated vLLM's load, so a unit started by hand has loaded by its
+	// first check), so checks run among the hand actions below: a hand
+	// action must not read as a failed check.
+	e := startE2EWith(t, "1500ms", t.TempDir(), func(y string) string {
+		return strings.Replace(y, "  release_timeout: 20s\n", "  release_timeout: 20s\n  verify_interval: 3s\n", 1)
+	}, nil)
 
 	t.Run("rendered units conflict", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
+		e.logOnFailure(t, e.lastSeq(t))
 		// Without gpuhost's help: systemd's Conflicts= alone. The units
 		// read the environment files gpuhost would have written.
 		for _, p := range []string{"coder", "llama"} {
@@ -416,6 +447,7 @@ func TestSystemdEndToEnd(t *testing.T) {
 
 	t.Run("switch vllm-ollama-vllm never runs two backends", func(t *testing.T) {
 		before := e.checkJournal(t, 0)
+		e.logOnFailure(t, 0)
 		s := startSampler(t, e)
 		for _, p := range []string{"coder", "llama", "coder"} {
 			evs := e.switchTo(t, p)
@@ -448,6 +480,7 @@ func TestSystemdEndToEnd(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		before := e.checkJournal(t, 0)
+		e.logOnFailure(t, e.lastSeq(t))
 		if out, err := e.sd.Systemctl(ctx, "start", e.cfg.Backends.Ollama.Unit); err != nil {
 			t.Fatalf("%v %s", err, out)
 		}

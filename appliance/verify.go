@@ -90,7 +90,13 @@ func (s *Supervisor) verifyIfDue(ctx context.Context) {
 	}
 	s.mu.Lock()
 	st := s.state
-	due := s.verified.profile != st.Profile || time.Since(s.verified.at) >= every
+	if st.Phase == api.PhaseActive && st.Step == "" && s.verified.profile != st.Profile {
+		// Active without a switch that proved it (a unit started by hand,
+		// which Reconcile follows): it may still be loading, so its first
+		// check comes one interval from now, as after a switch.
+		s.verified.at, s.verified.profile = time.Now(), st.Profile
+	}
+	due := time.Since(s.verified.at) >= every
 	s.mu.Unlock()
 	p := s.cfg.Profiles[st.Profile]
 	if st.Phase != api.PhaseActive || st.Step != "" || p == nil || !due || s.inFlight(p.Name) > 0 {
@@ -116,6 +122,10 @@ func (s *Supervisor) verifyIfDue(ctx context.Context) {
 func (s *Supervisor) verifyActive(ctx context.Context, b backendState, p *units.Profile) {
 	if p.StandbyEnabled() && s.engineSleeping(ctx, p) {
 		return // asleep or unloaded by hand: the watcher's look restores it
+	}
+	before := s.unitNow(ctx, b.unit)
+	if before.ActiveState != "active" {
+		return // stopping or starting: Reconcile follows it
 	}
 	lctx, release, err := s.LeaseProbe(ctx, p.Name)
 	if err != nil {
@@ -149,6 +159,14 @@ func (s *Supervisor) verifyActive(ctx context.Context, b backendState, p *units.
 		return
 	}
 	if _, rec := s.standby.of(b.unit); rec {
+		s.switchMu.Unlock()
+		return
+	}
+	if now := s.unitNow(ctx, b.unit); now.ActiveState != "active" || now.MainPID != before.MainPID {
+		// Stopped or restarted while it answered (a hand `systemctl
+		// stop`, or another unit started by hand that Conflicts= stopped
+		// it for): a hand action, which Reconcile and heal follow; a
+		// restart here would fight the operator.
 		s.switchMu.Unlock()
 		return
 	}

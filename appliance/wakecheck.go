@@ -97,6 +97,10 @@ type wakeRef struct {
 	// Version is the engine's version and the GPU driver's when the rate
 	// was measured ("" in files from before it was kept: measured again).
 	Version string `json:"version,omitempty"`
+	// CPUOnly: NVML read no GPU memory held by the engine's unit when the
+	// rate was measured, so it decoded on the host's CPUs (see
+	// rateComparable).
+	CPUOnly bool `json:"cpu_only,omitempty"`
 }
 
 // wakeBook holds the verified wake's references (wake_check.json in the
@@ -199,6 +203,7 @@ func wantsToolCheck(p *units.Profile) bool {
 
 // wakeObs is what one check saw.
 type wakeObs struct {
+	cpuOnly bool // the engine held no GPU memory (cold starts only)
 	answer  string
 	tps     float64       // 0 when fewer than two tokens came
 	decode  time.Duration // first token to last
@@ -274,6 +279,8 @@ func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold, wi
 		}
 		obs.tps = long.tps
 		detail["decode_tps"] = round1(obs.tps)
+		held, read := s.engineGPUMiB(ctx, p)
+		obs.cpuOnly = read && held == 0
 		return s.recordCold(p, ref, known, obs, ver, detail), "", detail
 	}
 	if !known {
@@ -285,6 +292,10 @@ func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold, wi
 	}
 	if tools && !obs.toolsOK {
 		return "tool-call round trip: " + obs.tools, wakeReasonTools, detail
+	}
+	if slow(ref, obs) && !s.rateComparable(ctx, p, ref) {
+		detail["rate_compared"] = false
+		return fmt.Sprintf("answer as recorded; %.1f tokens/s not compared with the cold start's %.1f: the engine holds no GPU memory, so its decode rate is the host's CPU load", obs.tps, ref.DecodeTPS), "", detail
 	}
 	if slow(ref, obs) {
 		// Once more, longer, before it counts: a busy host delays a token
@@ -311,7 +322,10 @@ func (s *Supervisor) recordCold(p *units.Profile, ref wakeRef, known bool, obs w
 		msg += fmt.Sprintf(" (the cold start before answered %q; renewed)", ref.Answer)
 		detail["previous_answer"] = ref.Answer
 	}
-	next := wakeRef{Key: s.wakeKey(p), Answer: obs.answer, DecodeTPS: obs.tps, ToolsOK: obs.toolsOK, RecordedAt: time.Now().UTC(), Version: version}
+	next := wakeRef{Key: s.wakeKey(p), Answer: obs.answer, DecodeTPS: obs.tps, ToolsOK: obs.toolsOK, RecordedAt: time.Now().UTC(), Version: version, CPUOnly: obs.cpuOnly}
+	if obs.cpuOnly {
+		msg += " (on the CPU: the engine holds no GPU memory)"
+	}
 	if known && ref.Answer == obs.answer {
 		next.RecordedAt = ref.RecordedAt
 	}
@@ -368,6 +382,36 @@ func (s *Supervisor) engineVersion(ctx context.Context, p *units.Profile) string
 		return ""
 	}
 	return fmt.Sprintf("%s %s, driver %s", p.Backend, v.Version, snap.DriverVersion)
+}
+
+// rateComparable: a slow answer counts against the reference unless the
+// engine ran on the host's CPUs both when the reference was measured and
+// now (NVML reads no GPU memory held by its unit). A CPU-bound decode
+// shares the cores with everything else on the host, so its rate is the
+// host's load, not the engine's health, and restarting it cold mends
+// nothing. An engine that held GPU memory at its cold start and holds none
+// now (a model that fell back to the CPU) is still compared; an NVML
+// reading that fails compares too.
+func (s *Supervisor) rateComparable(ctx context.Context, p *units.Profile, ref wakeRef) bool {
+	if !ref.CPUOnly {
+		return true
+	}
+	held, read := s.engineGPUMiB(ctx, p)
+	return !read || held > 0
+}
+
+// engineGPUMiB is the GPU memory the processes of p's backend unit hold;
+// read is false when the unit or NVML could not be read.
+func (s *Supervisor) engineGPUMiB(ctx context.Context, p *units.Profile) (mib uint64, read bool) {
+	st := s.unitNow(ctx, s.cfg.BackendFor(p.Backend).Unit)
+	if st.Result == "unreadable" {
+		return 0, false
+	}
+	snap, err := s.snapshot(ctx)
+	if err != nil {
+		return 0, false
+	}
+	return unitUsedOn(snap.Devices, st), true
 }
 
 // slow: the answer decoded below the tolerance of the cold rate, and late

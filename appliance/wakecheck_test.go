@@ -129,6 +129,47 @@ func TestVerifiedWakeFaults(t *testing.T) {
 	}
 }
 
+// TestRateNotComparedOnTheCPU: the rate is left out only when the engine
+// ran on the CPU (no GPU memory held by its unit) at the cold start that
+// measured the reference and does now. A reference marked CPU-only does
+// not excuse an engine that holds GPU memory: the simulated vLLM, held to
+// a rate it cannot reach, still fails with reason rate.
+func TestRateNotComparedOnTheCPU(t *testing.T) {
+	f := newProcFixtureYAML(t, wakeFaultYAML(t, "")) // coder at 100 tokens/s: a slow answer is late beyond the slack
+	awaitReconciled(t, f.sup)
+	if evs, err := f.switchTo(t, "coder"); err != nil {
+		t.Fatalf("switch to coder: %v\n%s", err, describe(evs))
+	}
+	ctx := context.Background()
+	if held, read := f.sup.engineGPUMiB(ctx, f.cfg.Profiles["coder"]); !read || held == 0 {
+		t.Fatalf("the running simulated vLLM holds %d MiB (read %v), want some", held, read)
+	}
+	tests := []struct {
+		profile string // coder runs and holds GPU memory; llama's unit is stopped and holds none
+		cpuOnly bool
+		want    bool
+	}{
+		{"coder", false, true},
+		{"coder", true, true},
+		{"llama", false, true},
+		{"llama", true, false},
+	}
+	for _, tt := range tests {
+		if got := f.sup.rateComparable(ctx, f.cfg.Profiles[tt.profile], wakeRef{CPUOnly: tt.cpuOnly}); got != tt.want {
+			t.Errorf("%s with a reference cpu_only=%v: compared %v, want %v", tt.profile, tt.cpuOnly, got, tt.want)
+		}
+	}
+	ref, ok := f.sup.wake.ref("coder")
+	if !ok || ref.CPUOnly {
+		t.Fatalf("coder's reference after a cold start with GPU memory held: %+v", ref)
+	}
+	ref.CPUOnly, ref.DecodeTPS = true, 1e6
+	f.sup.wake.setRef("coder", ref)
+	if msg, reason, _ := f.sup.checkServes(ctx, f.cfg.Profiles["coder"], false, false); reason != wakeReasonRate {
+		t.Errorf("a GPU engine held to 1e6 tokens/s by a CPU-only reference: %q (reason %q), want reason %s", msg, reason, wakeReasonRate)
+	}
+}
+
 // TestColdStartKeepsTheReference: the first cold start of a profile
 // measures the reference rate over the long answer and records the engine
 // and driver version; a later cold start on the same versions that answers
