@@ -227,9 +227,7 @@ func (s *Supervisor) observe(ctx context.Context, p *units.Profile, tools bool, 
 	}
 	var err error
 	obs.answer, obs.n, obs.decode, err = knownPrompt(ctx, s.client, base, p.ServedModelName(), tokens)
-	if obs.n > 1 && obs.decode > 0 {
-		obs.tps = float64(obs.n-1) / obs.decode.Seconds()
-	}
+	obs.tps = decodeRate(obs.n, obs.decode)
 	wg.Wait()
 	return obs, err
 }
@@ -445,6 +443,27 @@ func (s *Supervisor) wakeFailed(r *switchRun, p *units.Profile, reason, msg stri
 	}
 	r.event(api.Event{Kind: api.EventWakeCheck, Status: api.StatusFailed, Profile: p.Name, Message: text,
 		Detail: map[string]any{api.DetailReason: reason, "cold": cold}})
+}
+
+// maxMeasurableTPS: above this one stream's decode rate is not a
+// measurement. No engine decodes one sequence that fast; a busy host that
+// reads the whole answer in one burst makes the span between the first and
+// the last token microseconds long (521,166 tokens/s was seen), and such a
+// reference would fail every later check on its rate.
+const maxMeasurableTPS = 5000
+
+// decodeRate is n tokens' rate over the span from the first to the last;
+// 0 (not measured) for fewer than two tokens or a span too short to time
+// the engine.
+func decodeRate(n int, span time.Duration) float64 {
+	if n < 2 || span <= 0 {
+		return 0
+	}
+	tps := float64(n-1) / span.Seconds()
+	if tps > maxMeasurableTPS {
+		return 0
+	}
+	return tps
 }
 
 // knownPrompt streams the known prompt and returns the answer and its

@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -264,5 +265,25 @@ func TestWakeCheckToolsByLevel(t *testing.T) {
 				t.Errorf("tool round trip after a %s wake = %v, want %v: %s", tt.standby, got, tt.tools, e.Message)
 			}
 		})
+	}
+}
+
+// TestDecodeRateRefusesABurst: a reference measured from an answer read in
+// one burst is no rate (it would fail every later check on its rate).
+func TestDecodeRateRefusesABurst(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		span time.Duration
+		want float64
+	}{
+		{32, 62 * time.Millisecond, 31 / 0.062},
+		{32, 310 * time.Millisecond, 100},
+		{32, 59 * time.Microsecond, 0}, // 521,186 tokens/s: one burst
+		{1, time.Second, 0},
+		{32, 0, 0},
+	} {
+		if got := decodeRate(tc.n, tc.span); math.Abs(got-tc.want) > 0.01 {
+			t.Errorf("decodeRate(%d, %v) = %.2f, want %.2f", tc.n, tc.span, got, tc.want)
+		}
 	}
 }
