@@ -271,18 +271,7 @@ func TestSystemdVerifyCatchesHandSleepWake(t *testing.T) {
 	if !testkit.Poll(60*time.Second, done) {
 		t.Fatalf("no switch ended after the hand sleep+wake:%s", describe(evs))
 	}
-	var order []string
-	for _, ev := range evs {
-		switch {
-		case ev.Kind == "drift":
-			order = append(order, fmt.Sprintf("drift:%v", ev.Detail["drift"]))
-		case ev.Kind == "switch" && ev.Status != "info":
-			order = append(order, "switch:"+string(ev.Status))
-		case ev.Kind == "wake_check":
-			order = append(order, fmt.Sprintf("wake_check:%s:cold=%v", ev.Status, ev.Detail["cold"]))
-		}
-	}
-	if got, want := strings.Join(order, " "), "drift:verify_failed switch:started wake_check:failed:cold=false switch:done"; got != want {
+	if got, want := recheckOrder(evs), "drift:verify_failed switch:started wake_check:failed:cold=false switch:done"; got != want {
 		t.Fatalf("order = %q, want %q%s", got, want, describe(evs))
 	}
 	if got := strings.Join(stepsOf(evs), " "); got != "ready verify vram_release configure start ready verify wake_check" {

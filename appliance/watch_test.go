@@ -415,16 +415,7 @@ func TestVerifyCatchesAHandSleepAndWake(t *testing.T) {
 	if d.Seq >= evs[0].Seq {
 		t.Errorf("the drift event (seq %d) came after the switch's first (seq %d)", d.Seq, evs[0].Seq)
 	}
-	var order []string
-	for _, e := range evs {
-		switch {
-		case e.Kind == "switch" && e.Status != "info":
-			order = append(order, string(e.Kind)+":"+string(e.Status))
-		case e.Kind == "wake_check":
-			order = append(order, fmt.Sprintf("wake_check:%s:cold=%v", e.Status, e.Detail["cold"]))
-		}
-	}
-	if got, want := strings.Join(order, " "), "switch:started wake_check:failed:cold=false switch:done"; got != want {
+	if got, want := recheckOrder(evs), "switch:started wake_check:failed:cold=false switch:done"; got != want {
 		t.Errorf("order = %q, want %q%s", got, want, describe(evs))
 	}
 	if got := strings.Join(stepsOf(evs), " "); got != "ready verify vram_release configure start ready verify wake_check" {
@@ -453,4 +444,22 @@ func TestVerifyCatchesAHandSleepAndWake(t *testing.T) {
 	if c, _ := checkByID(rep, "backend.drift", ""); c.Severity != units.SeverityWarn || !strings.Contains(c.Message, "verify_failed=1") {
 		t.Errorf("doctor backend.drift = %s: %s", c.Severity, c.Message)
 	}
+}
+
+// recheckOrder is the order of a recheck's findings, switch and wake
+// checks in evs, one word each: drift:KIND, switch:STATUS,
+// wake_check:STATUS:cold=BOOL.
+func recheckOrder(evs []api.Event) string {
+	var order []string
+	for _, ev := range evs {
+		switch {
+		case ev.Kind == api.EventDrift:
+			order = append(order, fmt.Sprintf("drift:%v", ev.Detail["drift"]))
+		case ev.Kind == api.EventSwitch && ev.Status != api.StatusInfo:
+			order = append(order, "switch:"+string(ev.Status))
+		case ev.Kind == api.EventWakeCheck:
+			order = append(order, fmt.Sprintf("wake_check:%s:cold=%v", ev.Status, ev.Detail["cold"]))
+		}
+	}
+	return strings.Join(order, " ")
 }
