@@ -73,7 +73,52 @@ func (l *leg) drainOld(ctx context.Context, d Drainer) (string, map[string]any, 
 	case cut == 0:
 		return fmt.Sprintf("%d %s on %s finished", drained, plural(drained, "request", "requests"), who), detail, nil
 	}
-	return fmt.Sprintf("%d %s on %s finished, %d cut after switch.drain_timeout %s", drained, plural(drained, "request", "requests"), who, cut, timeout), detail, nil
+	msg := fmt.Sprintf("%d %s on %s finished, %d cut after switch.drain_timeout %s", drained, plural(drained, "request", "requests"), who, cut, timeout)
+	return msg + l.awaitEnginesIdle(ctx), detail, nil
+}
+
+// runningCounter is an engine that says how many requests it still runs
+// (vLLM's vllm:num_requests_running).
+type runningCounter interface {
+	RequestsRunning(ctx context.Context) (int, error)
+}
+
+// cutSettle bounds the wait for a cut request to leave the engine.
+const cutSettle = 2 * time.Second
+
+// awaitEnginesIdle waits, at most cutSettle, until the engines going into
+// standby run no request: a request cut at the front door is cancelled
+// in the engine a moment later, through the unit's socket relay, and a
+// sleep must not overtake it (an engine put to sleep under a request
+// aborts it, and some vLLM releases hang). An engine that cannot say is
+// not waited for.
+func (l *leg) awaitEnginesIdle(ctx context.Context) string {
+	s := l.r.s
+	wctx, cancel := context.WithTimeout(ctx, cutSettle)
+	defer cancel()
+	for _, b := range l.toStandby {
+		p := s.cfg.Profiles[b.profile]
+		if p == nil {
+			continue
+		}
+		be, err := s.engineOf(p)
+		rc, ok := be.(runningCounter)
+		if err != nil || !ok {
+			continue
+		}
+		for {
+			n, err := rc.RequestsRunning(wctx)
+			if err != nil || n == 0 {
+				break
+			}
+			select {
+			case <-wctx.Done():
+				return fmt.Sprintf("; %s still ran %d after %s", b.profile, n, cutSettle)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	return ""
 }
 
 func plural(n int, one, many string) string {
