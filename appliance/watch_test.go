@@ -250,21 +250,12 @@ func TestWatcherRestoresAnActiveBackendPutToSleep(t *testing.T) {
 			}
 			resp.Body.Close()
 			slept := time.Now()
-			d := awaitEvent(t, f.sup, since, func(e api.Event) bool { return e.Kind == "drift" })
-			if d.Detail["drift"] != driftAsleep || d.Status != "done" {
-				t.Fatalf("drift event: %s %q %v", d.Status, d.Message, d.Detail)
-			}
-			id, _ := d.Detail["switch_id"].(string)
-			evs := collect(t, f.sup, since, id, 60*time.Second)
-			last := evs[len(evs)-1]
-			if last.Kind != "switch" || last.Status != "done" {
-				t.Fatalf("restore switch: %s", describe(evs))
-			}
+			d, evs := awaitDriftSwitch(t, f.sup, since, driftAsleep, "restore")
 			if got := strings.Join(stepsOf(evs), " "); got != "wake ready verify wake_check" {
 				t.Errorf("restore steps = %q", got)
 			}
 			t.Logf("hand sleep level %d → found %s later, serving again after %s", level,
-				d.Time.Sub(slept).Round(time.Millisecond), last.Time.Sub(slept).Round(time.Millisecond))
+				d.Time.Sub(slept).Round(time.Millisecond), evs[len(evs)-1].Time.Sub(slept).Round(time.Millisecond))
 			if st := f.sup.State(); st.Phase != api.PhaseActive || st.Profile != "coder" {
 				t.Errorf("state after the restore: %+v", st)
 			}
@@ -400,16 +391,7 @@ func TestVerifyCatchesAHandSleepAndWake(t *testing.T) {
 			t.Fatalf("POST %s: %d", path, resp.StatusCode)
 		}
 	}
-	d := awaitEvent(t, f.sup, since, func(e api.Event) bool { return e.Kind == "drift" })
-	if d.Detail["drift"] != driftVerifyFailed || d.Status != "done" {
-		t.Fatalf("drift event: %s %q %v", d.Status, d.Message, d.Detail)
-	}
-	id, _ := d.Detail["switch_id"].(string)
-	evs := collect(t, f.sup, since, id, 60*time.Second)
-	last := evs[len(evs)-1]
-	if last.Kind != "switch" || last.Status != "done" {
-		t.Fatalf("recheck switch: %s", describe(evs))
-	}
+	d, evs := awaitDriftSwitch(t, f.sup, since, driftVerifyFailed, "recheck")
 	// Order: the finding, then the switch; its wake check fails once (not
 	// cold), then the cold start's passes.
 	if d.Seq >= evs[0].Seq {
@@ -462,4 +444,21 @@ func recheckOrder(evs []api.Event) string {
 		}
 	}
 	return strings.Join(order, " ")
+}
+
+// awaitDriftSwitch waits for the watcher's drift event of kind, then for
+// the switch it started to end done, and returns both (what names the
+// switch in failures).
+func awaitDriftSwitch(t *testing.T, sup *Supervisor, since uint64, kind, what string) (api.Event, []api.Event) {
+	t.Helper()
+	d := awaitEvent(t, sup, since, func(e api.Event) bool { return e.Kind == "drift" })
+	if d.Detail["drift"] != kind || d.Status != "done" {
+		t.Fatalf("drift event: %s %q %v", d.Status, d.Message, d.Detail)
+	}
+	id, _ := d.Detail["switch_id"].(string)
+	evs := collect(t, sup, since, id, 60*time.Second)
+	if last := evs[len(evs)-1]; last.Kind != "switch" || last.Status != "done" {
+		t.Fatalf("%s switch: %s", what, describe(evs))
+	}
+	return d, evs
 }
