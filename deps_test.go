@@ -95,7 +95,6 @@ var godbusAllowed = map[string]bool{
 	"gpuhost/appliance":               true,
 	"gpuhost/appliance/appliancetest": true,
 	"gpuhost/appliance/procunits":     true,
-	"gpuhost/internal/mcpview":        true,
 	"gpuhost/internal/assemble":       true,
 	"gpuhost/systemd":                 true,
 	"gpuhost/systemd/systemdtest":     true,

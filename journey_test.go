@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -47,6 +49,7 @@ func TestJourneys(t *testing.T) {
 			"backendpost": backendPostCmd,
 			"killbackend": killBackendCmd,
 			"waitmetric":  waitMetricCmd,
+			"v1models":    v1ModelsCmd,
 		},
 	})
 }
@@ -175,6 +178,35 @@ func backendPostCmd(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	resp.Body.Close()
 	ts.Logf("POST %s on %s's backend: %s", args[1], args[0], resp.Status)
+}
+
+// v1ModelsCmd is `v1models`: what a router in front of the box reads,
+// GET /v1/models, printed one model per line ("ID STATUS STATE"; STATE is
+// the card's gpuhost readiness: serving, switching, sleeping or cold).
+func v1ModelsCmd(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: v1models")
+	}
+	resp, err := http.Get(ts.Getenv(envDaemonURL) + "/v1/models")
+	ts.Check(err)
+	defer resp.Body.Close()
+	var list struct {
+		Data []struct {
+			ID      string `json:"id"`
+			Status  string `json:"status"`
+			Gpuhost *struct {
+				State string `json:"state"`
+			} `json:"gpuhost"`
+		} `json:"data"`
+	}
+	ts.Check(json.NewDecoder(resp.Body).Decode(&list))
+	for _, m := range list.Data {
+		state := "-"
+		if m.Gpuhost != nil {
+			state = m.Gpuhost.State
+		}
+		fmt.Fprintf(ts.Stdout(), "%s %s %s\n", m.ID, m.Status, state)
+	}
 }
 
 // killBackendCmd is `killbackend UNIT`: SIGKILL to the unit's main

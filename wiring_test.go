@@ -33,10 +33,10 @@ type wiringRule struct {
 var wiringRules = []wiringRule{
 	{
 		name:    "one daemon assembly",
-		funcs:   []string{"gpuhost/appliance.NewSupervisor", "gpuhost/appliance.OpenUnits", "gpuhost/triage.FromConfig"},
-		types:   []string{"gpuhost/appliance.Supervisor"},
+		funcs:   []string{"gpuhost/appliance.NewBox", "gpuhost/appliance.NewSupervisor", "gpuhost/appliance.OpenUnits", "gpuhost/triage.FromConfig"},
+		types:   []string{"gpuhost/appliance.Box", "gpuhost/appliance.Supervisor"},
 		allowed: []string{"gpuhost/internal/assemble.OpenCore", "gpuhost/internal/assemble.OpenTriage", "gpuhost/appliance", "gpuhost/appliance/appliancetest", "gpuhost/triage"},
-		why:     "the Supervisor, the unit runner and the triage worker are built in internal/assemble (OpenCore, OpenTriage); appliancetest is the tests' real-Supervisor fixture",
+		why:     "the Box (its Supervisors), the unit runner and the triage worker are built in internal/assemble (OpenCore, OpenTriage); appliancetest is the tests' real-Supervisor fixture",
 	},
 	{
 		name:    "one MCP server",

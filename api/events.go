@@ -159,7 +159,9 @@ const (
 	DetailDrift = "drift"
 	// DetailUsedMiB and DetailTotalMiB are GPU memory figures (used by
 	// the vram_release and verify steps, held by a unit).
-	DetailUsedMiB  = "used_mib"
+	DetailUsedMiB = "used_mib"
+	// DetailGPU is the NVML index of the GPU an event is about.
+	DetailGPU      = "gpu"
 	DetailTotalMiB = "total_mib"
 	// DetailDrained and DetailCut count the requests the drain step let
 	// finish and the ones it cut.
@@ -169,5 +171,5 @@ const (
 
 // DetailKeys lists the Detail keys above.
 func DetailKeys() []string {
-	return []string{DetailUnit, DetailReason, DetailLog, DetailDrift, DetailUsedMiB, DetailTotalMiB, DetailDrained, DetailCut}
+	return []string{DetailUnit, DetailReason, DetailLog, DetailDrift, DetailUsedMiB, DetailTotalMiB, DetailGPU, DetailDrained, DetailCut}
 }

@@ -43,6 +43,13 @@ type State struct {
 	// Standby lists the backends kept running in standby (asleep or
 	// unloaded), ready to wake in seconds instead of a cold start.
 	Standby []StandbyInfo `json:"standby,omitempty"`
+	// Lane and GPUs name the GPU set this state is for, on a box whose
+	// profiles run on several GPU sets (lanes); empty on a box of one.
+	Lane string `json:"lane,omitempty"`
+	GPUs []int  `json:"gpus,omitempty"`
+	// Lanes is every lane's own state, GPU 0's first (which is also the
+	// state around it), on a box of several lanes.
+	Lanes []State `json:"lanes,omitempty"`
 }
 
 // StandbyInfo is one backend in standby: which profile it serves once

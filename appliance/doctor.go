@@ -46,6 +46,10 @@ type Doctor struct {
 	// Watcher reports verified wakes and drift (doctor_wake.go); nil: no
 	// such checks.
 	Watcher Watcher
+	// LaneGate is the probe gate of one lane on a box whose profiles run
+	// on several GPU sets (the Box's engine of that lane); nil: Gate for
+	// every lane.
+	LaneGate func(config.Lane) ProbeGate
 }
 
 // ProbeGate is what the doctor needs of the Supervisor so that its probes
@@ -99,28 +103,11 @@ func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 	}
 
 	// Units: Conflicts both ways, exclusivity, drift, foreign GPU processes.
-	var bs []backendState
 	if d.Units == nil {
 		add(api.DoctorCheck{ID: "units.systemd", Severity: units.SeverityFail, Message: "systemd not reachable: " + errText(d.UnitsErr),
 			Fix: "run as root on a systemd host, or set systemd.socket in the config"})
 	} else {
-		sup := &Supervisor{cfg: d.Cfg, units: d.Units, log: discardLog}
-		var err error
-		bs, err = sup.backends(ctx)
-		if err != nil {
-			add(api.DoctorCheck{ID: "units.systemd", Severity: units.SeverityFail, Message: err.Error(), Fix: "check `systemctl status`"})
-		} else {
-			checks = append(checks, unitChecks(d.Cfg, bs, sf.Units)...)
-			if haveGPU {
-				checks = append(checks, pinningChecks(d.Cfg, bs, snap)...)
-			}
-			checks = append(checks, d.standbyChecks(ctx, bs, sf, snap, haveGPU)...)
-			checks = append(checks, d.wantedCheck(bs, sf.Units))
-			if haveGPU {
-				checks = append(checks, foreignProcessCheck(dev, bs))
-			}
-			checks = append(checks, d.endpointChecks(ctx, bs, sf)...)
-		}
+		checks = append(checks, d.laneUnitChecks(ctx, sf, snap, haveGPU)...)
 	}
 	if d.Telegram != nil && d.Profile == "" {
 		if st := d.Telegram(); st != nil {
@@ -140,6 +127,44 @@ func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 		}
 	}
 	return rep
+}
+
+// laneUnitChecks runs the unit checks of every lane (a box of one lane:
+// the config's two units) with the lane's own config and probe gate, and
+// the foreign-process check once over every lane's units and every GPU.
+func (d *Doctor) laneUnitChecks(ctx context.Context, sf standbyFile, snap nvml.Snapshot, haveGPU bool) []api.DoctorCheck {
+	var all []backendState
+	var out []api.DoctorCheck
+	lanes := d.Cfg.Lanes()
+	for _, l := range lanes {
+		ld := *d
+		ld.Cfg = d.Cfg.LaneConfig(l)
+		lsf := sf
+		if len(lanes) > 1 {
+			lsf = readStandbyFile(ld.Cfg, discardLog)
+			if d.LaneGate != nil {
+				ld.Gate = d.LaneGate(l)
+			}
+		}
+		sup := &Supervisor{cfg: ld.Cfg, units: d.Units, log: discardLog}
+		bs, err := sup.backends(ctx)
+		if err != nil {
+			out = append(out, api.DoctorCheck{ID: "units.systemd", Severity: units.SeverityFail, Message: err.Error(), Fix: "check `systemctl status`"})
+			continue
+		}
+		all = append(all, bs...)
+		out = append(out, unitChecks(ld.Cfg, bs, lsf.Units)...)
+		if haveGPU {
+			out = append(out, pinningChecks(ld.Cfg, bs, snap)...)
+		}
+		out = append(out, ld.standbyChecks(ctx, bs, lsf, snap, haveGPU)...)
+		out = append(out, ld.wantedCheck(bs, lsf.Units))
+		out = append(out, ld.endpointChecks(ctx, bs, lsf)...)
+	}
+	if haveGPU && len(all) > 0 {
+		out = append(out, foreignProcessCheck(snap.Devices, all))
+	}
+	return out
 }
 
 // gpuChecks are the driver's view: NVML reachable, the driver, every GPU;
@@ -199,6 +224,9 @@ func unitChecks(cfg *config.Config, bs []backendState, asleep map[string]standby
 	standby := cfg.StandbyUsed()
 	// Conflicts= both ways.
 	for i, b := range bs {
+		if len(bs) != 2 {
+			break // a lane with one backend's profiles has one unit: nothing to conflict with in it
+		}
 		other := bs[1-i].unit
 		c := api.DoctorCheck{ID: "units.conflicts", Value: strings.Join(b.status.Conflicts, " ")}
 		switch {
@@ -299,7 +327,7 @@ func ownProcessesMessage(n int) string {
 	return fmt.Sprintf("%d GPU processes, all in the active backend unit", n)
 }
 
-func foreignProcessCheck(dev nvml.Device, bs []backendState) api.DoctorCheck {
+func foreignProcessCheck(devs []nvml.Device, bs []backendState) api.DoctorCheck {
 	var active []backendState
 	for _, b := range bs {
 		if b.status.Active() {
@@ -308,9 +336,17 @@ func foreignProcessCheck(dev nvml.Device, bs []backendState) api.DoctorCheck {
 	}
 	var foreign []string
 	activeUnits := statuses(active)
-	for _, p := range dev.Processes {
-		if !systemd.InUnits(p.PID, activeUnits...) {
-			foreign = append(foreign, fmt.Sprintf("pid %d (%s) %d MiB", p.PID, p.Name, p.UsedMiB))
+	n := 0
+	for _, dev := range devs {
+		n += len(dev.Processes)
+		for _, p := range dev.Processes {
+			if !systemd.InUnits(p.PID, activeUnits...) {
+				where := ""
+				if len(devs) > 1 {
+					where = fmt.Sprintf(" on GPU %d", dev.Index)
+				}
+				foreign = append(foreign, fmt.Sprintf("pid %d (%s) %d MiB%s", p.PID, p.Name, p.UsedMiB, where))
+			}
 		}
 	}
 	sort.Strings(foreign)
@@ -321,7 +357,7 @@ func foreignProcessCheck(dev nvml.Device, bs []backendState) api.DoctorCheck {
 		c.Fix = "stop them; gpuhost must be the only user of the GPU"
 	} else {
 		c.Severity = units.SeverityOK
-		c.Message = ownProcessesMessage(len(dev.Processes))
+		c.Message = ownProcessesMessage(n)
 	}
 	return c
 }

@@ -21,8 +21,8 @@ import (
 // usedMiB is the GPU memory in use now; 0 when NVML cannot tell.
 func (s *Supervisor) usedMiB(ctx context.Context) uint64 {
 	if snap, err := s.snapshot(ctx); err == nil {
-		if d, ok := snap.Device0(); ok {
-			return d.MemoryUsedMiB
+		if devs := s.releaseDevices(snap); len(devs) > 0 {
+			return devs[0].MemoryUsedMiB
 		}
 	}
 	return 0
@@ -46,18 +46,17 @@ func (l *leg) stopOld(ctx context.Context) (string, map[string]any, error) {
 }
 
 // waitVRAMReleased waits until NVML shows used memory back near the idle
-// baseline and no GPU process from a stopped unit.
+// baseline on every GPU the target may use (releaseDevices) and no GPU
+// process from a stopped unit on any GPU.
 func (l *leg) waitVRAMReleased(ctx context.Context) (string, map[string]any, error) {
 	s := l.r.s
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.GPU.ReleaseTimeout.D())
 	defer cancel()
 	s.mu.Lock()
-	baseline := s.baseline
 	// Backends in standby keep their residual: the release is complete
 	// when everything else is back to the baseline.
 	asleep := s.standby.residualsSum()
 	s.mu.Unlock()
-	limit := baseline + s.cfg.GPU.ReleaseToleranceMiB + asleep
 	pl := newPoller(releasePollCap)
 	var last nvml.Device
 	var lastErr error
@@ -66,27 +65,24 @@ func (l *leg) waitVRAMReleased(ctx context.Context) (string, map[string]any, err
 	for {
 		snap, err := s.snapshot(ctx)
 		if err == nil {
-			if d, ok := snap.Device0(); ok {
-				last = d
-				holders = holders[:0]
-				// A stopped backend may have run on any GPU: its processes
-				// must be gone from all of them.
-				for _, dev := range snap.Devices {
-					for _, proc := range dev.Processes {
-						if systemd.InUnits(proc.PID, stoppedUnits...) {
-							holders = append(holders, proc)
-						}
-					}
-				}
-				if d.MemoryUsedMiB <= limit && len(holders) == 0 {
-					msg := fmt.Sprintf("VRAM released: %d MiB used of %d (baseline %d)", d.MemoryUsedMiB, d.MemoryTotalMiB, baseline)
-					if l.heldBefore > d.MemoryUsedMiB {
-						msg += fmt.Sprintf(", %d MiB freed", l.heldBefore-d.MemoryUsedMiB)
-					}
-					return msg, map[string]any{api.DetailUsedMiB: d.MemoryUsedMiB, api.DetailTotalMiB: d.MemoryTotalMiB, "baseline_mib": baseline}, nil
-				}
-			} else {
+			devs := s.releaseDevices(snap)
+			if len(devs) == 0 {
 				return "no GPU device reported; nothing to wait for", nil, nil
+			}
+			holders = holders[:0]
+			// A stopped backend may have run on any GPU: its processes
+			// must be gone from all of them.
+			for _, dev := range snap.Devices {
+				for _, proc := range dev.Processes {
+					if systemd.InUnits(proc.PID, stoppedUnits...) {
+						holders = append(holders, proc)
+					}
+				}
+			}
+			over, ok := s.overBaseline(devs, asleep)
+			last = over
+			if ok && len(holders) == 0 {
+				return l.releasedMsg(devs)
 			}
 		} else {
 			if errors.Is(err, nvml.ErrUnavailable) {
@@ -97,10 +93,43 @@ func (l *leg) waitVRAMReleased(ctx context.Context) (string, map[string]any, err
 			lastErr = err
 		}
 		if werr := pl.wait(ctx); werr != nil {
-			detail := map[string]any{api.DetailUsedMiB: last.MemoryUsedMiB, "limit_mib": limit, "baseline_mib": baseline}
+			baseline := s.baselineOf(last.Index)
+			detail := map[string]any{api.DetailUsedMiB: last.MemoryUsedMiB, "limit_mib": baseline + s.cfg.GPU.ReleaseToleranceMiB + asleep, "baseline_mib": baseline, api.DetailGPU: last.Index}
 			return "", detail, s.notReleased(last, holders, baseline, lastErr)
 		}
 	}
+}
+
+// overBaseline returns the first of devs using more than its baseline,
+// the tolerance and the standby residuals allow (ok false), or the first
+// device (ok true) when none does.
+func (s *Supervisor) overBaseline(devs []nvml.Device, asleep uint64) (nvml.Device, bool) {
+	for _, d := range devs {
+		if d.MemoryUsedMiB > s.baselineOf(d.Index)+s.cfg.GPU.ReleaseToleranceMiB+asleep {
+			return d, false
+		}
+	}
+	return devs[0], true
+}
+
+// releasedMsg is the release step's message: GPU 0's figures as on a box
+// of one GPU, each GPU's when several were checked.
+func (l *leg) releasedMsg(devs []nvml.Device) (string, map[string]any, error) {
+	s := l.r.s
+	d := devs[0]
+	baseline := s.baselineOf(d.Index)
+	msg := fmt.Sprintf("VRAM released: %d MiB used of %d (baseline %d)", d.MemoryUsedMiB, d.MemoryTotalMiB, baseline)
+	if len(devs) > 1 || d.Index != 0 {
+		var parts []string
+		for _, d := range devs {
+			parts = append(parts, fmt.Sprintf("GPU %d %d/%d MiB (baseline %d)", d.Index, d.MemoryUsedMiB, d.MemoryTotalMiB, s.baselineOf(d.Index)))
+		}
+		msg = "VRAM released: " + strings.Join(parts, ", ")
+	}
+	if l.heldBefore > d.MemoryUsedMiB && len(devs) == 1 {
+		msg += fmt.Sprintf(", %d MiB freed", l.heldBefore-d.MemoryUsedMiB)
+	}
+	return msg, map[string]any{api.DetailUsedMiB: d.MemoryUsedMiB, api.DetailTotalMiB: d.MemoryTotalMiB, "baseline_mib": baseline}, nil
 }
 
 // notReleased is the error of a VRAM release that timed out: the memory

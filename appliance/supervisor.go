@@ -63,7 +63,10 @@ type Supervisor struct {
 	mu       sync.Mutex
 	state    api.State
 	baseline uint64
-	current  *switchRun
+	// baselines is every GPU's idle baseline measured at start, by index
+	// (measureBaseline); baseline is GPU 0's.
+	baselines map[int]uint64
+	current   *switchRun
 	// gen counts switch starts and ends; a reconciliation whose reads
 	// straddle one is stale and dropped.
 	gen        uint64
@@ -95,6 +98,14 @@ type Supervisor struct {
 	// handWatchUntil: the watcher looks every handWatchInterval until then
 	// (handActionLocked).
 	handWatchUntil time.Time
+
+	// box is the coordinator of a box with several lanes (box.go); nil
+	// when the Supervisor is the box's only engine. Every switch of a lane
+	// first claims the lane's GPUs from it.
+	box *Box
+	// vacating is set while the box stops this lane's backends for another
+	// lane that takes its GPUs: Reconcile then leaves the state alone.
+	vacating bool
 }
 
 // handActionLocked notes that a hand action was found: the watcher looks
@@ -217,7 +228,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.mu.Lock()
 	s.live = true
 	s.mu.Unlock()
-	evs, err := s.units.Subscribe(ctx, s.cfg.Backends.VLLM.Unit, s.cfg.Backends.Ollama.Unit)
+	evs, err := s.units.Subscribe(ctx, s.unitNames()...)
 	if err != nil {
 		return fmt.Errorf("subscribe to backend unit changes: %w", err)
 	}
@@ -277,6 +288,17 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 }
 
+// unitNames are the backend units of this Supervisor's lane.
+func (s *Supervisor) unitNames() []string {
+	var out []string
+	for _, b := range []units.Backend{units.VLLM, units.Ollama} {
+		if s.cfg.UsesBackend(b) {
+			out = append(out, s.cfg.BackendFor(b).Unit)
+		}
+	}
+	return out
+}
+
 // handWatchInterval and handWatchFor: how often and how long the watcher
 // looks after it found a hand action (see Run).
 const (
@@ -308,22 +330,59 @@ func (s *Supervisor) measureBaseline(ctx context.Context) {
 		s.log.Warn("cannot measure idle VRAM baseline", "err", err)
 		return
 	}
+	bases := map[int]uint64{}
+	for _, d := range snap.Devices {
+		bases[d.Index] = driverHeldMiB(d)
+	}
 	d, ok := snap.Device0()
 	if !ok {
 		return
 	}
+	s.mu.Lock()
+	s.baseline = bases[d.Index]
+	s.baselines = bases
+	s.mu.Unlock()
+	s.log.Info("idle VRAM baseline", "mib", bases[d.Index], "used_mib", d.MemoryUsedMiB, "gpus", len(bases))
+}
+
+// driverHeldMiB is what the driver keeps on d for itself: used memory
+// minus what GPU processes hold, which stays put when backends come and go.
+func driverHeldMiB(d nvml.Device) uint64 {
 	var procs uint64
 	for _, p := range d.Processes {
 		procs += p.UsedMiB
 	}
-	base := uint64(0)
 	if d.MemoryUsedMiB > procs {
-		base = d.MemoryUsedMiB - procs
+		return d.MemoryUsedMiB - procs
 	}
+	return 0
+}
+
+// baselineOf is GPU index's idle baseline: measured per GPU at start, the
+// configured one, or GPU 0's for a GPU measured later.
+func (s *Supervisor) baselineOf(index int) uint64 {
 	s.mu.Lock()
-	s.baseline = base
-	s.mu.Unlock()
-	s.log.Info("idle VRAM baseline", "mib", base, "used_mib", d.MemoryUsedMiB, "process_mib", procs)
+	defer s.mu.Unlock()
+	if b, ok := s.baselines[index]; ok {
+		return b
+	}
+	return s.baseline
+}
+
+// releaseDevices are the GPUs a release wait proves free: the lane's on a
+// box of several lanes; every GPU on a box of one (a profile placed by
+// auto may have run on any).
+func (s *Supervisor) releaseDevices(snap nvml.Snapshot) []nvml.Device {
+	if s.box == nil {
+		return snap.Devices
+	}
+	var out []nvml.Device
+	for _, g := range s.box.specOf(s).GPUs {
+		if d, ok := snap.Device(g); ok {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // Snapshot reads the GPU with a short timeout.
@@ -346,6 +405,9 @@ type backendState struct {
 func (s *Supervisor) backends(ctx context.Context) ([]backendState, error) {
 	var out []backendState
 	for _, b := range []units.Backend{units.VLLM, units.Ollama} {
+		if !s.cfg.UsesBackend(b) {
+			continue // a lane without this backend's profiles has no unit for it
+		}
 		name := s.cfg.BackendFor(b).Unit
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		st, err := s.units.Unit(cctx, name)
@@ -396,7 +458,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 	bs, err := s.backends(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.current != nil || s.gen != gen || s.heal.running {
+	if s.current != nil || s.gen != gen || s.heal.running || s.vacating {
 		return s.state
 	}
 	prev := s.state
@@ -557,7 +619,9 @@ func (s *Supervisor) launch(r *switchRun) (string, <-chan error) {
 	go func() {
 		defer s.wg.Done()
 		s.probes.awaitRevoked()
+		release := s.box.claim(s.baseCtx, s, r)
 		err := r.run(s.baseCtx)
+		release()
 		s.mu.Lock()
 		s.current = nil
 		s.gen++

@@ -104,9 +104,9 @@ func (c *Config) backendsValidate(add func(key, format string, args ...any), cle
 	} else if clean && problems == 0 {
 		// The renderer's own check, as `gpuhost units` runs it: anything it
 		// refuses that the checks above let through is still a load error.
-		for i, bu := range c.BackendUnits() {
+		for _, bu := range c.BackendUnits() {
 			if err := bu.Validate(); err != nil {
-				add([]string{"backends.vllm", "backends.ollama"}[i], "%v", err)
+				add("backends."+string(bu.Backend), "%v", err)
 			}
 		}
 	}

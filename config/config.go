@@ -70,6 +70,8 @@ type Config struct {
 	// keyLines maps a key path (e.g. "backends.vllm.user") to its line in
 	// the file, so that value errors name the line as well as the key.
 	keyLines map[string]int
+	// lane is set on a config LaneConfig made for one lane.
+	lane *laneInfo
 }
 
 // Duration is a time.Duration that reads "1.5s" style strings from YAML.
@@ -314,6 +316,7 @@ func (c *Config) validate() []string {
 	c.backendsValidate(add, len(ps) == 0)
 	c.profilesValidate(add)
 	c.socketsValidate(add)
+	c.lanesValidate(add)
 	c.proxyValidate(add)
 	c.telegramValidate(add)
 	c.switchValidate(add)
@@ -360,38 +363,72 @@ func unitPath(p string) error {
 	return nil
 }
 
-// BackendUnits returns the two backend units in a fixed order (vllm, ollama)
-// as the pure units package describes them.
+// BackendUnits returns the backend units as the pure units package
+// describes them: per lane (GPU 0's first) vllm then ollama; GPU 0's lane
+// has both, the configured names, another lane those its profiles use
+// (LaneUnit). Units whose lanes share a GPU conflict, unless a profile uses
+// standby (then two may run at once, one asleep, and gpuhost enforces the
+// exclusion itself). A lane's config returns its own units.
 func (c *Config) BackendUnits() []units.BackendUnit {
+	all, _ := c.Root().placedUnits()
+	if c.lane == nil {
+		return all
+	}
+	var out []units.BackendUnit
+	for _, u := range all {
+		if u.Name == c.Backends.VLLM.Unit || u.Name == c.Backends.Ollama.Unit {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// placedUnits builds every lane's units and the GPUs each runs on.
+func (c *Config) placedUnits() ([]units.BackendUnit, [][]int) {
 	standby := c.StandbyUsed()
-	mk := func(b units.Backend, bc BackendConfig, other string) units.BackendUnit {
-		u := units.BackendUnit{
-			Backend: b,
-			Name:    bc.Unit,
-			Adopt:   bc.Adopt,
-			Exec:    bc.Exec,
-			EnvFile: c.EnvFilePath(bc.Unit),
-			User:    bc.User,
-			Standby: standby,
-			// A backend this config does not own (adopted) keeps its own
-			// network settings; only a rendered unit is fenced or opened.
-			NetworkOpen: bc.Network == units.NetworkOpen,
+	var (
+		out  []units.BackendUnit
+		gpus [][]int
+	)
+	for _, l := range c.Lanes() {
+		lc := c.LaneConfig(l)
+		for _, b := range []units.Backend{units.VLLM, units.Ollama} {
+			if !lc.UsesBackend(b) {
+				continue
+			}
+			bc := lc.BackendFor(b)
+			u := units.BackendUnit{
+				Backend: b,
+				Name:    bc.Unit,
+				Adopt:   bc.Adopt,
+				Exec:    bc.Exec,
+				EnvFile: lc.EnvFilePath(bc.Unit),
+				User:    bc.User,
+				Standby: standby,
+				// A backend this config does not own (adopted) keeps its own
+				// network settings; only a rendered unit is fenced or opened.
+				NetworkOpen: bc.Network == units.NetworkOpen,
+			}
+			u.ReadWritePaths = append(u.ReadWritePaths, bc.ReadWritePaths...)
+			u.Ports = lc.backendPorts(b)
+			if bc.Simulated && c.GPU.Backend == "sim" {
+				// `gpuhost simulate` writes the simulated GPU's state there.
+				u.ReadWritePaths = append(u.ReadWritePaths, c.GPU.SimDir)
+			}
+			out = append(out, u)
+			gpus = append(gpus, l.GPUs)
 		}
-		if !standby {
-			u.Conflicts = []string{other}
-		}
-		u.ReadWritePaths = append(u.ReadWritePaths, bc.ReadWritePaths...)
-		u.Ports = c.backendPorts(b)
-		if bc.Simulated && c.GPU.Backend == "sim" {
-			// `gpuhost simulate` writes the simulated GPU's state there.
-			u.ReadWritePaths = append(u.ReadWritePaths, c.GPU.SimDir)
-		}
-		return u
 	}
-	return []units.BackendUnit{
-		mk(units.VLLM, c.Backends.VLLM, c.Backends.Ollama.Unit),
-		mk(units.Ollama, c.Backends.Ollama, c.Backends.VLLM.Unit),
+	if !standby {
+		for i := range out {
+			for j := range out {
+				if i != j && (Lane{GPUs: gpus[i]}).Shares(Lane{GPUs: gpus[j]}) {
+					out[i].Conflicts = append(out[i].Conflicts, out[j].Name)
+				}
+			}
+		}
 	}
+	return out, gpus
 }
 
 // DefaultStateDir is state_dir's default, the folder gpuhost.service's

@@ -102,9 +102,10 @@ func pickDemoPorts(cfg *Config) error {
 
 // DemoGPUs makes the demo's simulated box n cards (`gpuhost demo --gpus
 // n`): n RTX 4090s without P2P, like consumer cards; with two or more, the
-// Ollama profile runs on GPU 1 and the gemma profile tensor parallel on
-// GPUs 0 and 1, so every kind of placement is there to switch to. One card
-// leaves the demo as it is.
+// Ollama profile runs on GPU 1 (serving beside GPU 0's), and a copy of the
+// gemma profile, gemma3-27b-tp, runs tensor parallel on GPUs 0 and 1, so
+// every kind of placement is there to switch to. One card leaves the demo
+// as it is.
 func (c *Config) DemoGPUs(n int) error {
 	if n < 1 || n > maxSimGPUs {
 		return &Error{File: "embedded demo config", Problems: []string{fmt.Sprintf("--gpus %d: the simulated box has 1 to %d GPUs", n, maxSimGPUs)}}
@@ -113,10 +114,37 @@ func (c *Config) DemoGPUs(n int) error {
 		return nil
 	}
 	c.GPU.Sim.Devices = make([]SimGPUDevice, n)
-	place := map[string][]int{"llama3-8b": {1}, "gemma3-27b": {0, 1}}
-	for name, idx := range place {
-		if p := c.Profiles[name]; p != nil {
-			p.GPUs = units.GPUSet{Indices: idx, Given: true}
+	if p := c.Profiles["llama3-8b"]; p != nil {
+		p.GPUs = units.GPUSet{Indices: []int{1}, Given: true}
+	}
+	if p := c.Profiles["gemma3-27b"]; p != nil {
+		tp := *p
+		tp.Name, tp.ServedName = "gemma3-27b-tp", "gemma3-27b-tp"
+		tp.GPUs = units.GPUSet{Indices: []int{0, 1}, Given: true}
+		c.Profiles[tp.Name] = &tp
+	}
+	return c.demoLanePorts()
+}
+
+// demoLanePorts gives each profile beyond GPU 0's lane a free port of its
+// own when its port is another lane's too: profiles on different GPUs may
+// serve at once.
+func (c *Config) demoLanePorts() error {
+	seen := map[int]string{}
+	for _, l := range c.Lanes() {
+		for _, name := range l.Profiles {
+			p := c.Profiles[name]
+			if other, ok := seen[p.Port]; !ok || other == l.Slot {
+				seen[p.Port] = l.Slot
+				continue
+			}
+			free, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return fmt.Errorf("demo: a port of its own for profile %s on %s: %w", name, l.Name(), err)
+			}
+			p.Port = free.Addr().(*net.TCPAddr).Port
+			free.Close()
+			seen[p.Port] = l.Slot
 		}
 	}
 	return nil

@@ -75,16 +75,28 @@ func (p *Proxy) handleModel(c echo.Context) error {
 	return nil
 }
 
-// Models lists every configured model: the loaded one first, then the
-// others by name. Profiles that share a served name appear once (as the
+// Models lists every configured model: the loaded ones first (one per
+// lane, GPU 0's first), then the others by name. Profiles that share a served name appear once (as the
 // active one if either is active).
 func (p *Proxy) Models(ctx context.Context) ModelList {
 	profiles := p.profiles()
 	st := p.sup.State()
-	cur := currentProfile(st)
+	// Every lane (GPU set) serves on its own: each lane's current model
+	// is listed with that lane's state.
+	states := []api.State{st}
+	if len(st.Lanes) > 0 {
+		states = st.Lanes
+	}
+	stateOf := func(name string) api.State {
+		if p.lanes != nil {
+			return p.lanes.of(name).State()
+		}
+		return st
+	}
 	out := ModelList{Object: "list", Data: []ModelCard{}}
 	seen := map[string]bool{}
-	add := func(prof *units.Profile, status string) {
+	add := func(prof *units.Profile, status string, st api.State) {
+		cur := currentProfile(st)
 		served := prof.ServedModelName()
 		if seen[served] {
 			return
@@ -114,16 +126,18 @@ func (p *Proxy) Models(ctx context.Context) ModelList {
 		out.Data = append(out.Data, card)
 		out.Data = append(out.Data, aliases...)
 	}
-	if prof := profiles[cur]; prof != nil {
-		switch {
-		case st.Phase == api.PhaseActive && st.Step == "":
-			add(prof, StatusLoaded)
-		default:
-			add(prof, StatusLoading)
+	for _, ls := range states {
+		if prof := profiles[currentProfile(ls)]; prof != nil {
+			switch {
+			case ls.Phase == api.PhaseActive && ls.Step == "":
+				add(prof, StatusLoaded, ls)
+			default:
+				add(prof, StatusLoading, ls)
+			}
 		}
 	}
 	for _, name := range sortedNames(profiles) {
-		add(profiles[name], StatusNotLoaded)
+		add(profiles[name], StatusNotLoaded, stateOf(name))
 	}
 	return out
 }

@@ -215,7 +215,7 @@ func (pl *policy) release(rec *record) {
 // the policy's, bounded by min_residency and drain_timeout: it is added to
 // rec.held and to the hold budget, so that it never uses up hold_timeout.
 func (p *Proxy) gate(reqCtx context.Context, h *hold, rec *record, st api.State, cands []*units.Profile) (*departure, *apiErr) {
-	pl := p.pol
+	pl := rec.pol
 	target := cands[0].Name
 	t0 := time.Now()
 	defer func() {
@@ -228,7 +228,7 @@ func (p *Proxy) gate(reqCtx context.Context, h *hold, rec *record, st api.State,
 	defer g.unregister()
 	for first := true; ; first = false {
 		if !first {
-			st = p.sup.State()
+			st = rec.sup.State()
 		}
 		pl.mu.Lock()
 		pl.syncLocked(st)
@@ -253,7 +253,7 @@ func (p *Proxy) gate(reqCtx context.Context, h *hold, rec *record, st api.State,
 			pl.broadcastLocked()
 			pl.mu.Unlock()
 			g.unregister()
-			return p.drain(reqCtx, d, inflight)
+			return p.drain(pl, reqCtx, d, inflight)
 		}
 		wake := pl.wake
 		pl.mu.Unlock()
@@ -357,8 +357,7 @@ func (g *gateWait) sleep(reqCtx context.Context, wake <-chan struct{}, wait time
 // drain waits, as the leader of d, for the requests in flight on d.from to
 // finish, at most drain_timeout. It returns d for the caller to start the
 // switch and then call finish; nil when the request is to route again.
-func (p *Proxy) drain(reqCtx context.Context, d *departure, inflight int) (*departure, *apiErr) {
-	pl := p.pol
+func (p *Proxy) drain(pl *policy, reqCtx context.Context, d *departure, inflight int) (*departure, *apiErr) {
 	if inflight > 0 && pl.drainTimeout > 0 {
 		pl.deferred.WithLabelValues("drain").Inc()
 		timer := time.NewTimer(pl.drainTimeout)
@@ -377,7 +376,7 @@ func (p *Proxy) drain(reqCtx context.Context, d *departure, inflight int) (*depa
 			}
 		case <-reqCtx.Done():
 			timer.Stop()
-			p.finish(d, nil, "", nil)
+			p.finish(pl, d, nil, "", nil)
 			return nil, clientGoneWhileHeld()
 		}
 		timer.Stop()
@@ -386,7 +385,7 @@ func (p *Proxy) drain(reqCtx context.Context, d *departure, inflight int) (*depa
 	moved := pl.epoch != d.epoch
 	pl.mu.Unlock()
 	if moved {
-		p.finish(d, nil, "", nil) // something else switched meanwhile
+		p.finish(pl, d, nil, "", nil) // something else switched meanwhile
 		return nil, nil
 	}
 	return d, nil
@@ -397,8 +396,7 @@ func (p *Proxy) drain(reqCtx context.Context, d *departure, inflight int) (*depa
 // the profile it switched to in the same step, so no departure from that
 // profile can start before the leader reached it. Everyone waiting for d
 // routes again.
-func (p *Proxy) finish(d *departure, rec *record, started string, err *apiErr) {
-	pl := p.pol
+func (p *Proxy) finish(pl *policy, d *departure, rec *record, started string, err *apiErr) {
 	pl.mu.Lock()
 	if started != "" {
 		pl.setPendingLocked(rec, started)

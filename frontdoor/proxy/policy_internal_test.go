@@ -59,7 +59,7 @@ func TestPolicyDrain(t *testing.T) {
 	var h hold
 	h.start(context.Background(), time.Minute)
 	defer h.stop()
-	leader := &record{start: time.Now()}
+	leader := &record{start: time.Now(), sup: sup, pol: pl}
 	led := make(chan *departure, 1)
 	go func() {
 		d, aerr := p.gate(context.Background(), &h, leader, sup.State(), []*units.Profile{{Name: "b"}})
@@ -92,7 +92,7 @@ func TestPolicyDrain(t *testing.T) {
 	if got := <-led; got != d {
 		t.Fatalf("gate returned %v, want the departure it leads", got)
 	}
-	p.finish(d, leader, "b", nil)
+	p.finish(pl, d, leader, "b", nil)
 	select {
 	case <-d.done:
 	default:

@@ -197,7 +197,9 @@ type Proxy struct {
 
 	// pol is auto_switch's anti-thrash policy (policy.go); nil when
 	// auto_switch is off, and then no request pays for it.
-	pol           *policy
+	pol *policy
+	// lanes routes requests per GPU set (SetLanes); nil: everything to sup.
+	lanes         *lanes
 	deferred      *prometheus.CounterVec
 	drainTimeouts prometheus.Counter
 
@@ -424,6 +426,11 @@ type record struct {
 	detail    string
 	ticket    ticket // auto_switch: the forwarding under way counts as in flight
 	pending   string // auto_switch: the profile whose switch this request waits for
+	// sup and pol are the lane the request is routed in (laneFor): the
+	// Backend as a whole on a box of one lane, else the engine of the
+	// requested model's GPU set, with that lane's anti-thrash policy.
+	sup Backend
+	pol *policy
 }
 
 // clientWriter notes when the first body byte went to the client (the
@@ -496,6 +503,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if field.IsString {
 		requested = p.clientModel(field.Name)
 	}
+	rec.sup, rec.pol = p.laneFor(requested)
 	var h hold
 	h.start(r.Context(), p.cfg.HoldTimeout.D())
 	defer h.stop()
@@ -506,15 +514,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.fail(w, rec, aerr)
 			return
 		}
-		fl, fctx, ok := p.flights.admit(p.sup, prof.Name, r.Context())
+		fl, fctx, ok := p.flights.admit(rec.sup, prof.Name, r.Context())
 		if !ok {
 			// A switch began since routing: route again, which
 			// holds the request until the switch is done.
-			if p.pol != nil {
-				p.pol.release(rec)
+			if rec.pol != nil {
+				rec.pol.release(rec)
 			}
 			if refused++; refused > maxRouteRounds {
-				p.fail(w, rec, switchIncomplete(requested, prof.Name, p.sup.State()))
+				p.fail(w, rec, switchIncomplete(requested, prof.Name, rec.sup.State()))
 				return
 			}
 			attempt--
@@ -527,7 +535,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if sleepCtx(h.context(), 100*time.Millisecond) == nil {
 				continue
 			}
-			p.fail(w, rec, holdError(p.sup.State(), h.context(), r.Context(), x.err))
+			p.fail(w, rec, holdError(rec.sup.State(), h.context(), r.Context(), x.err))
 			return
 		}
 		if x.err != nil {
@@ -571,8 +579,8 @@ func (p *Proxy) clientModel(name string) string {
 // counts and logs it, also when the forwarding panicked (which it then
 // passes on).
 func (p *Proxy) endRequest(r *http.Request, rec *record) {
-	if p.pol != nil {
-		p.pol.release(rec)
+	if rec.pol != nil {
+		rec.pol.release(rec)
 	}
 	if v := recover(); v != nil {
 		// httputil.ReverseProxy aborts a response whose copy failed
@@ -617,8 +625,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ctx context.Cont
 	cw := &clientWriter{ResponseWriter: w}
 	rec.client, rec.x = cw, x
 	p.rp.ServeHTTP(cw, req)
-	if p.pol != nil {
-		p.pol.release(rec)
+	if rec.pol != nil {
+		rec.pol.release(rec)
 	}
 	rec.tap, rec.status = x.tap, x.status
 	rec.limits = limitsFor(field, prof)

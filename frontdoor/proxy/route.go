@@ -36,7 +36,7 @@ func (p *Proxy) route(reqCtx context.Context, h *hold, requested string, rec *re
 	switchedTo := ""
 	for round := 0; round < maxRouteRounds; round++ {
 		profiles := p.profiles()
-		st := p.sup.State()
+		st := rec.sup.State()
 		var cands []*units.Profile
 		if requested != "" {
 			cands = candidates(profiles, requested)
@@ -69,7 +69,7 @@ func (p *Proxy) route(reqCtx context.Context, h *hold, requested string, rec *re
 			round-- // a hold, not a routing round
 		}
 	}
-	return nil, switchIncomplete(requested, "", p.sup.State())
+	return nil, switchIncomplete(requested, "", rec.sup.State())
 }
 
 // roundEnd is how one round of route ended.
@@ -85,24 +85,24 @@ const (
 // profile) serves, or that names no model: it waits for cur to be active,
 // then forwards to it unless the policy is draining it.
 func (p *Proxy) routeCurrent(reqCtx context.Context, h *hold, rec *record, requested, cur, switchedTo string, st api.State, profiles map[string]*units.Profile) (*units.Profile, *apiErr, roundEnd) {
-	if p.pol != nil && st.Phase == api.PhaseSwitching {
-		p.pol.await(p.sup, cur, rec) // part of the batch the switch releases
+	if rec.pol != nil && st.Phase == api.PhaseSwitching {
+		rec.pol.await(rec.sup, cur, rec) // part of the batch the switch releases
 	}
 	prof, err := p.awaitActive(h, st, profiles, rec)
 	if err != nil {
-		if p.pol != nil {
-			p.pol.release(rec)
+		if rec.pol != nil {
+			rec.pol.release(rec)
 		}
 		if errors.Is(err, api.ErrNoBackend) && requested != "" && p.cfg.AutoSwitch && switchedTo == "" && reqCtx.Err() == nil {
 			return nil, nil, roundAgain // the switch we waited for failed: auto_switch may start one
 		}
-		return nil, holdError(p.sup.State(), h.context(), reqCtx, err), roundAnswer
+		return nil, holdError(rec.sup.State(), h.context(), reqCtx, err), roundAnswer
 	}
 	if requested == "" || serves(prof, requested) {
-		if p.pol == nil {
+		if rec.pol == nil {
 			return prof, nil, roundAnswer
 		}
-		d, ok := p.pol.admit(p.sup, prof.Name, rec)
+		d, ok := rec.pol.admit(rec.sup, prof.Name, rec)
 		switch {
 		case !ok:
 			// The state moved on since it was read (a switch
@@ -121,7 +121,7 @@ func (p *Proxy) routeCurrent(reqCtx context.Context, h *hold, rec *record, reque
 	}
 	// The switch this request waited for ended with another profile
 	// active (it failed and rolled back, or was followed by another).
-	return nil, switchIncomplete(requested, cur, p.sup.State()), roundAnswer
+	return nil, switchIncomplete(requested, cur, rec.sup.State()), roundAnswer
 }
 
 // routeSwitch is a round of route for a request for cands, a model that
@@ -144,17 +144,17 @@ func (p *Proxy) routeSwitch(reqCtx context.Context, h *hold, rec *record, reques
 		return "", switchIncomplete(requested, switchedTo, st), roundAnswer
 	}
 	var dep *departure
-	if p.pol != nil && (st.Phase == api.PhaseSwitching || st.Phase == api.PhaseActive && st.Step != "") {
+	if rec.pol != nil && (st.Phase == api.PhaseSwitching || st.Phase == api.PhaseActive && st.Step != "") {
 		// A switch (or a backend's restart) is under way: wait for it
 		// and route again, so that the policy decides against what it
 		// leads to. Asking the Supervisor for a switch now could start
 		// one the moment the running one ends, past the policy.
 		if _, err := p.awaitActive(h, st, profiles, rec); err != nil && !errors.Is(err, api.ErrNoBackend) {
-			return "", holdError(p.sup.State(), holdCtx, reqCtx, err), roundAnswer
+			return "", holdError(rec.sup.State(), holdCtx, reqCtx, err), roundAnswer
 		}
 		return "", nil, roundAgain
 	}
-	if p.pol != nil && st.Phase == api.PhaseActive {
+	if rec.pol != nil && st.Phase == api.PhaseActive {
 		// Switching away from a running model: the anti-thrash
 		// policy holds the request while that model is resident and
 		// lets one request lead the switch once its requests drained.
@@ -169,7 +169,7 @@ func (p *Proxy) routeSwitch(reqCtx context.Context, h *hold, rec *record, reques
 	}
 	name, aerr := p.startSwitch(holdCtx, cands, rec)
 	if dep != nil {
-		p.finish(dep, rec, name, aerr)
+		p.finish(rec.pol, dep, rec, name, aerr)
 	}
 	if aerr != nil {
 		return "", aerr, roundAnswer
@@ -185,7 +185,7 @@ func (p *Proxy) routeSwitch(reqCtx context.Context, h *hold, rec *record, reques
 // refused as busy: it holds the request while the busy switch ends.
 func (p *Proxy) awaitBusy(h *hold, reqCtx context.Context, profiles map[string]*units.Profile, rec *record) (*apiErr, roundEnd) {
 	holdCtx := h.context()
-	if st := p.sup.State(); st.Phase != api.PhaseSwitching {
+	if st := rec.sup.State(); st.Phase != api.PhaseSwitching {
 		// The busy switch has set its final state (active after a
 		// rollback, or failed) but not yet let go of the Supervisor:
 		// it is recording its end. Awaiting the state would return
@@ -196,13 +196,13 @@ func (p *Proxy) awaitBusy(h *hold, reqCtx context.Context, profiles map[string]*
 		err := sleepCtx(holdCtx, busyPoll)
 		rec.held += time.Since(t0)
 		if err != nil {
-			return holdError(p.sup.State(), holdCtx, reqCtx, err), roundAnswer
+			return holdError(rec.sup.State(), holdCtx, reqCtx, err), roundAnswer
 		}
 		return nil, roundHeld // a hold, not a routing round
 	}
 	// Another switch runs: wait for it, then route again.
-	if _, err := p.awaitActive(h, p.sup.State(), profiles, rec); err != nil && !errors.Is(err, api.ErrNoBackend) {
-		return holdError(p.sup.State(), holdCtx, reqCtx, err), roundAnswer
+	if _, err := p.awaitActive(h, rec.sup.State(), profiles, rec); err != nil && !errors.Is(err, api.ErrNoBackend) {
+		return holdError(rec.sup.State(), holdCtx, reqCtx, err), roundAnswer
 	}
 	return nil, roundAgain
 }
@@ -210,7 +210,7 @@ func (p *Proxy) awaitBusy(h *hold, reqCtx context.Context, profiles map[string]*
 // awaitDeparture holds a request for a model being drained until the
 // switch away from it has started; the time is the policy's (see gate).
 func (p *Proxy) awaitDeparture(reqCtx context.Context, h *hold, rec *record, d *departure) *apiErr {
-	p.pol.deferred.WithLabelValues("drain").Inc()
+	rec.pol.deferred.WithLabelValues("drain").Inc()
 	t0 := time.Now()
 	select {
 	case <-d.done:
@@ -250,7 +250,7 @@ func (p *Proxy) awaitActive(h *hold, st api.State, profiles map[string]*units.Pr
 		}
 	}
 	t0 := time.Now()
-	prof, err := p.sup.AwaitActive(h.context())
+	prof, err := rec.sup.AwaitActive(h.context())
 	rec.held += time.Since(t0)
 	return prof, err
 }
@@ -263,7 +263,7 @@ func (p *Proxy) awaitActive(h *hold, st api.State, profiles map[string]*units.Pr
 func (p *Proxy) startSwitch(ctx context.Context, cands []*units.Profile, rec *record) (string, *apiErr) {
 	var refusals []string
 	for _, c := range cands {
-		_, _, err := p.sup.Switch(ctx, c.Name, api.SwitchOptions{})
+		_, _, err := rec.sup.Switch(ctx, c.Name, api.SwitchOptions{})
 		var be *api.BusyError
 		var de *api.DoctorError
 		switch {

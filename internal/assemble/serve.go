@@ -94,8 +94,8 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger, o Options)
 type Core struct {
 	cfg *config.Config
 	log *slog.Logger
-	// Sup is the one Supervisor of this process.
-	Sup *appliance.Supervisor
+	// Sup is the one Box of this process: a switch engine per lane.
+	Sup *appliance.Box
 	// Doctor runs the doctor with everything the Supervisor knows (the
 	// Telegram bot's status, the exclusion watcher's findings).
 	Doctor api.DoctorFunc
@@ -121,9 +121,10 @@ func OpenCore(ctx context.Context, cfg *config.Config, log *slog.Logger) (c *Cor
 	if uerr != nil {
 		log.Error("systemd unreachable; serving anyway and retrying", "socket", cfg.Systemd.Socket, "err", uerr)
 	}
-	sup := appliance.NewSupervisor(cfg, gpu, u, journal, log)
+	sup := appliance.NewBox(cfg, gpu, u, journal, log)
 	doctor := func(ctx context.Context, profile string) api.DoctorReport {
-		d := &appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile, Telegram: sup.TelegramStatus, Exclusion: sup.Exclusion, Gate: sup, Watcher: sup}
+		d := &appliance.Doctor{Cfg: cfg, GPU: gpu, Units: u, Profile: profile, Telegram: sup.TelegramStatus, Exclusion: sup.Exclusion, Gate: sup, Watcher: sup,
+			LaneGate: func(l config.Lane) appliance.ProbeGate { return sup.Lane(l.Slot) }}
 		if gerr != nil {
 			d.GPU, d.GPUErr = nil, gerr
 		}
@@ -196,6 +197,9 @@ func listen(cfg *config.Config) (net.Listener, error) {
 func (c *Core) startProxy(ctx context.Context) (px *proxy.Proxy, m *metrics.Metrics) {
 	cfg, log := c.cfg, c.log
 	px = proxy.New(c.Sup, cfg.Proxy, func() map[string]*units.Profile { return cfg.Profiles }, log.With("component", "proxy"))
+	if len(c.Sup.Lanes()) > 1 {
+		px.SetLanes(func(profile string) proxy.Backend { return c.Sup.LaneOf(profile) })
+	}
 	px.DialBackends(c.backendDialer())
 	// A switch drains the requests running on the backend it takes away
 	// through the proxy, which forwards them.
@@ -323,7 +327,7 @@ func (c *Core) run(ctx, runCtx context.Context, ln net.Listener, ready func(addr
 // notifySystemd sends READY=1, keeps the watchdog fed at half its interval
 // and keeps STATUS= current (one line, e.g. "active: qwen3-coder (vllm) ·
 // 18.4/24.0 GiB"). Without NOTIFY_SOCKET every call is a no-op.
-func notifySystemd(ctx context.Context, sup *appliance.Supervisor, log *slog.Logger) {
+func notifySystemd(ctx context.Context, sup *appliance.Box, log *slog.Logger) {
 	// READY=1 only after the first reconcile (and the restore switch's
 	// start), as the unit file says: earlier, a switch would see "idle".
 	select {

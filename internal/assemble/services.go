@@ -208,7 +208,7 @@ func powerFrom(snapshot func(context.Context) (nvml.Snapshot, error)) func(conte
 
 // activeModel is the served name of the Supervisor's active profile, ""
 // while switching or idle (api.ActiveServedName).
-func activeModel(cfg *config.Config, sup *appliance.Supervisor) func() string {
+func activeModel(cfg *config.Config, sup *appliance.Box) func() string {
 	return func() string { return api.ActiveServedName(sup.State(), api.ProfilesIn(cfg.Profiles)) }
 }
 
@@ -226,7 +226,7 @@ func triageDaemon(cfg *config.Config) triage.Daemon {
 // model (no triage.model.base_url) its first poll waits for the first
 // active profile, so the demo's worker does not fail (and log an ERROR)
 // while the default profile is still loading.
-func runTriage(ctx context.Context, cfg *config.Config, sup *appliance.Supervisor, tw *triage.Worker, log *slog.Logger) error {
+func runTriage(ctx context.Context, cfg *config.Config, sup *appliance.Box, tw *triage.Worker, log *slog.Logger) error {
 	if cfg.Triage.Model.BaseURL == "" {
 		if st := sup.State(); st.Phase != api.PhaseActive || st.Step != "" {
 			log.Info("triage: waiting for the first active profile before polling", "phase", st.Phase)

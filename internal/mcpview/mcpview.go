@@ -12,7 +12,6 @@ import (
 	"fmt"
 
 	"gpuhost/api"
-	"gpuhost/appliance"
 	"gpuhost/bench"
 	"gpuhost/nvml"
 )
@@ -23,11 +22,19 @@ import (
 // both over in one value. It exposes reads only: the Supervisor's Switch is
 // deliberately not reachable.
 type Daemon struct {
-	Sup *appliance.Supervisor
+	// Sup is the daemon's Box (or, in tests, one lane's Supervisor).
+	Sup Core
 	// DoctorFn runs the doctor (the same function the API uses).
 	DoctorFn api.DoctorFunc
 	// Bench is the results store (nil: no results).
 	Bench *bench.Store
+}
+
+// Core is what the views read of the appliance: *appliance.Box and
+// *appliance.Supervisor both satisfy it.
+type Core interface {
+	Snapshot(ctx context.Context) (nvml.Snapshot, error)
+	Status(ctx context.Context) api.Status
 }
 
 // Snapshot reads the GPU through the daemon's own NVML handle.
