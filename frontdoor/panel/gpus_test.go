@@ -1,18 +1,23 @@
 package panel
 
 import (
+	"context"
 	"encoding/json"
 	"html"
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/config"
+	"gpuhost/internal/activity"
+	"gpuhost/internal/sse"
 	"gpuhost/units"
 )
 
@@ -193,5 +198,84 @@ func TestProfilesGroupedByGPUSet(t *testing.T) {
 				t.Errorf("switch %s: %+v", id, ls)
 			}
 		})
+	}
+}
+
+// The Activity page tells requests apart by the GPU set of the profile
+// that served them: a GPUs column, a filter (?gpus=, also on the live
+// stream) and a 400 for a set that is not one. A box whose profiles all
+// run on one set shows neither column nor filter.
+func TestActivityPerGPUSet(t *testing.T) {
+	ev := twoGPUEnv(t, "coder", nil)
+	rec := activity.New(activity.Options{LogSize: 50, GPU: ev.f.Sup, Events: ev.f.Sup})
+	ev.p.SetActivity(rec)
+	for _, r := range []struct{ model, profile string }{
+		{"qwen3-coder", "coder"}, {"llama3.1:8b", "llama"}, {"greedy", "coder-greedy"}, {"qwen3-coder-auto", "coder-auto"}, {"", ""},
+	} {
+		rec.Record(activity.Request{Time: time.Now(), Client: "127.0.0.1", Method: "POST", Path: "/v1/chat/completions", API: "chat",
+			Model: r.model, Profile: r.profile, Status: 200})
+	}
+	c := ev.client(t)
+	_, page := do(t, c, http.MethodGet, ev.srv.URL+"/activity", nil, nil)
+	for _, w := range []string{"<th>GPUs</th>", `<select name="gpus">`, `<option value="0,1">GPU 0&#43;1</option>`, `data-gpu-column="true"`,
+		`<td class="gpus">GPU 0</td>`, `<td class="gpus">GPU 1</td>`, `<td class="gpus">GPU 0&#43;1</td>`, `<td class="gpus">auto</td>`,
+		`<td class="gpus"><span class="muted">–</span></td>`} {
+		if !strings.Contains(page, w) {
+			t.Errorf("/activity lacks %q", w)
+		}
+	}
+	seqs := func(page string) string {
+		var out []string
+		for _, m := range regexp.MustCompile(`<tr data-seq="(\d+)">`).FindAllStringSubmatch(page, -1) {
+			out = append(out, m[1])
+		}
+		return strings.Join(out, ",")
+	}
+	for _, tc := range []struct{ query, want string }{
+		{"", "5,4,3,2,1"}, {"gpus=0", "1"}, {"gpus=1", "2"}, {"gpus=0,1", "3"}, {"gpus=auto", "4"}, {"gpus=7", ""}, {"gpus=1&status=5xx", ""},
+	} {
+		_, page := do(t, c, http.MethodGet, ev.srv.URL+"/activity?"+tc.query, nil, nil)
+		if got := seqs(page); got != tc.want {
+			t.Errorf("?%s: rows %q, want %q", tc.query, got, tc.want)
+		}
+	}
+	for _, q := range []string{"gpus=GPU0", "gpus=0+1", "gpus=" + strings.Repeat("1,", 40) + "1"} {
+		resp, body := do(t, c, http.MethodGet, ev.srv.URL+"/activity?"+q, nil, map[string]string{"Accept": "application/json"})
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "is not a GPU set") {
+			t.Errorf("?%s: %d %s", q, resp.StatusCode, body)
+		}
+	}
+	// The live stream filters the same way and says the set of each row.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ev.srv.URL+"/activity/events?after=0&gpus=1", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	go rec.Record(activity.Request{Model: "llama3.1:8b", Profile: "llama", Status: 200})
+	rd := sse.NewReader(resp.Body, 0)
+	var got []string
+	for len(got) < 2 {
+		e, err := rd.Next()
+		if err != nil {
+			t.Fatalf("after %v: %v", got, err)
+		}
+		var r requestRow
+		if e.Type != "request" || json.Unmarshal(e.Data, &r) != nil {
+			t.Fatalf("event %s %q", e.Type, e.Data)
+		}
+		got = append(got, strconv.FormatUint(r.Seq, 10)+" "+r.GPUs)
+	}
+	if strings.Join(got, "; ") != "2 GPU 1; 6 GPU 1" {
+		t.Errorf("stream with gpus=1: %q", got)
+	}
+
+	one, oneRec := newActivityEnv(t)
+	seedRequests(oneRec)
+	if _, page := do(t, one.client(t), http.MethodGet, one.srv.URL+"/activity", nil, nil); strings.Contains(page, "<th>GPUs</th>") ||
+		strings.Contains(page, `name="gpus"`) || strings.Contains(page, `class="gpus"`) {
+		t.Error("a box with one GPU set shows the GPUs column or filter")
 	}
 }
