@@ -361,7 +361,7 @@ func TestEveryMetricIsExported(t *testing.T) {
 		"gpuhost_proxy_time_to_first_byte_seconds_bucket", "gpuhost_proxy_output_tokens_per_second_bucket",
 		"gpuhost_switch_step_duration_seconds_bucket", "gpuhost_proxy_hold_seconds_bucket",
 		"gpuhost_triage_mails_total", "gpuhost_triage_cost_total", "gpuhost_triage_consecutive_poll_failures",
-		"gpuhost_doctor_check_status",
+		"gpuhost_doctor_check_status", "gpuhost_gpu_memory_held_bytes",
 	} {
 		if !used[want] {
 			t.Errorf("no rule or panel uses %s", want)

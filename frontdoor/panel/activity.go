@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -85,10 +86,14 @@ type requestRow struct {
 	TokPS       string `json:"tok_s"`
 	Held        string `json:"held"`
 	Stream      bool   `json:"stream"`
+	// GPUs is the GPU set of the profile that served it ("GPU 1",
+	// "GPU 0+1", "auto"; "" when no profile did).
+	GPUs string `json:"gpus"`
 }
 
-func rowOf(r activity.Request) requestRow {
-	row := requestRow{Seq: r.Seq, Time: r.Time.Local().Format("15:04:05"), Client: r.Client, Model: r.Model,
+// rowOf formats one request; sets are the profiles' GPU sets.
+func rowOf(r activity.Request, sets map[string]gpuSet) requestRow {
+	row := requestRow{GPUs: sets[r.Profile].Label, Seq: r.Seq, Time: r.Time.Local().Format("15:04:05"), Client: r.Client, Model: r.Model,
 		Path: r.Path, API: r.API, Status: r.Status, Stream: r.Stream, Prompt: "–", Completion: "–", TTFB: "–", TokPS: "–", Held: ""}
 	if row.API == "" {
 		row.API = r.Path
@@ -118,20 +123,68 @@ func rowOf(r activity.Request) requestRow {
 
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// requestFilter is what the Activity page filters requests by: the
+// log's own filter (model, status) and the GPU set of the profile that
+// served the request.
+type requestFilter struct {
+	activity.Filter
+	// GPUs is a gpuSet key ("0", "0,1", "auto"); "" is any.
+	GPUs string
+}
+
+// match reports whether r passes the filter; sets are the profiles' GPU
+// sets.
+func (f requestFilter) match(r activity.Request, sets map[string]gpuSet) bool {
+	if !f.Filter.Match(r) {
+		return false
+	}
+	if f.GPUs == "" {
+		return true
+	}
+	s, ok := sets[r.Profile]
+	return ok && s.Key == f.GPUs
+}
+
+// recent are the newest requests that pass f, at most limit.
+func (f requestFilter) recent(src ActivitySource, sets map[string]gpuSet, limit int) []activity.Request {
+	if f.GPUs == "" {
+		return src.Recent(f.Filter, limit)
+	}
+	var out []activity.Request
+	for _, r := range src.Recent(f.Filter, 0) {
+		if len(out) >= limit {
+			break
+		}
+		if f.match(r, sets) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// gpuSetKeyRE is what ?gpus= may hold: a set key as gpuSet.Key writes it.
+var gpuSetKeyRE = regexp.MustCompile(`^(auto|[0-9]{1,3}(,[0-9]{1,3}){0,15})$`)
+
 // activityView is the body of the Activity page.
 type activityView struct {
-	Off      bool
-	Model    string
-	Status   string
-	Models   []string
-	Statuses [][2]string
-	Rows     []requestRow
-	Kept     int
-	Size     int
-	After    uint64 // the newest request when the page was made: the live stream starts after it
-	Limit    int
-	Charts   chartsView
-	Windows  []windowLink
+	Off    bool
+	Model  string
+	Status string
+	// GPUs is the GPU set filter (a gpuSet key, "" any); Sets are its
+	// choices, the profiles' sets. GPUColumn: the profiles use more than
+	// one set, so the table has a GPU column and the filter shows.
+	GPUs      string
+	Sets      []gpuSet
+	GPUColumn bool
+	Models    []string
+	Statuses  [][2]string
+	Rows      []requestRow
+	Kept      int
+	Size      int
+	After     uint64 // the newest request when the page was made: the live stream starts after it
+	Limit     int
+	Charts    chartsView
+	Windows   []windowLink
 }
 
 type windowLink struct {
@@ -141,8 +194,11 @@ type windowLink struct {
 
 // activityQuery reads the filters and the window from the query; a bad
 // value is a 400 that names it.
-func activityQuery(c echo.Context, keep time.Duration) (activity.Filter, string, time.Duration, error) {
-	f := activity.Filter{Model: c.QueryParam("model"), Status: c.QueryParam("status")}
+func activityQuery(c echo.Context, keep time.Duration) (requestFilter, string, time.Duration, error) {
+	f := requestFilter{Filter: activity.Filter{Model: c.QueryParam("model"), Status: c.QueryParam("status")}, GPUs: c.QueryParam("gpus")}
+	if f.GPUs != "" && !gpuSetKeyRE.MatchString(f.GPUs) {
+		return f, "", 0, fmt.Errorf("gpus=%q is not a GPU set: use the indices joined by commas (0, 1, 0,1) or auto", truncateRunes(f.GPUs, 32))
+	}
 	if len(f.Model) > maxModelFilter {
 		return f, "", 0, fmt.Errorf("model=%q is longer than %d bytes; it is matched against the served model names", f.Model[:32]+"…", maxModelFilter)
 	}
@@ -169,11 +225,13 @@ func (p *Panel) handleActivity(c echo.Context) error {
 	if err != nil {
 		return p.fail(c, http.StatusBadRequest, "bad activity query", err.Error())
 	}
-	v := activityView{Model: f.Model, Status: f.Status, Models: src.Models(), Statuses: statusChoices,
+	sets := p.profileSets()
+	v := activityView{Model: f.Model, Status: f.Status, GPUs: f.GPUs, Sets: distinctSets(sets), Models: src.Models(), Statuses: statusChoices,
 		Size: src.Size(), Limit: activityRows, Rows: []requestRow{}}
+	v.GPUColumn = len(v.Sets) > 1 || f.GPUs != ""
 	v.After = src.LastSeq() // before Recent: a request recorded in between comes twice, never not at all
-	for _, r := range src.Recent(f, activityRows) {
-		v.Rows = append(v.Rows, rowOf(r))
+	for _, r := range f.recent(src, sets, activityRows) {
+		v.Rows = append(v.Rows, rowOf(r, sets))
 	}
 	v.Kept = len(src.Recent(activity.Filter{}, 0))
 	if f.Model != "" && !contains(v.Models, f.Model) {
@@ -250,6 +308,7 @@ func (p *Panel) handleActivityEvents(c echo.Context) error {
 			break
 		}
 	}
+	sets := p.profileSets()
 	wake, cancel := src.Subscribe()
 	defer cancel()
 	w := sse.NewWriter(c.Response())
@@ -259,7 +318,7 @@ func (p *Panel) handleActivityEvents(c echo.Context) error {
 	heartbeat := time.NewTicker(activityHeartbeat)
 	defer heartbeat.Stop()
 	for {
-		if after, err = sendActivity(w, src, f, after); err != nil {
+		if after, err = sendActivity(w, src, f, sets, after); err != nil {
 			return nil // the client left
 		}
 		select {
@@ -276,7 +335,7 @@ func (p *Panel) handleActivityEvents(c echo.Context) error {
 
 // sendActivity writes the requests after seq that match f and returns the
 // newest seq it has looked at.
-func sendActivity(w *sse.Writer, src ActivitySource, f activity.Filter, seq uint64) (uint64, error) {
+func sendActivity(w *sse.Writer, src ActivitySource, f requestFilter, sets map[string]gpuSet, seq uint64) (uint64, error) {
 	rs, missed := src.After(seq)
 	if missed > 0 {
 		if err := w.Send(sse.Event{Type: "missed", Data: []byte(strconv.FormatUint(missed, 10))}); err != nil {
@@ -285,15 +344,23 @@ func sendActivity(w *sse.Writer, src ActivitySource, f activity.Filter, seq uint
 	}
 	for _, r := range rs {
 		seq = r.Seq
-		if !f.Match(r) {
+		if !f.match(r, sets) {
 			continue
 		}
-		data, _ := json.Marshal(rowOf(r))
+		data, _ := json.Marshal(rowOf(r, sets))
 		if err := w.Send(sse.Event{ID: strconv.FormatUint(r.Seq, 10), Type: "request", Data: data}); err != nil {
 			return seq, err
 		}
 	}
 	return seq, nil
+}
+
+// truncateRunes cuts s to at most n runes, for echoing a bad value.
+func truncateRunes(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
 }
 
 // shortDur writes a window the way ?window= takes it (1h, 15m, 90s).

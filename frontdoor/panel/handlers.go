@@ -40,7 +40,12 @@ type endpointView struct {
 type dashboardView struct {
 	Status   api.Status
 	Snapshot *nvml.Snapshot
-	GPU      *nvml.Device
+	// Lanes are one per GPU; none when the GPU facts are unavailable.
+	Lanes []laneView
+	// Several: the box has more than one GPU, so each lane also says who
+	// holds memory on it and which profiles are placed there (on one GPU
+	// the Backend card says it).
+	Several  bool
 	Active   *api.ProfileInfo
 	Endpoint *endpointView
 }
@@ -49,12 +54,8 @@ func (p *Panel) handleDashboard(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), statusTimeout)
 	defer cancel()
 	st := p.sup.Status(ctx)
-	v := dashboardView{Status: st, Snapshot: st.GPU}
-	if st.GPU != nil {
-		if d, ok := st.GPU.Device0(); ok {
-			v.GPU = &d
-		}
-	}
+	v := dashboardView{Status: st, Snapshot: st.GPU, Lanes: lanes(st)}
+	v.Several = len(v.Lanes) > 1
 	for i := range st.Profiles {
 		if st.Profiles[i].Active {
 			v.Active = &st.Profiles[i]
@@ -125,7 +126,9 @@ type noticeView struct {
 
 // profilesView is the body of the profiles page.
 type profilesView struct {
-	Rows      []profileRow
+	// Groups are the profiles by GPU set (GPU 0, GPU 1, GPU 0+1, auto),
+	// each with its Switch buttons.
+	Groups    []profileGroup
 	Progress  *progressView
 	Notice    *noticeView
 	DoctorAt  time.Time
@@ -225,7 +228,9 @@ func (p *Panel) renderProfiles(c echo.Context, code int, notice *noticeView) err
 		}
 		v.Progress = &pv
 	}
-	v.Rows, v.DoctorAt, v.DoctorRan = p.profileRows(ctx, false)
+	var rows []profileRow
+	rows, v.DoctorAt, v.DoctorRan = p.profileRows(ctx, false)
+	v.Groups = groupRows(rows, p.profileSets())
 	return p.render(c, code, "profiles", p.pageData(c, "profiles", "Profiles", v))
 }
 

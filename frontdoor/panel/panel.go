@@ -1,8 +1,9 @@
-// Package panel is gpuhost's small web panel: a dashboard (GPU, active
-// profile, units, endpoint health, last switch), the profiles with a Switch
-// button and live switch progress, the doctor's checks, the backend
-// units' journals (a live tail, the last failed step's excerpt pinned), and
-// the mail triage worker's state, posts and costs (mail.go).
+// Package panel is gpuhost's small web panel: a dashboard (one lane per
+// GPU, active profile, units, endpoint health, last switch), the profiles
+// grouped by GPU set with a Switch button and live switch progress, the
+// doctor's checks, the backend units' journals (a live tail, the last
+// failed step's excerpt pinned), the /v1 activity, and the mail triage
+// worker's state, posts and costs (mail.go).
 //
 // It is server-rendered html/template from an embedded file system, with a
 // little plain JavaScript for the live parts and no build step. Every page

@@ -453,23 +453,33 @@
   function initLive() {
     const pill = $('#phase');
     if (!pill) return;
+    const several = $$('[data-gpu]').length > 1;
     let busy = false;
     const poll = async () => {
       if (busy || document.hidden) return;
       busy = true;
       try {
-        const res = await fetch('/live', { headers: { 'Accept': 'application/json' }, credentials: 'same-origin' });
+        const res = await fetch(several ? '/live?gpus=1' : '/live', { headers: { 'Accept': 'application/json' }, credentials: 'same-origin' });
         if (!res.ok) return;
         const data = await res.json();
         pill.textContent = data.pill;
         pill.title = data.title || data.phase;
         pill.className = 'pill phase-' + (data.pill_class || data.phase);
-        const g = data.gauges || {};
+        // GPU 0's lane (the only one on a one-GPU box) follows the
+        // gauges, every other lane its own entry of data.gpus.
+        const laneOf = (el) => {
+          const lane = el.closest('[data-gpu]');
+          const i = lane ? lane.dataset.gpu : '0';
+          if (i === '0') return { gauges: data.gauges || {}, mem_pct: data.mem_pct };
+          return (data.gpus || {})[i] || { gauges: {} };
+        };
         $$('[data-live]').forEach((el) => {
+          const g = laneOf(el).gauges;
           if (typeof g[el.dataset.live] === 'string') el.textContent = g[el.dataset.live];
         });
         $$('[data-live-bar]').forEach((el) => {
-          if (g[el.dataset.liveBar] !== undefined) el.setAttribute('width', String(data.mem_pct));
+          const l = laneOf(el);
+          if (l.gauges[el.dataset.liveBar] !== undefined) el.setAttribute('width', String(l.mem_pct));
         });
         document.documentElement.dataset.live = String(Number(document.documentElement.dataset.live || 0) + 1);
       } catch (_) {
@@ -486,10 +496,11 @@
   // the charts are fetched again every 4 s.
   const requestCells = ['time', 'client', 'model', 'api', 'status', 'prompt', 'completion', 'ttfb', 'tok_s', 'held'];
 
-  function requestRow(r) {
+  function requestRow(r, gpuColumn) {
     const tr = document.createElement('tr');
     tr.dataset.seq = String(r.seq);
-    requestCells.forEach((k) => {
+    const cells = gpuColumn ? requestCells.flatMap((k) => (k === 'model' ? [k, 'gpus'] : [k])) : requestCells;
+    cells.forEach((k) => {
       const td = document.createElement('td');
       if (k === 'client') {
         const code = document.createElement('code');
@@ -503,6 +514,9 @@
       } else if (k === 'model') {
         td.className = 'model';
         td.textContent = r.model || '–';
+      } else if (k === 'gpus') {
+        td.className = 'gpus';
+        td.textContent = r.gpus || '–';
       } else if (k === 'api') {
         td.textContent = r.api;
       } else {
@@ -535,13 +549,14 @@
     if (!body) return;
     const status = $('#live-status');
     const limit = Number(body.dataset.limit) || 200;
-    const q = new URLSearchParams({ after: body.dataset.after || '0', model: body.dataset.model || '', status: body.dataset.status || '' });
+    const gpuColumn = body.dataset.gpuColumn === 'true';
+    const q = new URLSearchParams({ after: body.dataset.after || '0', model: body.dataset.model || '', status: body.dataset.status || '', gpus: body.dataset.gpus || '' });
     const es = new EventSource('/activity/events?' + q);
     es.addEventListener('request', (ev) => {
       let r;
       try { r = JSON.parse(ev.data); } catch (_) { return; }
       if ($$('tr', body).some((tr) => tr.dataset.seq === String(r.seq))) return;
-      body.prepend(requestRow(r));
+      body.prepend(requestRow(r, gpuColumn));
       $$('tr', body).slice(limit).forEach((tr) => tr.remove());
       const empty = $('#requests-empty');
       if (empty) empty.hidden = true;

@@ -109,10 +109,11 @@ func (c *builder) Build(env connector.Env) ([]connector.Tool, error) {
 	return []connector.Tool{
 		{Def: mcpgo.NewTool("inference_status", opts(mcpgo.WithDescription(
 			"Which inference profile is active on this box (phase idle/switching/active/failed), its model and served name, "+
-				"whether its HTTP endpoint answers its health check right now, the backend systemd units' states and the last switch."))...),
+				"whether its HTTP endpoint answers its health check right now, the backend systemd units' states, every GPU with the "+
+				"profiles served on it (their backends hold its memory), its memory and the profiles placed there, and the last switch."))...),
 			Handler: t.status},
 		{Def: mcpgo.NewTool("inference_profiles", opts(mcpgo.WithDescription(
-			"List the configured inference profiles: name, backend (vllm/ollama), model, served model name, port, unit, and which one is active."))...),
+			"List the configured inference profiles: name, backend (vllm/ollama), model, served model name, port, unit, the GPUs it runs on, and which one is active."))...),
 			Handler: t.listProfiles},
 		{Def: mcpgo.NewTool("inference_doctor", doctorOpts...), Handler: t.doctor, Targets: doctorTargets},
 		{Def: mcpgo.NewTool("inference_bench_latest", opts(mcpgo.WithDescription(
@@ -143,10 +144,54 @@ type StatusResult struct {
 	// Active describes the active (or current) profile, nil when idle.
 	Active *ProfileView `json:"active,omitempty"`
 	// Endpoint is the live health probe of Active's port.
-	Endpoint   *Health            `json:"endpoint,omitempty"`
-	Units      []UnitView         `json:"units"`
+	Endpoint *Health    `json:"endpoint,omitempty"`
+	Units    []UnitView `json:"units"`
+	// GPUs are the box's GPUs, each with what serves on it: the
+	// profiles whose backends hold memory there and those placed there.
+	GPUs       []GPUView          `json:"gpus"`
 	LastSwitch *api.SwitchSummary `json:"last_switch,omitempty"`
 	Note       string             `json:"note,omitempty"`
+}
+
+// GPUView is one GPU as inference_status shows it, so that the model
+// can tell which model serves on which card.
+type GPUView struct {
+	Index          int    `json:"index"`
+	UUID           string `json:"uuid"`
+	Name           string `json:"name"`
+	MemoryUsedMiB  uint64 `json:"memory_used_mib"`
+	MemoryTotalMiB uint64 `json:"memory_total_mib"`
+	// Serving are the profiles whose backend holds memory on this GPU
+	// now (a profile over several GPUs is on each; one in standby holds
+	// its residual).
+	Serving []string `json:"serving"`
+	// Holders are the processes holding memory, with their backend unit
+	// and profile (neither for a process that is not gpuhost's).
+	Holders []api.GPUHolder `json:"holders"`
+	// Placed are the profiles the config places on this GPU (a fixed
+	// gpus set, or GPU 0 when unset); auto profiles go where they fit.
+	Placed []string `json:"placed,omitempty"`
+	// Line is the GPU in one line, as `gpuhost status` prints it.
+	Line string `json:"line"`
+}
+
+// gpuViews are the status's GPUs as inference_status shows them.
+func gpuViews(gs []api.GPUStatus) []GPUView {
+	out := make([]GPUView, 0, len(gs))
+	for _, g := range gs {
+		v := GPUView{Index: g.Index, UUID: g.UUID, Name: g.Name, MemoryUsedMiB: g.MemoryUsedMiB, MemoryTotalMiB: g.MemoryTotalMiB,
+			Serving: []string{}, Holders: g.Holders, Placed: g.Profiles, Line: g.Line()}
+		if v.Holders == nil {
+			v.Holders = []api.GPUHolder{}
+		}
+		for _, h := range g.Holders {
+			if h.Profile != "" && !contains(v.Serving, h.Profile) {
+				v.Serving = append(v.Serving, h.Profile)
+			}
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // ProfileView is a profile as the model needs it (no argv).
@@ -157,7 +202,10 @@ type ProfileView struct {
 	ServedName string        `json:"served_name"`
 	Port       int           `json:"port"`
 	Unit       string        `json:"unit"`
-	Active     bool          `json:"active"`
+	// GPUs is where the profile runs as configured: "[0]", "[0, 1]" or
+	// "auto".
+	GPUs   string `json:"gpus"`
+	Active bool   `json:"active"`
 }
 
 // UnitView is one backend unit's state.
@@ -182,7 +230,7 @@ type Health struct {
 }
 
 func view(p api.ProfileInfo) ProfileView {
-	return ProfileView{Name: p.Name, Backend: p.Backend, Model: p.Model, ServedName: p.ServedName, Port: p.Port, Unit: p.Unit, Active: p.Active}
+	return ProfileView{Name: p.Name, Backend: p.Backend, Model: p.Model, ServedName: p.ServedName, Port: p.Port, Unit: p.Unit, GPUs: p.GPUs, Active: p.Active}
 }
 
 func (t *tools) status(ctx context.Context, _ connector.Args) (any, error) {
@@ -190,7 +238,7 @@ func (t *tools) status(ctx context.Context, _ connector.Args) (any, error) {
 	st := t.d.Status(dctx)
 	cancel()
 	out := StatusResult{Phase: st.State.Phase, Profile: st.State.Profile, Step: st.State.Step, Error: st.State.Error,
-		LastError: st.State.LastError, Since: st.State.Since, LastSwitch: st.LastSwitch, Units: []UnitView{}}
+		LastError: st.State.LastError, Since: st.State.Since, LastSwitch: st.LastSwitch, Units: []UnitView{}, GPUs: gpuViews(st.GPUs)}
 	if st.State.Phase == api.PhaseSwitching {
 		out.Target = st.State.Target
 	}

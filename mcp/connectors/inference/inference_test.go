@@ -17,6 +17,7 @@ import (
 	"gpuhost/api"
 	"gpuhost/appliance/appliancetest"
 	"gpuhost/bench"
+	gpuconfig "gpuhost/config"
 	"gpuhost/internal/testkit"
 	"gpuhost/mcp/connector"
 	"gpuhost/units"
@@ -160,13 +161,17 @@ func TestAgainstRealSupervisor(t *testing.T) {
 	if len(st.Units) == 0 || st.LastSwitch == nil || !st.LastSwitch.OK {
 		t.Fatalf("status units %+v last switch %+v", st.Units, st.LastSwitch)
 	}
+	if len(st.GPUs) != 1 || fmt.Sprint(st.GPUs[0].Serving) != "[coder]" || !strings.Contains(st.GPUs[0].Line, "GPU 0 ") ||
+		!strings.Contains(st.GPUs[0].Line, "coder (gpuhost-vllm.service)") {
+		t.Fatalf("status GPUs %+v, want GPU 0 serving coder", st.GPUs)
+	}
 
 	ps := call(t, tools["inference_profiles"], nil).(ProfilesResult)
 	if len(ps.Profiles) != 3 {
 		t.Fatalf("profiles %+v", ps)
 	}
 	for _, p := range ps.Profiles {
-		if p.Active != (p.Name == "coder") || p.Port == 0 || p.Model == "" {
+		if p.Active != (p.Name == "coder") || p.Port == 0 || p.Model == "" || p.GPUs != "[0]" {
 			t.Fatalf("profile %+v", p)
 		}
 	}
@@ -191,6 +196,77 @@ func TestAgainstRealSupervisor(t *testing.T) {
 	st = call(t, tools["inference_status"], nil).(StatusResult)
 	if st.Profile != "llama" || st.Endpoint == nil || !st.Endpoint.Healthy || !strings.HasSuffix(st.Endpoint.URL, "/api/version") {
 		t.Fatalf("status after switch %+v endpoint %+v", st, st.Endpoint)
+	}
+	if len(st.GPUs) != 1 || fmt.Sprint(st.GPUs[0].Serving) != "[llama]" {
+		t.Fatalf("status GPUs after the switch %+v, want GPU 0 serving llama", st.GPUs)
+	}
+}
+
+// On a box with two GPUs inference_status says per GPU what serves on
+// it, and inference_profiles where each profile runs.
+func TestStatusPerGPUOnRealSupervisor(t *testing.T) {
+	f := appliancetest.New(t, appliancetest.Options{Activate: "llama", Hook: func(c *gpuconfig.Config) {
+		c.GPU.Sim.Devices = make([]gpuconfig.SimGPUDevice, 2)
+		c.Profiles["llama"].GPUs = units.GPUSet{Indices: []int{1}, Given: true}
+		c.Profiles["coder-greedy"].GPUs = units.GPUSet{Indices: []int{0, 1}, Given: true}
+	}})
+	tools := build(t, connector.Env{Daemon: fixtureDaemon{f: f}, HTTP: &http.Client{}})
+	st := call(t, tools["inference_status"], nil).(StatusResult)
+	if len(st.GPUs) != 2 {
+		t.Fatalf("status GPUs %+v, want two", st.GPUs)
+	}
+	for i, want := range []struct {
+		serving, placed, line string
+	}{
+		{"[]", "[coder coder-greedy]", "GPU 0 NVIDIA GeForce RTX 4090 (GPU-5a1f4090…) 0.0/24.0 GiB: free"},
+		{"[llama]", "[coder-greedy llama]", "GPU 1 NVIDIA GeForce RTX 4090 (GPU-5a1f4091…) 6.1/24.0 GiB: llama (gpuhost-ollama.service) 6200 MiB"},
+	} {
+		g := st.GPUs[i]
+		if fmt.Sprint(g.Serving) != want.serving || fmt.Sprint(g.Placed) != want.placed || g.Line != want.line || g.UUID == "" {
+			t.Errorf("GPU %d: serving %v placed %v line %q; want %s %s %q", g.Index, g.Serving, g.Placed, g.Line, want.serving, want.placed, want.line)
+		}
+	}
+	gpus := map[string]string{}
+	for _, p := range call(t, tools["inference_profiles"], nil).(ProfilesResult).Profiles {
+		gpus[p.Name] = p.GPUs
+	}
+	if fmt.Sprint(gpus) != "map[coder:[0] coder-greedy:[0, 1] llama:[1]]" {
+		t.Errorf("profiles' GPUs %v", gpus)
+	}
+}
+
+// gpuViews: who serves on each GPU, from the holders (a profile listed
+// once per GPU however many processes it has there; processes that are
+// not gpuhost's serve nothing).
+func TestGPUViews(t *testing.T) {
+	held := func(pid int, mib uint64, unit, profile string) api.GPUHolder {
+		return api.GPUHolder{PID: pid, Name: "proc", UsedMiB: mib, Unit: unit, Profile: profile}
+	}
+	tests := []struct {
+		name    string
+		gpus    []api.GPUStatus
+		serving []string // per GPU, joined by ","
+	}{
+		{"none", nil, nil},
+		{"free GPU", []api.GPUStatus{{Index: 0}}, []string{""}},
+		{"tensor parallel over two, two ranks on one, a foreign process",
+			[]api.GPUStatus{
+				{Index: 0, Holders: []api.GPUHolder{held(1, 9000, "gpuhost-vllm.service", "big"), held(2, 100, "gpuhost-vllm.service", "big"), held(3, 500, "", "")}},
+				{Index: 1, Holders: []api.GPUHolder{held(4, 9000, "gpuhost-vllm.service", "big"), held(5, 6200, "gpuhost-ollama.service", "llama")}},
+			}, []string{"big", "big,llama"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			vs := gpuViews(tc.gpus)
+			if len(vs) != len(tc.gpus) {
+				t.Fatalf("%d views for %d GPUs", len(vs), len(tc.gpus))
+			}
+			for i, v := range vs {
+				if got := strings.Join(v.Serving, ","); got != tc.serving[i] || v.Holders == nil || v.Line != tc.gpus[i].Line() {
+					t.Errorf("GPU %d: serving %q holders %v line %q, want serving %q", i, got, v.Holders, v.Line, tc.serving[i])
+				}
+			}
+		})
 	}
 }
 
