@@ -55,14 +55,14 @@ func opencodeBinary(t *testing.T) string {
 	return path
 }
 
-// startDemo runs `gpuhost demo` on a free port until the test ends and
-// waits for its default profile; console returns what the demo has
+// startDemo runs `gpuhost demo` (with extra flags) on a free port until
+// the test ends and waits for its default profile; console returns what the demo has
 // printed so far (banner, logs, triage posts).
-func startDemo(t *testing.T) (url, state string, console func() string) {
+func startDemo(t *testing.T, extra ...string) (url, state string, console func() string) {
 	t.Helper()
 	addr := testkit.FreeAddr(t)
 	state = t.TempDir()
-	cmd := exec.Command(binPath, "demo", "--listen", addr, "--state-dir", state)
+	cmd := exec.Command(binPath, append([]string{"demo", "--listen", addr, "--state-dir", state}, extra...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

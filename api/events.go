@@ -155,7 +155,8 @@ const (
 	// DetailLog is the command that shows the unit's log.
 	DetailLog = "log"
 	// DetailDrift names a watcher finding (stray_unit, asleep,
-	// foreign_model, standby_awake, several_active): a metric label.
+	// foreign_model, standby_awake, several_active, verify_failed, and the
+	// box's per-GPU wrong_gpu and gpu_shared): a metric label.
 	DetailDrift = "drift"
 	// DetailUsedMiB and DetailTotalMiB are GPU memory figures (used by
 	// the vram_release and verify steps, held by a unit).

@@ -15,8 +15,12 @@ import (
 )
 
 // driftWrongGPU is a lane's backend found running on a GPU that another
-// lane holds (started by hand, or left from before a restart).
-const driftWrongGPU = "wrong_gpu"
+// lane holds (started by hand, or left from before a restart); driftGPUShared
+// is a sample with two backends above their residual on one GPU.
+const (
+	driftWrongGPU  = "wrong_gpu"
+	driftGPUShared = "gpu_shared"
+)
 
 // watchExclusion checks every GPU on each watch tick and after each unit
 // event, until ctx ends.
@@ -127,7 +131,7 @@ func (b *Box) violation(ctx context.Context, d nvml.Device, above []laneUnit, ow
 	b.excl.violations++
 	b.excl.last, b.excl.lastMsg = time.Now(), msg
 	b.mu.Unlock()
-	b.bus.publish(api.Event{Kind: api.EventExclusion, Status: api.StatusFailed, Message: msg, Detail: map[string]any{api.DetailGPU: d.Index}})
+	b.bus.publish(api.Event{Kind: api.EventExclusion, Status: api.StatusFailed, Message: msg, Detail: map[string]any{api.DetailGPU: d.Index, api.DetailDrift: driftGPUShared}})
 	if owner == nil {
 		return // nobody claimed it: the lanes' own watchers decide
 	}

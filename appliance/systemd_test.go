@@ -305,8 +305,12 @@ func TestSamplerChild(t *testing.T) {
 	if os.Getenv("GPUHOST_SAMPLER") != "1" {
 		t.Skip("helper process for the end-to-end tests")
 	}
-	if os.Getenv("GPUHOST_SAMPLER_MODE") == "residual" {
+	switch os.Getenv("GPUHOST_SAMPLER_MODE") {
+	case "residual":
 		residualSamplerChild(t)
+		return
+	case "gpus":
+		gpuSamplerChild(t)
 		return
 	}
 	names := strings.Split(os.Getenv("GPUHOST_SAMPLER_UNITS"), ",")

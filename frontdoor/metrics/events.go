@@ -19,6 +19,10 @@ import (
 // Step durations are observed for steps that succeeded only: a failed step's
 // time is mostly the timeout that ended it, which says nothing about how
 // long the step takes; failures show in gpuhost_switches_total.
+// maxInFlightSwitches bounds the switches the metrics follow at once:
+// far more than the lanes of any box.
+const maxInFlightSwitches = 64
+
 func (m *Metrics) handle(e api.Event) {
 	m.mu.Lock()
 	if m.lastSeq != 0 && e.Seq > m.lastSeq+1 {
@@ -32,18 +36,20 @@ func (m *Metrics) handle(e api.Event) {
 	case api.EventSwitch:
 		switch e.Status {
 		case api.StatusStarted:
-			m.current.id, m.current.started = e.SwitchID, e.Time
+			if m.started == nil || len(m.started) >= maxInFlightSwitches {
+				m.started = map[string]time.Time{}
+			}
+			m.started[e.SwitchID] = e.Time
 		case api.StatusDone, api.StatusFailed:
 			finished = true
+			t0, ok := m.started[e.SwitchID]
 			switch {
 			case e.DurationMS > 0:
 				seconds = e.DurationMS / 1000
-			case m.current.id != "" && m.current.id == e.SwitchID && !e.Time.Before(m.current.started):
-				seconds = e.Time.Sub(m.current.started).Seconds()
+			case ok && !e.Time.Before(t0):
+				seconds = e.Time.Sub(t0).Seconds()
 			}
-			if m.current.id == e.SwitchID {
-				m.current.id, m.current.started = "", time.Time{}
-			}
+			delete(m.started, e.SwitchID)
 		}
 	}
 	m.mu.Unlock()

@@ -109,13 +109,10 @@ type Metrics struct {
 	doctorReq chan struct{}
 
 	mu sync.Mutex
-	// current is the switch in flight: the Supervisor runs one at a time,
-	// so one slot is enough, and a start whose end event was lost is
-	// forgotten at the next start.
-	current struct {
-		id      string
-		started time.Time
-	}
+	// started are the switches in flight by id: one per lane (GPU set) at
+	// most, so a start whose end event was lost is forgotten once more
+	// than maxInFlightSwitches run.
+	started map[string]time.Time
 	lastSeq  uint64
 	progress chan struct{} // closed and replaced after each event and doctor run
 	report   *api.DoctorReport
