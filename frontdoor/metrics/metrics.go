@@ -112,7 +112,7 @@ type Metrics struct {
 	// started are the switches in flight by id: one per lane (GPU set) at
 	// most, so a start whose end event was lost is forgotten once more
 	// than maxInFlightSwitches run.
-	started map[string]time.Time
+	started  map[string]time.Time
 	lastSeq  uint64
 	progress chan struct{} // closed and replaced after each event and doctor run
 	report   *api.DoctorReport
