@@ -5,12 +5,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"gpuhost/api"
+	"gpuhost/internal/testkit"
 )
 
 // TestDemoGPUsStreamThroughSwitches is the two-GPU demo as a coding agent
@@ -123,5 +126,67 @@ func TestDemoGPUsStreamThroughSwitches(t *testing.T) {
 	}
 	for _, l := range st.State.Lanes {
 		t.Logf("lane %s: %s", l.Lane, api.StatusLine(l, nil))
+	}
+}
+
+// TestAutoSwitchPerLane: with proxy.auto_switch on a box of two GPUs, a
+// request for a model that does not serve switches only its lane: coder
+// (GPU 0) keeps serving while a request for coder1 starts GPU 1, and a
+// request for the tensor-parallel coder-tp takes both GPUs from them. Every
+// request is answered.
+func TestAutoSwitchPerLane(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the daemon")
+	}
+	p1, ptp := testkit.FreePort(t), testkit.FreePort(t)
+	d := startServeEdited(t, binPath, "127.0.0.1", "", func(y string) string {
+		y = strings.Replace(y, "gpu:\n  backend: sim\n", "gpu:\n  backend: sim\n  sim:\n    devices: [{}, {}]\n", 1)
+		for _, p := range []struct {
+			name string
+			port int
+			gpus string
+		}{{"coder1", p1, "[1]"}, {"coder-tp", ptp, "[0, 1]"}} {
+			y += fmt.Sprintf("  %s:\n    backend: vllm\n    model: Qwen/Qwen3-Coder-30B-A3B-Instruct\n    served_name: %s\n    port: %d\n    gpus: %s\n"+
+				"    vllm: {gpu_memory_utilization: 0.92, max_num_seqs: 32, enable_auto_tool_choice: true, tool_call_parser: qwen3_xml}\n    sim: {load_time: 50ms}\n",
+				p.name, p.name, p.port, p.gpus)
+		}
+		return y + "proxy:\n  auto_switch: true\n  min_residency: 0s\n"
+	}, "50ms")
+	c := d.client()
+	ask := func(model string) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"model": model, "max_tokens": 8, "messages": []map[string]string{{"role": "user", "content": "hi"}}})
+		resp, err := http.Post(d.url+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(resp.Body)
+			t.Fatalf("%s: %s %s", model, resp.Status, b)
+		}
+	}
+	lanes := func() map[string]string {
+		st, err := c.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, l := range st.State.Lanes {
+			out[l.Lane] = api.StatusLine(l, nil)
+		}
+		return out
+	}
+	ask("qwen3-coder")
+	ask("coder1")
+	got := lanes()
+	if got["GPU 0"] != "active: coder (vllm)" || got["GPU 1"] != "active: coder1 (vllm)" {
+		t.Fatalf("after requests for qwen3-coder and coder1: %v; want both lanes serving", got)
+	}
+	ask("qwen3-coder") // still served on GPU 0: no switch
+	ask("coder-tp")
+	got = lanes()
+	if got["GPU 0+1"] != "active: coder-tp (vllm)" || got["GPU 0"] != "idle" || got["GPU 1"] != "idle" {
+		t.Fatalf("after a request for coder-tp: %v; want GPU 0+1 serving, GPU 0 and GPU 1 idle", got)
 	}
 }

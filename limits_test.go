@@ -40,10 +40,17 @@ func startLimitDaemon(t *testing.T, extraYAML string, vllmLoad string) *limitDae
 // token, when set, is its API token. It returns once the daemon answers.
 func startServeProcess(t *testing.T, bin, host, token, extraYAML, vllmLoad string) *limitDaemon {
 	t.Helper()
+	return startServeEdited(t, bin, host, token, func(y string) string { return y + "\n" + extraYAML }, vllmLoad)
+}
+
+// startServeEdited is startServeProcess with the test config rewritten by
+// edit.
+func startServeEdited(t *testing.T, bin, host, token string, edit func(string) string, vllmLoad string) *limitDaemon {
+	t.Helper()
 	state := t.TempDir()
 	port := testkit.FreePort(t)
 	y := testbin.ConfigYAML(bin, state, "process", "", testkit.FreePort(t), testkit.FreePort(t), vllmLoad)
-	y = strings.Replace(y, "listen: 127.0.0.1:0", fmt.Sprintf("listen: %s:%d", host, port), 1) + "\n" + extraYAML
+	y = edit(strings.Replace(y, "listen: 127.0.0.1:0", fmt.Sprintf("listen: %s:%d", host, port), 1))
 	y = strings.Replace(y, "default_profile: coder\n", "", 1)
 	path := filepath.Join(state, "gpuhost.yaml")
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
