@@ -118,7 +118,7 @@ func (s *Supervisor) lostActiveLocked(prev api.State, bs []backendState, active 
 		}
 	}
 	s.activePID = 0 // whatever runs next is new to gpuhost
-	s.handActionLocked()
+	s.watch.handActionLocked()
 	if _, ok := s.cfg.Profiles[l.profile]; !ok {
 		return lostBackend{}, false
 	}
@@ -450,7 +450,7 @@ func NotServing(st api.State) string {
 // restarted by hand; the next switch to its profile starts it cold. s.mu
 // is held (the bus never takes it).
 func (s *Supervisor) publishStandbyLostLocked(b backendState, e standbyEntry) {
-	s.handActionLocked()
+	s.watch.handActionLocked()
 	detail := map[string]any{api.DetailUnit: b.unit, "active_state": b.status.ActiveState, "standby": true}
 	reason := crashReason(b.status)
 	switch {
@@ -500,7 +500,7 @@ func (s *Supervisor) pickServingLocked(prev api.State, active []backendState) (b
 	if !found {
 		return backendState{}, false
 	}
-	s.handActionLocked()
+	s.watch.handActionLocked()
 	var names []string
 	for _, a := range active {
 		names = append(names, fmt.Sprintf("%s (%s, %s)", a.unit, orDash(a.profile), a.status.ActiveState))
@@ -524,7 +524,7 @@ func (s *Supervisor) resumeOnHandStartLocked(prev api.State, active []backendSta
 		return api.State{}, false
 	}
 	s.heal.running = true
-	s.handActionLocked()
+	s.watch.handActionLocked()
 	next := healState(prev, prev.Paused, stepHandStart)
 	next.Standby = s.standby.infos()
 	s.state = next

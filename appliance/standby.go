@@ -277,7 +277,7 @@ func (l *leg) wakeTarget(ctx context.Context) (string, map[string]any, error) {
 		// Put to sleep behind gpuhost's back: at the level vLLM's gauge
 		// says, else level 2, whose wake (weights reloaded) is right after
 		// either.
-		e.Mode = s.handSleepMode(ctx, l.be)
+		e.Mode = handSleepMode(ctx, l.be)
 		level = e.level()
 	}
 	sl, ok := l.be.(backend.Sleeper)
@@ -341,7 +341,8 @@ func (s *Supervisor) engineSleeping(ctx context.Context, p *units.Profile) bool 
 // puts one that holds more back into standby, or stops it when that fails:
 // only the active backend may hold more than its residual. vLLM's own
 // start-time check of free memory is the last line behind this one.
-func (s *Supervisor) enforceStandby(ctx context.Context) {
+func (w *watcher) enforceStandby(ctx context.Context) {
+	s := w.s
 	ws := s.standby.watched()
 	if len(ws) == 0 {
 		return
@@ -353,16 +354,16 @@ func (s *Supervisor) enforceStandby(ctx context.Context) {
 	if len(snap.Devices) == 0 {
 		return
 	}
-	for _, w := range ws {
-		if !w.known {
+	for _, sw := range ws {
+		if !sw.known {
 			continue
 		}
-		st, err := s.units.Unit(ctx, w.unit)
+		st, err := s.units.Unit(ctx, sw.unit)
 		if err != nil || !st.Active() {
 			continue
 		}
 		used := unitUsedOn(snap.Devices, st)
-		if used <= w.residual+residualToleranceMiB {
+		if used <= sw.residual+residualToleranceMiB {
 			continue
 		}
 		// Acting takes the switch lock, so no switch wakes or stops the
@@ -374,8 +375,8 @@ func (s *Supervisor) enforceStandby(ctx context.Context) {
 		// have woken this unit (above its residual, still listed) and
 		// finished since, so that it now serves. Decide again under the
 		// lock, on the standby entry and fresh readings.
-		if st, used, ok := s.stillAboveResidual(ctx, w.unit, w.e, w.residual); ok {
-			s.standbyViolation(ctx, w.unit, w.e, st, used, w.residual)
+		if st, used, ok := w.stillAboveResidual(ctx, sw.unit, sw.e, sw.residual); ok {
+			w.standbyViolation(ctx, sw.unit, sw.e, st, used, sw.residual)
 		}
 		s.switchMu.Unlock()
 	}
@@ -383,7 +384,8 @@ func (s *Supervisor) enforceStandby(ctx context.Context) {
 
 // stillAboveResidual reports whether unit is still in standby as e and
 // holds more than its residual now; switchMu is held.
-func (s *Supervisor) stillAboveResidual(ctx context.Context, unit string, e standbyEntry, residual uint64) (api.UnitStatus, uint64, bool) {
+func (w *watcher) stillAboveResidual(ctx context.Context, unit string, e standbyEntry, residual uint64) (api.UnitStatus, uint64, bool) {
+	s := w.s
 	cur, ok := s.standby.of(unit)
 	if !ok || cur.Profile != e.Profile || cur.Mode != e.Mode || !cur.Since.Equal(e.Since) {
 		return api.UnitStatus{}, 0, false
@@ -404,7 +406,8 @@ func (s *Supervisor) stillAboveResidual(ctx context.Context, unit string, e stan
 }
 
 // standbyViolation records and ends one backend above its residual.
-func (s *Supervisor) standbyViolation(ctx context.Context, unit string, e standbyEntry, st api.UnitStatus, used, residual uint64) {
+func (w *watcher) standbyViolation(ctx context.Context, unit string, e standbyEntry, st api.UnitStatus, used, residual uint64) {
+	s := w.s
 	msg := fmt.Sprintf("%s is in standby (%s) but holds %d MiB, above its residual %d MiB: ", unit, e.Profile, used, residual)
 	p := s.cfg.Profiles[e.Profile]
 	fixed := false
@@ -448,7 +451,7 @@ func (s *Supervisor) Exclusion() (violations uint64, last time.Time, lastMsg str
 // handSleepMode is the standby mode of a vLLM put to sleep behind
 // gpuhost's back: level 1 when its vllm:engine_sleep_state says so, else
 // level 2 (right to wake from after either).
-func (s *Supervisor) handSleepMode(ctx context.Context, be backend.Backend) units.Standby {
+func handSleepMode(ctx context.Context, be backend.Backend) units.Standby {
 	v, ok := be.(*backend.VLLM)
 	if !ok {
 		return units.StandbySleep2

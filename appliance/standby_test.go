@@ -301,7 +301,7 @@ func TestStandbyWatcherSparesAWokenTarget(t *testing.T) {
 		}
 	}
 	hg.mu.Unlock()
-	f.sup.enforceStandby(context.Background())
+	f.sup.watch.enforceStandby(context.Background())
 	if switchErr != nil {
 		t.Fatalf("switch to coder: %v", switchErr)
 	}

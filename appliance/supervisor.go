@@ -74,11 +74,12 @@ type Supervisor struct {
 	switches   uint64
 	// standby is who is in standby, the residuals measured and the
 	// exclusion violations found (standbybook.go; its own lock).
-	standby  standbyBook
-	wake     *wakeBook   // verified wake's references and failures (wakecheck.go)
-	drift    driftBook   // the watcher's findings (watch.go; its own lock)
-	verified verifyState // when the active backend last passed a check (verify.go)
-	heal     healStats   // crashes of the active backend (heal.go)
+	standby standbyBook
+	wake    *wakeBook // verified wake's references and failures (wakecheck.go)
+	// watch is the watcher: every unit's rules beyond the switch, the
+	// periodic verify and the drift found (watch.go, verify.go).
+	watch *watcher
+	heal  healStats // crashes of the active backend (heal.go)
 	// activePID is the active unit's main process as first seen active
 	// after a switch (0 until then): another one without a switch is a
 	// restart behind gpuhost's back (heal.go).
@@ -95,9 +96,6 @@ type Supervisor struct {
 	// live is set while Run runs: only the daemon records what it learns
 	// from hand actions (a Supervisor of `gpuhost status` only reads).
 	live bool
-	// handWatchUntil: the watcher looks every handWatchInterval until then
-	// (handActionLocked).
-	handWatchUntil time.Time
 
 	// box is the coordinator of a box with several lanes (box.go); nil
 	// when the Supervisor is the box's only engine. Every switch of a lane
@@ -107,10 +105,6 @@ type Supervisor struct {
 	// lane that takes its GPUs: Reconcile then leaves the state alone.
 	vacating bool
 }
-
-// handActionLocked notes that a hand action was found: the watcher looks
-// closely for what may follow it. s.mu is held.
-func (s *Supervisor) handActionLocked() { s.handWatchUntil = time.Now().Add(handWatchFor) }
 
 // LastSwitch returns the most recent finished switch, or nil.
 func (s *Supervisor) LastSwitch() *api.SwitchSummary {
@@ -190,6 +184,7 @@ func NewSupervisor(cfg *config.Config, gpu GPU, u Units, journal JournalFunc, lo
 	lw := s.readStateFile()
 	s.state.LastWanted, s.state.Paused = lw.Profile, lw.Paused
 	s.standby = newStandbyBook(cfg, log)
+	s.watch = &watcher{s: s}
 	return s
 }
 
@@ -245,26 +240,26 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	// socket) is found within that, not the watch interval.
 	fast := time.NewTicker(handWatchInterval)
 	defer fast.Stop()
-	verify, stopVerify := s.verifyTick()
+	verify, stopVerify := s.watch.verifyTick()
 	defer stopVerify()
 	for {
 		select {
 		case <-verify:
 			if !s.isSwitching() {
-				s.verifyIfDue(ctx)
+				s.watch.verifyIfDue(ctx)
 			}
 		case <-watch.C:
 			if !s.isSwitching() {
-				s.enforceStandby(ctx)
-				s.watchBackends(ctx)
+				s.watch.enforceStandby(ctx)
+				s.watch.watchBackends(ctx)
 			}
 		case now := <-fast.C:
 			s.mu.Lock()
-			watching := now.Before(s.handWatchUntil)
+			watching := now.Before(s.watch.handWatchUntil)
 			s.mu.Unlock()
 			if watching && !s.isSwitching() {
-				s.enforceStandby(ctx)
-				s.watchBackends(ctx)
+				s.watch.enforceStandby(ctx)
+				s.watch.watchBackends(ctx)
 			}
 		case <-ctx.Done():
 			s.wg.Wait()
@@ -282,7 +277,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 					api.DetailLog: logHint(s.cfg, ev.Unit)}})
 			if !s.isSwitching() {
 				s.Reconcile(ctx)
-				s.watchBackends(ctx)
+				s.watch.watchBackends(ctx)
 			}
 		}
 	}
@@ -795,7 +790,7 @@ func (s *Supervisor) finish(p *units.Profile, lastErr string) {
 	defer s.mu.Unlock()
 	// Every successful sequence ends in a check (verify, and the wake
 	// check after a start or a wake): the backend is verified now.
-	s.verified.at, s.verified.profile = time.Now(), p.Name
+	s.watch.verified.at, s.watch.verified.profile = time.Now(), p.Name
 	s.state = api.State{
 		Phase: api.PhaseActive, Profile: p.Name, Backend: p.Backend, Unit: s.cfg.BackendFor(p.Backend).Unit,
 		Since: time.Now(), LastWanted: s.state.LastWanted, LastError: lastErr, Standby: s.standby.infos(),

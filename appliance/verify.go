@@ -56,7 +56,8 @@ type flightCounter interface {
 
 // inFlight is the number of requests the /v1 proxy forwards to profile
 // now (0 without a proxy).
-func (s *Supervisor) inFlight(profile string) int {
+func (w *watcher) inFlight(profile string) int {
+	s := w.s
 	box := s.drainer.Load()
 	if box == nil {
 		return 0
@@ -70,7 +71,8 @@ func (s *Supervisor) inFlight(profile string) int {
 // verifyTick is how often Run asks verifyIfDue: half the interval, so an
 // idle backend goes at most one and a half intervals unchecked; nil (never)
 // when verifying is off.
-func (s *Supervisor) verifyTick() (<-chan time.Time, func()) {
+func (w *watcher) verifyTick() (<-chan time.Time, func()) {
+	s := w.s
 	every := s.cfg.GPU.VerifyEvery()
 	if every <= 0 {
 		return nil, func() {}
@@ -83,43 +85,45 @@ func (s *Supervisor) verifyTick() (<-chan time.Time, func()) {
 // gpu.verify_interval without one, is settled and awake (not in standby),
 // no request runs on it, and no verify runs already. It does not wait for
 // it.
-func (s *Supervisor) verifyIfDue(ctx context.Context) {
+func (w *watcher) verifyIfDue(ctx context.Context) {
+	s := w.s
 	every := s.cfg.GPU.VerifyEvery()
 	if every <= 0 {
 		return
 	}
 	s.mu.Lock()
 	st := s.state
-	if st.Phase == api.PhaseActive && st.Step == "" && s.verified.profile != st.Profile {
+	if st.Phase == api.PhaseActive && st.Step == "" && w.verified.profile != st.Profile {
 		// Active without a switch that proved it (a unit started by hand,
 		// which Reconcile follows): it may still be loading, so its first
 		// check comes one interval from now, as after a switch.
-		s.verified.at, s.verified.profile = time.Now(), st.Profile
+		w.verified.at, w.verified.profile = time.Now(), st.Profile
 	}
-	due := time.Since(s.verified.at) >= every
+	due := time.Since(w.verified.at) >= every
 	s.mu.Unlock()
 	p := s.cfg.Profiles[st.Profile]
-	if st.Phase != api.PhaseActive || st.Step != "" || p == nil || !due || s.inFlight(p.Name) > 0 {
+	if st.Phase != api.PhaseActive || st.Step != "" || p == nil || !due || w.inFlight(p.Name) > 0 {
 		return
 	}
 	if _, asleep := s.standby.of(st.Unit); asleep {
 		return
 	}
-	if !s.verified.running.CompareAndSwap(false, true) {
+	if !w.verified.running.CompareAndSwap(false, true) {
 		return
 	}
 	b := backendState{unit: st.Unit, profile: p.Name}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer s.verified.running.Store(false)
-		s.verifyActive(ctx, b, p)
+		defer w.verified.running.Store(false)
+		w.verifyActive(ctx, b, p)
 	}()
 }
 
 // verifyActive runs the known prompt on the active backend and, when it
 // fails, starts the recheck switch (see the top of this file).
-func (s *Supervisor) verifyActive(ctx context.Context, b backendState, p *units.Profile) {
+func (w *watcher) verifyActive(ctx context.Context, b backendState, p *units.Profile) {
+	s := w.s
 	if p.StandbyEnabled() && s.engineSleeping(ctx, p) {
 		return // asleep or unloaded by hand: the watcher's look restores it
 	}
@@ -137,7 +141,7 @@ func (s *Supervisor) verifyActive(ctx context.Context, b backendState, p *units.
 	if revoked || ctx.Err() != nil {
 		return // a switch began (or the daemon stops): not a verdict
 	}
-	if reason == wakeReasonRate && s.inFlight(p.Name) > 0 {
+	if reason == wakeReasonRate && w.inFlight(p.Name) > 0 {
 		return // a request shared the engine with the check: not a verdict
 	}
 	if reason != "" && p.StandbyEnabled() && s.engineSleeping(ctx, p) {
@@ -145,7 +149,7 @@ func (s *Supervisor) verifyActive(ctx context.Context, b backendState, p *units.
 	}
 	if reason == "" {
 		s.mu.Lock()
-		s.verified.at, s.verified.profile = time.Now(), p.Name
+		w.verified.at, w.verified.profile = time.Now(), p.Name
 		s.mu.Unlock()
 		s.log.Debug("active backend verified", "profile", p.Name, "result", msg)
 		return
@@ -176,17 +180,18 @@ func (s *Supervisor) verifyActive(ctx context.Context, b backendState, p *units.
 	// The finding first, then the switch that acts on it.
 	s.noteDrift(driftVerifyFailed, api.EventDrift, p.Name, text+"checking it again, restarting it cold if it fails (switch "+r.id+")", true, detail)
 	_, done := s.launch(r)
-	s.awaitRestore(text, done)
+	w.awaitRestore(text, done)
 }
 
 // awaitRestore leaves the finding msg unresolved for the doctor when the
 // switch that puts it right fails (the switch reports its own outcome).
-func (s *Supervisor) awaitRestore(msg string, done <-chan error) {
+func (w *watcher) awaitRestore(msg string, done <-chan error) {
+	s := w.s
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		if err := <-done; err != nil {
-			s.drift.setUnresolved(msg + "restoring it failed: " + err.Error())
+			w.drift.setUnresolved(msg + "restoring it failed: " + err.Error())
 		}
 	}()
 }

@@ -48,6 +48,26 @@ const (
 	driftSeveral      = "several_active" // several units run and none is active (heal.go)
 )
 
+// watcher holds the engine's backends to the rules above, on each watch
+// tick, unit event and verify tick while no switch runs (Supervisor.Run).
+// It decides; what it changes it changes through its engine (a stop, a
+// sleep, a switch to the same profile). Its own state: the findings
+// (drift, its own lock) and, under the engine's state lock, when the
+// active backend last passed a check and until when it looks closely after
+// a hand action.
+type watcher struct {
+	s        *Supervisor
+	drift    driftBook
+	verified verifyState // under s.mu, but running
+	// handWatchUntil: the watcher looks every handWatchInterval until then
+	// (handActionLocked).
+	handWatchUntil time.Time
+}
+
+// handActionLocked notes that a hand action was found: the watcher looks
+// closely for what may follow it. s.mu is held.
+func (w *watcher) handActionLocked() { w.handWatchUntil = time.Now().Add(handWatchFor) }
+
 // driftBook counts the watcher's findings, for the doctor and the
 // metrics. Its lock is its own; it calls out of nothing.
 type driftBook struct {
@@ -97,13 +117,13 @@ func (d *driftBook) seen() (byKind map[string]uint64, last time.Time, lastMsg, u
 // Drift reports the watcher's findings by kind, the last one, and what it
 // could not put right ("" when nothing).
 func (s *Supervisor) Drift() (byKind map[string]uint64, last time.Time, lastMsg, unresolved string) {
-	return s.drift.seen()
+	return s.watch.drift.seen()
 }
 
 // noteDrift counts a finding and publishes it. fixed false leaves it
 // unresolved for the doctor.
 func (s *Supervisor) noteDrift(kind string, eventKind api.EventKind, profile, msg string, fixed bool, detail map[string]any) {
-	s.drift.note(kind, msg, fixed)
+	s.watch.drift.note(kind, msg, fixed)
 	if detail == nil {
 		detail = map[string]any{}
 	}
@@ -117,7 +137,8 @@ func (s *Supervisor) noteDrift(kind string, eventKind api.EventKind, profile, ms
 
 // watchBackends applies the rules above once; Run calls it on every watch
 // tick and unit event while no switch runs.
-func (s *Supervisor) watchBackends(ctx context.Context) {
+func (w *watcher) watchBackends(ctx context.Context) {
+	s := w.s
 	st := s.State()
 	if st.Phase != api.PhaseActive || st.Step != "" {
 		return
@@ -134,7 +155,7 @@ func (s *Supervisor) watchBackends(ctx context.Context) {
 			continue
 		}
 		if b.unit == st.Unit && b.profile == st.Profile {
-			s.watchActive(ctx, b)
+			w.watchActive(ctx, b)
 			continue
 		}
 		if !s.switchMu.TryLock() {
@@ -144,7 +165,7 @@ func (s *Supervisor) watchBackends(ctx context.Context) {
 			s.switchMu.Unlock()
 			return // a switch ended meanwhile: the next round looks again
 		}
-		s.handleStray(ctx, b, st)
+		w.handleStray(ctx, b, st)
 		s.switchMu.Unlock()
 		s.Reconcile(ctx)
 	}
@@ -152,19 +173,20 @@ func (s *Supervisor) watchBackends(ctx context.Context) {
 
 // handleStray adopts, puts into standby, or stops a unit that runs beside
 // the active one; switchMu is held.
-func (s *Supervisor) handleStray(ctx context.Context, b backendState, active api.State) {
+func (w *watcher) handleStray(ctx context.Context, b backendState, active api.State) {
+	s := w.s
 	if cur, ok := s.standby.of(b.unit); ok && cur.Profile == b.profile {
 		return // a switch put it there meanwhile
 	}
 	s.mu.Lock()
-	s.handActionLocked()
+	w.handActionLocked()
 	s.mu.Unlock()
 	p := s.cfg.Profiles[b.profile]
 	held := s.unitHeldMiB(ctx, b.status)
 	why := fmt.Sprintf("%s runs %s beside the active %s, not in standby, holding %d MiB: ", b.unit, orDash(b.profile), active.Profile, held)
 	detail := map[string]any{api.DetailUnit: b.unit, api.DetailUsedMiB: held}
 	if p != nil && p.StandbyEnabled() {
-		msg, adopted, wait := s.adopt(ctx, p, b, held)
+		msg, adopted, wait := w.adopt(ctx, p, b, held)
 		if wait {
 			return // still starting and holding nothing: decided next round
 		}
@@ -191,7 +213,8 @@ func (s *Supervisor) handleStray(ctx context.Context, b backendState, active api
 // adopt records a stray unit in standby: as it is when its engine is in
 // standby at (or, first time, settling to) its residual, else after
 // putting it there. wait: it does not answer yet and holds nothing.
-func (s *Supervisor) adopt(ctx context.Context, p *units.Profile, b backendState, held uint64) (msg string, adopted, wait bool) {
+func (w *watcher) adopt(ctx context.Context, p *units.Profile, b backendState, held uint64) (msg string, adopted, wait bool) {
+	s := w.s
 	be, err := s.engineOf(p)
 	if err != nil {
 		return err.Error(), false, false
@@ -213,7 +236,7 @@ func (s *Supervisor) adopt(ctx context.Context, p *units.Profile, b backendState
 	}
 	mode := units.StandbyUnload
 	if p.Backend == units.VLLM {
-		mode = s.handSleepMode(cctx, be)
+		mode = handSleepMode(cctx, be)
 	}
 	from := held
 	if !asleep {
@@ -259,7 +282,8 @@ func (s *Supervisor) adopt(ctx context.Context, p *units.Profile, b backendState
 }
 
 // watchActive holds the active backend to what gpuhost made it.
-func (s *Supervisor) watchActive(ctx context.Context, b backendState) {
+func (w *watcher) watchActive(ctx context.Context, b backendState) {
+	s := w.s
 	p := s.cfg.Profiles[b.profile]
 	if p == nil || !p.StandbyEnabled() {
 		return // no dev routes to ask (vLLM), nothing loaded by request (Ollama)
@@ -269,7 +293,7 @@ func (s *Supervisor) watchActive(ctx context.Context, b backendState) {
 		return
 	}
 	if o, ok := be.(*backend.Ollama); ok {
-		s.unloadForeign(ctx, o, p)
+		w.unloadForeign(ctx, o, p)
 	}
 	if !s.engineSleeping(ctx, p) {
 		return
@@ -294,12 +318,13 @@ func (s *Supervisor) watchActive(ctx context.Context, b backendState) {
 	msg := fmt.Sprintf("the active %s (%s) %s behind gpuhost's back: ", p.Name, b.unit, what)
 	id, done := s.startSwitch(p, api.SwitchOptions{Force: true})
 	s.noteDrift(driftAsleep, api.EventDrift, p.Name, msg+"waking it (switch "+id+")", true, map[string]any{"switch_id": id})
-	s.awaitRestore(msg, done)
+	w.awaitRestore(msg, done)
 }
 
 // unloadForeign unloads models other than the profile's from the active
 // Ollama.
-func (s *Supervisor) unloadForeign(ctx context.Context, o *backend.Ollama, p *units.Profile) {
+func (w *watcher) unloadForeign(ctx context.Context, o *backend.Ollama, p *units.Profile) {
+	s := w.s
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	others, err := o.Foreign(hctx)
 	cancel()

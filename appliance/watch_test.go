@@ -367,12 +367,12 @@ func TestVerifyCatchesAHandSleepAndWake(t *testing.T) {
 	}
 	// Healthy: a verify passes (the verified time moves on) and says nothing.
 	f.sup.mu.Lock()
-	after := f.sup.verified.at
+	after := f.sup.watch.verified.at
 	f.sup.mu.Unlock()
 	if !testkit.Poll(30*time.Second, func() bool {
 		f.sup.mu.Lock()
 		defer f.sup.mu.Unlock()
-		return f.sup.verified.at.After(after)
+		return f.sup.watch.verified.at.After(after)
 	}) {
 		t.Fatal("no verify passed on the healthy backend")
 	}
