@@ -208,7 +208,7 @@ func (s *Supervisor) vacate(ctx context.Context, why string) string {
 	waiting := s.current != nil
 	wanted := s.state.LastWanted
 	if !waiting {
-		s.resetHealLocked()
+		s.heal.resetHealLocked()
 		s.gen++
 		s.vacating = true
 		s.state = api.State{Phase: api.PhaseIdle, Since: time.Now(), LastError: s.state.LastError}

@@ -46,6 +46,15 @@ const handStopGrace = 2 * time.Second
 // failure carries.
 const healJournalLines = 10
 
+// healer brings the active backend back after a crash and follows the
+// operator's hand stops, restarts and starts (the cases above). It decides
+// from Reconcile, under its engine's state lock, and restarts through its
+// engine's switch. Its state, healStats, is under that lock too.
+type healer struct {
+	s *Supervisor
+	healStats
+}
+
 // healStats is the crash history and whether a heal runs.
 type healStats struct {
 	running bool
@@ -60,7 +69,8 @@ type healStats struct {
 }
 
 // healRunning reports whether a heal decides, waits or restarts now.
-func (s *Supervisor) healRunning() bool {
+func (h *healer) healRunning() bool {
+	s := h.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.heal.running
@@ -75,7 +85,8 @@ type lostBackend struct {
 
 // resetHealLocked forgets the crash history and stops a heal waiting for
 // its back-off; s.mu is held. A switch asked for and `gpuhost heal` call it.
-func (s *Supervisor) resetHealLocked() {
+func (h *healer) resetHealLocked() {
+	s := h.s
 	s.heal.epoch++
 	s.heal.restarts, s.heal.gaveUp = nil, ""
 	if s.heal.cancel != nil {
@@ -86,7 +97,8 @@ func (s *Supervisor) resetHealLocked() {
 // lostActiveLocked reports the active backend's unit when it no longer
 // runs, and takes the state over for heal (phase switching, so /v1 holds);
 // s.mu is held. The caller starts heal.
-func (s *Supervisor) lostActiveLocked(prev api.State, bs []backendState, active []backendState) (lostBackend, bool) {
+func (h *healer) lostActiveLocked(prev api.State, bs []backendState, active []backendState) (lostBackend, bool) {
+	s := h.s
 	if prev.Phase != api.PhaseActive || prev.Unit == "" || s.heal.running {
 		return lostBackend{}, false
 	}
@@ -127,11 +139,12 @@ func (s *Supervisor) lostActiveLocked(prev api.State, bs []backendState, active 
 }
 
 // startHealLocked runs heal for l in the background; s.mu is held.
-func (s *Supervisor) startHealLocked(l lostBackend) {
+func (h *healer) startHealLocked(l lostBackend) {
+	s := h.s
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.healLoop(s.baseCtx, l)
+		h.healLoop(s.baseCtx, l)
 		s.mu.Lock()
 		s.heal.running, s.heal.cancel = false, nil
 		s.mu.Unlock()
@@ -146,7 +159,8 @@ func healState(prev api.State, profile, step string) api.State {
 }
 
 // setHealStep shows heal's progress in the state.
-func (s *Supervisor) setHealStep(profile, step string) {
+func (h *healer) setHealStep(profile, step string) {
+	s := h.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.state = healState(s.state, profile, step)
@@ -155,42 +169,43 @@ func (s *Supervisor) setHealStep(profile, step string) {
 
 // healLoop decides what the loss of l was and acts on it, restarting the
 // profile until it serves, a switch takes over, or it gives up.
-func (s *Supervisor) healLoop(ctx context.Context, l lostBackend) {
+func (h *healer) healLoop(ctx context.Context, l lostBackend) {
+	s := h.s
 	s.mu.Lock()
 	epoch := s.heal.epoch
 	s.mu.Unlock()
-	switch s.classifyLoss(ctx, &l) {
+	switch h.classifyLoss(ctx, &l) {
 	case lossHandRestart:
 		s.bus.publish(api.Event{Kind: api.EventHand, Profile: l.profile, Status: api.StatusInfo,
 			Message: fmt.Sprintf("%s was restarted by hand; gpuhost follows it and proves it again (ready, verify)", l.unit),
 			Detail:  map[string]any{api.DetailUnit: l.unit, "action": "restart"}})
-		if err := s.healSwitch(ctx, l.profile, epoch); err == nil || err == errHealGaveWay {
+		if err := h.healSwitch(ctx, l.profile, epoch); err == nil || err == errHealGaveWay {
 			return
 		}
-		l.status = s.unitNow(ctx, l.unit)
+		l.status = h.unitNow(ctx, l.unit)
 	case lossHandStop:
-		s.pause(l)
+		h.pause(l)
 		return
 	case lossReplaced:
-		s.followReplacement(ctx, l)
+		h.followReplacement(ctx, l)
 		return
 	}
 	for {
 		reason := crashReason(l.status)
-		restarts, giveUp := s.noteCrash(l, reason)
+		restarts, giveUp := h.noteCrash(l, reason)
 		if giveUp {
-			s.giveUp(ctx, l, reason)
+			h.giveUp(ctx, l, reason)
 			return
 		}
 		if !*s.cfg.Heal.Enabled {
 			return // heal.enabled false: idle (the doctor fails) until heal or a switch
 		}
 		wait := healBackoff(s.cfg.Heal.Backoff.D(), s.cfg.Heal.MaxBackoff.D(), restarts)
-		s.setHealStep(l.profile, stepHealWait)
-		if !s.healWait(ctx, wait, epoch) {
+		h.setHealStep(l.profile, stepHealWait)
+		if !h.healWait(ctx, wait, epoch) {
 			return
 		}
-		err := s.healSwitch(ctx, l.profile, epoch)
+		err := h.healSwitch(ctx, l.profile, epoch)
 		if err == nil {
 			s.bus.publish(api.Event{Kind: api.EventHeal, Profile: l.profile, Status: api.StatusDone,
 				DurationMS: float64(time.Since(l.at).Microseconds()) / 1000,
@@ -203,7 +218,7 @@ func (s *Supervisor) healLoop(ctx context.Context, l lostBackend) {
 		}
 		// The restart failed: the unit died while starting (or the switch
 		// could not get there); that is the next crash.
-		l.status, l.at = s.unitNow(ctx, l.unit), time.Now()
+		l.status, l.at = h.unitNow(ctx, l.unit), time.Now()
 		if crashReason(l.status) == "stopped" {
 			l.status.Result = "start-failed"
 		}
@@ -220,7 +235,7 @@ const (
 
 // classifyLoss tells a crash from a hand stop and a hand restart (see the
 // file comment); l.status is updated to the last reading.
-func (s *Supervisor) classifyLoss(ctx context.Context, l *lostBackend) int {
+func (h *healer) classifyLoss(ctx context.Context, l *lostBackend) int {
 	st := l.status
 	if st.Active() {
 		return lossHandRestart
@@ -228,14 +243,14 @@ func (s *Supervisor) classifyLoss(ctx context.Context, l *lostBackend) int {
 	if st.ActiveState != "inactive" || (st.Result != "success" && st.Result != "") {
 		return lossCrash
 	}
-	s.setHealStep(l.profile, stepHealCheck)
+	h.setHealStep(l.profile, stepHealCheck)
 	deadline := time.Now().Add(handStopGrace)
 	for time.Now().Before(deadline) {
 		if st.Active() {
 			l.status = st
 			return lossHandRestart
 		}
-		if s.otherRunning(ctx, l.unit) != nil {
+		if h.otherRunning(ctx, l.unit) != nil {
 			l.status = st
 			return lossReplaced
 		}
@@ -244,7 +259,7 @@ func (s *Supervisor) classifyLoss(ctx context.Context, l *lostBackend) int {
 			return lossHandStop
 		case <-time.After(50 * time.Millisecond):
 		}
-		st = s.unitNow(ctx, l.unit)
+		st = h.unitNow(ctx, l.unit)
 	}
 	l.status = st
 	if st.Active() {
@@ -258,7 +273,8 @@ func (s *Supervisor) classifyLoss(ctx context.Context, l *lostBackend) int {
 
 // unitNow reads a unit's state (the zero status with the error's text as
 // Result when it cannot be read).
-func (s *Supervisor) unitNow(ctx context.Context, unit string) api.UnitStatus {
+func (h *healer) unitNow(ctx context.Context, unit string) api.UnitStatus {
+	s := h.s
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	st, err := s.units.Unit(cctx, unit)
@@ -282,7 +298,8 @@ func crashReason(st api.UnitStatus) string {
 
 // noteCrash counts a crash within heal.window and publishes it; giveUp
 // when the restarts made in the window reached heal.max_restarts.
-func (s *Supervisor) noteCrash(l lostBackend, reason string) (restarts int, giveUp bool) {
+func (h *healer) noteCrash(l lostBackend, reason string) (restarts int, giveUp bool) {
+	s := h.s
 	now := time.Now()
 	s.mu.Lock()
 	keep := s.heal.restarts[:0]
@@ -322,7 +339,8 @@ func healBackoff(base, ceiling time.Duration, restarts int) time.Duration {
 
 // healWait waits d unless a switch asked for meanwhile (or Close) ends the
 // heal; false then.
-func (s *Supervisor) healWait(ctx context.Context, d time.Duration, epoch uint64) bool {
+func (h *healer) healWait(ctx context.Context, d time.Duration, epoch uint64) bool {
+	s := h.s
 	wctx, cancel := context.WithCancel(ctx)
 	s.mu.Lock()
 	if s.heal.epoch != epoch {
@@ -347,7 +365,8 @@ func (s *Supervisor) healWait(ctx context.Context, d time.Duration, epoch uint64
 var errHealGaveWay = fmt.Errorf("a switch asked for meanwhile decides")
 
 // healSwitch restarts profile through the normal switch and waits for it.
-func (s *Supervisor) healSwitch(ctx context.Context, profile string, epoch uint64) error {
+func (h *healer) healSwitch(ctx context.Context, profile string, epoch uint64) error {
+	s := h.s
 	p := s.cfg.Profiles[profile]
 	if !s.switchMu.TryLock() {
 		return errHealGaveWay
@@ -371,7 +390,8 @@ func (s *Supervisor) healSwitch(ctx context.Context, profile string, epoch uint6
 
 // giveUp ends the retries: phase failed with the reason and the unit's
 // last log lines, until `gpuhost heal` or a switch.
-func (s *Supervisor) giveUp(ctx context.Context, l lostBackend, reason string) {
+func (h *healer) giveUp(ctx context.Context, l lostBackend, reason string) {
+	s := h.s
 	jctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	lines, err := s.journal(jctx, l.unit, healJournalLines)
 	cancel()
@@ -391,7 +411,8 @@ func (s *Supervisor) giveUp(ctx context.Context, l lostBackend, reason string) {
 
 // pause records a clean hand stop of the active backend: nothing is wanted
 // until `gpuhost heal` (which resumes l.profile) or a switch.
-func (s *Supervisor) pause(l lostBackend) {
+func (h *healer) pause(l lostBackend) {
+	s := h.s
 	if err := s.writePaused(l.profile); err != nil {
 		s.log.Error("persist the paused profile", "err", err)
 	}
@@ -449,7 +470,8 @@ func NotServing(st api.State) string {
 // it died (a crash, counted like the active one's) or was stopped or
 // restarted by hand; the next switch to its profile starts it cold. s.mu
 // is held (the bus never takes it).
-func (s *Supervisor) publishStandbyLostLocked(b backendState, e standbyEntry) {
+func (h *healer) publishStandbyLostLocked(b backendState, e standbyEntry) {
+	s := h.s
 	s.watch.handActionLocked()
 	detail := map[string]any{api.DetailUnit: b.unit, "active_state": b.status.ActiveState, "standby": true}
 	reason := crashReason(b.status)
@@ -473,7 +495,8 @@ func (s *Supervisor) publishStandbyLostLocked(b backendState, e standbyEntry) {
 // (last wanted, else the one stopped by hand, else default_profile), else
 // any running a known profile. The watcher then puts the others into
 // standby or stops them. s.mu is held.
-func (s *Supervisor) pickServingLocked(prev api.State, active []backendState) (backendState, bool) {
+func (h *healer) pickServingLocked(prev api.State, active []backendState) (backendState, bool) {
+	s := h.s
 	want := HealTarget(prev)
 	if want == "" {
 		want = s.cfg.DefaultProfile
@@ -519,7 +542,8 @@ func (s *Supervisor) pickServingLocked(prev api.State, active []backendState) (b
 // paused profile when its unit runs it, else the first unit running a
 // known profile. Only the running daemon does this. s.mu is held; true
 // when it took the state over.
-func (s *Supervisor) resumeOnHandStartLocked(prev api.State, active []backendState) (api.State, bool) {
+func (h *healer) resumeOnHandStartLocked(prev api.State, active []backendState) (api.State, bool) {
+	s := h.s
 	if prev.Paused == "" || prev.LastWanted != "" || !s.live || s.heal.running || len(active) == 0 {
 		return api.State{}, false
 	}
@@ -531,7 +555,7 @@ func (s *Supervisor) resumeOnHandStartLocked(prev api.State, active []backendSta
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.resumeAfterHandStart(s.baseCtx, prev.Paused)
+		h.resumeAfterHandStart(s.baseCtx, prev.Paused)
 		s.mu.Lock()
 		s.heal.running = false
 		s.mu.Unlock()
@@ -542,7 +566,8 @@ func (s *Supervisor) resumeOnHandStartLocked(prev api.State, active []backendSta
 
 // resumeAfterHandStart decides, after the grace, which profile a hand start
 // made wanted (see resumeOnHandStartLocked).
-func (s *Supervisor) resumeAfterHandStart(ctx context.Context, paused string) {
+func (h *healer) resumeAfterHandStart(ctx context.Context, paused string) {
+	s := h.s
 	select {
 	case <-time.After(handStopGrace):
 	case <-ctx.Done():
@@ -579,7 +604,8 @@ func (s *Supervisor) resumeAfterHandStart(ctx context.Context, paused string) {
 
 // otherRunning is a backend unit other than unit that runs and is not in
 // standby (nil when none).
-func (s *Supervisor) otherRunning(ctx context.Context, unit string) *backendState {
+func (h *healer) otherRunning(ctx context.Context, unit string) *backendState {
+	s := h.s
 	bs, err := s.backends(ctx)
 	if err != nil {
 		return nil
@@ -602,8 +628,9 @@ func (s *Supervisor) otherRunning(ctx context.Context, unit string) *backendStat
 // backend unit was started by hand (with Conflicts= systemd stops the one
 // to start the other): a switch by hand. gpuhost follows it and its
 // profile becomes the wanted one.
-func (s *Supervisor) followReplacement(ctx context.Context, l lostBackend) {
-	b := s.otherRunning(ctx, l.unit)
+func (h *healer) followReplacement(ctx context.Context, l lostBackend) {
+	s := h.s
+	b := h.otherRunning(ctx, l.unit)
 	if b == nil {
 		return // gone again: Reconcile reads what is left
 	}

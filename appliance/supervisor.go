@@ -79,7 +79,7 @@ type Supervisor struct {
 	// watch is the watcher: every unit's rules beyond the switch, the
 	// periodic verify and the drift found (watch.go, verify.go).
 	watch *watcher
-	heal  healStats // crashes of the active backend (heal.go)
+	heal  *healer // crashes and hand actions of the active backend (heal.go)
 	// activePID is the active unit's main process as first seen active
 	// after a switch (0 until then): another one without a switch is a
 	// restart behind gpuhost's back (heal.go).
@@ -142,7 +142,7 @@ func (s *Supervisor) AwaitActive(ctx context.Context) (*units.Profile, error) {
 		case api.PhaseIdle:
 			return nil, api.ErrNoBackend
 		case api.PhaseFailed:
-			if !s.healRunning() { // a failed restart of a heal is followed by the next
+			if !s.heal.healRunning() { // a failed restart of a heal is followed by the next
 				return nil, fmt.Errorf("%w: %s", api.ErrNoBackend, st.Error)
 			}
 		}
@@ -185,6 +185,7 @@ func NewSupervisor(cfg *config.Config, gpu GPU, u Units, journal JournalFunc, lo
 	s.state.LastWanted, s.state.Paused = lw.Profile, lw.Paused
 	s.standby = newStandbyBook(cfg, log)
 	s.watch = &watcher{s: s}
+	s.heal = &healer{s: s}
 	return s
 }
 
@@ -469,7 +470,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 			case asleep && (!b.status.Active() || b.profile != e.Profile):
 				// Stopped or restarted behind our back: no longer in standby.
 				s.standby.clear(b.unit)
-				s.publishStandbyLostLocked(b, e)
+				s.heal.publishStandbyLostLocked(b, e)
 			case asleep:
 				continue // in standby: holds its residual, serves nothing
 			}
@@ -477,16 +478,16 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 				active = append(active, b)
 			}
 		}
-		if l, ok := s.lostActiveLocked(prev, bs, active); ok {
+		if l, ok := s.heal.lostActiveLocked(prev, bs, active); ok {
 			next = healState(prev, l.profile, stepHealCheck)
 			next.Standby = s.standby.infos()
 			s.bus.publish(api.Event{Kind: api.EventState, Profile: next.Target, Message: fmt.Sprintf("%s (%s) left active (%s, result %s) without gpuhost asking",
 				l.unit, l.profile, l.status.ActiveState, orDash(l.status.Result)), Detail: map[string]any{"phase": next.Phase, api.DetailUnit: l.unit}})
 			s.state = next
-			s.startHealLocked(l)
+			s.heal.startHealLocked(l)
 			return next
 		}
-		if held, ok := s.resumeOnHandStartLocked(prev, active); ok {
+		if held, ok := s.heal.resumeOnHandStartLocked(prev, active); ok {
 			return held
 		}
 		switch len(active) {
@@ -511,7 +512,7 @@ func (s *Supervisor) Reconcile(ctx context.Context) api.State {
 				next.Profile, next.Backend, next.Unit = a.profile, a.backend, a.unit
 				break
 			}
-			if a, ok := s.pickServingLocked(prev, active); ok {
+			if a, ok := s.heal.pickServingLocked(prev, active); ok {
 				// Several units run and none is active (started by
 				// hand): the wanted one serves, the watcher puts the
 				// others into standby or stops them (watch.go).
@@ -568,7 +569,7 @@ func (s *Supervisor) Switch(ctx context.Context, profile string, opts api.Switch
 		}
 	}
 	s.mu.Lock()
-	s.resetHealLocked() // a switch asked for ends a heal's wait and its crash count
+	s.heal.resetHealLocked() // a switch asked for ends a heal's wait and its crash count
 	s.mu.Unlock()
 	if !s.lockSwitch(ctx) {
 		s.mu.Lock()

@@ -127,7 +127,7 @@ func (w *watcher) verifyActive(ctx context.Context, b backendState, p *units.Pro
 	if p.StandbyEnabled() && s.engineSleeping(ctx, p) {
 		return // asleep or unloaded by hand: the watcher's look restores it
 	}
-	before := s.unitNow(ctx, b.unit)
+	before := s.heal.unitNow(ctx, b.unit)
 	if before.ActiveState != "active" {
 		return // stopping or starting: Reconcile follows it
 	}
@@ -166,7 +166,7 @@ func (w *watcher) verifyActive(ctx context.Context, b backendState, p *units.Pro
 		s.switchMu.Unlock()
 		return
 	}
-	if now := s.unitNow(ctx, b.unit); now.ActiveState != "active" || now.MainPID != before.MainPID {
+	if now := s.heal.unitNow(ctx, b.unit); now.ActiveState != "active" || now.MainPID != before.MainPID {
 		// Stopped or restarted while it answered (a hand `systemctl
 		// stop`, or another unit started by hand that Conflicts= stopped
 		// it for): a hand action, which Reconcile and heal follow; a

@@ -401,7 +401,7 @@ func (s *Supervisor) rateComparable(ctx context.Context, p *units.Profile, ref w
 // engineGPUMiB is the GPU memory the processes of p's backend unit hold;
 // read is false when the unit or NVML could not be read.
 func (s *Supervisor) engineGPUMiB(ctx context.Context, p *units.Profile) (mib uint64, read bool) {
-	st := s.unitNow(ctx, s.cfg.BackendFor(p.Backend).Unit)
+	st := s.heal.unitNow(ctx, s.cfg.BackendFor(p.Backend).Unit)
 	if st.Result == "unreadable" {
 		return 0, false
 	}
