@@ -12,6 +12,8 @@ import (
 	"gpuhost/api"
 	"gpuhost/config"
 	"gpuhost/internal/testkit"
+	"gpuhost/nvml"
+	"gpuhost/units"
 )
 
 // boxFixture runs a Box of several lanes over the process runner with
@@ -184,5 +186,37 @@ func TestBoxOneLaneIsItsSupervisor(t *testing.T) {
 	}
 	if got := box.LaneOf("llama"); got != box.Lanes()[0] {
 		t.Fatal("LaneOf on one lane")
+	}
+}
+
+// TestPerGPUExclusionCheck: the doctor's gpus.exclusive fails exactly when
+// one GPU has two units above what each may hold (its residual in
+// standby, else the tolerance).
+func TestPerGPUExclusionCheck(t *testing.T) {
+	a := backendState{unit: "gpuhost-vllm.service", profile: "coder", status: api.UnitStatus{Name: "gpuhost-vllm.service", ActiveState: "active", MainPID: 1_000_001}}
+	b := backendState{unit: "gpuhost-vllm-gpu1.service", profile: "coder1", status: api.UnitStatus{Name: "gpuhost-vllm-gpu1.service", ActiveState: "active", MainPID: 1_000_002}}
+	dev := func(index int, procs ...nvml.Process) nvml.Device { return nvml.Device{Index: index, Processes: procs} }
+	tests := []struct {
+		name   string
+		devs   []nvml.Device
+		limits map[string]uint64
+		want   units.Severity
+	}{
+		{"one per GPU", []nvml.Device{dev(0, nvml.Process{PID: 1_000_001, UsedMiB: 20000}), dev(1, nvml.Process{PID: 1_000_002, UsedMiB: 20000})}, nil, units.SeverityOK},
+		{"two on GPU 0", []nvml.Device{dev(0, nvml.Process{PID: 1_000_001, UsedMiB: 20000}, nvml.Process{PID: 1_000_002, UsedMiB: 3000}), dev(1)}, nil, units.SeverityFail},
+		{"the second in standby at its residual", []nvml.Device{dev(0, nvml.Process{PID: 1_000_001, UsedMiB: 20000}, nvml.Process{PID: 1_000_002, UsedMiB: 500})},
+			map[string]uint64{"gpuhost-vllm-gpu1.service": 512 + residualToleranceMiB}, units.SeverityOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			limits := map[string]uint64{a.unit: residualToleranceMiB, b.unit: residualToleranceMiB}
+			for k, v := range tt.limits {
+				limits[k] = v
+			}
+			c := perGPUExclusionCheck(tt.devs, []backendState{a, b}, limits)
+			if c.Severity != tt.want {
+				t.Fatalf("%s: %s %s", tt.name, c.Severity, c.Message)
+			}
+		})
 	}
 }

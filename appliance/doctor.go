@@ -135,6 +135,7 @@ func (d *Doctor) Run(ctx context.Context) api.DoctorReport {
 func (d *Doctor) laneUnitChecks(ctx context.Context, sf standbyFile, snap nvml.Snapshot, haveGPU bool) []api.DoctorCheck {
 	var all []backendState
 	var out []api.DoctorCheck
+	limits := map[string]uint64{} // unit → what it may hold on a GPU (its residual when in standby)
 	lanes := d.Cfg.Lanes()
 	for _, l := range lanes {
 		ld := *d
@@ -153,6 +154,12 @@ func (d *Doctor) laneUnitChecks(ctx context.Context, sf standbyFile, snap nvml.S
 			continue
 		}
 		all = append(all, bs...)
+		for _, b := range bs {
+			limits[b.unit] = residualToleranceMiB
+			if e, ok := lsf.Units[b.unit]; ok {
+				limits[b.unit] += lsf.ResidualMiB[e.Profile]
+			}
+		}
 		out = append(out, unitChecks(ld.Cfg, bs, lsf.Units)...)
 		if haveGPU {
 			out = append(out, pinningChecks(ld.Cfg, bs, snap)...)
@@ -163,8 +170,46 @@ func (d *Doctor) laneUnitChecks(ctx context.Context, sf standbyFile, snap nvml.S
 	}
 	if haveGPU && len(all) > 0 {
 		out = append(out, foreignProcessCheck(snap.Devices, all))
+		if len(lanes) > 1 {
+			out = append(out, perGPUExclusionCheck(snap.Devices, all, limits))
+		}
 	}
 	return out
+}
+
+// perGPUExclusionCheck is the exclusion rule on a box of several lanes, as
+// NVML shows it now: on each GPU at most one backend unit holds memory
+// above its residual (in standby) or the tolerance.
+func perGPUExclusionCheck(devs []nvml.Device, bs []backendState, limits map[string]uint64) api.DoctorCheck {
+	c := api.DoctorCheck{ID: "gpus.exclusive", Severity: units.SeverityOK}
+	var bad, fine []string
+	for _, d := range devs {
+		var above []string
+		for _, b := range bs {
+			if !b.status.Active() {
+				continue
+			}
+			if used := unitUsedMiB(d, b.status); used > limits[b.unit] {
+				above = append(above, fmt.Sprintf("%s (%s) %d MiB", b.unit, orDash(b.profile), used))
+			}
+		}
+		switch {
+		case len(above) > 1:
+			bad = append(bad, fmt.Sprintf("GPU %d: %s", d.Index, strings.Join(above, ", ")))
+		case len(above) == 1:
+			fine = append(fine, fmt.Sprintf("GPU %d: %s", d.Index, above[0]))
+		default:
+			fine = append(fine, fmt.Sprintf("GPU %d: none", d.Index))
+		}
+	}
+	c.Value = fmt.Sprint(len(bad))
+	if len(bad) > 0 {
+		c.Severity, c.Message = units.SeverityFail, "two backends hold memory above their residual on one GPU: "+strings.Join(bad, "; ")
+		c.Fix = "stop one of them: `gpuhost switch PROFILE` on the GPU's lane (gpuhost's watcher stops the one whose lane did not claim the GPU)"
+		return c
+	}
+	c.Message = "at most one backend above its residual on each GPU (" + strings.Join(fine, "; ") + ")"
+	return c
 }
 
 // gpuChecks are the driver's view: NVML reachable, the driver, every GPU;
