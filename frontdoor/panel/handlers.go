@@ -57,7 +57,9 @@ func (p *Panel) handleDashboard(c echo.Context) error {
 	v := dashboardView{Status: st, Snapshot: st.GPU, Lanes: lanes(st)}
 	v.Several = len(v.Lanes) > 1
 	for i := range st.Profiles {
-		if st.Profiles[i].Active {
+		// With several lanes the Backend card is GPU 0's lane's: another
+		// lane's active profile is on its GPU cards.
+		if st.Profiles[i].Active && (len(st.State.Lanes) == 0 || st.Profiles[i].Name == st.State.Profile) {
 			v.Active = &st.Profiles[i]
 		}
 	}

@@ -222,15 +222,22 @@ type laneServing struct {
 	Class string
 }
 
-// servingOn are the lanes that include GPU index, in st.Lanes's order
-// (GPU 0's first): a GPU of a tensor-parallel set shows its single-GPU
-// lane and the set's. None on a box of one lane.
+// servingOn are the lanes that include GPU index, the GPU's own lane
+// first, then the larger sets (as the profiles page orders them): a GPU
+// of a tensor-parallel set shows its single-GPU lane and the set's. None
+// on a box of one lane.
 func servingOn(st api.State, index int) []laneServing {
-	var out []laneServing
+	var on []api.State
 	for _, l := range st.Lanes {
-		if !slices.Contains(l.GPUs, index) {
-			continue
+		if slices.Contains(l.GPUs, index) {
+			on = append(on, l)
 		}
+	}
+	slices.SortStableFunc(on, func(a, b api.State) int {
+		return compareSets(gpuSet{Indices: a.GPUs}, gpuSet{Indices: b.GPUs})
+	})
+	var out []laneServing
+	for _, l := range on {
 		class := string(l.Phase)
 		if l.NotServing != "" {
 			class = string(api.PhaseFailed)
