@@ -291,3 +291,29 @@ func TestPillPerLane(t *testing.T) {
 		})
 	}
 }
+
+// The doctor's verdicts are read again when any lane changes, not only
+// GPU 0's.
+func TestStateKeyPerLane(t *testing.T) {
+	box := func(gpu1 string) api.State {
+		gpu0 := api.State{Lane: "GPU 0", Phase: api.PhaseActive, Profile: "coder"}
+		st := gpu0
+		st.Lanes = []api.State{gpu0, {Lane: "GPU 1", Phase: api.PhaseActive, Profile: gpu1}}
+		return st
+	}
+	tests := []struct {
+		name string
+		a, b api.State
+		same bool
+	}{
+		{"GPU 1 switched", box("llama"), box("llama2"), false},
+		{"nothing changed", box("llama"), box("llama"), true},
+		{"one lane", api.State{Phase: api.PhaseActive, Profile: "coder"}, api.State{Phase: api.PhaseActive, Profile: "coder"}, true},
+		{"one lane switched", api.State{Phase: api.PhaseActive, Profile: "coder"}, api.State{Phase: api.PhaseActive, Profile: "llama"}, false},
+	}
+	for _, tc := range tests {
+		if same := stateKey(tc.a) == stateKey(tc.b); same != tc.same {
+			t.Errorf("%s: same key %v, want %v (%q, %q)", tc.name, same, tc.same, stateKey(tc.a), stateKey(tc.b))
+		}
+	}
+}
