@@ -220,6 +220,9 @@ type laneServing struct {
 	// Class colours the line: active, switching, idle, failed (its wanted
 	// profile does not serve).
 	Class string
+	// SwitchID is the switch under way on the lane, whose progress the
+	// card links to; "" when none runs.
+	SwitchID string
 }
 
 // servingOn are the lanes that include GPU index, the GPU's own lane
@@ -242,7 +245,11 @@ func servingOn(st api.State, index int) []laneServing {
 		if l.NotServing != "" {
 			class = string(api.PhaseFailed)
 		}
-		out = append(out, laneServing{Lane: l.Lane, Line: api.LaneLine(l), Class: class})
+		ls := laneServing{Lane: l.Lane, Line: api.LaneLine(l), Class: class}
+		if l.Phase == api.PhaseSwitching {
+			ls.SwitchID = l.SwitchID
+		}
+		out = append(out, ls)
 	}
 	return out
 }

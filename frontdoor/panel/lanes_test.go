@@ -317,3 +317,33 @@ func TestStateKeyPerLane(t *testing.T) {
 		}
 	}
 }
+
+// Each GPU lists the lanes on it, its own first, each with its line and
+// colour; a lane that switches links to its switch's progress.
+func TestServingOn(t *testing.T) {
+	st := api.State{Lanes: []api.State{
+		{Lane: "GPU 0", GPUs: []int{0}, Phase: api.PhaseSwitching, Target: "gemma", Step: api.StepStop, SwitchID: "s0"},
+		{Lane: "GPU 0+1", GPUs: []int{0, 1}, Phase: api.PhaseIdle, LastWanted: "tp", NotServing: "crash loop"},
+		{Lane: "GPU 1", GPUs: []int{1}, Phase: api.PhaseActive, Profile: "llama", Backend: units.Ollama},
+	}}
+	tests := []struct {
+		gpu  int
+		want string
+	}{
+		{0, "switching GPU 0: switching to gemma: stop s0 | failed GPU 0+1: idle; NOT SERVING: crash loop "},
+		{1, "active GPU 1: active: llama (ollama)  | failed GPU 0+1: idle; NOT SERVING: crash loop "},
+		{2, ""},
+	}
+	for _, tc := range tests {
+		var got []string
+		for _, l := range servingOn(st, tc.gpu) {
+			got = append(got, l.Class+" "+l.Line+" "+l.SwitchID)
+		}
+		if strings.Join(got, " | ") != tc.want {
+			t.Errorf("GPU %d: %q, want %q", tc.gpu, strings.Join(got, " | "), tc.want)
+		}
+	}
+	if got := servingOn(api.State{Phase: api.PhaseActive, Profile: "coder"}, 0); got != nil {
+		t.Errorf("a box of one lane: %v, want none", got)
+	}
+}
