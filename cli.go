@@ -205,11 +205,7 @@ func printStatus(w io.Writer, st api.Status) {
 	fmt.Fprintf(w, "state:   %s\n", api.StatusLine(st.State, st.GPU))
 	for _, l := range st.State.Lanes {
 		// One line per GPU set the profiles run on: each serves on its own.
-		line := api.StatusLine(l, nil)
-		if ns := l.NotServing; ns != "" {
-			line += "; NOT SERVING: " + ns
-		}
-		fmt.Fprintf(w, "lane %s: %s\n", l.Lane, line)
+		fmt.Fprintf(w, "lane %s\n", api.LaneLine(l))
 	}
 	if st.State.LastError != "" {
 		fmt.Fprintf(w, "last error: %s\n", st.State.LastError)

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"gpuhost/units"
@@ -81,4 +83,22 @@ type SwitchSummary struct {
 	Error      string    `json:"error,omitempty"`
 	StartedAt  time.Time `json:"started_at"`
 	DurationMS float64   `json:"duration_ms"`
+}
+
+// LaneLine is one lane in one line, as `gpuhost status`, the panel, the
+// Telegram bot and the MCP tools show what serves on each GPU set:
+// "GPU 1: active: llama3-8b (ollama)", "GPU 0: switching to gemma3-27b:
+// vram_release", "GPU 0+1: idle", with the profiles its lane keeps in
+// standby ("· qwen3-coder in standby (sleep1)") and, while its wanted
+// profile does not serve, why ("; NOT SERVING: …").
+func LaneLine(l State) string {
+	var b strings.Builder
+	b.WriteString(l.Lane + ": " + StatusLine(l, nil))
+	for _, sb := range l.Standby {
+		fmt.Fprintf(&b, " · %s in standby (%s)", sb.Profile, sb.Mode)
+	}
+	if l.NotServing != "" {
+		b.WriteString("; NOT SERVING: " + l.NotServing)
+	}
+	return b.String()
 }

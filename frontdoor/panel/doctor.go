@@ -122,7 +122,13 @@ func verdicts(rep *api.DoctorReport) map[string]verdict {
 	return out
 }
 
-// stateKey names the backend state a doctor report depends on.
+// stateKey names the backend state a doctor report depends on: every
+// lane's, on a box of several (a switch on GPU 1 changes what the doctor
+// sees as much as one on GPU 0).
 func stateKey(st api.State) string {
-	return fmt.Sprintf("%s|%s|%s", st.Phase, st.Profile, st.SwitchID)
+	key := fmt.Sprintf("%s|%s|%s", st.Phase, st.Profile, st.SwitchID)
+	for _, l := range st.Lanes {
+		key += fmt.Sprintf(";%s|%s|%s", l.Phase, l.Profile, l.SwitchID)
+	}
+	return key
 }

@@ -57,7 +57,9 @@ func (p *Panel) handleDashboard(c echo.Context) error {
 	v := dashboardView{Status: st, Snapshot: st.GPU, Lanes: lanes(st)}
 	v.Several = len(v.Lanes) > 1
 	for i := range st.Profiles {
-		if st.Profiles[i].Active {
+		// With several lanes the Backend card is GPU 0's lane's: another
+		// lane's active profile is on its GPU cards.
+		if st.Profiles[i].Active && (len(st.State.Lanes) == 0 || st.Profiles[i].Name == st.State.Profile) {
 			v.Active = &st.Profiles[i]
 		}
 	}
@@ -113,6 +115,10 @@ type profileRow struct {
 	// Standby is the mode ("sleep1", "unload", …) when the profile's
 	// backend is in standby now: it shows as such, not as down.
 	Standby string
+	// LaneGPUs are the GPUs of the profile's lane ("0", "0,1"): after a
+	// switch to it the script clears the active mark of the profiles on
+	// lanes sharing one of them only.
+	LaneGPUs string
 }
 
 // noticeView is a message above the profiles table (a refused switch).
@@ -135,6 +141,10 @@ type profilesView struct {
 	DoctorRan bool
 	// DoctorOff: no doctor was wired in, so there are no verdicts.
 	DoctorOff bool
+	// Lanes: the box serves on several GPU sets at once, so a switch
+	// changes the active mark of its own lane (and those sharing its
+	// GPUs) only.
+	Lanes bool
 }
 
 func keyFlags(p *units.Profile) []flag {
@@ -176,13 +186,16 @@ func (p *Panel) profileRows(ctx context.Context, refreshDoctor bool) ([]profileR
 	rep, at := p.doctorCache.get(ctx, refreshDoctor, stateKey(st))
 	vs := verdicts(rep)
 	asleep := map[string]string{}
-	for _, sb := range st.Standby {
-		asleep[sb.Profile] = sb.Mode
+	for _, l := range append([]api.State{st}, st.Lanes...) {
+		for _, sb := range l.Standby {
+			asleep[sb.Profile] = sb.Mode
+		}
 	}
 	var rows []profileRow
 	for _, info := range p.sup.Profiles() {
-		row := profileRow{ProfileInfo: info, Verdict: vs[info.Name], Standby: asleep[info.Name]}
+		row := profileRow{ProfileInfo: info, Verdict: vs[info.Name], Standby: asleep[info.Name], LaneGPUs: gpuKey(laneGPUs(nil))}
 		if prof, ok := p.daemon.Profiles[info.Name]; ok {
+			row.LaneGPUs = gpuKey(laneGPUs(prof))
 			row.Flags = keyFlags(prof)
 			row.Aliases = prof.Aliases
 		}
@@ -206,8 +219,8 @@ func (p *Panel) handleProfiles(c echo.Context) error {
 func (p *Panel) renderProfiles(c echo.Context, code int, notice *noticeView) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), doctorWait)
 	defer cancel()
-	v := profilesView{Notice: notice, DoctorOff: p.doctor == nil}
 	st := p.sup.State()
+	v := profilesView{Notice: notice, DoctorOff: p.doctor == nil, Lanes: len(st.Lanes) > 0}
 	id := c.QueryParam("switch")
 	if id != "" && !switchIDRE.MatchString(id) {
 		id = ""
@@ -216,8 +229,8 @@ func (p *Panel) renderProfiles(c echo.Context, code int, notice *noticeView) err
 			code = http.StatusBadRequest
 		}
 	}
-	if id == "" && st.Phase == api.PhaseSwitching {
-		id = st.SwitchID
+	if id == "" {
+		id = runningSwitch(st)
 	}
 	if id != "" {
 		_, backlog, unsubscribe := p.sup.Subscribe(0)
@@ -251,14 +264,7 @@ type switchAccepted struct {
 func (p *Panel) handleSwitch(c echo.Context) error {
 	profile := c.FormValue("profile")
 	force := c.FormValue("force") == "1"
-	before := int64(-1)
-	sctx, scancel := context.WithTimeout(c.Request().Context(), probeTimeout)
-	if snap, err := p.sup.Snapshot(sctx); err == nil {
-		if d, ok := snap.Device0(); ok {
-			before = int64(d.MemoryUsedMiB)
-		}
-	}
-	scancel()
+	before := p.usedBefore(c.Request().Context(), profile)
 	since := p.sup.LastSeq()
 	id, _, err := p.sup.Switch(c.Request().Context(), profile, api.SwitchOptions{Force: force})
 	var be *api.BusyError
@@ -296,6 +302,28 @@ func (p *Panel) handleSwitch(c echo.Context) error {
 		SwitchID: id, Profile: profile, Backend: backend, Since: since, BeforeMiB: before, Location: loc,
 		Events: "/api/events?since=" + strconv.FormatUint(since, 10),
 	})
+}
+
+// usedBefore is the memory used, before a switch to profile, on the GPU
+// its VRAM-release step reports (the first of its lane's): the "from" of
+// "VRAM released x → y GiB". -1 when it cannot be read.
+func (p *Panel) usedBefore(ctx context.Context, profile string) int64 {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	snap, err := p.sup.Snapshot(ctx)
+	if err != nil {
+		return -1
+	}
+	first := 0 // a box of one lane reports GPU 0
+	if len(p.sup.State().Lanes) > 0 {
+		first = laneGPUs(p.daemon.Profiles[profile])[0]
+	}
+	for _, d := range snap.Devices {
+		if d.Index == first {
+			return int64(d.MemoryUsedMiB)
+		}
+	}
+	return -1
 }
 
 // switchRefused answers a switch that did not start: JSON (with the

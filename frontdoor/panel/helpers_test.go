@@ -27,7 +27,10 @@ import (
 // the daemon's own echo server with the panel registered on it, served on
 // a real loopback HTTP server.
 type env struct {
-	f     *appliancetest.Fixture
+	f *appliancetest.Fixture
+	// box is the daemon's core when the env is a box of several lanes
+	// (laneBoxEnv); f is nil then.
+	box   *appliance.Box
 	p     *Panel
 	srv   *httptest.Server
 	token string // the API token when the config listens beyond loopback

@@ -120,6 +120,9 @@ type laneView struct {
 	// First is the lane of GPU 0, whose gauges /live keeps current
 	// through the data-live attributes (as on a one-GPU box).
 	First bool
+	// Serving are the lanes (GPU sets) this GPU belongs to, with what
+	// each serves now; empty on a box of one lane.
+	Serving []laneServing
 }
 
 // lanes are the dashboard's GPU lanes: one per device the snapshot
@@ -134,7 +137,8 @@ func lanes(st api.Status) []laneView {
 	}
 	var out []laneView
 	for _, d := range st.GPU.Devices {
-		l := laneView{Index: d.Index, ShortUUID: api.ShortUUID(d.UUID), UUID: d.UUID, Device: d, First: len(out) == 0}
+		l := laneView{Index: d.Index, ShortUUID: api.ShortUUID(d.UUID), UUID: d.UUID, Device: d, First: len(out) == 0,
+			Serving: servingOn(st.State, d.Index)}
 		if g, ok := byIndex[d.Index]; ok {
 			l.Holders = holderWords(g.Holders)
 			l.Profiles = g.Profiles
@@ -157,6 +161,95 @@ func holderWords(hs []api.GPUHolder) []string {
 			}
 		}
 		out = append(out, who+" "+strconv.FormatUint(h.UsedMiB, 10)+" MiB")
+	}
+	return out
+}
+
+// laneGPUs are the GPUs of the lane a profile switches in: GPU 0's for a
+// profile without gpus or with auto (as config.Lanes places them), else
+// its set in index order. A switch to it stops the profiles of every lane
+// sharing one of these GPUs, and its VRAM-release step reports the first.
+func laneGPUs(p *units.Profile) []int {
+	if p == nil || p.GPUs.Auto || !p.GPUs.Given || len(p.GPUs.Indices) == 0 {
+		return []int{0}
+	}
+	idx := slices.Clone(p.GPUs.Indices)
+	slices.Sort(idx)
+	return slices.Compact(idx)
+}
+
+// gpuKey is a GPU list as a data attribute: "0", "0,1".
+func gpuKey(idx []int) string {
+	words := make([]string, len(idx))
+	for i, d := range idx {
+		words[i] = strconv.Itoa(d)
+	}
+	return strings.Join(words, ",")
+}
+
+// switchRunning reports whether the switch id runs now on any lane of st.
+func switchRunning(st api.State, id string) bool {
+	if id == "" {
+		return false
+	}
+	if st.SwitchID == id {
+		return true
+	}
+	return slices.ContainsFunc(st.Lanes, func(l api.State) bool { return l.SwitchID == id })
+}
+
+// runningSwitch is the id of a switch under way: GPU 0's lane's, else the
+// first other lane's; "" when none runs.
+func runningSwitch(st api.State) string {
+	if st.Phase == api.PhaseSwitching && st.SwitchID != "" {
+		return st.SwitchID
+	}
+	for _, l := range st.Lanes {
+		if l.Phase == api.PhaseSwitching && l.SwitchID != "" {
+			return l.SwitchID
+		}
+	}
+	return ""
+}
+
+// laneServing is one lane on a GPU's card: what it serves now.
+type laneServing struct {
+	// Lane names the lane ("GPU 0+1"); Line is api.LaneLine's words.
+	Lane string
+	Line string
+	// Class colours the line: active, switching, idle, failed (its wanted
+	// profile does not serve).
+	Class string
+	// SwitchID is the switch under way on the lane, whose progress the
+	// card links to; "" when none runs.
+	SwitchID string
+}
+
+// servingOn are the lanes that include GPU index, the GPU's own lane
+// first, then the larger sets (as the profiles page orders them): a GPU
+// of a tensor-parallel set shows its single-GPU lane and the set's. None
+// on a box of one lane.
+func servingOn(st api.State, index int) []laneServing {
+	var on []api.State
+	for _, l := range st.Lanes {
+		if slices.Contains(l.GPUs, index) {
+			on = append(on, l)
+		}
+	}
+	slices.SortStableFunc(on, func(a, b api.State) int {
+		return compareSets(gpuSet{Indices: a.GPUs}, gpuSet{Indices: b.GPUs})
+	})
+	var out []laneServing
+	for _, l := range on {
+		class := string(l.Phase)
+		if l.NotServing != "" {
+			class = string(api.PhaseFailed)
+		}
+		ls := laneServing{Lane: l.Lane, Line: api.LaneLine(l), Class: class}
+		if l.Phase == api.PhaseSwitching {
+			ls.SwitchID = l.SwitchID
+		}
+		out = append(out, ls)
 	}
 	return out
 }

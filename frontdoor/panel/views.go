@@ -58,8 +58,28 @@ func pct(used, total uint64) string {
 // writes into the pill as the state changes). The profiles in standby are
 // named too, so that a switch away (or the watcher putting a backend back
 // to sleep) shows on every page within the script's 2 s, not only on the
-// next load of the profiles page.
+// next load of the profiles page. On a box of several lanes it names each
+// lane that is not idle ("GPU 0: qwen3-coder · vllm | GPU 1: llama3-8b ·
+// ollama"): GPU 0's state alone would hide what the others serve.
 func phaseLine(st api.State) string {
+	if len(st.Lanes) == 0 {
+		return lanePhaseLine(st)
+	}
+	var parts []string
+	for _, l := range st.Lanes {
+		if l.Phase == api.PhaseIdle && len(l.Standby) == 0 && l.NotServing == "" {
+			continue
+		}
+		parts = append(parts, l.Lane+": "+lanePhaseLine(l))
+	}
+	if len(parts) == 0 {
+		return "idle"
+	}
+	return strings.Join(parts, " | ")
+}
+
+// lanePhaseLine is one lane's (or a box of one lane's) pill text.
+func lanePhaseLine(st api.State) string {
 	line := "idle"
 	switch st.Phase {
 	case api.PhaseActive:
@@ -87,15 +107,39 @@ func phaseLine(st api.State) string {
 
 // pillClass is the header pill's colour class: red (failed) whenever the
 // wanted profile does not serve, whatever the phase.
+// On a box of several lanes the worst lane colours it: failed (or not
+// serving), then switching, then active.
 func pillClass(st api.State) string {
-	if st.NotServing != "" {
-		return string(api.PhaseFailed)
+	if len(st.Lanes) == 0 {
+		if st.NotServing != "" {
+			return string(api.PhaseFailed)
+		}
+		return string(st.Phase)
 	}
-	return string(st.Phase)
+	class := api.PhaseIdle
+	for _, l := range st.Lanes {
+		switch {
+		case l.NotServing != "" || l.Phase == api.PhaseFailed:
+			return string(api.PhaseFailed)
+		case l.Phase == api.PhaseSwitching:
+			class = api.PhaseSwitching
+		case l.Phase == api.PhaseActive && class == api.PhaseIdle:
+			class = api.PhaseActive
+		}
+	}
+	return string(class)
 }
 
 // pillTitle is the pill's tooltip: why it is red, else the phase.
+// With several lanes it is every lane's line.
 func pillTitle(st api.State) string {
+	if len(st.Lanes) > 0 {
+		lines := make([]string, len(st.Lanes))
+		for i, l := range st.Lanes {
+			lines[i] = api.LaneLine(l)
+		}
+		return strings.Join(lines, "\n")
+	}
 	if st.NotServing != "" {
 		return "not serving: " + st.NotServing
 	}
@@ -284,7 +328,7 @@ func buildProgress(id string, events []api.Event, beforeMiB int64, current api.S
 			}
 		}
 	}
-	pv.Running = pv.Found && pv.Outcome == "" && current.SwitchID == id
+	pv.Running = pv.Found && pv.Outcome == "" && switchRunning(current, id)
 	if pv.Found && pv.Outcome == "" && !pv.Running {
 		// The buffer lost the end (or the daemon restarted): say so rather
 		// than spin forever.

@@ -84,6 +84,11 @@ func formatStatus(st api.Status, h health, now time.Time) string {
 		b.WriteString("⚪ idle: no backend running")
 	}
 	b.WriteString("\n")
+	// Several GPU sets (lanes) serve at once: the line above is GPU 0's
+	// lane, these say what serves on each.
+	for _, l := range s.Lanes {
+		fmt.Fprintf(&b, "%s %s\n", laneIcon(l), clip(api.LaneLine(l), 300))
+	}
 
 	switch {
 	case st.GPU == nil:
@@ -142,6 +147,20 @@ func formatStatus(st api.Status, h health, now time.Time) string {
 		b.WriteString("last switch: none since start")
 	}
 	return truncate(b.String())
+}
+
+// laneIcon is a lane's phase at a glance, as the headline's: red while
+// its wanted profile does not serve.
+func laneIcon(l api.State) string {
+	switch {
+	case l.NotServing != "" || l.Phase == api.PhaseFailed:
+		return "🔴"
+	case l.Phase == api.PhaseActive:
+		return "🟢"
+	case l.Phase == api.PhaseSwitching:
+		return "🔄"
+	}
+	return "⚪"
 }
 
 func profileInfo(st api.Status, name string) (api.ProfileInfo, bool) {

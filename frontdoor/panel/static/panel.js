@@ -68,15 +68,33 @@
     $$('form.switch-form button').forEach((b) => { b.disabled = busy; });
   }
 
+  // pollLive asks /live once now (set by initLive): after a switch on a
+  // box of several lanes the pill names every lane, which only the server
+  // knows.
+  let pollLive = null;
+
+  const gpuList = (key) => (key || '0').split(',');
+
+  // markActive marks profile active after its switch. On a box of one
+  // lane it is the only active profile. On a box of several lanes (GPU
+  // sets serving at once) the switch stopped only the profiles of the
+  // lanes sharing a GPU with its own: the others keep their mark.
   function markActive(profile) {
-    let backend = '';
-    $$('tr[data-profile]').forEach((tr) => {
-      const on = tr.dataset.profile === profile;
-      tr.classList.toggle('active', on);
-      if (on) backend = tr.dataset.backend || '';
+    const rows = $$('tr[data-profile]');
+    const row = rows.find((tr) => tr.dataset.profile === profile);
+    const table = $('table.profiles');
+    const lanes = !!(table && table.dataset.lanes === 'true');
+    const mine = gpuList(row && row.dataset.laneGpus);
+    rows.forEach((tr) => {
+      const shares = !lanes || gpuList(tr.dataset.laneGpus).some((g) => mine.includes(g));
+      if (tr === row) tr.classList.add('active');
+      else if (shares) tr.classList.remove('active');
     });
     const pill = $('#phase');
-    if (pill) {
+    if (lanes) {
+      if (pollLive) pollLive();
+    } else if (pill) {
+      const backend = row ? row.dataset.backend || '' : '';
       pill.textContent = backend ? `${profile} · ${backend}` : profile;
       pill.className = 'pill phase-active';
     }
@@ -145,6 +163,12 @@
       let e;
       try { e = JSON.parse(ev.data); } catch (_) { return; }
       if (!e || e.switch_id !== id) return;
+      if (box.dataset.switchId !== id) {
+        // The box follows another switch now (one started after this
+        // one, possibly on another lane): this stream is done with it.
+        es.close();
+        return;
+      }
       box.dataset.since = String(e.seq);
       apply(box, e, beforeMiB);
       if (e.kind === 'switch' && (e.status === 'done' || e.status === 'failed')) {
@@ -488,6 +512,7 @@
         busy = false;
       }
     };
+    pollLive = poll;
     setInterval(poll, 2000);
   }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -110,7 +111,8 @@ func (c *builder) Build(env connector.Env) ([]connector.Tool, error) {
 		{Def: mcpgo.NewTool("inference_status", opts(mcpgo.WithDescription(
 			"Which inference profile is active on this box (phase idle/switching/active/failed), its model and served name, "+
 				"whether its HTTP endpoint answers its health check right now, the backend systemd units' states, every GPU with the "+
-				"profiles served on it (their backends hold its memory), its memory and the profiles placed there, and the last switch."))...),
+				"profiles served on it (their backends hold its memory), its memory and the profiles placed there, the last switch, and "+
+				"on a box whose profiles run on several GPU sets (lanes) each lane with its GPUs, phase, profile and endpoint health."))...),
 			Handler: t.status},
 		{Def: mcpgo.NewTool("inference_profiles", opts(mcpgo.WithDescription(
 			"List the configured inference profiles: name, backend (vllm/ollama), model, served model name, port, unit, the GPUs it runs on, and which one is active."))...),
@@ -148,7 +150,11 @@ type StatusResult struct {
 	Units    []UnitView `json:"units"`
 	// GPUs are the box's GPUs, each with what serves on it: the
 	// profiles whose backends hold memory there and those placed there.
-	GPUs       []GPUView          `json:"gpus"`
+	GPUs []GPUView `json:"gpus"`
+	// Lanes are the GPU sets the profiles run on, each serving on its
+	// own, on a box with several (absent on a box of one: the fields
+	// above are its one lane). The fields above are GPU 0's lane's.
+	Lanes      []LaneView         `json:"lanes,omitempty"`
 	LastSwitch *api.SwitchSummary `json:"last_switch,omitempty"`
 	Note       string             `json:"note,omitempty"`
 }
@@ -173,6 +179,63 @@ type GPUView struct {
 	Placed []string `json:"placed,omitempty"`
 	// Line is the GPU in one line, as `gpuhost status` prints it.
 	Line string `json:"line"`
+}
+
+// LaneView is one lane (a GPU set and the profiles placed on it) as
+// inference_status shows it: what serves there now.
+type LaneView struct {
+	// Lane names the GPU set: "GPU 1", "GPU 0+1".
+	Lane    string    `json:"lane"`
+	GPUs    []int     `json:"gpus"`
+	Phase   api.Phase `json:"phase"`
+	Profile string    `json:"profile,omitempty"`
+	Target  string    `json:"switching_to,omitempty"`
+	Step    string    `json:"step,omitempty"`
+	Error   string    `json:"error,omitempty"`
+	// Standby are the profiles the lane keeps asleep, ready to wake.
+	Standby []string `json:"standby,omitempty"`
+	// NotServing says why the lane's wanted profile does not serve.
+	NotServing string `json:"not_serving,omitempty"`
+	// Endpoint is the live health probe of the profile active there.
+	Endpoint *Health `json:"endpoint,omitempty"`
+	// Line is the lane in one line, as `gpuhost status` prints it.
+	Line string `json:"line"`
+}
+
+// laneViews are the status's lanes, each active one's endpoint probed
+// (GPU 0's lane's probe is the status's own, not asked twice).
+func (t *tools) laneViews(ctx context.Context, st api.Status, gpu0 *Health) []LaneView {
+	var out []LaneView
+	for i, l := range st.State.Lanes {
+		v := LaneView{Lane: l.Lane, GPUs: l.GPUs, Phase: l.Phase, Profile: l.Profile, Step: l.Step, Error: l.Error,
+			NotServing: l.NotServing, Line: api.LaneLine(l)}
+		if l.Phase == api.PhaseSwitching {
+			v.Target = l.Target
+		}
+		for _, sb := range l.Standby {
+			v.Standby = append(v.Standby, sb.Profile)
+		}
+		if p, ok := profileNamed(st.Profiles, l.Profile); ok && l.Phase == api.PhaseActive {
+			if i == 0 && gpu0 != nil {
+				v.Endpoint = gpu0
+			} else {
+				h := t.probe(ctx, p.Backend, p.Port)
+				v.Endpoint = &h
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// profileNamed finds a profile of the status by name.
+func profileNamed(ps []api.ProfileInfo, name string) (api.ProfileInfo, bool) {
+	for _, p := range ps {
+		if name != "" && p.Name == name {
+			return p, true
+		}
+	}
+	return api.ProfileInfo{}, false
 }
 
 // gpuViews are the status's GPUs as inference_status shows them.
@@ -256,8 +319,12 @@ func (t *tools) status(ctx context.Context, _ connector.Args) (any, error) {
 	case out.Active != nil:
 		h := t.probe(ctx, out.Active.Backend, out.Active.Port)
 		out.Endpoint = &h
-	case st.State.Phase == api.PhaseIdle:
+	case st.State.Phase == api.PhaseIdle && len(st.State.Lanes) == 0:
 		out.Note = "no inference backend is running; an operator starts one with `gpuhost switch <profile>`"
+	}
+	out.Lanes = t.laneViews(ctx, st, out.Endpoint)
+	if out.Active == nil && len(out.Lanes) > 0 && !slices.ContainsFunc(out.Lanes, func(l LaneView) bool { return l.Phase != api.PhaseIdle }) {
+		out.Note = "no inference backend is running on any GPU set; an operator starts one with `gpuhost switch <profile>`"
 	}
 	return out, nil
 }

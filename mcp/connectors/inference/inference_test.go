@@ -2,6 +2,7 @@ package inference
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -379,3 +381,81 @@ type benchDaemon struct {
 }
 
 func (d benchDaemon) BenchResults() ([]bench.Summary, error) { return d.runs, d.err }
+
+// On a box whose profiles run on several GPU sets, inference_status lists
+// every lane with its GPUs, phase and profile, and probes the endpoint of
+// each lane's active profile (GPU 0's once); a box of one lane has no
+// lanes in its answer.
+func TestStatusLanes(t *testing.T) {
+	var hits [2]atomic.Int32
+	healthy := func(i int) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits[i].Add(1) }))
+		t.Cleanup(s.Close)
+		return s
+	}
+	port := func(s *httptest.Server) int { return s.Listener.Addr().(*net.TCPAddr).Port }
+	coderPort, llamaPort := port(healthy(0)), port(healthy(1))
+	profiles := []api.ProfileInfo{{Name: "coder", Backend: units.VLLM, Port: coderPort, Active: true},
+		{Name: "llama", Backend: units.Ollama, Port: llamaPort, Active: true}, {Name: "tp", Backend: units.VLLM, Port: testkit.FreePort(t)}}
+	gpu0 := api.State{Lane: "GPU 0", GPUs: []int{0}, Phase: api.PhaseActive, Profile: "coder", Backend: units.VLLM}
+	gpu1 := api.State{Lane: "GPU 1", GPUs: []int{1}, Phase: api.PhaseActive, Profile: "llama", Backend: units.Ollama,
+		Standby: []api.StandbyInfo{{Profile: "llama-big", Mode: "unload"}}}
+	tp := api.State{Lane: "GPU 0+1", GPUs: []int{0, 1}, Phase: api.PhaseIdle, LastWanted: "tp", NotServing: "nothing runs although it is wanted"}
+	withLanes := func(head api.State, lanes ...api.State) api.State {
+		head.Lanes = lanes
+		return head
+	}
+	idle0, idle1 := api.State{Lane: "GPU 0", GPUs: []int{0}, Phase: api.PhaseIdle}, api.State{Lane: "GPU 1", GPUs: []int{1}, Phase: api.PhaseIdle}
+	tests := []struct {
+		name  string
+		state api.State
+		lanes []string // per lane: gpus phase profile standby endpoint-healthy line
+		hits  [2]int32
+		note  string
+	}{
+		{"three lanes", withLanes(gpu0, gpu0, gpu1, tp), []string{
+			"[0] active coder [] true GPU 0: active: coder (vllm)",
+			"[1] active llama [llama-big] true GPU 1: active: llama (ollama) · llama-big in standby (unload)",
+			"[0 1] idle  [] none GPU 0+1: idle; NOT SERVING: nothing runs although it is wanted",
+		}, [2]int32{1, 1}, ""},
+		{"GPU 1 serves, GPU 0 idle", withLanes(idle0, idle0, gpu1), []string{
+			"[0] idle  [] none GPU 0: idle",
+			"[1] active llama [llama-big] true GPU 1: active: llama (ollama) · llama-big in standby (unload)",
+		}, [2]int32{0, 1}, ""},
+		{"every lane idle", withLanes(idle0, idle0, idle1), []string{"[0] idle  [] none GPU 0: idle", "[1] idle  [] none GPU 1: idle"},
+			[2]int32{}, "no inference backend is running on any GPU set"},
+		{"one lane", api.State{Phase: api.PhaseActive, Profile: "coder", Backend: units.VLLM}, nil, [2]int32{1, 0}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			hits[0].Store(0)
+			hits[1].Store(0)
+			tools := build(t, connector.Env{Daemon: staticDaemon{api.Status{State: tc.state, Profiles: profiles}}, HTTP: &http.Client{}})
+			res := call(t, tools["inference_status"], nil).(StatusResult)
+			var got []string
+			for _, l := range res.Lanes {
+				health := "none"
+				if l.Endpoint != nil {
+					health = strconv.FormatBool(l.Endpoint.Healthy)
+				}
+				got = append(got, fmt.Sprintf("%v %s %s %v %s %s", l.GPUs, l.Phase, l.Profile, l.Standby, health, l.Line))
+			}
+			if strings.Join(got, "\n") != strings.Join(tc.lanes, "\n") {
+				t.Errorf("lanes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.lanes, "\n"))
+			}
+			if h := [2]int32{hits[0].Load(), hits[1].Load()}; h != tc.hits {
+				t.Errorf("health probes per backend %v, want %v", h, tc.hits)
+			}
+			if !strings.Contains(res.Note, tc.note) || (tc.note == "" && res.Note != "") {
+				t.Errorf("note %q, want %q", res.Note, tc.note)
+			}
+			raw, err := json.Marshal(res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if has := strings.Contains(string(raw), `"lanes":`); has != (tc.lanes != nil) {
+				t.Errorf("JSON has lanes: %v, want %v: %s", has, tc.lanes != nil, raw)
+			}
+		})
+	}
+}
