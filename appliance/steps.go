@@ -307,7 +307,9 @@ func (s *Supervisor) verify(ctx context.Context, p *units.Profile) (string, map[
 		return msg, detail, nil
 	}
 	if snap, err := s.snapshot(ctx); err == nil {
-		if d, ok := snap.Device0(); ok {
+		// The lane's first GPU: on a box of one lane GPU 0, as before.
+		if devs := s.releaseDevices(snap); len(devs) > 0 {
+			d := devs[0]
 			detail[api.DetailUsedMiB], detail[api.DetailTotalMiB] = d.MemoryUsedMiB, d.MemoryTotalMiB
 			msg += fmt.Sprintf(" · VRAM %.1f/%.1f GiB", float64(d.MemoryUsedMiB)/1024, float64(d.MemoryTotalMiB)/1024)
 		}
