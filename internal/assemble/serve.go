@@ -342,7 +342,13 @@ func notifySystemd(ctx context.Context, sup *appliance.Box, log *slog.Logger) {
 		if snap, err := sup.Snapshot(sctx); err == nil {
 			snapPtr = &snap
 		}
-		return api.StatusLine(sup.State(), snapPtr)
+		st := sup.State()
+		line := api.StatusLine(st, snapPtr)
+		// systemctl status shows one line: every other lane in it too.
+		for _, l := range st.Lanes[min(1, len(st.Lanes)):] {
+			line += "; " + l.Lane + ": " + api.StatusLine(l, nil)
+		}
+		return line
 	}
 	if sent, err := sd.SdNotify(false, sd.SdNotifyReady+"\nSTATUS="+status()); err != nil {
 		log.Warn("sd_notify READY failed", "err", err)
