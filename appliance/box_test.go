@@ -2,8 +2,6 @@ package appliance
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -41,18 +39,7 @@ func newBoxFixture(t *testing.T) *boxFixture {
 		t.Fatal(err)
 	}
 	*cfg.Switch.RestoreOnBoot = false
-	gpu, closeGPU, err := OpenGPU(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, journal, closeUnits, err := OpenUnits(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		log = slog.Default()
-	}
+	gpu, u, journal, log, closeAll := openTestCore(t, cfg)
 	box := NewBox(cfg, gpu, u, journal, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -61,8 +48,7 @@ func newBoxFixture(t *testing.T) *boxFixture {
 		cancel()
 		<-done
 		box.Close()
-		closeUnits()
-		closeGPU()
+		closeAll()
 	})
 	select {
 	case <-box.Ready():

@@ -49,18 +49,7 @@ func newProcFixtureYAML(t testing.TB, yaml func(bin, state string) string, tune 
 	for _, f := range tune {
 		f(cfg)
 	}
-	gpu, closeGPU, err := OpenGPU(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, journal, closeUnits, err := OpenUnits(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		log = slog.Default()
-	}
+	gpu, u, journal, log, closeAll := openTestCore(t, cfg)
 	sup := NewSupervisor(cfg, gpu, u, journal, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &procFixture{cfg: cfg, sup: sup, gpu: gpu, cancel: cancel, done: make(chan error, 1)}
@@ -69,10 +58,32 @@ func newProcFixtureYAML(t testing.TB, yaml func(bin, state string) string, tune 
 		cancel()
 		<-f.done
 		sup.Close()
-		closeUnits()
-		closeGPU()
+		closeAll()
 	})
 	return f
+}
+
+// openTestCore opens cfg's GPU and units as the daemon does, with a log
+// that is quiet unless the test runs verbose; closeAll closes both.
+func openTestCore(t testing.TB, cfg *config.Config) (GPU, Units, JournalFunc, *slog.Logger, func()) {
+	t.Helper()
+	gpu, closeGPU, err := OpenGPU(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, journal, closeUnits, err := OpenUnits(context.Background(), cfg)
+	if err != nil {
+		closeGPU()
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.Default()
+	}
+	return gpu, u, journal, log, func() {
+		closeUnits()
+		closeGPU()
+	}
 }
 
 func (f *procFixture) switchTo(t testing.TB, profile string) ([]api.Event, error) {
