@@ -277,6 +277,8 @@ func TestSystemdLanesExclusionPerGPU(t *testing.T) {
 	if ov := overlap(first, second); ov != 0 {
 		t.Fatalf("overlapping switches ran together for %s", ov)
 	}
+	t.Logf("asked together: %s ran its steps %s–%s; %s waited for the GPU and ran %s–%s (overlap 0)", first.profile,
+		first.run.Format("15:04:05.000"), first.done.Format("15:04:05.000"), second.profile, second.run.Format("15:04:05.000"), second.done.Format("15:04:05.000"))
 	last := second.profile
 	st = e.waitState(t, "the later switch serves alone on its GPUs", 30*time.Second, func(s api.Status) bool {
 		return servesAnywhere(s, last) && !servesAnywhere(s, first.profile)
