@@ -74,39 +74,21 @@ func (f *boxFixture) switchTo(t *testing.T, profile string) []api.Event {
 	return evs
 }
 
-// TestBoxStopsAUnitOnAnotherLanesGPU: coder serves on GPU 0 and coder1 on
+// TestHandPinOntoAnotherLanesGPU: coder serves on GPU 0 and coder1 on
 // GPU 1. The operator pins coder1's unit to GPU 0 by hand (its environment
-// file) and restarts it: GPU 1's lane follows the restart, but its backend
-// now holds memory on GPU 0, beside coder. The box's per-GPU check finds
-// two backends above their residual on GPU 0 and stops the one whose lane
-// did not claim GPU 0 (drift wrong_gpu); coder keeps serving.
-func TestBoxStopsAUnitOnAnotherLanesGPU(t *testing.T) {
+// file) and restarts it. GPU 1's lane follows the restart with a switch
+// whose verify finds the backend's memory on GPU 0, outside its lane, and
+// stops it; the heal starts it again with the environment gpuhost writes,
+// pinned to GPU 1. coder serves throughout.
+func TestHandPinOntoAnotherLanesGPU(t *testing.T) {
 	f := newBoxFixture(t)
 	f.switchTo(t, "coder")
 	f.switchTo(t, "coder1")
-	st := f.box.State()
-	if !laneServes(api.Status{State: st}, "GPU 0", "coder") || !laneServes(api.Status{State: st}, "GPU 1", "coder1") {
-		t.Fatalf("both lanes should serve: %s", lanesLine(api.Status{State: st}))
-	}
-	snap, err := f.gpu.Snapshot(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpu0, _ := snap.Device(0)
-	gpu1, _ := snap.Device(1)
+	gpu0, gpu1 := f.uuids(t)
 	lane1 := f.box.Lane("gpu1")
 	unit := lane1.cfg.Backends.VLLM.Unit
 	path := lane1.cfg.EnvFilePath(unit)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(data), gpu1.UUID) {
-		t.Fatalf("%s does not pin GPU 1 (%s):\n%s", path, gpu1.UUID, data)
-	}
-	if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(data), gpu1.UUID, gpu0.UUID)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	f.rewrite(t, path, gpu1, gpu0)
 	since := f.box.LastSeq()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -117,40 +99,110 @@ func TestBoxStopsAUnitOnAnotherLanesGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs := waitEvent(t, lane1, since, 60*time.Second, func(e api.Event) bool {
+		return e.Kind == api.EventStep && e.Step == api.StepVerify && e.Status == api.StatusFailed
+	})
+	if last := evs[len(evs)-1]; !strings.Contains(last.Message, "on GPU 0, outside its lane GPU 1") {
+		t.Fatalf("verify failed with %q; want it to name GPU 0 outside the lane", last.Message)
+	}
+	if !testkit.Poll(60*time.Second, func() bool {
+		st := api.Status{State: f.box.State()}
+		return laneServes(st, "GPU 0", "coder") && laneServes(st, "GPU 1", "coder1")
+	}) {
+		t.Fatalf("the lanes did not settle: %s", lanesLine(api.Status{State: f.box.State()}))
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), gpu1) || strings.Contains(string(data), gpu0) {
+		t.Fatalf("%s after the heal does not pin GPU 1 alone:\n%s", path, data)
+	}
+	if v := f.box.CheckExclusion(context.Background()); v != 0 {
+		t.Fatalf("the box finds %d violations after the heal", v)
+	}
+}
+
+// TestBoxEvictsTheLaneThatDidNotClaim: the box's check, given two backends
+// above their residual on one GPU, counts the violation and stops the
+// backend whose lane did not claim that GPU (drift wrong_gpu), leaving that
+// lane wanting nothing; the claiming lane keeps serving.
+func TestBoxEvictsTheLaneThatDidNotClaim(t *testing.T) {
+	f := newBoxFixture(t)
+	f.switchTo(t, "coder")
+	f.switchTo(t, "coder1")
+	lane0, lane1 := f.box.Lane(""), f.box.Lane("gpu1")
+	ctx := context.Background()
+	units0, err := lane0.backends(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	units1, err := lane1.backends(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What NVML would show had coder1's backend taken memory on GPU 0.
+	d := nvml.Device{Index: 0, Processes: []nvml.Process{
+		{PID: units0[0].status.MainPID, UsedMiB: 20000}, {PID: units1[0].status.MainPID, UsedMiB: 3000}}}
+	running := []laneUnit{{lane: 0, b: units0[0]}, {lane: 2, b: units1[0]}}
+	if f.box.lanes[2] != lane1 {
+		t.Fatalf("lane order: %v", f.box.specs)
+	}
+	above := f.box.aboveResidual(d, running)
+	if len(above) != 2 {
+		t.Fatalf("above the residual on GPU 0: %d units, want 2", len(above))
+	}
+	since := f.box.LastSeq()
+	f.box.violation(ctx, d, above, lane0)
+	evs := waitEvent(t, lane1, since, 30*time.Second, func(e api.Event) bool {
 		return e.Kind == api.EventExclusion && e.Detail[api.DetailDrift] == driftWrongGPU
 	})
-	var found bool
-	for _, e := range evs {
-		if e.Kind == api.EventExclusion && e.Status == api.StatusFailed && e.Detail[api.DetailDrift] == driftGPUShared && strings.Contains(e.Message, "GPU 0:") {
-			found = true
-		}
+	if evs[0].Kind != api.EventExclusion || evs[0].Detail[api.DetailDrift] != driftGPUShared {
+		t.Errorf("first event %s %v; want the gpu_shared violation", evs[0].Kind, evs[0].Detail)
 	}
-	if !found {
-		t.Errorf("no gpu_shared exclusion event for GPU 0 before the eviction:%s", describe(evs))
+	us, err := f.units.Unit(ctx, units1[0].unit)
+	if err != nil || us.Active() {
+		t.Fatalf("%s after the eviction: %+v %v", units1[0].unit, us, err)
 	}
-	if !testkit.Poll(30*time.Second, func() bool {
-		us, err := f.units.Unit(context.Background(), unit)
-		return err == nil && !us.Active()
-	}) {
-		t.Fatalf("%s still runs on GPU 0 beside coder", unit)
+	st := api.Status{State: f.box.State()}
+	if !laneServes(st, "GPU 0", "coder") {
+		t.Fatalf("coder no longer serves GPU 0: %s", lanesLine(st))
 	}
-	st = f.box.State()
-	if !laneServes(api.Status{State: st}, "GPU 0", "coder") {
-		t.Fatalf("coder no longer serves GPU 0: %s", lanesLine(api.Status{State: st}))
-	}
-	samples, violations := f.box.ExclusionSamples()
-	if violations == 0 || samples < violations {
-		t.Errorf("exclusion samples %d, violations %d; want the violation counted", samples, violations)
-	}
-	byKind, _, _, _ := f.box.Drift()
-	if byKind[driftWrongGPU] == 0 {
-		t.Errorf("drift %v: want wrong_gpu", byKind)
-	}
-	// GPU 1's lane wants nothing now: no heal brings the unit back.
-	for _, l := range st.Lanes {
+	for _, l := range st.State.Lanes {
 		if l.Lane == "GPU 1" && (l.LastWanted != "" || l.Phase == api.PhaseActive) {
 			t.Errorf("GPU 1's lane after the eviction: %s, last wanted %q", api.StatusLine(l, nil), l.LastWanted)
 		}
+	}
+	samples, violations := f.box.ExclusionSamples()
+	byKind, _, _, _ := f.box.Drift()
+	if violations != 1 || byKind[driftWrongGPU] != 1 {
+		t.Errorf("violations %d (samples %d), drift %v; want one violation and one wrong_gpu", violations, samples, byKind)
+	}
+}
+
+// uuids are the simulated GPUs' UUIDs.
+func (f *boxFixture) uuids(t *testing.T) (gpu0, gpu1 string) {
+	t.Helper()
+	snap, err := f.gpu.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d0, _ := snap.Device(0)
+	d1, _ := snap.Device(1)
+	return d0.UUID, d1.UUID
+}
+
+// rewrite replaces from with to in the file at path, which must hold it.
+func (f *boxFixture) rewrite(t *testing.T, path, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), from) {
+		t.Fatalf("%s does not hold %s:\n%s", path, from, data)
+	}
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(data), from, to)), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 

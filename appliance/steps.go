@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -307,6 +308,9 @@ func (s *Supervisor) verify(ctx context.Context, p *units.Profile) (string, map[
 		return msg, detail, nil
 	}
 	if snap, err := s.snapshot(ctx); err == nil {
+		if err := s.proveOnLaneGPUs(ctx, p, snap); err != nil {
+			return "", detail, err
+		}
 		// The lane's first GPU: on a box of one lane GPU 0, as before.
 		if devs := s.releaseDevices(snap); len(devs) > 0 {
 			d := devs[0]
@@ -315,6 +319,31 @@ func (s *Supervisor) verify(ctx context.Context, p *units.Profile) (string, map[
 		}
 	}
 	return msg, detail, nil
+}
+
+// proveOnLaneGPUs refuses, on a box of several lanes, a backend whose
+// processes hold memory on a GPU outside its lane: another lane may serve
+// there (an environment file edited by hand pins another card). On a box of
+// one lane a backend may run on any GPU (auto placement).
+func (s *Supervisor) proveOnLaneGPUs(ctx context.Context, p *units.Profile, snap nvml.Snapshot) error {
+	if s.box == nil {
+		return nil
+	}
+	unit := s.cfg.BackendFor(p.Backend).Unit
+	st, err := s.units.Unit(ctx, unit)
+	if err != nil {
+		return nil // the unit's state is the other steps' business
+	}
+	lane := s.box.specOf(s)
+	for _, d := range snap.Devices {
+		if slices.Contains(lane.GPUs, d.Index) {
+			continue
+		}
+		if used := unitUsedMiB(d, st); used > residualToleranceMiB {
+			return fmt.Errorf("%s holds %d MiB on GPU %d, outside its lane %s: its environment file pins another GPU (%s)", unit, used, d.Index, lane.Name(), s.cfg.EnvFilePath(unit))
+		}
+	}
+	return nil
 }
 
 // proveUnitListens checks that the listener on p's port belongs to p's

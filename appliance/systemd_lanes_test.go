@@ -243,9 +243,28 @@ func TestSystemdLanesExclusionPerGPU(t *testing.T) {
 		t.Fatalf("units rendered %v, want %v", units, want)
 	}
 	e.logOnFailure(t, 0)
-	smp := startGPUSampler(t, e, state)
+	sampled := func(name string) func() gpuSampleReport {
+		smp := startGPUSampler(t, e, state)
+		return func() gpuSampleReport {
+			rep := gpuSampleReport{}
+			smp.stopInto(t, &rep)
+			t.Logf("%s: per-GPU sampler %d samples in %.1f s, %d errors, samples with two units above the residual on one GPU: %v (first: %q)", name, rep.Samples, rep.Seconds, rep.Errors, rep.Double, rep.First)
+			if rep.Samples == 0 {
+				t.Fatalf("%s: the sampler took no sample", name)
+			}
+			return rep
+		}
+	}
+	none := func(rep gpuSampleReport) {
+		for g, n := range rep.Double {
+			if n > 0 {
+				t.Errorf("GPU %s had two units above the residual in %d samples (first: %s)", g, n, rep.First)
+			}
+		}
+	}
 
 	// 1. Disjoint GPU sets: both switches run at once.
+	stop := sampled("disjoint switches")
 	disjoint := e.switchTogether(t, "coder", "coder1")
 	for _, sp := range disjoint {
 		if !sp.ok || sp.waited {
@@ -260,8 +279,10 @@ func TestSystemdLanesExclusionPerGPU(t *testing.T) {
 		return laneServes(s, "GPU 0", "coder") && laneServes(s, "GPU 1", "coder1")
 	})
 	t.Logf("disjoint switches overlapped %s (coder %s, coder1 %s)", ov, disjoint[0].done.Sub(disjoint[0].run), disjoint[1].done.Sub(disjoint[1].run))
+	none(stop())
 
 	// 2. Overlapping GPU sets: ordered.
+	stop = sampled("overlapping switches")
 	ordered := e.switchTogether(t, "coder-tp", "llama")
 	first, second := ordered[0], ordered[1]
 	if second.run.Before(first.run) {
@@ -284,8 +305,11 @@ func TestSystemdLanesExclusionPerGPU(t *testing.T) {
 		return servesAnywhere(s, last) && !servesAnywhere(s, first.profile)
 	})
 
+	none(stop())
+
 	// 3. A hand start on a GPU another lane holds: get coder-tp onto both
 	// GPUs, then start coder1's unit (GPU 1) by hand.
+	stop = sampled("hand start on a claimed GPU")
 	e.switchTo(t, "coder-tp")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -318,21 +342,82 @@ func TestSystemdLanesExclusionPerGPU(t *testing.T) {
 		t.Fatalf("GPU 1 no longer serves the hand-started coder1: %s", lanesLine(st))
 	}
 
-	rep := gpuSampleReport{}
-	smp.stopInto(t, &rep)
-	t.Logf("per-GPU sampler: %d samples in %.1f s, %d errors, two holders above residual on one GPU: %v", rep.Samples, rep.Seconds, rep.Errors, rep.Double)
-	if rep.Samples == 0 {
-		t.Fatal("the sampler took no sample")
-	}
-	for g, n := range rep.Double {
-		if n > 0 {
-			t.Errorf("GPU %s had two units above the residual in %d samples (first: %s)", g, n, rep.First)
+	none(stop())
+
+	// 4. A unit pinned onto the wrong GPU by hand: coder serves GPU 0,
+	// coder1's environment file is edited to GPU 0's UUID and its unit
+	// restarted. GPU 1's lane follows the restart with a switch whose
+	// verify finds the memory on GPU 0, outside the lane, and stops it; the
+	// heal starts it again as gpuhost pins it, on GPU 1.
+	stop = sampled("unit pinned by hand onto another lane's GPU")
+	e.switchTo(t, "coder")
+	e.pinWrong(t, ctx, "gpuhost-vllm-gpu1.service", 1, 0)
+	var refused bool
+	st = e.waitState(t, "coder1 back on GPU 1, coder on GPU 0", 60*time.Second, func(s api.Status) bool {
+		for _, g := range s.GPUs {
+			if g.Index == 0 && len(g.Holders) > 1 {
+				return false
+			}
 		}
+		return laneServes(s, "GPU 0", "coder") && laneServes(s, "GPU 1", "coder1")
+	})
+	ectx, ecancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ecancel()
+	_ = e.client.Events(ectx, "/api/events?since=0", func(ev api.Event) bool {
+		if ev.Kind == api.EventStep && ev.Step == api.StepVerify && ev.Status == api.StatusFailed && strings.Contains(ev.Message, "on GPU 0, outside its lane GPU 1") {
+			refused = true
+			return false
+		}
+		return true
+	})
+	if !refused {
+		t.Fatal("no verify refused the unit pinned onto GPU 0")
 	}
+	rep := stop()
+	t.Logf("the wrong pin held GPU 0 beside coder for %d samples, until the follow switch's verify stopped it; restarted on GPU 1", rep.Double["0"])
 	t.Logf("lanes at the end: %s", lanesLine(st))
 	for _, l := range st.State.Lanes {
 		t.Logf("lane %s: last wanted %q, paused %q", l.Lane, l.LastWanted, l.Paused)
 	}
+}
+
+// pinWrong rewrites unit's environment file to pin it to GPU to instead of
+// GPU from (by UUID) and restarts it by hand.
+func (e *e2e) pinWrong(t *testing.T, ctx context.Context, unit string, from, to int) {
+	t.Helper()
+	st, err := e.client.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uuid := map[int]string{}
+	for _, g := range st.GPUs {
+		uuid[g.Index] = g.UUID
+	}
+	lane, _ := e.cfg.LaneOf("coder1")
+	path := e.cfg.LaneConfig(lane).EnvFilePath(unit)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), uuid[from]) {
+		t.Fatalf("%s does not pin GPU %d:\n%s", path, from, data)
+	}
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(data), uuid[from], uuid[to])), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := e.sd.Systemctl(ctx, "restart", unit); err != nil {
+		t.Fatalf("hand restart: %v %s", err, out)
+	}
+}
+
+// doctorCheck finds a check of the report by id.
+func doctorCheck(r api.DoctorReport, id string) (api.DoctorCheck, bool) {
+	for _, c := range r.Checks {
+		if c.ID == id {
+			return c, true
+		}
+	}
+	return api.DoctorCheck{}, false
 }
 
 // laneServes: the lane named lane has profile active and settled.
