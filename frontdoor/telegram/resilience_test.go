@@ -269,8 +269,9 @@ func TestHostileAnswerRefusedBeforeDecoding(t *testing.T) {
 	hostile := `{"ok":true,"result":[` + strings.Repeat("{},", 60_000) + `{}]}`
 	h.api.FailNext("getUpdates", 1, telegramtest.Failure{Code: 200, Raw: hostile})
 	h.waitStatus(t, "the hostile answer counted", func(st api.TelegramStatus) bool { return st.Errors["invalid_response"] >= 1 })
-	if logs := h.logs.String(); !strings.Contains(logs, "refused before decoding") {
-		t.Errorf("log does not say the answer was refused before decoding:\n%.2000s", logs)
+	// The error is counted before it is logged: wait for the line.
+	if !testkit.Poll(10*time.Second, func() bool { return strings.Contains(h.logs.String(), "refused before decoding") }) {
+		t.Errorf("log does not say the answer was refused before decoding:\n%.2000s", h.logs.String())
 	}
 	h.api.Push(operator, telegramtest.Private(operator), "/gpu help")
 	h.api.WaitMessage(t, operator.ID, "/gpu")
