@@ -218,15 +218,21 @@ func (l *leg) waitReady(ctx context.Context) (string, map[string]any, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.ReadyTimeout.D())
 	defer cancel()
 	url := l.be.HealthURL()
-	pl := newPoller(readyPollCap)
+	pl := newEarlyPoller(readyPollCap, readyPollEarlyCap, readyPollEarlyFor)
 	polls := 0
 	var ownerErr error
 	for {
 		polls++
-		hctx, hcancel := context.WithTimeout(ctx, time.Second)
-		gerr := l.be.Health(hctx)
-		hcancel()
+		// The health GET and the unit's state are read side by side: a
+		// poll costs the longer of the two.
+		gerrc := make(chan error, 1)
+		go func() {
+			hctx, hcancel := context.WithTimeout(ctx, time.Second)
+			defer hcancel()
+			gerrc <- l.be.Health(hctx)
+		}()
 		st, uerr := s.units.Unit(ctx, unit)
+		gerr := <-gerrc
 		if uerr == nil && !st.Active() {
 			return "", nil, &stepError{
 				err:     fmt.Errorf("%s stopped while loading (state %s, result %s)", unit, st.ActiveState, st.Result),
@@ -284,6 +290,12 @@ func (s *Supervisor) verify(ctx context.Context, p *units.Profile) (string, map[
 	if err != nil {
 		return "", nil, err
 	}
+	// Which agent APIs it serves is asked beside the check (it decides
+	// nothing about it) and recorded only when the check passes.
+	apisc := make(chan []string, 1)
+	actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+	defer acancel()
+	go func() { apisc <- backend.ServedAPIs(actx, s.client, fmt.Sprintf("http://127.0.0.1:%d", p.Port)) }()
 	vctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	detail, err := be.Verify(vctx)
 	cancel()
@@ -298,9 +310,7 @@ func (s *Supervisor) verify(ctx context.Context, p *units.Profile) (string, map[
 		return "", detail, err
 	}
 	msg := "serving " + p.ServedName
-	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	apis := backend.ServedAPIs(actx, s.client, fmt.Sprintf("http://127.0.0.1:%d", p.Port))
-	cancel()
+	apis := <-apisc
 	s.apis.Store(p.Name, apis)
 	detail["apis"] = apis
 	if s.gpu == nil {

@@ -246,14 +246,22 @@ func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold, wi
 	known = known && ref.Key == s.wakeKey(p)
 	tools := wantsToolCheck(p) && (cold || (withTools && ref.ToolsOK))
 	ver, keep := "", false
+	var verc chan string
 	if cold {
 		// Same model, argv, engine and driver as the reference: its rate
-		// and tool verdict stand if the answer does (keepCold).
-		ver = s.engineVersion(ctx, p)
-		keep = known && ver != "" && ref.Version == ver && ref.DecodeTPS > 0
-		tools = tools && !keep
+		// and tool verdict stand if the answer does (keepCold). The
+		// version is read beside the known prompt; the tool round trip,
+		// needed only when the reference is not kept, runs beside the
+		// longer answer below.
+		verc = make(chan string, 1)
+		go func() { verc <- s.engineVersion(ctx, p) }()
+		tools = false
 	}
 	obs, err := s.observe(ctx, p, tools, wakeCheckTokens)
+	if cold {
+		ver = <-verc
+		keep = known && ver != "" && ref.Version == ver && ref.DecodeTPS > 0
+	}
 	detail = map[string]any{"answer": obs.answer, "decode_tps": round1(obs.tps)}
 	defer func() { detail["check_ms"] = float64(time.Since(t0).Microseconds()) / 1000 }()
 	if err != nil {
