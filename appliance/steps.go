@@ -242,6 +242,7 @@ func (l *leg) waitReady(ctx context.Context) (string, map[string]any, error) {
 		if gerr == nil && uerr == nil {
 			owner, oerr := provePortOwner(l.p.Port, st)
 			if oerr == nil {
+				l.readySt = &st
 				return fmt.Sprintf("%s answered after %d polls; %s", url, polls, owner), map[string]any{"polls": polls}, nil
 			}
 			if !errors.Is(oerr, errPortUnproven) {
@@ -278,14 +279,22 @@ func (l *leg) load(ctx context.Context) (string, map[string]any, error) {
 	return msg, nil, err
 }
 
-// verify is the last step: Supervisor.verify.
+// verify is the last step: Supervisor.verify, whose listener proof takes
+// the unit's main process and cgroup from the ready step's read of them
+// (the listener and the processes holding it are read afresh).
 func (l *leg) verify(ctx context.Context) (string, map[string]any, error) {
-	return l.r.s.verify(ctx, l.p)
+	return l.r.s.verifyUnit(ctx, l.p, l.readySt)
 }
 
 // verify checks that the backend serves the profile's name, from the unit's
 // own listener, and reports the VRAM it now holds. The doctor asks it too.
 func (s *Supervisor) verify(ctx context.Context, p *units.Profile) (string, map[string]any, error) {
+	return s.verifyUnit(ctx, p, nil)
+}
+
+// verifyUnit is verify with the unit's state read just before (st), or
+// read now when st is nil.
+func (s *Supervisor) verifyUnit(ctx context.Context, p *units.Profile, st *api.UnitStatus) (string, map[string]any, error) {
 	be, err := s.engineOf(p)
 	if err != nil {
 		return "", nil, err
@@ -306,7 +315,7 @@ func (s *Supervisor) verify(ctx context.Context, p *units.Profile) (string, map[
 		detail = map[string]any{}
 	}
 	// The answers above must have come from the unit's own listener.
-	if err := s.proveUnitListens(ctx, p); err != nil {
+	if err := s.proveUnitListens(ctx, p, st); err != nil {
 		return "", detail, err
 	}
 	msg := "serving " + p.ServedName
@@ -326,13 +335,17 @@ func (s *Supervisor) verify(ctx context.Context, p *units.Profile) (string, map[
 }
 
 // proveUnitListens checks that the listener on p's port belongs to p's
-// backend unit (provePortOwner).
-func (s *Supervisor) proveUnitListens(ctx context.Context, p *units.Profile) error {
-	unit := s.cfg.BackendFor(p.Backend).Unit
-	st, err := s.units.Unit(ctx, unit)
-	if err != nil {
-		return fmt.Errorf("read state of %s: %w", unit, err)
+// backend unit (provePortOwner), described by st or, when st is nil, by
+// its state read now.
+func (s *Supervisor) proveUnitListens(ctx context.Context, p *units.Profile, st *api.UnitStatus) error {
+	if st == nil {
+		unit := s.cfg.BackendFor(p.Backend).Unit
+		now, err := s.units.Unit(ctx, unit)
+		if err != nil {
+			return fmt.Errorf("read state of %s: %w", unit, err)
+		}
+		st = &now
 	}
-	_, err = provePortOwner(p.Port, st)
+	_, err := provePortOwner(p.Port, *st)
 	return err
 }

@@ -831,6 +831,9 @@ type leg struct {
 	// wokeLevel is the sleep level the target was woken from (0: not
 	// woken, or Ollama's unload), for the wake check.
 	wokeLevel int
+	// readySt is the unit's state as the ready step read it when it
+	// traced the listener; verify's proof starts from it.
+	readySt *api.UnitStatus
 }
 
 // sequence is the switch proper: drain the requests running on what is in
