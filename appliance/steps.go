@@ -4,9 +4,11 @@ package appliance
 // in their order: each is a stepFunc of one leg, with its helpers.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -167,11 +169,16 @@ func (l *leg) configure(ctx context.Context) (string, map[string]any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	if err := atomicfile.Write(path, []byte(units.PinnedEnvFile(p, bc.Simulated, pl.pinning())), 0o644); err != nil {
+	content := []byte(units.PinnedEnvFile(p, bc.Simulated, pl.pinning()))
+	msg := "wrote " + path
+	// A file that already says this (the profile's last start) stays: it
+	// was written atomically and synced then, and a rewrite costs a sync.
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, content) {
+		msg = path + " already as wanted"
+	} else if err := atomicfile.Write(path, content, 0o644); err != nil {
 		return "", nil, err
 	}
 	detail := map[string]any{"args": units.BackendArgs(p, bc.Simulated)}
-	msg := "wrote " + path
 	if len(pl.Indices) > 0 {
 		detail["gpus"], detail["gpu_uuids"], detail["p2p"] = pl.Indices, pl.UUIDs, pl.P2PWhy
 		msg += "; pinned to GPU " + units.IndicesString(pl.Indices)

@@ -611,9 +611,16 @@ func (s *Supervisor) launch(r *switchRun) (string, <-chan error) {
 	s.state.Since = time.Now()
 	s.state.LastWanted, s.state.Paused = p.Name, ""
 	s.mu.Unlock()
-	if err := s.writeLastWanted(p.Name); err != nil {
-		s.log.Error("persist last wanted profile", "err", err)
-	}
+	// The last wanted profile is written (fsync: milliseconds on a disk)
+	// while the switch reads what is in the way; the sequence waits for it
+	// before it changes anything (switchRun.awaitPersisted).
+	r.persisted = make(chan struct{})
+	go func() {
+		defer close(r.persisted)
+		if err := s.writeLastWanted(p.Name); err != nil {
+			s.log.Error("persist last wanted profile", "err", err)
+		}
+	}()
 	done := make(chan error, 1)
 	s.wg.Add(1)
 	go func() {
@@ -621,6 +628,7 @@ func (s *Supervisor) launch(r *switchRun) (string, <-chan error) {
 		s.probes.awaitRevoked()
 		release := s.box.claim(s.baseCtx, s, r)
 		err := r.run(s.baseCtx)
+		r.awaitPersisted()
 		release()
 		s.mu.Lock()
 		s.current = nil
@@ -706,6 +714,15 @@ type switchRun struct {
 	// (verify.go); it is checked again as after a wake, and restarted cold
 	// when that fails too.
 	recheck bool
+	// persisted is closed once the last wanted profile is on disk.
+	persisted chan struct{}
+}
+
+// awaitPersisted waits until the last wanted profile is written.
+func (r *switchRun) awaitPersisted() {
+	if r.persisted != nil {
+		<-r.persisted
+	}
 }
 
 // stepError carries the journal tail of a failed step.
@@ -846,6 +863,7 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 		return err
 	}
 	l.heldBefore = r.s.usedMiB(ctx)
+	r.awaitPersisted()
 	if err := l.drainStep(ctx); err != nil {
 		return err
 	}
