@@ -611,16 +611,9 @@ func (s *Supervisor) launch(r *switchRun) (string, <-chan error) {
 	s.state.Since = time.Now()
 	s.state.LastWanted, s.state.Paused = p.Name, ""
 	s.mu.Unlock()
-	// The last wanted profile is written (fsync: milliseconds on a disk)
-	// while the switch reads what is in the way; the sequence waits for it
-	// before it changes anything (switchRun.awaitPersisted).
-	r.persisted = make(chan struct{})
-	go func() {
-		defer close(r.persisted)
-		if err := s.writeLastWanted(p.Name); err != nil {
-			s.log.Error("persist last wanted profile", "err", err)
-		}
-	}()
+	if err := s.writeLastWanted(p.Name); err != nil {
+		s.log.Error("persist last wanted profile", "err", err)
+	}
 	done := make(chan error, 1)
 	s.wg.Add(1)
 	go func() {
@@ -628,7 +621,6 @@ func (s *Supervisor) launch(r *switchRun) (string, <-chan error) {
 		s.probes.awaitRevoked()
 		release := s.box.claim(s.baseCtx, s, r)
 		err := r.run(s.baseCtx)
-		r.awaitPersisted()
 		release()
 		s.mu.Lock()
 		s.current = nil
@@ -714,15 +706,6 @@ type switchRun struct {
 	// (verify.go); it is checked again as after a wake, and restarted cold
 	// when that fails too.
 	recheck bool
-	// persisted is closed once the last wanted profile is on disk.
-	persisted chan struct{}
-}
-
-// awaitPersisted waits until the last wanted profile is written.
-func (r *switchRun) awaitPersisted() {
-	if r.persisted != nil {
-		<-r.persisted
-	}
 }
 
 // stepError carries the journal tail of a failed step.
@@ -851,6 +834,9 @@ type leg struct {
 	// readySt is the unit's state as the ready step read it when it
 	// traced the listener; verify's proof starts from it.
 	readySt *api.UnitStatus
+	// pre is the cold check's first look, running beside verify after a
+	// cold start (verifyThenCheck); nil otherwise.
+	pre *coldProbe
 }
 
 // sequence is the switch proper: drain the requests running on what is in
@@ -863,7 +849,6 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 		return err
 	}
 	l.heldBefore = r.s.usedMiB(ctx)
-	r.awaitPersisted()
 	if err := l.drainStep(ctx); err != nil {
 		return err
 	}
@@ -920,10 +905,7 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 			return err
 		}
 	}
-	if err := l.upStep(ctx, api.StepVerify, l.verify); err != nil || l.running {
-		return err
-	}
-	return l.upStep(ctx, api.StepWakeCheck, l.coldCheck)
+	return l.verifyThenCheck(ctx)
 }
 
 // plan reads systemd to find what is in the way of p: every active backend
