@@ -22,61 +22,175 @@ import (
 )
 
 // BenchmarkSwitchOverhead measures what gpuhost adds to a switch: the wall
-// time of `POST /api/switch` (wait) minus the bare time of the same work done
-// directly over D-Bus in the same private systemd (stop the old unit, start
-// the new one, poll its health every millisecond until it answers, and for
-// Ollama load the model), measured alternately in one run. Run with
-// `make bench`; needs root (private systemd).
+// time of `POST /api/switch` (wait) against the bare time of the same work
+// done directly over D-Bus in the same private systemd (stop the old unit,
+// start the new one, poll its health every millisecond until it answers,
+// and for Ollama load the model). One private systemd serves every case and
+// every round (the cases are profiles of it: coder starts at once,
+// coder-slow loads for 1.5 s); each round measures both sides from the
+// same starting state, alternating which goes first. It reports medians of
+// the paired runs and logs each step's median beside the bare path's and
+// the host's load. Run with `make bench`; needs root (private systemd).
 func BenchmarkSwitchOverhead(b *testing.B) {
-	for _, load := range []string{"0s", "1500ms"} {
-		b.Run("vllm_load="+load, func(b *testing.B) {
-			e := startE2E(b, load)
-			e.switchTo(b, "coder") // writes both env files via a round trip
-			e.switchTo(b, "llama")
-			e.switchTo(b, "coder")
-			bare := startBare(b, e)
-			defer bare.close()
-			var gpuhostD, bareD [2][]time.Duration // index 0: → llama, 1: → coder
+	e := startE2EWith(b, "0s", b.TempDir(), withSlowCoder, benchDropIns())
+	e.switchTo(b, "coder-slow") // writes both env files via a round trip
+	e.switchTo(b, "llama")
+	e.switchTo(b, "coder")
+	bare := startBare(b, e)
+	defer bare.close()
+	for _, c := range []struct{ name, vllm string }{{"vllm_load=0s", "coder"}, {"vllm_load=1500ms", "coder-slow"}} {
+		b.Run(c.name, func(b *testing.B) {
+			ob := &overheadBench{e: e, bare: bare, steps: map[string][]time.Duration{}}
+			load0 := loadAvg()
+			e.switchTo(b, c.vllm)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				for dir, p := range []string{"llama", "coder"} {
-					gpuhostD[dir] = append(gpuhostD[dir], e.timedSwitch(b, p))
-					// Back to the start without measuring, then the bare run.
-					back := map[string]string{"llama": "coder", "coder": "llama"}[p]
-					e.timedSwitch(b, back)
-					bareD[dir] = append(bareD[dir], bare.switchTo(b, p))
-					e.waitState(b, "reconciled after the bare switch", 10*time.Second, func(s api.Status) bool {
-						return s.State.Phase == api.PhaseActive && s.State.Profile == p
-					})
+				for dir, p := range []string{"llama", c.vllm} {
+					back := map[bool]string{true: c.vllm, false: "llama"}[p == "llama"]
+					ob.pair(b, dir, p, back, i%2 == 1)
 				}
 			}
 			b.StopTimer()
-			// Medians of the paired differences: robust against the odd
-			// slow run on a shared machine.
-			for dir, name := range []string{"ollama", "vllm"} {
-				diffs := make([]time.Duration, len(gpuhostD[dir]))
-				for i := range diffs {
-					diffs[i] = gpuhostD[dir][i] - bareD[dir][i]
-				}
-				b.ReportMetric(medianMS(gpuhostD[dir]), "gpuhost_to_"+name+"_ms")
-				b.ReportMetric(medianMS(bareD[dir]), "bare_to_"+name+"_ms")
-				b.ReportMetric(medianMS(diffs), "overhead_to_"+name+"_ms")
-			}
-			b.ReportMetric(0, "ns/op")
+			ob.report(b, load0, loadAvg())
 		})
 	}
 }
 
-func (e *e2e) timedSwitch(b testing.TB, profile string) time.Duration {
+// withSlowCoder adds coder-slow: the coder profile on the same unit and
+// port with a simulated load of 1.5 s.
+func withSlowCoder(yaml string) string {
+	i := strings.Index(yaml, "  coder-greedy:")
+	coder := yaml[strings.Index(yaml, "  coder:"):i]
+	slow := strings.Replace(coder, "  coder:", "  coder-slow:", 1)
+	slow = strings.Replace(slow, "load_time: 0s", "load_time: 1500ms", 1)
+	return yaml[:i] + slow + yaml[i:]
+}
+
+// benchDropIns lifts systemd's start rate limit (5 starts in 10 s) from the
+// backend units: a benchmark round starts each unit three times within a
+// second or two, which a box never does, and a start refused by the limit
+// would fail the switch on both sides.
+func benchDropIns() map[string]string {
+	d := "[Unit]\nStartLimitIntervalSec=0\n"
+	return map[string]string{"gpuhost-vllm.service.d/bench.conf": d, "gpuhost-ollama.service.d/bench.conf": d}
+}
+
+// overheadBench collects one case's paired runs: index 0 is the switch to
+// Ollama, 1 the switch to vLLM.
+type overheadBench struct {
+	e              *e2e
+	bare           *bareSwitcher
+	gpuhost, bareD [2][]time.Duration
+	server         [2][]time.Duration // the switch's own duration (its done event)
+	bareSteps      [2]map[string][]time.Duration
+	steps          map[string][]time.Duration // "dir/step" → gpuhost's step durations
+}
+
+// pair measures one switch to p on both sides from the same state (back
+// active), the bare one first when bareFirst.
+func (o *overheadBench) pair(b *testing.B, dir int, p, back string, bareFirst bool) {
+	sides := []func(){
+		func() {
+			d, server, steps := o.e.timedSwitch(b, p)
+			o.gpuhost[dir] = append(o.gpuhost[dir], d)
+			o.server[dir] = append(o.server[dir], server)
+			for k, v := range steps {
+				o.steps[fmt.Sprint(dir, "/", k)] = append(o.steps[fmt.Sprint(dir, "/", k)], v)
+			}
+		},
+		func() {
+			d, split := o.bare.switchTo(b, p)
+			o.bareD[dir] = append(o.bareD[dir], d)
+			if o.bareSteps[dir] == nil {
+				o.bareSteps[dir] = map[string][]time.Duration{}
+			}
+			for k, v := range split {
+				o.bareSteps[dir][k] = append(o.bareSteps[dir][k], v)
+			}
+			o.e.waitState(b, "reconciled after the bare switch", 10*time.Second, func(s api.Status) bool {
+				return s.State.Phase == api.PhaseActive && s.State.Profile == p
+			})
+		},
+	}
+	if bareFirst {
+		sides[0], sides[1] = sides[1], sides[0]
+	}
+	sides[0]()
+	// Back to the same start without measuring, then the other side.
+	o.e.timedSwitch(b, back)
+	sides[1]()
+}
+
+// report states the medians: per direction the two sides and the paired
+// overhead as metrics, and in the log each step beside the bare path's.
+func (o *overheadBench) report(b *testing.B, load0, load1 string) {
+	for dir, name := range []string{"ollama", "vllm"} {
+		diffs := make([]time.Duration, len(o.gpuhost[dir]))
+		for i := range diffs {
+			diffs[i] = o.gpuhost[dir][i] - o.bareD[dir][i]
+		}
+		b.ReportMetric(medianMS(o.bareD[dir]), "bare_to_"+name+"_ms")
+		b.ReportMetric(medianMS(o.gpuhost[dir]), "gpuhost_to_"+name+"_ms")
+		b.ReportMetric(medianMS(diffs), "overhead_to_"+name+"_ms")
+		var lines []string
+		for _, st := range api.Steps() {
+			if ds, ok := o.steps[fmt.Sprint(dir, "/", st)]; ok {
+				line := fmt.Sprintf("%s %.1f", st, medianMS(ds))
+				if bs, ok := o.bareSteps[dir][st]; ok {
+					line += fmt.Sprintf(" (bare %.1f)", medianMS(bs))
+				}
+				lines = append(lines, line)
+			}
+		}
+		b.Logf("→ %s, medians of %d paired runs: bare %.1f ms, gpuhost %.1f ms (switch itself %.1f ms, HTTP and pre-switch checks %.1f ms), overhead %.1f ms; steps ms: %s",
+			name, len(diffs), medianMS(o.bareD[dir]), medianMS(o.gpuhost[dir]), medianMS(o.server[dir]),
+			medianMS(o.gpuhost[dir])-medianMS(o.server[dir]), medianMS(diffs), strings.Join(lines, ", "))
+	}
+	b.Logf("load average (/proc/loadavg) before: %s; after: %s", load0, load1)
+	b.ReportMetric(0, "ns/op")
+}
+
+func loadAvg() string {
+	data, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// timedSwitch is a switch through POST /api/switch with wait: its wall
+// time, the switch's own duration and its steps' (from its events).
+func (e *e2e) timedSwitch(b testing.TB, profile string) (time.Duration, time.Duration, map[string]time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	t0 := time.Now()
 	acc, err := e.client.Switch(ctx, api.SwitchRequest{Profile: profile, Wait: true})
 	d := time.Since(t0)
 	if err != nil || acc.State == nil || acc.State.Profile != profile {
+		for _, u := range []string{e.cfg.Backends.VLLM.Unit, e.cfg.Backends.Ollama.Unit} {
+			out, _ := e.sd.Systemctl(ctx, "status", "--no-pager", "-n", "20", u)
+			b.Log(out)
+		}
 		b.Fatalf("switch to %s: %v %+v", profile, err, acc.State)
 	}
-	return d
+	var server time.Duration
+	steps := map[string]time.Duration{}
+	_ = e.client.Events(ctx, acc.Events, func(ev api.Event) bool {
+		if ev.SwitchID != acc.SwitchID {
+			return true
+		}
+		ms := time.Duration(ev.DurationMS * float64(time.Millisecond))
+		if ev.Kind == api.EventStep && ev.Status == api.StatusDone {
+			steps[ev.Step] += ms
+		}
+		if ev.Kind == api.EventSwitch && ev.Status == api.StatusDone {
+			server = ms
+			return false
+		}
+		return true
+	})
+	return d, server, steps
 }
 
 // bareSwitcher is a child process inside the private systemd's PID
@@ -117,19 +231,31 @@ func startBare(b testing.TB, e *e2e) *bareSwitcher {
 	return nil
 }
 
-func (s *bareSwitcher) switchTo(b testing.TB, profile string) time.Duration {
+// switchTo has the child switch to profile: the total and each part's time
+// (named as gpuhost's steps).
+func (s *bareSwitcher) switchTo(b testing.TB, profile string) (time.Duration, map[string]time.Duration) {
 	fmt.Fprintln(s.in, profile)
 	for s.out.Scan() {
 		if v, ok := strings.CutPrefix(s.out.Text(), "BARE "); ok {
-			us, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				b.Fatalf("bare switch to %s: %s", profile, v)
+			var total time.Duration
+			split := map[string]time.Duration{}
+			for i, f := range strings.Fields(v) {
+				name, val, _ := strings.Cut(f, "=")
+				us, err := strconv.ParseInt(val, 10, 64)
+				if err != nil {
+					b.Fatalf("bare switch to %s: %s", profile, v)
+				}
+				if i == 0 {
+					total = time.Duration(us) * time.Microsecond
+					continue
+				}
+				split[name] = time.Duration(us) * time.Microsecond
 			}
-			return time.Duration(us) * time.Microsecond
+			return total, split
 		}
 	}
 	b.Fatalf("bare switcher ended: %v", s.out.Err())
-	return 0
+	return 0, nil
 }
 
 func (s *bareSwitcher) close() {
@@ -172,32 +298,38 @@ func TestBareSwitchChild(t *testing.T) {
 	fmt.Println("BARE READY")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
+		from, to, port, health := ollamaUnit, vllmUnit, vllmPort, "/health"
+		if in.Text() == "llama" {
+			from, to, port, health = vllmUnit, ollamaUnit, ollamaPort, "/api/version"
+		}
 		t0 := time.Now()
-		switch in.Text() {
-		case "llama":
-			if err := m.Stop(ctx, vllmUnit); err != nil {
-				t.Fatal(err)
-			}
-			if err := m.Start(ctx, ollamaUnit); err != nil {
-				t.Fatal(err)
-			}
-			poll("http://127.0.0.1:" + ollamaPort + "/api/version")
+		mark := t0
+		var split []string
+		lap := func(step string) {
+			now := time.Now()
+			split = append(split, fmt.Sprintf("%s=%d", step, now.Sub(mark).Microseconds()))
+			mark = now
+		}
+		if err := m.Stop(ctx, from); err != nil {
+			t.Fatal(err)
+		}
+		lap(api.StepStop)
+		if err := m.Start(ctx, to); err != nil {
+			t.Fatal(err)
+		}
+		lap(api.StepStart)
+		poll("http://127.0.0.1:" + port + health)
+		lap(api.StepReady)
+		if to == ollamaUnit {
 			resp, err := client.Post("http://127.0.0.1:"+ollamaPort+"/api/generate", "application/json",
 				bytes.NewReader([]byte(`{"model":"`+model+`","keep_alive":-1,"stream":false}`)))
 			if err != nil {
 				t.Fatal(err)
 			}
 			resp.Body.Close()
-		case "coder":
-			if err := m.Stop(ctx, ollamaUnit); err != nil {
-				t.Fatal(err)
-			}
-			if err := m.Start(ctx, vllmUnit); err != nil {
-				t.Fatal(err)
-			}
-			poll("http://127.0.0.1:" + vllmPort + "/health")
+			lap(api.StepLoadModel)
 		}
-		fmt.Printf("BARE %d\n", time.Since(t0).Microseconds())
+		fmt.Printf("BARE total=%d %s\n", time.Since(t0).Microseconds(), strings.Join(split, " "))
 	}
 }
 

@@ -96,22 +96,26 @@ func provePortOwner(port int, st api.UnitStatus) (string, error) {
 	}
 	// The unit's own processes first: usually one look at the main process
 	// settles it, without reading every process's open files.
-	candidates := []int{st.MainPID}
-	if st.ControlGroup != "" {
-		candidates = append(candidates, systemd.CgroupProcs(st.ControlGroup)...)
-	}
+	// The cgroup's other processes are read only when the main process
+	// does not hold every listener.
 	owner := map[uint64]int{}
-	for _, pid := range candidates {
-		if pid <= 0 {
-			continue
-		}
+	look := func(pid int) (all bool) {
 		held, err := systemd.SocketInodes(pid)
-		if err != nil {
-			continue
-		}
+		all = true
 		for _, s := range socks {
-			if held[s.Inode] && owner[s.Inode] == 0 {
+			if err == nil && held[s.Inode] && owner[s.Inode] == 0 {
 				owner[s.Inode] = pid
+			}
+			all = all && owner[s.Inode] != 0
+		}
+		return all
+	}
+	if st.MainPID <= 0 || !look(st.MainPID) {
+		if st.ControlGroup != "" {
+			for _, pid := range systemd.CgroupProcs(st.ControlGroup) {
+				if pid > 0 && pid != st.MainPID && look(pid) {
+					break
+				}
 			}
 		}
 	}

@@ -4,9 +4,11 @@ package appliance
 // in their order: each is a stepFunc of one leg, with its helpers.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -168,11 +170,16 @@ func (l *leg) configure(ctx context.Context) (string, map[string]any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	if err := atomicfile.Write(path, []byte(units.PinnedEnvFile(p, bc.Simulated, pl.pinning())), 0o644); err != nil {
+	content := []byte(units.PinnedEnvFile(p, bc.Simulated, pl.pinning()))
+	msg := "wrote " + path
+	// A file that already says this (the profile's last start) stays: it
+	// was written atomically and synced then, and a rewrite costs a sync.
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, content) {
+		msg = path + " already as wanted"
+	} else if err := atomicfile.Write(path, content, 0o644); err != nil {
 		return "", nil, err
 	}
 	detail := map[string]any{"args": units.BackendArgs(p, bc.Simulated)}
-	msg := "wrote " + path
 	if len(pl.Indices) > 0 {
 		detail["gpus"], detail["gpu_uuids"], detail["p2p"] = pl.Indices, pl.UUIDs, pl.P2PWhy
 		msg += "; pinned to GPU " + units.IndicesString(pl.Indices)
@@ -219,15 +226,21 @@ func (l *leg) waitReady(ctx context.Context) (string, map[string]any, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.ReadyTimeout.D())
 	defer cancel()
 	url := l.be.HealthURL()
-	pl := newPoller(readyPollCap)
+	pl := newEarlyPoller(readyPollCap, readyPollEarlyCap, readyPollEarlyFor)
 	polls := 0
 	var ownerErr error
 	for {
 		polls++
-		hctx, hcancel := context.WithTimeout(ctx, time.Second)
-		gerr := l.be.Health(hctx)
-		hcancel()
+		// The health GET and the unit's state are read side by side: a
+		// poll costs the longer of the two.
+		gerrc := make(chan error, 1)
+		go func() {
+			hctx, hcancel := context.WithTimeout(ctx, time.Second)
+			defer hcancel()
+			gerrc <- l.be.Health(hctx)
+		}()
 		st, uerr := s.units.Unit(ctx, unit)
+		gerr := <-gerrc
 		if uerr == nil && !st.Active() {
 			return "", nil, &stepError{
 				err:     fmt.Errorf("%s stopped while loading (state %s, result %s)", unit, st.ActiveState, st.Result),
@@ -237,6 +250,7 @@ func (l *leg) waitReady(ctx context.Context) (string, map[string]any, error) {
 		if gerr == nil && uerr == nil {
 			owner, oerr := provePortOwner(l.p.Port, st)
 			if oerr == nil {
+				l.readySt = &st
 				return fmt.Sprintf("%s answered after %d polls; %s", url, polls, owner), map[string]any{"polls": polls}, nil
 			}
 			if !errors.Is(oerr, errPortUnproven) {
@@ -273,18 +287,32 @@ func (l *leg) load(ctx context.Context) (string, map[string]any, error) {
 	return msg, nil, err
 }
 
-// verify is the last step: Supervisor.verify.
+// verify is the last step: Supervisor.verify, whose listener proof takes
+// the unit's main process and cgroup from the ready step's read of them
+// (the listener and the processes holding it are read afresh).
 func (l *leg) verify(ctx context.Context) (string, map[string]any, error) {
-	return l.r.s.verify(ctx, l.p)
+	return l.r.s.verifyUnit(ctx, l.p, l.readySt)
 }
 
 // verify checks that the backend serves the profile's name, from the unit's
 // own listener, and reports the VRAM it now holds. The doctor asks it too.
 func (s *Supervisor) verify(ctx context.Context, p *units.Profile) (string, map[string]any, error) {
+	return s.verifyUnit(ctx, p, nil)
+}
+
+// verifyUnit is verify with the unit's state read just before (st), or
+// read now when st is nil.
+func (s *Supervisor) verifyUnit(ctx context.Context, p *units.Profile, st *api.UnitStatus) (string, map[string]any, error) {
 	be, err := s.engineOf(p)
 	if err != nil {
 		return "", nil, err
 	}
+	// Which agent APIs it serves is asked beside the check (it decides
+	// nothing about it) and recorded only when the check passes.
+	apisc := make(chan []string, 1)
+	actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+	defer acancel()
+	go func() { apisc <- backend.ServedAPIs(actx, s.client, fmt.Sprintf("http://127.0.0.1:%d", p.Port)) }()
 	vctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	detail, err := be.Verify(vctx)
 	cancel()
@@ -295,13 +323,11 @@ func (s *Supervisor) verify(ctx context.Context, p *units.Profile) (string, map[
 		detail = map[string]any{}
 	}
 	// The answers above must have come from the unit's own listener.
-	if err := s.proveUnitListens(ctx, p); err != nil {
+	if err := s.proveUnitListens(ctx, p, st); err != nil {
 		return "", detail, err
 	}
 	msg := "serving " + p.ServedName
-	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	apis := backend.ServedAPIs(actx, s.client, fmt.Sprintf("http://127.0.0.1:%d", p.Port))
-	cancel()
+	apis := <-apisc
 	s.apis.Store(p.Name, apis)
 	detail["apis"] = apis
 	if s.gpu == nil {
@@ -347,13 +373,17 @@ func (s *Supervisor) proveOnLaneGPUs(ctx context.Context, p *units.Profile, snap
 }
 
 // proveUnitListens checks that the listener on p's port belongs to p's
-// backend unit (provePortOwner).
-func (s *Supervisor) proveUnitListens(ctx context.Context, p *units.Profile) error {
-	unit := s.cfg.BackendFor(p.Backend).Unit
-	st, err := s.units.Unit(ctx, unit)
-	if err != nil {
-		return fmt.Errorf("read state of %s: %w", unit, err)
+// backend unit (provePortOwner), described by st or, when st is nil, by
+// its state read now.
+func (s *Supervisor) proveUnitListens(ctx context.Context, p *units.Profile, st *api.UnitStatus) error {
+	if st == nil {
+		unit := s.cfg.BackendFor(p.Backend).Unit
+		now, err := s.units.Unit(ctx, unit)
+		if err != nil {
+			return fmt.Errorf("read state of %s: %w", unit, err)
+		}
+		st = &now
 	}
-	_, err = provePortOwner(p.Port, st)
+	_, err := provePortOwner(p.Port, *st)
 	return err
 }

@@ -827,6 +827,12 @@ type leg struct {
 	// wokeLevel is the sleep level the target was woken from (0: not
 	// woken, or Ollama's unload), for the wake check.
 	wokeLevel int
+	// readySt is the unit's state as the ready step read it when it
+	// traced the listener; verify's proof starts from it.
+	readySt *api.UnitStatus
+	// pre is the cold check's first look, running beside verify after a
+	// cold start (verifyThenCheck); nil otherwise.
+	pre *coldProbe
 }
 
 // sequence is the switch proper: drain the requests running on what is in
@@ -895,10 +901,7 @@ func (r *switchRun) sequence(ctx context.Context, p *units.Profile) error {
 			return err
 		}
 	}
-	if err := l.upStep(ctx, api.StepVerify, l.verify); err != nil || l.running {
-		return err
-	}
-	return l.upStep(ctx, api.StepWakeCheck, l.coldCheck)
+	return l.verifyThenCheck(ctx)
 }
 
 // plan reads systemd to find what is in the way of p: every active backend

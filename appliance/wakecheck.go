@@ -239,6 +239,12 @@ func (s *Supervisor) observe(ctx context.Context, p *units.Profile, tools bool, 
 // tool calls worked at the cold start (always after a cold start). reason
 // is "" when the check passed.
 func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold, withTools bool) (msg, reason string, detail map[string]any) {
+	return s.checkServesFrom(ctx, p, cold, withTools, nil)
+}
+
+// checkServesFrom is checkServes whose cold check takes its first look
+// from pre, started beside verify (nil: started here).
+func (s *Supervisor) checkServesFrom(ctx context.Context, p *units.Profile, cold, withTools bool, pre *coldProbe) (msg, reason string, detail map[string]any) {
 	ctx, cancel := context.WithTimeout(ctx, wakeCheckTimeout)
 	defer cancel()
 	t0 := time.Now()
@@ -246,14 +252,24 @@ func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold, wi
 	known = known && ref.Key == s.wakeKey(p)
 	tools := wantsToolCheck(p) && (cold || (withTools && ref.ToolsOK))
 	ver, keep := "", false
+	var obs wakeObs
+	var err error
 	if cold {
 		// Same model, argv, engine and driver as the reference: its rate
-		// and tool verdict stand if the answer does (keepCold).
-		ver = s.engineVersion(ctx, p)
+		// and tool verdict stand if the answer does (keepCold). The
+		// tool round trip, needed only when the reference is not kept,
+		// runs beside the longer answer below.
+		if pre == nil {
+			pre = s.startColdProbe(ctx, p)
+			defer pre.stop()
+		}
+		t0 = pre.t0
+		obs, ver, err = pre.wait(ctx)
 		keep = known && ver != "" && ref.Version == ver && ref.DecodeTPS > 0
-		tools = tools && !keep
+		tools = false
+	} else {
+		obs, err = s.observe(ctx, p, tools, wakeCheckTokens)
 	}
-	obs, err := s.observe(ctx, p, tools, wakeCheckTokens)
 	detail = map[string]any{"answer": obs.answer, "decode_tps": round1(obs.tps)}
 	defer func() { detail["check_ms"] = float64(time.Since(t0).Microseconds()) / 1000 }()
 	if err != nil {
@@ -309,6 +325,50 @@ func (s *Supervisor) checkServes(ctx context.Context, p *units.Profile, cold, wi
 		}
 	}
 	return fmt.Sprintf("answer as recorded, %.1f tokens/s (cold %.1f)%s", obs.tps, ref.DecodeTPS, toolNote(tools, obs)), "", detail
+}
+
+// coldProbe is a cold check's first look: the known prompt's short answer
+// and the engine's version, read side by side. The switch starts it
+// beside verify, whose reads it does not depend on (a verify that fails
+// fails the switch whatever the probe saw), so the check's own time
+// overlaps verify's; the check waits for it at most wakeCheckTimeout.
+type coldProbe struct {
+	t0     time.Time
+	cancel context.CancelFunc
+	done   chan struct{}
+	obs    wakeObs
+	ver    string
+	err    error
+}
+
+func (s *Supervisor) startColdProbe(ctx context.Context, p *units.Profile) *coldProbe {
+	ctx, cancel := context.WithCancel(ctx)
+	c := &coldProbe{t0: time.Now(), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		verc := make(chan string, 1)
+		go func() { verc <- s.engineVersion(ctx, p) }()
+		c.obs, c.err = s.observe(ctx, p, false, wakeCheckTokens)
+		c.ver = <-verc
+	}()
+	return c
+}
+
+// wait returns what the probe saw, or an error when ctx ends first.
+func (c *coldProbe) wait(ctx context.Context) (wakeObs, string, error) {
+	select {
+	case <-c.done:
+		return c.obs, c.ver, c.err
+	case <-ctx.Done():
+		c.stop()
+		return c.obs, c.ver, fmt.Errorf("no answer to the known prompt: %w", ctx.Err())
+	}
+}
+
+// stop ends the probe and waits for it.
+func (c *coldProbe) stop() {
+	c.cancel()
+	<-c.done
 }
 
 // recordCold makes a cold start's answers the reference: the answer only
@@ -567,7 +627,7 @@ func (l *leg) checkStep(cold bool, reason *string) stepFunc {
 		// from host memory: the known answer and the rate are the check,
 		// and the tool round trip (a longer prompt, most of the check's
 		// time) is left to the cold starts and the periodic verify.
-		msg, rsn, detail := l.r.s.checkServes(ctx, l.p, cold, cold || l.wokeLevel != 1)
+		msg, rsn, detail := l.r.s.checkServesFrom(ctx, l.p, cold, cold || l.wokeLevel != 1, l.pre)
 		if rsn != "" {
 			*reason = rsn
 			l.r.s.wakeFailed(l.r, l.p, rsn, msg, cold)
@@ -582,6 +642,20 @@ func (l *leg) checkStep(cold bool, reason *string) stepFunc {
 func (l *leg) coldCheck(ctx context.Context) (string, map[string]any, error) {
 	var reason string
 	return l.checkStep(true, &reason)(ctx)
+}
+
+// verifyThenCheck runs verify and, after a cold start, the check, whose
+// first look (coldProbe) runs beside verify.
+func (l *leg) verifyThenCheck(ctx context.Context) error {
+	if l.running {
+		return l.upStep(ctx, api.StepVerify, l.verify)
+	}
+	l.pre = l.r.s.startColdProbe(ctx, l.p)
+	defer func() { l.pre.stop(); l.pre = nil }()
+	if err := l.upStep(ctx, api.StepVerify, l.verify); err != nil {
+		return err
+	}
+	return l.upStep(ctx, api.StepWakeCheck, l.coldCheck)
 }
 
 // afterWake runs ready, verify and the check after a wake. false: the wake

@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"sync"
 )
 
 // AgentAPIs are the /v1 APIs beside chat completions that coding agents
@@ -27,24 +28,42 @@ var AgentAPIs = []struct{ Name, Path string }{
 // answers with its router's 404, so nothing is generated; an error while
 // asking leaves the API out.
 func ServedAPIs(ctx context.Context, client *http.Client, base string) []string {
+	// The probes are independent: asked side by side, they cost one round
+	// trip instead of one per API.
+	served := make([]bool, len(AgentAPIs))
+	var wg sync.WaitGroup
+	for i, a := range AgentAPIs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			served[i] = routeKnown(ctx, client, base+a.Path)
+		}()
+	}
+	wg.Wait()
 	out := []string{"chat"}
-	for _, a := range AgentAPIs {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+a.Path, strings.NewReader("{}"))
-		if err != nil {
-			continue
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			continue
-		}
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
-		if !RouterNotFound(resp.StatusCode, resp.Header.Get("Content-Type"), body) {
+	for i, a := range AgentAPIs {
+		if served[i] {
 			out = append(out, a.Name)
 		}
 	}
 	return out
+}
+
+// routeKnown posts an empty JSON object to url: true when the answer is
+// not the router's "no such path"; false on any error.
+func routeKnown(ctx context.Context, client *http.Client, url string) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader("{}"))
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return false
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	return !RouterNotFound(resp.StatusCode, resp.Header.Get("Content-Type"), body)
 }
 
 // RouterNotFound tells a router's "no such path" (a plain-text 404 or 405,
