@@ -25,6 +25,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"gpuhost/api"
@@ -53,6 +54,32 @@ const healJournalLines = 10
 type healer struct {
 	s *Supervisor
 	healStats
+	// stoppedByOther is the unit a failed switch found stopping or stopped
+	// when it went to stop it (its own lock: the switch sets it with no
+	// other lock held).
+	mu             sync.Mutex
+	stoppedByOther string
+}
+
+// noteStoppedByOther records that a failed switch found unit already
+// stopping or stopped: someone else stopped it.
+func (h *healer) noteStoppedByOther(unit string) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	h.stoppedByOther = unit
+	h.mu.Unlock()
+}
+
+// takeStoppedByOther reports, once, whether a failed switch found unit
+// stopped by someone else.
+func (h *healer) takeStoppedByOther(unit string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	found := h.stoppedByOther == unit
+	h.stoppedByOther = ""
+	return found
 }
 
 // healStats is the crash history and whether a heal runs.
@@ -179,10 +206,17 @@ func (h *healer) healLoop(ctx context.Context, l lostBackend) {
 		s.bus.publish(api.Event{Kind: api.EventHand, Profile: l.profile, Status: api.StatusInfo,
 			Message: fmt.Sprintf("%s was restarted by hand; gpuhost follows it and proves it again (ready, verify)", l.unit),
 			Detail:  map[string]any{api.DetailUnit: l.unit, "action": "restart"}})
+		h.takeStoppedByOther(l.unit) // only what this switch finds counts
 		if err := h.healSwitch(ctx, l.profile, epoch); err == nil || err == errHealGaveWay {
 			return
 		}
 		l.status = h.unitNow(ctx, l.unit)
+		if h.takeStoppedByOther(l.unit) && h.classifyLoss(ctx, &l) == lossHandStop {
+			// Stopped by hand while it was being proved again: the
+			// operator's stop, not a crash.
+			h.pause(l)
+			return
+		}
 	case lossHandStop:
 		h.pause(l)
 		return

@@ -958,9 +958,17 @@ func (l *leg) upStep(ctx context.Context, name string, fn stepFunc) error {
 
 // cleanup stops a unit whose start failed, so it cannot keep VRAM that the
 // rollback needs.
+//
+// A unit found stopping or stopped already was stopped by someone else
+// (a hand `systemctl stop` that made the step fail): the healer is told,
+// so that it reads the loss as the hand stop it was, not as a crash of its
+// own stop.
 func (r *switchRun) cleanup(unit string) {
 	ctx, cancel := context.WithTimeout(r.s.baseCtx, r.s.cfg.Switch.StopTimeout.D())
 	defer cancel()
+	if st, err := r.s.units.Unit(ctx, unit); err == nil && (st.ActiveState == "deactivating" || (st.ActiveState == "inactive" && (st.Result == "success" || st.Result == ""))) {
+		r.s.heal.noteStoppedByOther(unit)
+	}
 	if err := r.s.units.Stop(ctx, unit); err != nil {
 		r.s.log.Error("stop failed backend", "unit", unit, "err", err)
 	}

@@ -410,16 +410,6 @@ func (e *e2e) pinWrong(t *testing.T, ctx context.Context, unit string, from, to 
 	}
 }
 
-// doctorCheck finds a check of the report by id.
-func doctorCheck(r api.DoctorReport, id string) (api.DoctorCheck, bool) {
-	for _, c := range r.Checks {
-		if c.ID == id {
-			return c, true
-		}
-	}
-	return api.DoctorCheck{}, false
-}
-
 // laneServes: the lane named lane has profile active and settled.
 func laneServes(s api.Status, lane, profile string) bool {
 	for _, l := range s.State.Lanes {

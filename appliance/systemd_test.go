@@ -36,13 +36,9 @@ type e2e struct {
 	base    string
 }
 
-func startE2E(t testing.TB, vllmLoad string) *e2e {
-	t.Helper()
-	return startE2EWith(t, vllmLoad, t.TempDir(), nil, nil)
-}
-
-// startE2EWith is startE2E with the config text rewritten by mutate and
-// extra drop-ins (path under the unit folder → content).
+// startE2EWith deploys gpuhost into a private systemd with the config text
+// rewritten by mutate and extra drop-ins (path under the unit folder →
+// content).
 func startE2EWith(t testing.TB, vllmLoad, state string, mutate func(string) string, dropIns map[string]string) *e2e {
 	t.Helper()
 	bin := gpuhostBinary(t)
