@@ -103,14 +103,14 @@ func (m *mailState) rerun(ctx context.Context, uid uint32, dryRun bool) (api.Mai
 	done := make(chan outcome, 1)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.timeout)
 	go func() {
-		defer func() {
-			cancel()
-			m.mu.Lock()
-			m.running = false
-			m.mu.Unlock()
-		}()
 		res, err := m.src.RerunMail(rctx, uid, dryRun)
+		// The slot is free before the outcome is handed over: a client that
+		// got its answer may ask for the next rerun at once.
+		m.mu.Lock()
+		m.running = false
+		m.mu.Unlock()
 		done <- outcome{res, err}
+		cancel()
 	}()
 	timedOut := func(cause error) error {
 		return fmt.Errorf("UID %d did not finish within %s (a poll in progress, a slow model or sink); it stops at its next step: %w",
