@@ -207,14 +207,23 @@ func (h *healer) healLoop(ctx context.Context, l lostBackend) {
 			Message: fmt.Sprintf("%s was restarted by hand; gpuhost follows it and proves it again (ready, verify)", l.unit),
 			Detail:  map[string]any{api.DetailUnit: l.unit, "action": "restart"}})
 		h.takeStoppedByOther(l.unit) // only what this switch finds counts
-		if err := h.healSwitch(ctx, l.profile, epoch); err == nil || err == errHealGaveWay {
+		if err := h.healSwitch(ctx, l.profile, epoch, true); err == nil || err == errHealGaveWay {
 			return
 		}
 		l.status = h.unitNow(ctx, l.unit)
-		if h.takeStoppedByOther(l.unit) && h.classifyLoss(ctx, &l) == lossHandStop {
-			// Stopped by hand while it was being proved again: the
-			// operator's stop, not a crash.
-			h.pause(l)
+		byOther := h.takeStoppedByOther(l.unit)
+		switch h.classifyLoss(ctx, &l) {
+		case lossHandStop:
+			if byOther {
+				// Stopped by hand while it was being proved again: the
+				// operator's stop, not a crash.
+				h.pause(l)
+				return
+			}
+		case lossReplaced:
+			// Another unit started by hand meanwhile: the operator
+			// moved on, and gpuhost follows.
+			h.followReplacement(ctx, l)
 			return
 		}
 	case lossHandStop:
@@ -239,7 +248,7 @@ func (h *healer) healLoop(ctx context.Context, l lostBackend) {
 		if !h.healWait(ctx, wait, epoch) {
 			return
 		}
-		err := h.healSwitch(ctx, l.profile, epoch)
+		err := h.healSwitch(ctx, l.profile, epoch, false)
 		if err == nil {
 			s.bus.publish(api.Event{Kind: api.EventHeal, Profile: l.profile, Status: api.StatusDone,
 				DurationMS: float64(time.Since(l.at).Microseconds()) / 1000,
@@ -399,7 +408,7 @@ func (h *healer) healWait(ctx context.Context, d time.Duration, epoch uint64) bo
 var errHealGaveWay = fmt.Errorf("a switch asked for meanwhile decides")
 
 // healSwitch restarts profile through the normal switch and waits for it.
-func (h *healer) healSwitch(ctx context.Context, profile string, epoch uint64) error {
+func (h *healer) healSwitch(ctx context.Context, profile string, epoch uint64, follow bool) error {
 	s := h.s
 	p := s.cfg.Profiles[profile]
 	if !s.switchMu.TryLock() {
@@ -413,7 +422,7 @@ func (h *healer) healSwitch(ctx context.Context, profile string, epoch uint64) e
 	}
 	s.heal.restarts = append(s.heal.restarts, time.Now())
 	s.mu.Unlock()
-	_, done := s.startSwitch(p, api.SwitchOptions{Force: true})
+	_, done := s.launch(&switchRun{s: s, id: newID(), target: p, opts: api.SwitchOptions{Force: true}, started: time.Now(), follow: follow})
 	select {
 	case err := <-done:
 		return err

@@ -702,6 +702,10 @@ type switchRun struct {
 	// (verify.go); it is checked again as after a wake, and restarted cold
 	// when that fails too.
 	recheck bool
+	// follow: the target was restarted by hand and is only proved again
+	// (heal.go); a unit the operator started meanwhile is theirs, not in
+	// the way: the switch gives way instead of stopping it.
+	follow bool
 }
 
 // stepError carries the journal tail of a failed step.
@@ -934,6 +938,9 @@ func (r *switchRun) plan(ctx context.Context, p *units.Profile) (*leg, error) {
 		if b.unit != l.unit {
 			if asleep {
 				continue // stays in standby, holding its residual
+			}
+			if r.follow && !r.rollback {
+				return nil, fmt.Errorf("%s was started meanwhile (%s): the operator moved on, gpuhost does not stop it", b.unit, b.status.ActiveState)
 			}
 			if bp := s.cfg.Profiles[b.profile]; bp != nil && bp.StandbyEnabled() {
 				l.toStandby = append(l.toStandby, b)
