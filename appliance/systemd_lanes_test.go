@@ -2,9 +2,7 @@ package appliance
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"sort"
@@ -89,11 +87,6 @@ func gpuSamplerChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	stop := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		close(stop)
-	}()
 	read := func() ([]api.UnitStatus, bool) {
 		var sts []api.UnitStatus
 		for _, n := range names {
@@ -117,27 +110,15 @@ func gpuSamplerChild(t *testing.T) {
 		}
 		return out
 	}
-	fmt.Println("SAMPLER READY")
 	rep := gpuSampleReport{Double: map[string]int{}}
-	t0 := time.Now()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-stop:
-			rep.Seconds = time.Since(t0).Seconds()
-			b, _ := json.Marshal(rep)
-			fmt.Println("SAMPLER REPORT " + string(b))
-			return
-		case <-tick.C:
-		}
+	sampleUntilStdinCloses(10*time.Millisecond, &rep.Seconds, &rep, func() {
 		sts, ok := read()
 		s1, err1 := gpu.Snapshot(ctx)
 		s2, err2 := gpu.Snapshot(ctx)
 		later, ok2 := read()
 		if !ok || !ok2 || err1 != nil || err2 != nil {
 			rep.Errors++
-			continue
+			return
 		}
 		rep.Samples++
 		a1, a2 := above(s1, sts), above(s2, later)
@@ -155,7 +136,7 @@ func gpuSamplerChild(t *testing.T) {
 				}
 			}
 		}
-	}
+	})
 }
 
 // switchSpan is one switch as its events tell it: when it was asked for,

@@ -317,25 +317,8 @@ func TestSamplerChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	stop := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin) // returns when the test closes stdin
-		close(stop)
-	}()
-	fmt.Println("SAMPLER READY")
 	rep := samplerReport{}
-	t0 := time.Now()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-stop:
-			rep.Seconds = time.Since(t0).Seconds()
-			b, _ := json.Marshal(rep)
-			fmt.Println("SAMPLER REPORT " + string(b))
-			return
-		case <-tick.C:
-		}
+	sampleUntilStdinCloses(20*time.Millisecond, &rep.Seconds, &rep, func() {
 		// The two reads are not one atomic snapshot: A may stop and B start
 		// between them. So read A, B, A again: a violation needs A active
 		// both before and after B was seen active.
@@ -364,6 +347,32 @@ func TestSamplerChild(t *testing.T) {
 				rep.First = strings.Join(active, " ")
 			}
 		}
+	})
+}
+
+// sampleUntilStdinCloses is a sampler child's loop: it says SAMPLER READY,
+// calls sample every interval until the test closes stdin, then prints the
+// report (its running time in *seconds) as SAMPLER REPORT.
+func sampleUntilStdinCloses(interval time.Duration, seconds *float64, report any, sample func()) {
+	stop := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin) // returns when the test closes stdin
+		close(stop)
+	}()
+	fmt.Println("SAMPLER READY")
+	t0 := time.Now()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			*seconds = time.Since(t0).Seconds()
+			b, _ := json.Marshal(report)
+			fmt.Println("SAMPLER REPORT " + string(b))
+			return
+		case <-tick.C:
+		}
+		sample()
 	}
 }
 
