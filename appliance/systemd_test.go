@@ -101,7 +101,8 @@ func startE2EWith(t testing.TB, vllmLoad, state string, mutate func(string) stri
 	// Type=notify: this returns once gpuhost sent READY=1.
 	if out, err := sd.Systemctl(ctx, "start", "gpuhost.service"); err != nil {
 		st, _ := sd.Systemctl(ctx, "status", "--no-pager", "gpuhost.service")
-		t.Fatalf("start gpuhost.service: %v %s\n%s", err, out, st)
+		log, _ := sd.Command(ctx, "journalctl", "--no-pager", "-o", "cat", "-n", "40", "-u", "gpuhost.service").CombinedOutput()
+		t.Fatalf("start gpuhost.service: %v %s\n%s\nits journal:\n%s", err, out, st, log)
 	}
 	base := "http://127.0.0.1:" + strconv.Itoa(listenPort)
 	return &e2e{sd: sd, cfg: cfg, cfgPath: cfgPath, client: api.NewClient(base, ""), base: base}
