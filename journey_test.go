@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +22,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"gpuhost/api"
+	"gpuhost/internal/loopback"
 	"gpuhost/internal/testkit"
 )
 
@@ -101,10 +101,9 @@ func startServeCmd(ts *testscript.TestScript, neg bool, args []string) {
 func runDaemon(ts *testscript.TestScript, args func(addr string) []string) {
 	journeyDemoSlot <- struct{}{}
 	ts.Defer(func() { <-journeyDemoSlot }) // runs after the daemon's stop below
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := loopback.FreePort()
 	ts.Check(err)
-	addr := l.Addr().String()
-	ts.Check(l.Close())
+	addr := "127.0.0.1:" + strconv.Itoa(port)
 	cmd := exec.Command(binPath, args(addr)...)
 	// The script's environment: its PATH (the binary on it) and HOME.
 	cmd.Env = append(os.Environ(), "PATH="+ts.Getenv("PATH"), "HOME="+ts.Getenv("HOME"))
@@ -146,12 +145,12 @@ func runDaemon(ts *testscript.TestScript, args func(addr string) []string) {
 	ts.Setenv(envDaemonURL, url)
 }
 
-// freePort is a loopback port free at this moment.
+// freePort is a loopback port free at this moment, for a daemon the
+// script starts (loopback.FreePort: outside the kernel's ephemeral range).
 func freePort(ts *testscript.TestScript) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := loopback.FreePort()
 	ts.Check(err)
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	return strconv.Itoa(port)
 }
 
 // backendPostCmd is `backendpost PROFILE PATH`: what a local process (or a

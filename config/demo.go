@@ -83,12 +83,10 @@ func pickDemoPorts(cfg *Config) error {
 		if !errors.Is(err, syscall.EADDRINUSE) {
 			return fmt.Errorf("demo: check port %d of profiles %s: %w", port, strings.Join(byPort[port], ", "), err)
 		}
-		free, err := net.Listen("tcp", "127.0.0.1:0")
+		to, err := loopback.FreePort()
 		if err != nil {
 			return fmt.Errorf("demo: port %d of profiles %s is busy and no free port was found: %w", port, strings.Join(byPort[port], ", "), err)
 		}
-		to := free.Addr().(*net.TCPAddr).Port
-		free.Close()
 		for _, name := range byPort[port] {
 			cfg.Profiles[name].Port = to
 		}
@@ -138,12 +136,11 @@ func (c *Config) demoLanePorts() error {
 				seen[p.Port] = l.Slot
 				continue
 			}
-			free, err := net.Listen("tcp", "127.0.0.1:0")
+			port, err := loopback.FreePort()
 			if err != nil {
 				return fmt.Errorf("demo: a port of its own for profile %s on %s: %w", name, l.Name(), err)
 			}
-			p.Port = free.Addr().(*net.TCPAddr).Port
-			free.Close()
+			p.Port = port
 			seen[p.Port] = l.Slot
 		}
 	}

@@ -6,8 +6,6 @@ package testkit
 
 import (
 	"bytes"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -15,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"gpuhost/internal/loopback"
 )
 
 // SyncBuffer is a bytes.Buffer safe for concurrent writers and readers:
@@ -38,65 +38,16 @@ func (s *SyncBuffer) String() string {
 }
 
 // FreePort finds an unused loopback port for a server another process
-// will bind (a daemon under systemd, a child). Nothing listens on it when
-// FreePort returns, so the port must not be one the kernel hands out on
-// its own meanwhile: a port from the ephemeral range (what ":0" gives)
-// goes back into the pool the kernel draws outgoing connections' source
-// ports from, and under load — many short connections on the box — one of
-// them took such a port before the daemon bound it (the daemon exited
-// with "address already in use"). So the port is drawn at random below
-// the ephemeral range, where only explicit binds land, and never handed
-// out twice by one test process.
+// will bind (a daemon under systemd, a child): loopback.FreePort, which
+// draws it outside the kernel's ephemeral range, failing the test when
+// none is found.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	lo, hi := freePortRange()
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	for range 1000 {
-		p := lo + rand.IntN(hi-lo)
-		if handedOut[p] {
-			continue
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		handedOut[p] = true
-		return p
+	p, err := loopback.FreePort()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("find a free loopback port in %d-%d: 1000 tries, all taken", lo, hi-1)
-	return 0
-}
-
-var (
-	portsMu   sync.Mutex
-	handedOut = map[int]bool{}
-)
-
-// freePortRange is [lo, hi): from 20000 up to where the kernel's
-// ephemeral range starts (net.ipv4.ip_local_port_range, 32768 by
-// default), or 10000 ports above it when the ephemeral range starts too
-// low to leave room below.
-func freePortRange() (lo, hi int) {
-	ephemeralLo, ephemeralHi := 32768, 60999
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if a, err := strconv.Atoi(f[0]); err == nil {
-				ephemeralLo = a
-			}
-			if b, err := strconv.Atoi(f[1]); err == nil {
-				ephemeralHi = b
-			}
-		}
-	}
-	if ephemeralLo-20000 >= 2000 {
-		return 20000, ephemeralLo
-	}
-	if ephemeralHi+1+10000 <= 65536 {
-		return ephemeralHi + 1, ephemeralHi + 1 + 10000
-	}
-	return 20000, 30000 // no room outside: still better than ":0"
+	return p
 }
 
 // FreeAddr is FreePort as a "127.0.0.1:port" address.
