@@ -30,10 +30,11 @@ func newEarlyPoller(max, earlyMax, earlyFor time.Duration) *poller {
 // Poll caps: how late at most a ready backend or released VRAM is seen.
 // The ready poll's gap stays at most readyPollEarlyCap for its first
 // readyPollEarlyFor: a simulated or a small backend answers within it,
-// and 250 polls a second for two seconds cost the box little.
+// and 500 health GETs a second for two seconds cost the box little (the
+// unit's state, which PID 1 answers, is read only every readyUnitEvery).
 const (
 	readyPollCap      = 20 * time.Millisecond
-	readyPollEarlyCap = 4 * time.Millisecond
+	readyPollEarlyCap = 2 * time.Millisecond
 	readyPollEarlyFor = 2 * time.Second
 	releasePollCap    = 20 * time.Millisecond
 )

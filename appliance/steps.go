@@ -221,46 +221,93 @@ func (l *leg) start(ctx context.Context) (string, map[string]any, error) {
 // once (with its journal) instead of at the ready timeout. An answer counts
 // only from the unit's own listener (portowner.go): another program on the
 // profile's port fails the switch at once, naming it.
+//
+// The unit's state is a D-Bus round trip that PID 1 answers, so it is
+// read beside a health GET only every readyUnitEvery, not on every poll:
+// the health poll can then run at the early gap without keeping systemd
+// busy, and a ready backend is seen within a couple of milliseconds. The
+// listener proof uses the latest read; when that read is older than the
+// poll and the proof fails, the unit is read afresh once (it may have been
+// restarted meanwhile) before the answer is judged.
 func (l *leg) waitReady(ctx context.Context) (string, map[string]any, error) {
-	r, s, unit := l.r, l.r.s, l.unit
+	s := l.r.s
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Switch.ReadyTimeout.D())
 	defer cancel()
 	url := l.be.HealthURL()
 	pl := newEarlyPoller(readyPollCap, readyPollEarlyCap, readyPollEarlyFor)
 	polls := 0
 	var ownerErr error
+	u := &unitReads{s: s, unit: l.unit}
 	for {
 		polls++
-		// The health GET and the unit's state are read side by side: a
-		// poll costs the longer of the two.
-		gerrc := make(chan error, 1)
-		go func() {
-			hctx, hcancel := context.WithTimeout(ctx, time.Second)
-			defer hcancel()
-			gerrc <- l.be.Health(hctx)
-		}()
-		st, uerr := s.units.Unit(ctx, unit)
-		gerr := <-gerrc
-		if uerr == nil && !st.Active() {
-			return "", nil, &stepError{
-				err:     fmt.Errorf("%s stopped while loading (state %s, result %s)", unit, st.ActiveState, st.Result),
-				journal: r.journalTail(unit),
-			}
+		fresh := u.due()
+		var uerrc chan error
+		if fresh {
+			uerrc = make(chan error, 1)
+			go func() { uerrc <- u.read(ctx) }()
 		}
-		if gerr == nil && uerr == nil {
-			owner, oerr := provePortOwner(l.p.Port, st)
+		hctx, hcancel := context.WithTimeout(ctx, time.Second)
+		gerr := l.be.Health(hctx)
+		hcancel()
+		if fresh && <-uerrc == nil && !u.st.Active() {
+			return "", nil, l.stoppedWhileLoading(u.st)
+		}
+		if gerr == nil && u.ok() {
+			owner, oerr := provePortOwner(l.p.Port, u.st)
+			if oerr != nil && !fresh && u.read(ctx) == nil {
+				if !u.st.Active() {
+					return "", nil, l.stoppedWhileLoading(u.st)
+				}
+				owner, oerr = provePortOwner(l.p.Port, u.st)
+			}
 			if oerr == nil {
+				st := u.st
 				l.readySt = &st
 				return fmt.Sprintf("%s answered after %d polls; %s", url, polls, owner), map[string]any{"polls": polls}, nil
 			}
 			if !errors.Is(oerr, errPortUnproven) {
-				return "", map[string]any{"polls": polls}, &stepError{err: oerr, journal: r.journalTail(unit)}
+				return "", map[string]any{"polls": polls}, &stepError{err: oerr, journal: l.r.journalTail(l.unit)}
 			}
 			ownerErr = oerr
 		}
 		if werr := pl.wait(ctx); werr != nil {
 			return "", map[string]any{"polls": polls}, l.notReady(polls, url, ownerErr)
 		}
+	}
+}
+
+// readyUnitEvery is how often the ready poll reads the unit's state: how
+// late at most a backend that dies while loading is seen.
+const readyUnitEvery = 20 * time.Millisecond
+
+// unitReads is the ready poll's latest successful read of its unit.
+type unitReads struct {
+	s    *Supervisor
+	unit string
+	st   api.UnitStatus
+	at   time.Time // when the latest read began; zero: none succeeded
+	last time.Time // when the latest read (successful or not) began
+}
+
+func (u *unitReads) due() bool { return u.last.IsZero() || time.Since(u.last) >= readyUnitEvery }
+func (u *unitReads) ok() bool  { return !u.at.IsZero() }
+
+func (u *unitReads) read(ctx context.Context) error {
+	t := time.Now()
+	u.last = t
+	st, err := u.s.units.Unit(ctx, u.unit)
+	if err == nil {
+		u.st, u.at = st, t
+	}
+	return err
+}
+
+// stoppedWhileLoading is the ready step's error for a unit that left
+// active before its backend answered.
+func (l *leg) stoppedWhileLoading(st api.UnitStatus) error {
+	return &stepError{
+		err:     fmt.Errorf("%s stopped while loading (state %s, result %s)", l.unit, st.ActiveState, st.Result),
+		journal: l.r.journalTail(l.unit),
 	}
 }
 

@@ -399,21 +399,34 @@ type backendState struct {
 }
 
 func (s *Supervisor) backends(ctx context.Context) ([]backendState, error) {
-	var out []backendState
+	var names []string
+	var kinds []units.Backend
 	for _, b := range []units.Backend{units.VLLM, units.Ollama} {
-		if !s.cfg.UsesBackend(b) {
-			continue // a lane without this backend's profiles has no unit for it
+		if s.cfg.UsesBackend(b) { // a lane without this backend's profiles has no unit for it
+			names, kinds = append(names, s.cfg.BackendFor(b).Unit), append(kinds, b)
 		}
-		name := s.cfg.BackendFor(b).Unit
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		st, err := s.units.Unit(cctx, name)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("read state of %s: %w", name, err)
+	}
+	// The units are read side by side: every switch reads them in its plan
+	// and again when it ends, and each read is a D-Bus round trip.
+	sts := make([]api.UnitStatus, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			sts[i], errs[i] = s.units.Unit(cctx, name)
+		})
+	}
+	wg.Wait()
+	out := make([]backendState, 0, len(names))
+	for i, name := range names {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("read state of %s: %w", name, errs[i])
 		}
-		bs := backendState{backend: b, unit: name, status: st}
-		if st.Active() {
-			bs.profile = s.profileOf(st)
+		bs := backendState{backend: kinds[i], unit: name, status: sts[i]}
+		if sts[i].Active() {
+			bs.profile = s.profileOf(sts[i])
 		}
 		out = append(out, bs)
 	}

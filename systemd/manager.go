@@ -308,13 +308,68 @@ func (m *Manager) Unit(ctx context.Context, unit string) (api.UnitStatus, error)
 	}
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
-	// An empty interface name returns the properties of every interface
-	// (Unit, Service, ...) in one call.
-	props, err := m.conn.GetAllPropertiesContext(ctx, unit)
+	if !strings.HasSuffix(unit, ".service") {
+		// An empty interface name returns the properties of every
+		// interface (Unit, Socket, ...) in one call.
+		props, err := m.conn.GetAllPropertiesContext(ctx, unit)
+		if err != nil {
+			return api.UnitStatus{}, fmt.Errorf("read properties of unit %s via %s: %w", unit, m.where, err)
+		}
+		return statusFromProperties(unit, props), nil
+	}
+	props, err := m.serviceProperties(ctx, unit)
 	if err != nil {
 		return api.UnitStatus{}, fmt.Errorf("read properties of unit %s via %s: %w", unit, m.where, err)
 	}
 	return statusFromProperties(unit, props), nil
+}
+
+// Of a service, only the properties UnitStatus holds are read, each with
+// its own Get, all sent at once on the one connection: every switch reads
+// its backend units several times, and PID 1 answers a dozen small Gets
+// in about half the time it takes to marshal the 300-odd properties of
+// GetAll (which it does while it cannot answer anyone else).
+var (
+	unitIfaceProps    = []string{"Id", "LoadState", "ActiveState", "SubState", "FragmentPath", "Conflicts", "DropInPaths", "ActiveEnterTimestamp"}
+	serviceIfaceProps = []string{"Result", "MainPID", "NRestarts", "ControlGroup", "ExecStart"}
+)
+
+func (m *Manager) serviceProperties(ctx context.Context, unit string) (map[string]any, error) {
+	type answer struct {
+		name string
+		val  any
+		err  error
+	}
+	n := len(unitIfaceProps) + len(serviceIfaceProps)
+	answers := make(chan answer, n)
+	get := func(name string, fn func(context.Context, string, string) (*sddbus.Property, error)) {
+		p, err := fn(ctx, unit, name)
+		if err != nil {
+			answers <- answer{name: name, err: err}
+			return
+		}
+		answers <- answer{name: name, val: p.Value.Value()}
+	}
+	for _, name := range unitIfaceProps {
+		go get(name, m.conn.GetUnitPropertyContext)
+	}
+	for _, name := range serviceIfaceProps {
+		go get(name, m.conn.GetServicePropertyContext)
+	}
+	props := make(map[string]any, n)
+	var errs []error
+	for range n {
+		a := <-answers
+		if a.err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", a.name, a.err))
+			continue
+		}
+		props[a.name] = a.val
+	}
+	if len(errs) > 0 {
+		return nil, errs[0]
+	}
+	return props, nil
 }
 
 // Reload makes systemd re-read all unit files (systemctl daemon-reload). The

@@ -27,6 +27,8 @@ var testUnits = map[string]string{
 	// Conflicts= with an ordering (After=): stop jobs run before start jobs,
 	// so the start returns only once the other unit is fully stopped.
 	"backend-a.service": "[Service]\nExecStart=/bin/sleep 1001\nExecStop=/bin/sleep 0.2\n",
+	// Read both ways (TestInsideUnitProperties): every property set.
+	"props.service":     "[Unit]\nConflicts=never-started.service\n[Service]\nExecStart=/bin/sleep 1007\n",
 	"backend-b.service": "[Unit]\nConflicts=backend-a.service\nAfter=backend-a.service\n[Service]\nExecStart=/bin/sleep 1002\nExecStop=/bin/sleep 0.2\n",
 	// Conflicts= without an ordering: both jobs run at once.
 	"slow-stop.service": "[Service]\nExecStart=/bin/sleep 1005\nExecStop=/bin/sleep 5\n",
@@ -180,6 +182,26 @@ func TestInsideUnitProperties(t *testing.T) {
 	target := mustUnit(t, ctx, m, systemdtest.Target)
 	if target.MainPID != 0 || target.ExecStart != nil || target.ActiveState != "active" {
 		t.Errorf("target: %+v", target)
+	}
+	// A service's status is read property by property: it must equal
+	// what GetAll of every interface gives, for a running service with
+	// every field set, a finished one and an unknown one.
+	if err := m.Start(ctx, "props.service"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Stop(ctx, "props.service") }()
+	for _, u := range []string{"props.service", "multi.service", "no-such-unit.service"} {
+		all, err := m.conn.GetAllPropertiesContext(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, got := statusFromProperties(u, all), mustUnit(t, ctx, m, u)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s read property by property:\n%+v\nby GetAll:\n%+v", u, got, want)
+		}
+		if u == "props.service" && (got.MainPID == 0 || got.ControlGroup == "" || got.ActiveEnterTimestamp.IsZero() || got.DropInPaths != nil || len(got.Conflicts) == 0) {
+			t.Errorf("props.service: a field is missing: %+v", got)
+		}
 	}
 	missing := mustUnit(t, ctx, m, "no-such-unit.service")
 	if missing.LoadState != "not-found" || missing.Active() {
