@@ -322,8 +322,16 @@ func TestStandbyWatcherSparesAWokenTarget(t *testing.T) {
 // TestStandbyFirstSleepOfASleepingBackend: a vLLM put to sleep by hand
 // before gpuhost ever measured its residual is measured where it is,
 // not stopped after the release timeout for "not coming down".
+//
+// The standby watcher looks only once an hour here: at its usual 100 ms
+// it may find the hand sleep first and wake the active coder (the drift
+// rule for a sleeping active backend, tested elsewhere), and the switch
+// below is then refused as busy (CI under load).
 func TestStandbyFirstSleepOfASleepingBackend(t *testing.T) {
-	f := newProcFixtureYAML(t, standbyYAML(t))
+	yaml := standbyYAML(t)
+	f := newProcFixtureYAML(t, func(bin, state string) string {
+		return strings.Replace(yaml(bin, state), "standby_watch_interval: 100ms", "standby_watch_interval: 1h", 1)
+	})
 	awaitReconciled(t, f.sup)
 	if evs, err := f.switchTo(t, "coder"); err != nil {
 		t.Fatalf("switch to coder: %v\n%s", err, describe(evs))
