@@ -285,19 +285,18 @@ type unitReads struct {
 	s    *Supervisor
 	unit string
 	st   api.UnitStatus
-	at   time.Time // when the latest read began; zero: none succeeded
+	have bool      // a read succeeded: st holds the latest
 	last time.Time // when the latest read (successful or not) began
 }
 
 func (u *unitReads) due() bool { return u.last.IsZero() || time.Since(u.last) >= readyUnitEvery }
-func (u *unitReads) ok() bool  { return !u.at.IsZero() }
+func (u *unitReads) ok() bool  { return u.have }
 
 func (u *unitReads) read(ctx context.Context) error {
-	t := time.Now()
-	u.last = t
+	u.last = time.Now()
 	st, err := u.s.units.Unit(ctx, u.unit)
 	if err == nil {
-		u.st, u.at = st, t
+		u.st, u.have = st, true
 	}
 	return err
 }

@@ -357,17 +357,16 @@ func (m *Manager) serviceProperties(ctx context.Context, unit string) (map[strin
 		go get(name, m.conn.GetServicePropertyContext)
 	}
 	props := make(map[string]any, n)
-	var errs []error
-	for range n {
+	var firstErr error
+	for range n { // every answer is awaited: no Get outlives the call
 		a := <-answers
-		if a.err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", a.name, a.err))
-			continue
+		if a.err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("%s: %w", a.name, a.err)
 		}
 		props[a.name] = a.val
 	}
-	if len(errs) > 0 {
-		return nil, errs[0]
+	if firstErr != nil {
+		return nil, firstErr
 	}
 	return props, nil
 }

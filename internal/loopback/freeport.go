@@ -21,7 +21,7 @@ import (
 // ephemeral range, where only explicit binds land, and never handed out
 // twice by one process.
 func FreePort() (int, error) {
-	lo, hi := freePortRange()
+	lo, hi := portRange()
 	portsMu.Lock()
 	defer portsMu.Unlock()
 	for range 1000 {
@@ -43,6 +43,8 @@ func FreePort() (int, error) {
 var (
 	portsMu   sync.Mutex
 	handedOut = map[int]bool{}
+	// portRange reads the kernel's range once per process.
+	portRange = sync.OnceValues(freePortRange)
 )
 
 // freePortRange is [lo, hi): from 20000 up to where the kernel's
